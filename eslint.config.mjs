@@ -1,0 +1,32 @@
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', '.ratchet/**', 'trainer/**', 'taskgen/**'] },
+  ...tseslint.configs.recommended,
+  {
+    files: ['src/**/*.ts', 'test/**/*.ts'],
+    languageOptions: { parserOptions: { project: './tsconfig.test.json' } },
+    rules: {
+      // A forgotten await on an activity or a client call is a real bug.
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+      'no-console': ['error', { allow: ['warn', 'error'] }],
+    },
+  },
+  {
+    // Workflow code is replayed deterministically in a sandbox: no Node built-ins, no I/O.
+    files: ['src/workflows/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { group: ['node:*', 'fs', 'fs/*', 'path', 'os', 'child_process', 'crypto', 'http', 'https', 'net', 'stream', 'worker_threads', 'dockerode', 'openai', 'pino'], message: 'Workflow files must stay deterministic: do I/O in an activity.' },
+        ],
+      }],
+    },
+  },
+  {
+    // The CLI and benchmarks print for people.
+    files: ['src/cli/**/*.ts', 'src/bench/**/*.ts'],
+    rules: { 'no-console': 'off' },
+  },
+);

@@ -1,0 +1,62 @@
+# Shared helpers for Ratchet's idempotent set-up scripts. Source it; don't run it.
+# Every step keeps its state under $RATCHET_HOME (default: <repo>/.ratchet) and
+# skips work whose recipe hash matches the stamp it wrote last time.
+set -euo pipefail
+
+RATCHET_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export RATCHET_ROOT
+export RATCHET_HOME="${RATCHET_HOME:-$RATCHET_ROOT/.ratchet}"
+export RATCHET_VENVS="$RATCHET_HOME/venvs"
+export RATCHET_LOGS="$RATCHET_HOME/logs"
+export RATCHET_STAMPS="$RATCHET_HOME/stamps"
+export RATCHET_MODELS="$RATCHET_HOME/models"
+mkdir -p "$RATCHET_HOME" "$RATCHET_VENVS" "$RATCHET_LOGS" "$RATCHET_STAMPS" "$RATCHET_MODELS"
+
+PYTHON="${PYTHON:-python3}"
+
+log() { printf '[ratchet %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[ratchet] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# recipe_hash FILE... : a short content hash of the files (and extra strings via RECIPE_EXTRA).
+recipe_hash() {
+  { cat "$@"; printf '%s' "${RECIPE_EXTRA:-}"; } | sha256sum | cut -c1-16
+}
+
+# stamp_ok NAME HASH : true when step NAME last completed with recipe HASH.
+stamp_ok() { [ -f "$RATCHET_STAMPS/$1" ] && [ "$(cat "$RATCHET_STAMPS/$1")" = "$2" ]; }
+stamp_write() { printf '%s' "$2" >"$RATCHET_STAMPS/$1"; }
+
+# timed NAME CMD... : runs CMD and records its wall time in $RATCHET_HOME/setup-times.tsv,
+# which BENCHMARKS.md's cold set-up figures come from.
+timed() {
+  local name="$1"; shift
+  local t0; t0=$(date +%s.%N)
+  "$@"
+  local t1; t1=$(date +%s.%N)
+  printf '%s\t%s\t%.1f\n' "$(date -Is)" "$name" "$(echo "$t1 - $t0" | bc)" >>"$RATCHET_HOME/setup-times.tsv"
+}
+
+# need_free_disk GB PATH : fail early, with the fix, instead of dying half-way on a full disk.
+need_free_disk() {
+  local want_gb="$1" path="$2" have_kb
+  have_kb=$(df -Pk "$path" | awk 'NR==2 {print $4}')
+  if [ "$have_kb" -lt $((want_gb * 1024 * 1024)) ]; then
+    die "only $((have_kb / 1024 / 1024)) GiB free on $(df -P "$path" | awk 'NR==2 {print $6}'), set-up needs about ${want_gb} GiB. Fix: free disk space, or set RATCHET_HOME to a larger disk."
+  fi
+}
+
+# venv_for NAME : creates $RATCHET_VENVS/NAME if missing and prints its path.
+venv_for() {
+  local dir="$RATCHET_VENVS/$1"
+  [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir"
+  printf '%s' "$dir"
+}
+
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt-get install ${missing[*]}"
+  [ -f "$RATCHET_STAMPS/apt-updated" ] || { apt-get update -qq && touch "$RATCHET_STAMPS/apt-updated"; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}

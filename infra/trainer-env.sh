@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Trainer virtualenv: torch, transformers, peft, safetensors, temporalio, plus the
+# ratchet_trainer package in editable mode. Its own venv because vLLM pins its own torch.
+source "$(dirname "$0")/lib.sh"
+
+need_free_disk 8 "$RATCHET_HOME"
+hash=$(recipe_hash "$RATCHET_ROOT/trainer/requirements.txt" "$RATCHET_ROOT/trainer/pyproject.toml")
+if stamp_ok trainer-env "$hash"; then log "trainer env up to date"; exit 0; fi
+venv=$(venv_for trainer)
+log "installing the trainer environment into $venv"
+"$venv/bin/pip" install -q --upgrade pip
+"$venv/bin/pip" install -q -r "$RATCHET_ROOT/trainer/requirements.txt"
+"$venv/bin/pip" install -q --no-deps -e "$RATCHET_ROOT/trainer"
+"$venv/bin/python" -c 'import torch, transformers, peft, safetensors, temporalio' \
+  || die "the trainer environment does not import. Fix: rm -rf $venv and run infra/trainer-env.sh again"
+stamp_write trainer-env "$hash"
+log "trainer env ready"

@@ -1,0 +1,19 @@
+/** Two projects: fast unit tests with fakes, and integration tests against the real stack. */
+const tsJest = ['ts-jest', { tsconfig: 'tsconfig.test.json', isolatedModules: true }];
+module.exports = {
+  projects: [
+    {
+      displayName: 'unit',
+      testMatch: ['<rootDir>/test/unit/**/*.test.ts'],
+      transform: { '^.+\\.ts$': tsJest },
+      testEnvironment: 'node',
+    },
+    {
+      displayName: 'integration',
+      testMatch: ['<rootDir>/test/integration/**/*.test.ts'],
+      transform: { '^.+\\.ts$': tsJest },
+      testEnvironment: 'node',
+      testTimeout: 600_000,
+    },
+  ],
+};

@@ -1,0 +1,122 @@
+import { z } from 'zod';
+
+/**
+ * The run config (`configs/<env>/<name>.toml`). Sections mirror prime-rl's
+ * train/infer/orch files from seed 001, folded into one file per run.
+ * Pure: workflow code imports the types.
+ */
+
+const LoraConfig = z.object({
+  rank: z.number().int().positive().default(8),
+  alpha: z.number().positive().default(16),
+  dropout: z.number().min(0).max(1).default(0),
+  target_modules: z.array(z.string()).nonempty().default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']),
+}).strict();
+
+const TrainerConfig = z.object({
+  /** "lora" trains an adapter that vLLM loads at run time; "full" trains every weight. */
+  mode: z.enum(['lora', 'full']).default('lora'),
+  lora: LoraConfig.default({}),
+  optim: z.object({
+    lr: z.number().positive().default(1e-5),
+    weight_decay: z.number().min(0).default(0),
+    max_grad_norm: z.number().positive().default(1.0),
+  }).strict().default({}),
+  /** Gradient checkpointing: every `freq` layers (0 = off), as prime-rl's [model.ac]. */
+  ac: z.object({ freq: z.number().int().min(0).default(0) }).strict().default({}),
+  loss: z.object({
+    kind: z.enum(['grpo', 'gspo']).default('grpo'),
+    eps_low: z.number().min(0).default(0.2),
+    eps_high: z.number().min(0).default(0.28),
+    /** "token": Dr.GRPO's constant normalizer; "sequence": mean per sequence, then over sequences. */
+    normalization: z.enum(['token', 'sequence', 'dr_grpo']).default('dr_grpo'),
+    kl_coef: z.number().min(0).default(0),
+  }).strict().default({}),
+  /** Tokens per micro-batch; gradient accumulation covers the rest of the batch. */
+  micro_batch_tokens: z.number().int().positive().default(4096),
+  device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),
+  seed: z.number().int().default(0),
+}).strict();
+
+const InferenceConfig = z.object({
+  /** One or more OpenAI-compatible servers (vLLM); rollouts are spread over them. */
+  base_urls: z.array(z.string().url()).nonempty().default(['http://127.0.0.1:8000/v1']),
+  served_model: z.string().default('smollm2-135m'),
+  request_timeout_s: z.number().positive().default(300),
+}).strict();
+
+const SamplingConfig = z.object({
+  temperature: z.number().min(0).default(1.0),
+  top_p: z.number().gt(0).max(1).default(1.0),
+  /** Tokens per model turn. */
+  max_tokens: z.number().int().positive().default(256),
+}).strict();
+
+const OrchestratorConfig = z.object({
+  batch_size: z.number().int().positive().default(2),
+  rollouts_per_example: z.number().int().positive().default(4),
+  seq_len: z.number().int().positive().default(2048),
+  max_steps: z.number().int().positive().default(3),
+  mask_truncated_completions: z.boolean().default(false),
+  /** How many policy versions a rollout may lag the trainer (prime-rl's async_level). */
+  async_level: z.number().int().min(0).default(0),
+  /** In-flight rollouts at once, far below Temporal's 2,000 pending-activity limit. */
+  max_concurrent_rollouts: z.number().int().positive().max(1000).default(8),
+  advantage: z.object({
+    kind: z.enum(['grpo', 'dr_grpo']).default('grpo'),
+    std_normalize: z.boolean().default(true),
+    drop_uniform_groups: z.boolean().default(false),
+  }).strict().default({}),
+  /** What to do when a chat template breaks multi-turn prefixes: one sample per turn, or fail. */
+  non_prefix_policy: z.enum(['split', 'fail']).default('split'),
+  allow_retokenize: z.boolean().default(false),
+  continue_as_new_every: z.number().int().positive().default(50),
+  seed: z.number().int().default(0),
+}).strict();
+
+const EnvConfig = z.object({
+  id: z.enum(['swe-grep', 'code-repair', 'debug']),
+  /** A JSONL or Parquet task file; relative paths resolve against the task set dir. */
+  dataset: z.string().default('train.jsonl'),
+  weight: z.number().positive().default(1),
+  args: z.object({
+    max_tokens: z.number().int().positive().default(2048),
+    max_tool_calls: z.number().int().positive().default(10),
+    max_turns: z.number().int().positive().default(12),
+  }).passthrough().default({}),
+  /** Reward component weights, by component name; missing ones use the environment's defaults. */
+  rubric: z.record(z.number()).default({}),
+}).strict();
+
+const SandboxConfig = z.object({
+  image: z.string().optional(),
+  memory_mb: z.number().int().positive().default(512),
+  cpus: z.number().positive().default(1),
+  pids_limit: z.number().int().positive().default(128),
+  disk_mb: z.number().int().positive().default(256),
+  exec_timeout_s: z.number().positive().default(20),
+  output_limit_bytes: z.number().int().positive().default(16_384),
+  warm_pool_size: z.number().int().min(0).default(2),
+}).strict();
+
+export const RunConfig = z.object({
+  name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'use letters, digits, ".", "_" and "-" only').optional(),
+  model: z.object({
+    /** Local Hugging Face directory: weights, tokenizer.json and chat template. */
+    path: z.string().default('.ratchet/models/SmolLM2-135M-Instruct'),
+    name: z.string().default('SmolLM2-135M-Instruct'),
+  }).strict().default({}),
+  trainer: TrainerConfig.default({}),
+  inference: InferenceConfig.default({}),
+  sampling: SamplingConfig.default({}),
+  orchestrator: OrchestratorConfig.default({}),
+  sandbox: SandboxConfig.default({}),
+  env: z.array(EnvConfig).nonempty('add at least one [[env]] section, e.g. [[env]] id = "swe-grep"'),
+  artifacts: z.object({ root: z.string().optional() }).strict().default({}),
+}).strict();
+
+export type RunConfig = z.infer<typeof RunConfig>;
+export type EnvConfig = z.infer<typeof EnvConfig>;
+export type SandboxConfig = z.infer<typeof SandboxConfig>;
+export type TrainerConfig = z.infer<typeof TrainerConfig>;
+export type OrchestratorConfig = z.infer<typeof OrchestratorConfig>;

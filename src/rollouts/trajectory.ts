@@ -1,0 +1,107 @@
+import { z } from 'zod';
+
+/**
+ * One rollout, as the rollout worker saves it and the batch builder reads it.
+ * Token-in, token-out: each turn keeps the exact ids and logprobs the server
+ * sampled, so nothing generated is ever re-tokenized.
+ */
+
+export const ToolCall = z.object({
+  id: z.string(),
+  type: z.literal('function').default('function'),
+  function: z.object({ name: z.string(), arguments: z.string() }),
+});
+export type ToolCall = z.infer<typeof ToolCall>;
+
+export const ChatMessage = z.object({
+  role: z.enum(['system', 'user', 'assistant', 'tool']),
+  content: z.string().nullable().default(''),
+  tool_calls: z.array(ToolCall).optional(),
+  tool_call_id: z.string().optional(),
+  name: z.string().optional(),
+});
+export type ChatMessage = z.infer<typeof ChatMessage>;
+
+export const ToolSpec = z.object({
+  type: z.literal('function'),
+  function: z.object({
+    name: z.string(),
+    description: z.string().optional(),
+    parameters: z.record(z.unknown()),
+  }),
+});
+export type ToolSpec = z.infer<typeof ToolSpec>;
+
+export const Turn = z.object({
+  /** How many of the trajectory's messages were the prompt of this turn. */
+  prompt_message_count: z.number().int().positive(),
+  /** Ids the server tokenized the prompt to (vLLM `prompt_token_ids`); null if the server did not return them. */
+  prompt_token_ids: z.array(z.number().int().nonnegative()).nullable(),
+  /** Ids the server sampled (vLLM `token_ids`); null if the server did not return them. */
+  completion_token_ids: z.array(z.number().int().nonnegative()).nullable(),
+  completion_logprobs: z.array(z.number()).nullable(),
+  finish_reason: z.enum(['stop', 'length', 'tool_calls', 'content_filter', 'error']),
+  /** Which policy produced this turn: 0 is the base model, N the adapter after N optimizer steps. */
+  policy_version: z.number().int().nonnegative(),
+  model_ms: z.number().nonnegative(),
+  tools_ms: z.number().nonnegative(),
+});
+export type Turn = z.infer<typeof Turn>;
+
+export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error']);
+export type StopReason = z.infer<typeof StopReason>;
+
+export const Trajectory = z.object({
+  format: z.literal('ratchet.trajectory/v1'),
+  run_id: z.string(),
+  step: z.number().int().nonnegative(),
+  env_id: z.string(),
+  task_id: z.string(),
+  /** Rollouts of one task in one step share a group: advantages are relative within it. */
+  group_id: z.string(),
+  rollout_index: z.number().int().nonnegative(),
+  model: z.string(),
+  tools: z.array(ToolSpec),
+  /** The whole conversation, system prompt first; each turn's prompt is a prefix of it. */
+  messages: z.array(ChatMessage),
+  turns: z.array(Turn),
+  stop_reason: StopReason,
+  error: z.string().optional(),
+  /** The environment's final answer (files for localization, a diff for repair...). */
+  final: z.record(z.unknown()).default({}),
+  reward: z.object({ total: z.number(), components: z.record(z.number()) }).optional(),
+  stats: z.object({
+    prompt_tokens: z.number().int().nonnegative(),
+    completion_tokens: z.number().int().nonnegative(),
+    tool_calls: z.number().int().nonnegative(),
+    tool_errors: z.number().int().nonnegative(),
+    /** The first word of each shell command the agent ran, for the report's usage chart. */
+    commands: z.array(z.string()),
+    tools_used: z.record(z.number().int().nonnegative()),
+  }),
+  timing: z.object({
+    model_ms: z.number().nonnegative(),
+    tools_ms: z.number().nonnegative(),
+    sandbox_ms: z.number().nonnegative(),
+    total_ms: z.number().nonnegative(),
+  }),
+});
+export type Trajectory = z.infer<typeof Trajectory>;
+
+/** What crosses Temporal for a rollout: a reference and a summary, never the trajectory. */
+export const RolloutSummary = z.object({
+  task_id: z.string(),
+  group_id: z.string(),
+  rollout_index: z.number().int().nonnegative(),
+  trajectory: z.object({ uri: z.string(), sha256: z.string(), bytes: z.number() }),
+  reward: z.number(),
+  components: z.record(z.number()),
+  stop_reason: StopReason,
+  policy_version: z.number().int().nonnegative(),
+  completion_tokens: z.number().int().nonnegative(),
+  tool_calls: z.number().int().nonnegative(),
+  model_ms: z.number().nonnegative(),
+  tools_ms: z.number().nonnegative(),
+  sandbox_ms: z.number().nonnegative(),
+});
+export type RolloutSummary = z.infer<typeof RolloutSummary>;
