@@ -1,0 +1,204 @@
+"""Training batches: the packed safetensors + manifest format, validation, micro-batching.
+
+The batch arrives packed 1-D (docs/contracts.md). For the forward pass each
+micro-batch is unpacked into a right-padded [B, L] tensor built from whole
+samples, so attention never crosses samples on any attention backend (CPU
+included); position ids restart per sample as the contract says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .artifacts import ArtifactRef, path_to_uri, sha256_file, verify_file
+
+BATCH_FORMAT = "ratchet.batch/v1"
+_TENSORS = {
+    "input_ids": torch.int32,
+    "position_ids": torch.int32,
+    "loss_mask": torch.uint8,
+    "advantages": torch.float32,
+    "inference_logprobs": torch.float32,
+    "sample_offsets": torch.int64,
+}
+
+
+class BatchError(ValueError):
+    """A batch that does not fit the model or the contract; the trainer state is left unchanged."""
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [T] int64
+    position_ids: torch.Tensor  # [T] int64
+    loss_mask: torch.Tensor  # [T] bool
+    advantages: torch.Tensor  # [T] float32
+    inference_logprobs: torch.Tensor  # [T] float32
+    sample_offsets: torch.Tensor  # [S+1] int64
+    manifest: dict[str, Any]
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.sample_offsets.numel() - 1)
+
+    def sample_lengths(self) -> list[int]:
+        return (self.sample_offsets[1:] - self.sample_offsets[:-1]).tolist()
+
+
+@dataclass
+class MicroBatch:
+    sample_ids: list[int]
+    input_ids: torch.Tensor  # [B, L]
+    position_ids: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor  # [B, L] 1 = real token
+    loss_mask: torch.Tensor  # [B, L] bool, predicts input_ids[:, t] from logits[:, t-1]
+    advantages: torch.Tensor  # [B, L]
+    inference_logprobs: torch.Tensor  # [B, L]
+
+
+def load_batch(batch_ref: ArtifactRef, manifest_ref: ArtifactRef) -> Batch:
+    path = verify_file(batch_ref, "batch")
+    mpath = verify_file(manifest_ref, "batch manifest")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as e:
+        raise BatchError(f"batch manifest {manifest_ref['uri']} is not JSON: {e}") from e
+    tensors = load_file(str(path))
+    return batch_from_tensors(tensors, manifest, source=batch_ref["uri"])
+
+
+def batch_from_tensors(tensors: dict[str, torch.Tensor], manifest: dict[str, Any], source: str = "batch") -> Batch:
+    if manifest.get("format") != BATCH_FORMAT:
+        raise BatchError(f"{source}: manifest format is {manifest.get('format')!r}, expected {BATCH_FORMAT!r}")
+    for name, dtype in _TENSORS.items():
+        if name not in tensors:
+            raise BatchError(f"{source}: tensor {name!r} is missing; the contract needs {sorted(_TENSORS)}")
+        t = tensors[name]
+        if t.dtype != dtype or t.dim() != 1:
+            raise BatchError(f"{source}: tensor {name!r} is {t.dtype} with shape {list(t.shape)}, expected 1-D {dtype}")
+    T = tensors["input_ids"].numel()
+    for name in ("position_ids", "loss_mask", "advantages", "inference_logprobs"):
+        if tensors[name].numel() != T:
+            raise BatchError(f"{source}: tensor {name!r} has {tensors[name].numel()} entries, input_ids has {T}")
+    off = tensors["sample_offsets"]
+    if off.numel() < 2 or off[0] != 0 or off[-1] != T or bool((off[1:] <= off[:-1]).any()):
+        raise BatchError(f"{source}: sample_offsets must rise strictly from 0 to {T} (total tokens); got {off.tolist()[:8]}...")
+    mask = tensors["loss_mask"].bool()
+    if bool(mask[off[:-1]].any()):
+        raise BatchError(f"{source}: the first token of a sample is marked trainable; it has no context to be predicted from")
+    return Batch(
+        input_ids=tensors["input_ids"].long(),
+        position_ids=tensors["position_ids"].long(),
+        loss_mask=mask,
+        advantages=tensors["advantages"].float(),
+        inference_logprobs=tensors["inference_logprobs"].float(),
+        sample_offsets=off.long(),
+        manifest=manifest,
+    )
+
+
+def check_batch_fits(batch: Batch, vocab_size: int, seq_len: int, run_id: str | None = None, step: int | None = None) -> None:
+    """Reject a batch the model cannot take, before any state changes."""
+    m = batch.manifest
+    if run_id is not None and m.get("run_id") not in (None, run_id):
+        raise BatchError(f"batch manifest is for run {m.get('run_id')!r}, this step is for run {run_id!r}")
+    if step is not None and m.get("step") not in (None, step):
+        raise BatchError(f"batch manifest is for step {m.get('step')!r}, this activity applies step {step}")
+    mv = m.get("vocab_size")
+    if isinstance(mv, int) and mv > vocab_size:
+        raise BatchError(f"batch manifest vocab_size {mv} exceeds the model's vocab_size {vocab_size}: the batch was tokenized for another model")
+    if batch.input_ids.numel():
+        hi, lo = int(batch.input_ids.max()), int(batch.input_ids.min())
+        if hi >= vocab_size or lo < 0:
+            bad = hi if hi >= vocab_size else lo
+            raise BatchError(f"batch input_ids holds token id {bad}, outside the model's vocabulary [0, {vocab_size}): "
+                             "the batch was tokenized for another model")
+    longest = max(batch.sample_lengths())
+    if longest > seq_len:
+        raise BatchError(f"a batch sample has {longest} tokens, longer than trainer_config.seq_len={seq_len}. "
+                         "Fix: truncate in the batch builder or raise seq_len")
+
+
+def plan_micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
+    """Group whole samples, in order, so that rows * longest row <= token_budget.
+
+    Order is kept so that a step's arithmetic (and so its result) depends only on
+    the batch and the budget, never on timing.
+    """
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    cur_max = 0
+    for i, n in enumerate(lengths):
+        new_max = max(cur_max, n)
+        if cur and new_max * (len(cur) + 1) > token_budget:
+            groups.append(cur)
+            cur, new_max = [], n
+        cur.append(i)
+        cur_max = new_max
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def make_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device, pad_id: int = 0) -> MicroBatch:
+    off = batch.sample_offsets.tolist()
+    L = max(off[i + 1] - off[i] for i in sample_ids)
+    B = len(sample_ids)
+
+    def pad(src: torch.Tensor, fill: float | int, dtype: torch.dtype) -> torch.Tensor:
+        out = torch.full((B, L), fill, dtype=dtype)
+        for r, i in enumerate(sample_ids):
+            s, e = off[i], off[i + 1]
+            out[r, : e - s] = src[s:e]
+        return out.to(device)
+
+    attn = torch.zeros((B, L), dtype=torch.long)
+    for r, i in enumerate(sample_ids):
+        attn[r, : off[i + 1] - off[i]] = 1
+    return MicroBatch(
+        sample_ids=list(sample_ids),
+        input_ids=pad(batch.input_ids, pad_id, torch.long),
+        position_ids=pad(batch.position_ids, 0, torch.long),
+        attention_mask=attn.to(device),
+        loss_mask=pad(batch.loss_mask, False, torch.bool),
+        advantages=pad(batch.advantages, 0.0, torch.float32),
+        inference_logprobs=pad(batch.inference_logprobs, 0.0, torch.float32),
+    )
+
+
+def write_batch(directory: Path, name: str, samples: list[dict[str, Any]], manifest: dict[str, Any]) -> tuple[ArtifactRef, ArtifactRef]:
+    """Pack samples into the contract's format (tests, benchmarks, fixtures).
+
+    Each sample: input_ids, loss_mask, advantage (float), inference_logprobs (list, same length).
+    """
+    ids, pos, mask, adv, lp, offsets = [], [], [], [], [], [0]
+    for s in samples:
+        n = len(s["input_ids"])
+        ids += list(s["input_ids"])
+        pos += list(range(n))
+        mask += [int(x) for x in s["loss_mask"]]
+        adv += [float(s["advantage"]) if m else 0.0 for m in s["loss_mask"]]
+        lp += [float(x) if m else 0.0 for x, m in zip(s["inference_logprobs"], s["loss_mask"])]
+        offsets.append(offsets[-1] + n)
+    tensors = {
+        "input_ids": torch.tensor(ids, dtype=torch.int32),
+        "position_ids": torch.tensor(pos, dtype=torch.int32),
+        "loss_mask": torch.tensor(mask, dtype=torch.uint8),
+        "advantages": torch.tensor(adv, dtype=torch.float32),
+        "inference_logprobs": torch.tensor(lp, dtype=torch.float32),
+        "sample_offsets": torch.tensor(offsets, dtype=torch.int64),
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    bpath, mpath = directory / f"{name}.safetensors", directory / f"{name}.json"
+    save_file(tensors, str(bpath))
+    mpath.write_text(json.dumps({"format": BATCH_FORMAT, **manifest}))
+    refs = []
+    for p in (bpath, mpath):
+        refs.append({"uri": path_to_uri(p), "sha256": sha256_file(p), "bytes": p.stat().st_size})
+    return refs[0], refs[1]  # type: ignore[return-value]

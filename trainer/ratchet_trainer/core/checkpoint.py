@@ -1,0 +1,157 @@
+"""Checkpoint I/O, laid out as docs/contracts.md says.
+
+runs/<run_id>/checkpoints/step-<n>/
+  adapter/            LoRA: peft adapter_model.safetensors + adapter_config.json (+ MANIFEST.sha256)
+  model/              full fine-tuning: model.safetensors + config.json (+ MANIFEST.sha256)
+  optimizer.pt  rng.pt  ledger.json  trainer_state.json  MANIFEST.sha256
+
+The directory is written under a temporary name and renamed, so a reader sees a
+whole checkpoint or none. A save of a step that is already on disk returns the
+existing refs: the same (run, step) always means the same state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .artifacts import ArtifactRef, commit_dir, dir_ref, tmp_sibling, verify_dir, write_manifest
+from .trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = "ratchet.trainer_state/v1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not belong to this run or model; nothing was changed."""
+
+
+def checkpoint_dir(artifacts_root: Path, run_id: str, step: int) -> Path:
+    return artifacts_root / "runs" / run_id / "checkpoints" / f"step-{step}"
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int) -> dict[str, Any]:
+    if step != trainer.last_step:
+        raise CheckpointError(
+            f"run {trainer.run_id}: asked to save step {step} but the newest applied step is {trainer.last_step}. "
+            "Fix: save right after trainer.step for that step"
+        )
+    final = checkpoint_dir(artifacts_root, trainer.run_id, step)
+    if not (final / "MANIFEST.sha256").is_file():
+        tmp = tmp_sibling(final)
+        tmp.mkdir(parents=True)
+        try:
+            _write(trainer, tmp, step)
+            commit_dir(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        log.info("checkpoint written", extra={"run_id": trainer.run_id, "step": step, "path": str(final)})
+    else:
+        log.info("checkpoint already on disk; returning it", extra={"run_id": trainer.run_id, "step": step})
+    weights = "adapter" if trainer.cfg.model.lora is not None else "model"
+    out: dict[str, Any] = {"checkpoint": dir_ref(final), "adapter": None, "weights": dir_ref(final / weights),
+                           "policy_version": trainer.policy_version}
+    if weights == "adapter":
+        out["adapter"] = out["weights"]
+    return out
+
+
+def _write(trainer: Trainer, d: Path, step: int) -> None:
+    model = trainer.model
+    if trainer.cfg.model.lora is not None:
+        # peft's own writer: the layout vLLM's /v1/load_lora_adapter reads.
+        model.save_pretrained(str(d / "adapter"), safe_serialization=True)
+        write_manifest(d / "adapter")
+    else:
+        (d / "model").mkdir()
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        # Tied embeddings share storage; safetensors stores each tensor once.
+        seen: dict[int, str] = {}
+        for k in list(state):
+            ptr = state[k].data_ptr()
+            if ptr in seen:
+                state[k] = state[k].clone()
+            seen[ptr] = k
+        save_file(state, str(d / "model" / "model.safetensors"))
+        model.config.save_pretrained(str(d / "model"))
+        write_manifest(d / "model")
+    torch.save(trainer.optimizer.state_dict(), d / "optimizer.pt")
+    torch.save(_rng_state(), d / "rng.pt")
+    (d / "ledger.json").write_text(json.dumps({str(k): v for k, v in sorted(trainer.ledger.items())}, indent=1))
+    (d / "trainer_state.json").write_text(json.dumps({
+        "format": STATE_FORMAT,
+        "run_id": trainer.run_id,
+        "step": step,
+        "policy_version": trainer.policy_version,
+        "model_fingerprint": trainer.cfg.model_fingerprint(),
+        "trainer_config": trainer.cfg.to_dict(),
+        "torch": torch.__version__,
+    }, indent=1))
+    write_manifest(d)
+
+
+def read_checkpoint_state(ref: ArtifactRef, run_id: str, fingerprint: str) -> tuple[Path, dict[str, Any]]:
+    """Verify a checkpoint and check it fits this run and model, touching no trainer."""
+    root = verify_dir(ref, "checkpoint")
+    state = json.loads((root / "trainer_state.json").read_text())
+    if state.get("format") != STATE_FORMAT:
+        raise CheckpointError(f"checkpoint {ref['uri']}: trainer_state.json format {state.get('format')!r}, expected {STATE_FORMAT!r}")
+    if state["run_id"] != run_id:
+        raise CheckpointError(f"checkpoint {ref['uri']} belongs to run {state['run_id']!r}, not {run_id!r}: its step ledger "
+                              "would be wrong for this run. Fix: load a checkpoint of this run, or start from scratch")
+    if state["model_fingerprint"] != fingerprint:
+        saved = state.get("trainer_config", {}).get("model", {})
+        raise CheckpointError(
+            f"checkpoint {ref['uri']} was written for another model or adapter layout "
+            f"(fingerprint {state['model_fingerprint']} vs {fingerprint}; saved model.path={saved.get('path')!r}, "
+            f"model.lora={saved.get('lora')!r}). Fix: use the trainer_config the checkpoint was made with"
+        )
+    return root, state
+
+
+def restore_checkpoint(trainer: Trainer, ref: ArtifactRef) -> dict[str, Any]:
+    """Load weights, optimiser, RNG and ledger into `trainer`; all reads and checks happen first."""
+    root, state = read_checkpoint_state(ref, trainer.run_id, trainer.cfg.model_fingerprint())
+    if trainer.cfg.model.lora is not None:
+        weights = load_file(str(root / "adapter" / "adapter_model.safetensors"))
+    else:
+        weights = load_file(str(root / "model" / "model.safetensors"))
+    optim = torch.load(root / "optimizer.pt", map_location="cpu", weights_only=True)
+    rng = torch.load(root / "rng.pt", map_location="cpu", weights_only=False)
+    ledger = {int(k): v for k, v in json.loads((root / "ledger.json").read_text()).items()}
+    current = trainer.trainable_state()
+    for k, v in weights.items():
+        if k not in current:
+            raise CheckpointError(f"checkpoint {ref['uri']}: tensor {k} is not in this model")
+        if tuple(current[k].shape) != tuple(v.shape):
+            raise CheckpointError(f"checkpoint {ref['uri']}: tensor {k} has shape {list(v.shape)}, the model has {list(current[k].shape)}")
+
+    with torch.no_grad():
+        if trainer.cfg.model.lora is not None:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(trainer.model, weights)
+        else:
+            trainer.model.load_state_dict(weights, strict=True)
+    trainer.optimizer.load_state_dict(optim)
+    torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    trainer.ledger = ledger
+    log.info("checkpoint restored", extra={"run_id": trainer.run_id, "step": state["step"], "path": str(root)})
+    return state

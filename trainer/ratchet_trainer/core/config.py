@@ -1,0 +1,206 @@
+"""The `trainer_config` payload: a plain-dataclass schema with validation.
+
+The TypeScript run config passes these keys through unchanged (snake_case), so
+every error names the dotted key, what was wrong and how to fix it. No pydantic:
+the GPU benchmark box has only torch/transformers/peft.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class ConfigError(ValueError):
+    """A trainer_config that cannot be used; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    rank: int = 4
+    alpha: float = 8.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+
+
+@dataclass(frozen=True)
+class AcConfig:
+    # Checkpoint every `freq`-th decoder layer; 0 turns activation checkpointing off.
+    freq: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    # A local HF directory (weights + config). Exactly one of path / config.
+    path: str | None = None
+    # An HF config dict to build a randomly initialised model (tests, benchmarks).
+    config: Mapping[str, Any] | None = None
+    dtype: str = "auto"  # auto = bfloat16 on cuda, float32 on cpu
+    attn_implementation: str = "sdpa"
+    ac: AcConfig = field(default_factory=AcConfig)
+    lora: LoraConfig | None = field(default_factory=LoraConfig)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0  # 0 disables clipping
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    type: str = "grpo"  # grpo (token-level ratio) | gspo (sequence-level ratio)
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    # token: mean over all trainable tokens of the batch (DAPO);
+    # dr_grpo: sum / (samples * max_tokens), a constant normaliser (Dr. GRPO);
+    # sequence_mean: mean per sample, then over samples (original GRPO).
+    normalization: str = "token"
+    max_tokens: int | None = None  # dr_grpo's constant; defaults to seq_len
+    kl_coef: float = 0.0  # k3 KL to the reference (LoRA: adapter disabled)
+    # mean |ratio - 1| above this is reported as `mismatch_exceeded`.
+    mismatch_tolerance: float = 0.05
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    model: ModelConfig
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    seq_len: int = 1024
+    micro_batch_tokens: int = 8192  # padded tokens (rows * longest row) per forward
+    device: str = "auto"
+    seed: int = 0
+
+    def model_fingerprint(self) -> str:
+        """Hash of what a checkpoint's tensors depend on: the architecture and LoRA shape.
+
+        Optimiser settings, loss and batch shape may change between resumes; the
+        model identity and adapter layout may not.
+        """
+        ident = {
+            "path": self.model.path,
+            "config": dict(self.model.config) if self.model.config is not None else None,
+            "lora": dataclasses.asdict(self.model.lora) if self.model.lora else None,
+        }
+        return hashlib.sha256(json.dumps(ident, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=list))
+
+
+_LOSS_TYPES = ("grpo", "gspo")
+_NORMALIZATIONS = ("token", "dr_grpo", "sequence_mean")
+_DTYPES = ("auto", "bfloat16", "float16", "float32")
+_DEVICES = ("auto", "cpu", "cuda")
+
+
+def _key(where: str, key: str = "") -> str:
+    return ".".join(p for p in ("trainer_config", where, key) if p)
+
+
+def _take(d: Mapping[str, Any], cls: type, where: str) -> dict[str, Any]:
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"{_key(where)} must be an object, got {type(d).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ConfigError(
+            f"{_key(where)}: unknown key(s) {unknown}; allowed keys are {sorted(known)} "
+            "(see trainer/README.md)"
+        )
+    return dict(d)
+
+
+def _num(d: dict[str, Any], key: str, where: str, kind: type, lo: float | None = None, hi: float | None = None,
+         lo_open: bool = False) -> None:
+    if key not in d:
+        return
+    v = d[key]
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind is int:
+        ok = isinstance(v, int) and not isinstance(v, bool)
+    if not ok:
+        raise ConfigError(f"{_key(where, key)} must be a{'n integer' if kind is int else ' number'}, got {v!r}")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise ConfigError(f"{_key(where, key)} must be {'>' if lo_open else '>='} {lo}, got {v!r}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{_key(where, key)} must be <= {hi}, got {v!r}")
+    d[key] = kind(v)
+
+
+def _choice(d: dict[str, Any], key: str, where: str, choices: tuple[str, ...]) -> None:
+    if key in d and d[key] not in choices:
+        raise ConfigError(f"{_key(where, key)} must be one of {list(choices)}, got {d[key]!r}")
+
+
+def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
+    """Validate a trainer_config payload; raise ConfigError naming the offending key."""
+    top = _take(raw, TrainerConfig, "")
+    if "model" not in top:
+        raise ConfigError("trainer_config.model is required: give model.path (a local HF directory) or model.config")
+
+    m = _take(top["model"], ModelConfig, "model")
+    if (m.get("path") is None) == (m.get("config") is None):
+        raise ConfigError("trainer_config.model needs exactly one of `path` (local HF directory) or `config` (HF config dict)")
+    if m.get("path") is not None and not isinstance(m["path"], str):
+        raise ConfigError(f"trainer_config.model.path must be a string, got {m['path']!r}")
+    _choice(m, "dtype", "model", _DTYPES)
+    ac = _take(m.get("ac", {}) or {}, AcConfig, "model.ac")
+    _num(ac, "freq", "model.ac", int, lo=0)
+    m["ac"] = AcConfig(**ac)
+    if "lora" in m and m["lora"] is None:
+        m["lora"] = None
+    else:
+        lo = _take(m.get("lora", {}) or {}, LoraConfig, "model.lora")
+        _num(lo, "rank", "model.lora", int, lo=1)
+        _num(lo, "alpha", "model.lora", float, lo=0, lo_open=True)
+        _num(lo, "dropout", "model.lora", float, lo=0, hi=1)
+        if "target_modules" in lo:
+            tm = lo["target_modules"]
+            if not isinstance(tm, (list, tuple)) or not tm or not all(isinstance(x, str) for x in tm):
+                raise ConfigError(f"trainer_config.model.lora.target_modules must be a non-empty list of module names, got {tm!r}")
+            lo["target_modules"] = tuple(tm)
+        m["lora"] = LoraConfig(**lo)
+    model = ModelConfig(**m)
+
+    o = _take(top.get("optim", {}) or {}, OptimConfig, "optim")
+    _num(o, "lr", "optim", float, lo=0, lo_open=True)
+    _num(o, "weight_decay", "optim", float, lo=0)
+    _num(o, "eps", "optim", float, lo=0, lo_open=True)
+    _num(o, "max_grad_norm", "optim", float, lo=0)
+    if "betas" in o:
+        b = o["betas"]
+        if not (isinstance(b, (list, tuple)) and len(b) == 2 and all(isinstance(x, (int, float)) and 0 <= x < 1 for x in b)):
+            raise ConfigError(f"trainer_config.optim.betas must be two numbers in [0, 1), got {b!r}")
+        o["betas"] = (float(b[0]), float(b[1]))
+    optim = OptimConfig(**o)
+
+    lc = _take(top.get("loss", {}) or {}, LossConfig, "loss")
+    _choice(lc, "type", "loss", _LOSS_TYPES)
+    _choice(lc, "normalization", "loss", _NORMALIZATIONS)
+    _num(lc, "eps_low", "loss", float, lo=0, hi=1)
+    _num(lc, "eps_high", "loss", float, lo=0)
+    _num(lc, "kl_coef", "loss", float, lo=0)
+    _num(lc, "mismatch_tolerance", "loss", float, lo=0)
+    if lc.get("max_tokens") is not None:
+        _num(lc, "max_tokens", "loss", int, lo=1)
+    loss = LossConfig(**lc)
+
+    _num(top, "seq_len", "", int, lo=2)
+    _num(top, "micro_batch_tokens", "", int, lo=1)
+    _num(top, "seed", "", int, lo=0)
+    _choice(top, "device", "", _DEVICES)
+    top.update(model=model, optim=optim, loss=loss)
+    cfg = TrainerConfig(**top)
+    if cfg.loss.normalization == "dr_grpo" and cfg.loss.max_tokens is not None and cfg.loss.max_tokens < 1:
+        raise ConfigError("trainer_config.loss.max_tokens must be >= 1")
+    return cfg

@@ -1,0 +1,144 @@
+"""Policy-gradient losses of the GRPO family, on trainable tokens only.
+
+All normalisers are global over the whole batch (not per micro-batch), so the
+sum of the micro-batches' gradients equals the full batch's gradient whatever
+the token budget. Token t's logprob predicts input_ids[t] from logits[t-1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .batch import MicroBatch
+from .config import LossConfig
+
+
+@dataclass
+class Normalizer:
+    """Batch-wide counts the loss weights come from."""
+
+    total_tokens: int  # trainable tokens in the batch
+    num_samples: int  # samples with at least one trainable token
+    tokens_per_sample: torch.Tensor  # [S] trainable tokens of each sample
+    max_tokens: int  # Dr. GRPO's constant
+
+
+@dataclass
+class LossStats:
+    """Sums over micro-batches, turned into means once the step is done."""
+
+    loss: float = 0.0
+    tokens: int = 0
+    entropy_sum: float = 0.0
+    clipped: int = 0
+    abs_ratio_dev_sum: float = 0.0
+    mismatch_k3_sum: float = 0.0
+    ratio_max: float = 0.0
+    kl_ref_sum: float = 0.0
+    seq_clipped: int = 0
+    seqs: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def metrics(self, loss_type: str) -> dict[str, float]:
+        n = max(self.tokens, 1)
+        out = {
+            "loss": self.loss,
+            "entropy": self.entropy_sum / n,
+            "clip_frac": (self.seq_clipped / max(self.seqs, 1)) if loss_type == "gspo" else self.clipped / n,
+            "mismatch_kl": self.mismatch_k3_sum / n,
+            "ratio_abs_dev": self.abs_ratio_dev_sum / n,
+            "ratio_max": self.ratio_max,
+            "kl_ref": self.kl_ref_sum / n,
+        }
+        return out
+
+
+def selected_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprobs (fp32) of the selected target tokens, and the fp32 logits rows they came from.
+
+    Only trainable positions are upcast and normalised, so long prompts cost no
+    vocab-sized fp32 memory.
+    """
+    rows = logits[:, :-1, :][sel].float()  # [N, V]
+    tgt = input_ids[:, 1:][sel]
+    return -F.cross_entropy(rows, tgt, reduction="none"), rows
+
+
+@torch.no_grad()
+def _entropy(rows: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    out = []
+    for i in range(0, rows.shape[0], chunk):
+        lp = torch.log_softmax(rows[i : i + chunk].detach(), dim=-1)
+        out.append(-(lp.exp() * lp).sum(-1))
+    return torch.cat(out) if out else rows.new_zeros(0)
+
+
+def micro_batch_loss(
+    logits: torch.Tensor,
+    mb: MicroBatch,
+    cfg: LossConfig,
+    norm: Normalizer,
+    stats: LossStats,
+    ref_logits: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """This micro-batch's share of the batch loss (call backward on it); updates stats."""
+    sel = mb.loss_mask[:, 1:]
+    if not bool(sel.any()):
+        return logits.sum() * 0.0  # keeps the graph connected; contributes nothing
+    logp, rows = selected_logprobs(logits, mb.input_ids, sel)
+    inf_lp = mb.inference_logprobs[:, 1:][sel]
+    adv = mb.advantages[:, 1:][sel]
+    B, L1 = sel.shape
+    local_row = torch.arange(B, device=sel.device)[:, None].expand(B, L1)[sel]
+    sample_idx = torch.tensor(mb.sample_ids, device=sel.device)[local_row]
+    n_i = norm.tokens_per_sample.to(sel.device)[sample_idx].float()
+
+    log_ratio = logp - inf_lp
+    ratio = torch.exp(log_ratio)
+    lo, hi = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
+
+    if cfg.type == "gspo":
+        # Sequence-level ratio: exp of the mean token log-ratio of each sample.
+        seq_lr = torch.zeros(B, device=sel.device, dtype=logp.dtype).index_add(0, local_row, log_ratio / n_i)
+        seq_adv = torch.zeros(B, device=sel.device).index_add(0, local_row, adv / n_i)
+        has = torch.zeros(B, device=sel.device, dtype=torch.bool)
+        has[local_row] = True
+        s = torch.exp(seq_lr[has])
+        a = seq_adv[has]
+        unclipped, clipped = s * a, torch.clamp(s, lo, hi) * a
+        loss = -(torch.minimum(unclipped, clipped)).sum() / norm.num_samples
+        stats.seq_clipped += int((clipped < unclipped).sum())
+        stats.seqs += int(has.sum())
+        w = 1.0 / (norm.num_samples * n_i)  # for the KL term: per-sample mean
+    else:
+        unclipped, clipped = ratio * adv, torch.clamp(ratio, lo, hi) * adv
+        per_tok = -torch.minimum(unclipped, clipped)
+        if cfg.normalization == "token":
+            w = torch.full_like(per_tok, 1.0 / norm.total_tokens)
+        elif cfg.normalization == "dr_grpo":
+            w = torch.full_like(per_tok, 1.0 / (norm.num_samples * norm.max_tokens))
+        else:  # sequence_mean
+            w = 1.0 / (norm.num_samples * n_i)
+        loss = (per_tok * w).sum()
+        stats.clipped += int((clipped < unclipped).sum())
+
+    if ref_logits is not None and cfg.kl_coef > 0:
+        ref_lp, _ = selected_logprobs(ref_logits, mb.input_ids, sel)
+        d = ref_lp - logp
+        k3 = torch.exp(d) - d - 1.0  # unbiased, non-negative estimate of KL(pi || ref)
+        loss = loss + cfg.kl_coef * (k3 * w).sum()
+        stats.kl_ref_sum += float(k3.detach().sum())
+
+    with torch.no_grad():
+        r = ratio.detach()
+        stats.tokens += int(sel.sum())
+        stats.entropy_sum += float(_entropy(rows).sum())
+        stats.abs_ratio_dev_sum += float((r - 1.0).abs().sum())
+        # k3 estimate of KL(pi_inference || pi_trainer) on the sampled tokens.
+        stats.mismatch_k3_sum += float(((r - 1.0) - log_ratio.detach()).sum())
+        stats.ratio_max = max(stats.ratio_max, float(r.max()))
+        stats.loss += float(loss.detach())
+    return loss

@@ -1,0 +1,104 @@
+"""Model construction: base model (local HF dir or random init from a config), LoRA, checkpointing."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .config import ConfigError, TrainerConfig
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(cfg: TrainerConfig) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("trainer_config.device is 'cuda' but torch sees no GPU. Fix: set device to 'auto' or 'cpu'")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def resolve_dtype(cfg: TrainerConfig, device: torch.device) -> torch.dtype:
+    if cfg.model.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, cfg.model.dtype)
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def apply_activation_checkpointing(model: nn.Module, freq: int) -> int:
+    """Checkpoint every `freq`-th decoder layer (freq 1 = all, 0 = none). Returns how many."""
+    if freq <= 0:
+        return 0
+    # Non-reentrant checkpointing needs no input that requires grad, which LoRA lacks.
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    layers = decoder_layers(model)
+    for i, layer in enumerate(layers):
+        layer.gradient_checkpointing = i % freq == 0
+    return sum(1 for layer in layers if layer.gradient_checkpointing)
+
+
+def build_model(cfg: TrainerConfig, device: torch.device) -> nn.Module:
+    """The trainable model: base weights, then (if configured) a fresh LoRA adapter.
+
+    Random init and LoRA's A matrices draw from torch's RNG seeded with cfg.seed,
+    so a restart rebuilds bit-identical base weights before an adapter is loaded.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    dtype = resolve_dtype(cfg, device)
+    torch.manual_seed(cfg.seed)
+    if cfg.model.path is not None:
+        path = Path(cfg.model.path)
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"trainer_config.model.path {str(path)!r} has no config.json. "
+                              "Fix: point at a local HF model directory (e.g. .ratchet/models/SmolLM2-135M-Instruct)")
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=cfg.model.attn_implementation)
+        model.to(device)
+    else:
+        conf = dict(cfg.model.config or {})
+        model_type = conf.pop("model_type", None)
+        if not model_type:
+            raise ConfigError("trainer_config.model.config needs `model_type` (e.g. 'llama', 'qwen3')")
+        hf_conf = AutoConfig.for_model(model_type, **conf)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(hf_conf, dtype=dtype, attn_implementation=cfg.model.attn_implementation)
+    model.config.use_cache = False
+    n_ckpt = apply_activation_checkpointing(model, cfg.model.ac.freq)
+
+    if cfg.model.lora is not None:
+        from peft import LoraConfig as PeftLoraConfig, get_peft_model
+
+        lc = cfg.model.lora
+        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        missing = [t for t in lc.target_modules if t not in present]
+        if missing:
+            raise ConfigError(f"trainer_config.model.lora.target_modules {missing} are not modules of this model. "
+                              f"Fix: choose from e.g. {sorted(p for p in present if p.endswith('proj'))}")
+        model = get_peft_model(model, PeftLoraConfig(
+            r=lc.rank, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
+            target_modules=list(lc.target_modules), task_type="CAUSAL_LM", bias="none",
+        ))
+        # Adapter in fp32 even on a bf16 base: tiny, and the optimiser needs the precision.
+        for n, p in model.named_parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+    else:
+        for p in model.parameters():
+            p.requires_grad_(True)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    log.info("model built", extra={"device": str(device), "dtype": str(dtype), "trainable": trainable,
+                                   "total": total, "checkpointed_layers": n_ckpt})
+    return model
+
+
+def vocab_size(model: nn.Module) -> int:
+    return int(model.get_input_embeddings().weight.shape[0])
