@@ -36,6 +36,8 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 def apply_activation_checkpointing(model: nn.Module, freq: int) -> int:
     """Checkpoint every `freq`-th decoder layer (freq 1 = all, 0 = none). Returns how many."""
     if freq <= 0:
+        if getattr(model, "is_gradient_checkpointing", False):
+            model.gradient_checkpointing_disable()
         return 0
     # Non-reentrant checkpointing needs no input that requires grad, which LoRA lacks.
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -51,6 +53,12 @@ def build_model(cfg: TrainerConfig, device: torch.device) -> nn.Module:
     Random init and LoRA's A matrices draw from torch's RNG seeded with cfg.seed,
     so a restart rebuilds bit-identical base weights before an adapter is loaded.
     """
+    model = build_base(cfg, device)
+    apply_activation_checkpointing(model, cfg.model.ac.freq)
+    return make_trainable(model, cfg)
+
+
+def build_base(cfg: TrainerConfig, device: torch.device) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     dtype = resolve_dtype(cfg, device)
@@ -71,8 +79,11 @@ def build_model(cfg: TrainerConfig, device: torch.device) -> nn.Module:
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(hf_conf, dtype=dtype, attn_implementation=cfg.model.attn_implementation)
     model.config.use_cache = False
-    n_ckpt = apply_activation_checkpointing(model, cfg.model.ac.freq)
+    return model
 
+
+def make_trainable(model: nn.Module, cfg: TrainerConfig) -> nn.Module:
+    """Wrap in a fresh LoRA adapter, or unfreeze everything for full fine-tuning."""
     if cfg.model.lora is not None:
         from peft import LoraConfig as PeftLoraConfig, get_peft_model
 
@@ -95,8 +106,8 @@ def build_model(cfg: TrainerConfig, device: torch.device) -> nn.Module:
             p.requires_grad_(True)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
-    log.info("model built", extra={"device": str(device), "dtype": str(dtype), "trainable": trainable,
-                                   "total": total, "checkpointed_layers": n_ckpt})
+    n_ckpt = sum(1 for layer in decoder_layers(model) if layer.gradient_checkpointing)
+    log.info("model ready", extra={"trainable": trainable, "total": total, "checkpointed_layers": n_ckpt})
     return model
 
 

@@ -34,11 +34,13 @@ def step_seed(seed: int, step: int) -> int:
 
 
 class Trainer:
-    def __init__(self, run_id: str, cfg: TrainerConfig, device: torch.device | None = None):
+    def __init__(self, run_id: str, cfg: TrainerConfig, device: torch.device | None = None,
+                 model: torch.nn.Module | None = None):
+        """`model`, if given, is already built for cfg (the benchmark reuses one base model)."""
         self.run_id = run_id
         self.cfg = cfg
         self.device = device or resolve_device(cfg)
-        self.model = build_model(cfg, self.device)
+        self.model = model if model is not None else build_model(cfg, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(

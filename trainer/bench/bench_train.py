@@ -1,0 +1,191 @@
+"""GPU benchmark of the training core: Qwen3-8B architecture, random init.
+
+Imports only the core (no Temporal). One base model is built once and reused:
+each LoRA configuration wraps it in a fresh adapter and unwraps it after; full
+fine-tuning runs last because it unfreezes and updates the base.
+
+Usage (on the GPU box):
+  PYTHONPATH=trainer python3 trainer/bench/bench_train.py --out $OUT/bench.json
+  python3 trainer/bench/bench_train.py --tiny        # CPU smoke test of the script itself
+
+MFU = model FLOPs / (wall time * peak bf16 dense FLOP/s). Model FLOPs per step:
+  full: 6 * N * tokens                + attention
+  LoRA: 4 * N * tokens + 6 * N_lora * tokens + attention
+N = non-embedding parameters (lm_head included; the input embedding is a lookup).
+A frozen base still needs the backward through activations (2N per token) but
+not the weight gradients (another 2N), hence 4N for LoRA. Attention (no weights):
+6 * layers * heads * head_dim * seq_len per token (fwd+bwd, causal halved).
+Recomputation by activation checkpointing is not counted (it is overhead, not
+model work), so checkpointed runs show a lower MFU for the same model work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ratchet_trainer.core.batch import batch_from_tensors  # noqa: E402
+from ratchet_trainer.core.config import parse_trainer_config  # noqa: E402
+from ratchet_trainer.core.model import apply_activation_checkpointing, build_base, make_trainable  # noqa: E402
+from ratchet_trainer.core.trainer import Trainer  # noqa: E402
+
+QWEN3_8B = {
+    "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288,
+    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "rope_theta": 1_000_000.0, "max_position_embeddings": 40960, "tie_word_embeddings": False,
+    "rms_norm_eps": 1e-6,
+}
+TINY = {**QWEN3_8B, "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12}  # dense bf16 datasheet, SXM
+
+log = logging.getLogger("bench")
+
+
+def make_batch(samples: int, seq: int, vocab: int, gen: torch.Generator):
+    T = samples * seq
+    ids = torch.randint(0, vocab, (T,), generator=gen, dtype=torch.int32)
+    pos = torch.arange(seq, dtype=torch.int32).repeat(samples)
+    mask = torch.zeros(T, dtype=torch.uint8)
+    prompt = seq // 8  # a short prompt, the rest generated (trainable)
+    for i in range(samples):
+        mask[i * seq + prompt : (i + 1) * seq] = 1
+    adv = mask.float()
+    adv[: T // 2] *= -1  # half the samples rewarded, half penalised
+    lp = torch.where(mask.bool(), torch.tensor(-math.log(vocab)), torch.tensor(0.0)).float()
+    off = torch.arange(0, T + 1, seq, dtype=torch.int64)
+    tensors = {"input_ids": ids, "position_ids": pos, "loss_mask": mask, "advantages": adv.float(),
+               "inference_logprobs": lp, "sample_offsets": off}
+    return batch_from_tensors(tensors, {"format": "ratchet.batch/v1", "run_id": "bench", "vocab_size": vocab})
+
+
+def flops_per_step(model_conf: dict, n_nonembed: int, n_lora: int, tokens: int, seq: int, lora: bool) -> float:
+    attn = 6 * model_conf["num_hidden_layers"] * model_conf["num_attention_heads"] * model_conf["head_dim"] * seq
+    dense = (4 * n_nonembed + 6 * n_lora) if lora else 6 * n_nonembed
+    return float((dense + attn) * tokens)
+
+
+def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, samples: int, steps: int,
+            device, peak: float, gen) -> dict:
+    lora = None if method == "full" else {"rank": rank, "alpha": 2 * rank, "dropout": 0.0}
+    cfg = parse_trainer_config({
+        "model": {"config": model_conf, "lora": lora, "ac": {"freq": 1 if ac else 0}},
+        "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": seq,
+        "micro_batch_tokens": max(4096, seq),
+    })
+    rec = {"method": method, "rank": rank if lora else None, "seq_len": seq, "ac": ac, "samples": samples,
+           "tokens_per_step": samples * seq, "micro_batch_tokens": cfg.micro_batch_tokens}
+    torch.cuda.empty_cache() if device.type == "cuda" else None
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    model = None
+    trainer = None
+    try:
+        apply_activation_checkpointing(base, cfg.model.ac.freq)
+        model = make_trainable(base, cfg)
+        trainer = Trainer("bench", cfg, device=device, model=model)
+        n_lora = sum(p.numel() for p in trainer.params) if lora else 0
+        n_embed = base.get_input_embeddings().weight.numel()
+        n_nonembed = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n) - n_embed
+        batch = make_batch(samples, seq, model_conf["vocab_size"], gen)
+        times = []
+        for s in range(steps + 1):  # the first is warm-up
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            m = trainer.step(s, batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if s > 0:
+                times.append(time.perf_counter() - t0)
+        dt = sorted(times)[len(times) // 2]
+        fl = flops_per_step(model_conf, n_nonembed, n_lora, samples * seq, seq, lora is not None)
+        rec.update(status="ok", step_s=dt, step_times_s=times, tokens_per_s=samples * seq / dt,
+                   model_tflops_per_step=fl / 1e12, achieved_tflops=fl / dt / 1e12, mfu=fl / dt / peak,
+                   trainable_params=sum(p.numel() for p in trainer.params), n_nonembed=n_nonembed,
+                   loss=m["loss"], grad_norm=m["grad_norm"])
+    except torch.cuda.OutOfMemoryError as e:
+        rec.update(status="oom", error=str(e).splitlines()[0][:300])
+    if device.type == "cuda":
+        rec["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        rec["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
+    # Give the base model back clean for the next configuration.
+    if trainer is not None:
+        trainer.optimizer.state.clear()
+        del trainer
+    if lora is not None and model is not None and hasattr(model, "unload"):
+        model.unload()
+    for p in base.parameters():
+        p.grad = None
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench.json")
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer model on CPU, to check the script")
+    ap.add_argument("--seqs", default="1024,4096,8192")
+    ap.add_argument("--methods", default="lora4,lora64,full")
+    ap.add_argument("--ac", default="1,0")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=4)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    device = torch.device("cpu" if args.tiny else "cuda")
+    model_conf = TINY if args.tiny else QWEN3_8B
+    gpu = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    peak = next((v for k, v in PEAK_BF16.items() if k in gpu), 989e12)
+    t0 = time.perf_counter()
+    base_cfg = parse_trainer_config({"model": {"config": model_conf, "lora": None}, "seq_len": 8192})
+    base = build_base(base_cfg, device)
+    base.requires_grad_(False)
+    build_s = time.perf_counter() - t0
+    n_params = sum(p.numel() for p in base.parameters())
+    print(f"built {n_params/1e9:.2f}B params on {gpu} in {build_s:.1f}s", flush=True)
+
+    results = {"gpu": gpu, "torch": torch.__version__, "peak_flops": peak, "model": model_conf,
+               "params": n_params, "build_s": build_s, "runs": []}
+    gen = torch.Generator().manual_seed(0)
+    seqs = [int(s) for s in args.seqs.split(",")]
+    acs = [a == "1" for a in args.ac.split(",")]
+    methods = args.methods.split(",")
+    for method in methods:  # full goes last: it changes the base
+        kind, rank = ("full", 0) if method == "full" else ("lora", int(method[4:]))
+        if kind == "full":
+            base.requires_grad_(True)
+        for ac in acs:
+            for seq in seqs:
+                rec = run_one(base, model_conf, kind, rank, seq, ac, args.samples, args.steps, device, peak, gen)
+                results["runs"].append(rec)
+                print(json.dumps(rec), flush=True)
+                Path(args.out).write_text(json.dumps(results, indent=1))
+        if kind == "full":
+            base.requires_grad_(False)
+
+    print(f"\n{'method':8} {'ac':3} {'seq':>5} {'tok/step':>8} {'step s':>7} {'tok/s':>8} {'MFU':>6} {'peak GiB':>8}")
+    for r in results["runs"]:
+        name = r["method"] + (str(r["rank"]) if r["rank"] else "")
+        if r["status"] == "ok":
+            print(f"{name:8} {int(r['ac']):3} {r['seq_len']:5} {r['tokens_per_step']:8} {r['step_s']:7.2f} "
+                  f"{r['tokens_per_s']:8.0f} {r['mfu']:6.1%} {r.get('peak_allocated_gib', 0):8.1f}")
+        else:
+            print(f"{name:8} {int(r['ac']):3} {r['seq_len']:5} {r['tokens_per_step']:8} {r['status']:>7} "
+                  f"{'':8} {'':6} {r.get('peak_allocated_gib', 0):8.1f}")
+
+
+if __name__ == "__main__":
+    main()
