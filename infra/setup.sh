@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Everything a fresh Debian 12 machine needs for Ratchet, idempotently: each step
+# skips work already done (recipe-hash stamps under .ratchet/stamps). Safe to rerun.
+source "$(dirname "$0")/lib.sh"
+
+check_machine() {
+  [ "$(id -u)" = 0 ] || die "set-up installs Debian packages and starts dockerd, so it must run as root. Fix: sudo bash infra/setup.sh"
+  [ "$(uname -m)" = x86_64 ] || die "unsupported CPU architecture $(uname -m): the CPU inference build and the sandbox image are x86_64 only. Fix: run on an x86_64 machine"
+  grep -qw avx2 /proc/cpuinfo || die "this CPU lacks AVX2, which CPU inference needs. Fix: run on a CPU with AVX2 (any x86_64 server since 2015)"
+  command -v node >/dev/null || die "Node.js is missing. Fix: apt-get install nodejs npm (Node >= 20)"
+  local node_major; node_major=$(node -p 'process.versions.node.split(".")[0]')
+  [ "$node_major" -ge 20 ] || die "Node.js $(node --version) is too old. Fix: install Node >= 20"
+  command -v "$PYTHON" >/dev/null || die "python3 is missing. Fix: apt-get install python3 python3-venv"
+  need_free_disk 15 "$RATCHET_HOME"
+}
+
+node_deps() {
+  local hash; hash=$(recipe_hash "$RATCHET_ROOT/package-lock.json")
+  if stamp_ok node-deps "$hash" && [ -d "$RATCHET_ROOT/node_modules" ]; then log "node modules up to date"; return 0; fi
+  log "npm ci"
+  (cd "$RATCHET_ROOT" && npm ci --no-audit --no-fund --loglevel=error)
+  stamp_write node-deps "$hash"
+}
+
+build_ts() {
+  log "building TypeScript"
+  (cd "$RATCHET_ROOT" && npx tsc -p tsconfig.json)
+}
+
+apt_install bc ca-certificates
+check_machine
+timed node-deps node_deps
+timed docker bash "$RATCHET_ROOT/infra/docker.sh" setup
+timed temporal bash "$RATCHET_ROOT/infra/temporal.sh" setup
+timed trainer-env bash "$RATCHET_ROOT/infra/trainer-env.sh"
+timed inference bash "$RATCHET_ROOT/infra/inference.sh" setup
+timed tasks bash "$RATCHET_ROOT/infra/tasks.sh"
+build_ts
+log "set-up complete (times per step: $RATCHET_HOME/setup-times.tsv)"
