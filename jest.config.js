@@ -1,5 +1,5 @@
 /** Two projects: fast unit tests with fakes, and integration tests against the real stack. */
-const tsJest = ['ts-jest', { tsconfig: 'tsconfig.test.json', isolatedModules: true }];
+const tsJest = ['ts-jest', { tsconfig: 'tsconfig.test.json' }];
 module.exports = {
   projects: [
     {
@@ -13,7 +13,7 @@ module.exports = {
       testMatch: ['<rootDir>/test/integration/**/*.test.ts'],
       transform: { '^.+\\.ts$': tsJest },
       testEnvironment: 'node',
-      testTimeout: 600_000,
+      setupFilesAfterEnv: ['<rootDir>/test/helpers/integration-setup.ts'],
     },
   ],
 };
