@@ -1,0 +1,168 @@
+import { PHASES, type EvalResult, type PhaseName, type StepRecord } from './records';
+
+/**
+ * Turns step records and eval results into the series the report plots. Pure and
+ * small, so the numbers in the HTML are tested without a browser.
+ */
+
+export interface PhaseRow {
+  phase: PhaseName;
+  totalMs: number;
+  meanMs: number;
+  /** Share of the summed phase time (phases may overlap with async_level >= 1, so not of wall time). */
+  share: number;
+}
+
+export interface ReportData {
+  runId: string;
+  generatedAt: string;
+  summary: {
+    steps: number;
+    firstStep: number;
+    lastStep: number;
+    policyVersion: number;
+    lastMeanReward: number;
+    bestMeanReward: number;
+    bestStep: number;
+    episodes: number;
+    tokens: number;
+    wallMs: number;
+    startedAt: string;
+    finishedAt: string;
+  };
+  steps: number[];
+  reward: { mean: number[]; std: number[]; min: number[]; max: number[] };
+  components: Record<string, (number | null)[]>;
+  throughput: { episodesPerHour: number[]; tokensPerSecond: number[] };
+  phases: PhaseRow[];
+  tools: [string, number][];
+  shell: [string, number][];
+  staleness: [string, number][];
+  evals: EvalSeries[];
+}
+
+export interface EvalSeries {
+  taskset: string;
+  hash: string;
+  k: number;
+  versions: number[];
+  passAt1: (number | null)[];
+  passAtK: (number | null)[];
+  reward: number[];
+  fileF1: (number | null)[];
+  functionF1: (number | null)[];
+  tokensPerEpisode: number[];
+  toolCallsPerEpisode: number[];
+}
+
+function stepWallMs(r: StepRecord): number {
+  return Math.max(0, Date.parse(r.finished_at) - Date.parse(r.started_at));
+}
+
+function episodesOf(r: StepRecord): number {
+  return r.episodes ?? r.rollouts;
+}
+
+function addInto(into: Map<string, number>, hist: Record<string, number>): void {
+  for (const [k, v] of Object.entries(hist)) into.set(k, (into.get(k) ?? 0) + v);
+}
+
+const round = (x: number, digits = 4): number => Number(x.toFixed(digits));
+
+export function buildReportData(runId: string, records: StepRecord[], evals: EvalResult[], now = new Date()): ReportData {
+  if (records.length === 0) throw new Error('buildReportData needs at least one step record');
+  const sorted = [...records].sort((a, b) => a.step - b.step);
+  const first = sorted[0]!;
+  const last = sorted[sorted.length - 1]!;
+
+  const componentNames = [...new Set(sorted.flatMap((r) => Object.keys(r.components)))].sort();
+  const components: Record<string, (number | null)[]> = {};
+  for (const name of componentNames) components[name] = sorted.map((r) => r.components[name] ?? null);
+
+  let best = first;
+  for (const r of sorted) if (r.reward.mean > best.reward.mean) best = r;
+
+  const phaseTotals = PHASES.map((p) => sorted.reduce((s, r) => s + r.phase_ms[p], 0));
+  const phaseSum = phaseTotals.reduce((a, b) => a + b, 0);
+  const phases: PhaseRow[] = PHASES.map((phase, i) => ({
+    phase,
+    totalMs: phaseTotals[i]!,
+    meanMs: round(phaseTotals[i]! / sorted.length, 1),
+    share: phaseSum > 0 ? round(phaseTotals[i]! / phaseSum) : 0,
+  }));
+
+  const tools = new Map<string, number>();
+  const shell = new Map<string, number>();
+  const staleness = new Map<string, number>();
+  for (const r of sorted) {
+    addInto(tools, r.tool_calls);
+    addInto(shell, r.shell_commands);
+    addInto(staleness, r.staleness);
+  }
+  const byCountDesc = (m: Map<string, number>): [string, number][] => [...m.entries()].sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
+
+  const startedAt = sorted.reduce((m, r) => (Date.parse(r.started_at) < Date.parse(m) ? r.started_at : m), first.started_at);
+  const finishedAt = sorted.reduce((m, r) => (Date.parse(r.finished_at) > Date.parse(m) ? r.finished_at : m), last.finished_at);
+
+  return {
+    runId,
+    generatedAt: now.toISOString(),
+    summary: {
+      steps: sorted.length,
+      firstStep: first.step,
+      lastStep: last.step,
+      policyVersion: Math.max(...sorted.map((r) => r.policy_version)),
+      lastMeanReward: last.reward.mean,
+      bestMeanReward: best.reward.mean,
+      bestStep: best.step,
+      episodes: sorted.reduce((s, r) => s + episodesOf(r), 0),
+      tokens: sorted.reduce((s, r) => s + r.tokens, 0),
+      wallMs: Math.max(0, Date.parse(finishedAt) - Date.parse(startedAt)),
+      startedAt,
+      finishedAt,
+    },
+    steps: sorted.map((r) => r.step),
+    reward: {
+      mean: sorted.map((r) => r.reward.mean),
+      std: sorted.map((r) => r.reward.std),
+      min: sorted.map((r) => r.reward.min),
+      max: sorted.map((r) => r.reward.max),
+    },
+    components,
+    throughput: {
+      episodesPerHour: sorted.map((r) => { const ms = stepWallMs(r); return ms > 0 ? round(episodesOf(r) / (ms / 3_600_000), 1) : 0; }),
+      tokensPerSecond: sorted.map((r) => { const ms = stepWallMs(r); return ms > 0 ? round(r.tokens / (ms / 1000), 1) : 0; }),
+    },
+    phases,
+    tools: byCountDesc(tools),
+    shell: byCountDesc(shell).slice(0, 20),
+    staleness: [...staleness.entries()].sort((a, b) => Number(a[0]) - Number(b[0])),
+    evals: buildEvalSeries(evals),
+  };
+}
+
+/** One series per task set (by hash), across policy versions. */
+export function buildEvalSeries(evals: EvalResult[]): EvalSeries[] {
+  const groups = new Map<string, EvalResult[]>();
+  for (const e of evals) {
+    const key = `${e.taskset.hash}|${e.k}`;
+    groups.set(key, [...(groups.get(key) ?? []), e]);
+  }
+  return [...groups.values()].map((list) => {
+    const sorted = [...list].sort((a, b) => a.policy_version - b.policy_version);
+    const head = sorted[0]!;
+    return {
+      taskset: head.taskset.name,
+      hash: head.taskset.hash,
+      k: head.k,
+      versions: sorted.map((e) => e.policy_version),
+      passAt1: sorted.map((e) => e.pass_at?.['1'] ?? null),
+      passAtK: sorted.map((e) => e.pass_at?.[String(e.k)] ?? null),
+      reward: sorted.map((e) => e.reward.mean),
+      fileF1: sorted.map((e) => e.localization.file?.f1 ?? null),
+      functionF1: sorted.map((e) => e.localization.function?.f1 ?? null),
+      tokensPerEpisode: sorted.map((e) => e.per_episode.tokens),
+      toolCallsPerEpisode: sorted.map((e) => e.per_episode.tool_calls),
+    };
+  });
+}

@@ -1,0 +1,37 @@
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import { paths } from '../shared/paths';
+import { buildReportData } from './aggregate';
+import { renderReportHtml } from './html';
+import { loadEvalResults, loadStepRecords, runDir } from './load';
+
+export { RunDataError } from './load';
+
+export interface ReportOutcome {
+  file: string;
+  bytes: number;
+  steps: number;
+  evals: number;
+  /** Eval files that could not be read, with the reason (the report still renders). */
+  skippedEvals: string[];
+  ms: number;
+}
+
+/** Default report location: beside the run's data, so it travels with it. */
+export function defaultReportPath(runId: string, artifactsRoot = paths.artifacts()): string {
+  return path.join(runDir(runId, artifactsRoot), 'report.html');
+}
+
+export async function generateReport(runId: string, opts: { out?: string; artifactsRoot?: string; now?: Date } = {}): Promise<ReportOutcome> {
+  const t0 = performance.now();
+  const root = opts.artifactsRoot ?? paths.artifacts();
+  const records = await loadStepRecords(runId, root);
+  const { results, skipped } = await loadEvalResults(runId, root);
+  const html = renderReportHtml(buildReportData(runId, records, results, opts.now));
+  const file = path.resolve(opts.out ?? defaultReportPath(runId, root));
+  await fs.mkdir(path.dirname(file), { recursive: true });
+  const tmp = `${file}.tmp-${process.pid}`;
+  await fs.writeFile(tmp, html);
+  await fs.rename(tmp, file);
+  return { file, bytes: Buffer.byteLength(html), steps: records.length, evals: results.length, skippedEvals: skipped, ms: performance.now() - t0 };
+}
