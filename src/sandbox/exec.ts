@@ -1,0 +1,162 @@
+import { performance } from 'node:perf_hooks';
+import { Writable, type Duplex } from 'node:stream';
+import type Docker from 'dockerode';
+import type { Logger } from '../shared/logger';
+import { AGENT_USER } from './options';
+import { OutputCollector } from './output';
+
+export interface ExecResult {
+  /** null when the host had to give up on the exec (see HOST_SLACK_MS) or the container went away. */
+  exitCode: number | null;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  truncated: boolean;
+  durationMs: number;
+}
+
+export interface ExecParams {
+  docker: Docker;
+  container: Docker.Container;
+  /** argv run under the in-container timeout, e.g. ['bash', '-lc', command]. */
+  argv: string[];
+  timeoutMs: number;
+  cwd: string;
+  stdin?: string | Buffer;
+  outputLimitBytes: number;
+  signal?: AbortSignal;
+  log: Logger;
+}
+
+/**
+ * If the in-container `timeout` has not ended the exec this long after its
+ * deadline, the host stops waiting and kills every process of the agent.
+ */
+export const HOST_SLACK_MS = 5_000;
+
+/**
+ * Runs argv under coreutils `timeout -s KILL` in its own process group, then
+ * kills that whole group once the command returns: background jobs it left (a
+ * fork bomb, a stray server) die with it, so the exec ends promptly and the
+ * next one starts clean. stdin goes through fd 3 because bash gives background
+ * jobs /dev/null as stdin.
+ */
+const WRAPPER = [
+  'exec 3<&0',
+  'timeout -s KILL "$1" "${@:2}" <&3 3<&- &',
+  'p=$!',
+  'exec 3<&-',
+  'wait "$p"; rc=$?',
+  'kill -KILL -- -"$p" 2>/dev/null',
+  'exit "$rc"',
+].join('\n');
+
+export class AbortError extends Error {
+  override readonly name = 'AbortError';
+  constructor(message = 'sandbox operation aborted') {
+    super(message);
+  }
+}
+
+export function wrapArgv(argv: string[], timeoutMs: number): string[] {
+  if (!(timeoutMs > 0)) throw new Error(`exec timeout must be positive, got ${timeoutMs} ms`);
+  return ['bash', '-c', WRAPPER, 'ratchet-exec', (timeoutMs / 1000).toFixed(3), ...argv];
+}
+
+/** SIGKILL to every process the agent user owns in the container (PID 1 is immune). */
+export async function killAgentProcesses(container: Docker.Container, log: Logger): Promise<void> {
+  try {
+    const exec = await container.exec({ Cmd: ['bash', '-c', 'kill -KILL -1'], User: AGENT_USER, AttachStdout: false, AttachStderr: false });
+    await exec.start({ Detach: true });
+  } catch (err) {
+    // At the pid limit even this exec cannot start; release() still removes the container.
+    log.warn({ err: String(err) }, 'could not kill the agent processes');
+  }
+}
+
+export async function runExec(p: ExecParams): Promise<ExecResult> {
+  if (p.signal?.aborted) throw new AbortError();
+  const started = performance.now();
+  const output = new OutputCollector(p.outputLimitBytes);
+  const exec = await p.container.exec({
+    Cmd: wrapArgv(p.argv, p.timeoutMs),
+    User: AGENT_USER,
+    WorkingDir: p.cwd,
+    Env: [],
+    AttachStdin: p.stdin !== undefined,
+    AttachStdout: true,
+    AttachStderr: true,
+    Tty: false,
+  });
+  const stream = (await exec.start({ hijack: true, stdin: p.stdin !== undefined })) as Duplex;
+  p.docker.modem.demuxStream(stream, sink(output, 'stdout'), sink(output, 'stderr'));
+
+  let hostTimedOut = false;
+  let aborted = false;
+  const finished = new Promise<void>((resolve) => {
+    stream.once('end', resolve);
+    stream.once('close', resolve);
+    stream.once('error', (err) => {
+      if (!hostTimedOut && !aborted) p.log.warn({ err: String(err) }, 'exec stream failed');
+      resolve();
+    });
+  });
+  const giveUp = () => {
+    stream.destroy();
+    void killAgentProcesses(p.container, p.log);
+  };
+  const timer = setTimeout(() => {
+    hostTimedOut = true;
+    p.log.warn({ timeoutMs: p.timeoutMs }, 'exec outlived its in-container timeout; killing from the host');
+    giveUp();
+  }, p.timeoutMs + HOST_SLACK_MS);
+  const onAbort = () => {
+    aborted = true;
+    giveUp();
+  };
+  p.signal?.addEventListener('abort', onAbort, { once: true });
+
+  if (p.stdin !== undefined) stream.end(p.stdin);
+  try {
+    await finished;
+  } finally {
+    clearTimeout(timer);
+    p.signal?.removeEventListener('abort', onAbort);
+  }
+  if (aborted) throw new AbortError();
+
+  const exitCode = hostTimedOut ? null : await exitCodeOf(exec);
+  const durationMs = performance.now() - started;
+  return {
+    exitCode,
+    stdout: output.text('stdout'),
+    stderr: output.text('stderr'),
+    // 137 = SIGKILL; only the timeout's KILL lands at or after the deadline.
+    timedOut: hostTimedOut || (exitCode === 137 && durationMs >= p.timeoutMs),
+    truncated: output.truncated,
+    durationMs,
+  };
+}
+
+function sink(output: OutputCollector, stream: 'stdout' | 'stderr'): Writable {
+  return new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      output.push(stream, chunk);
+      cb();
+    },
+  });
+}
+
+/** The stream can end a moment before dockerd records the exit code. */
+async function exitCodeOf(exec: Docker.Exec): Promise<number | null> {
+  for (let i = 0; i < 50; i++) {
+    try {
+      const info = await exec.inspect();
+      if (!info.Running) return info.ExitCode ?? null;
+    } catch {
+      return null; // the container was removed under us (release mid-exec)
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return null;
+}

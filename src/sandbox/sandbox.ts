@@ -1,0 +1,199 @@
+import { execFile } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { promisify } from 'node:util';
+import type Docker from 'dockerode';
+import type { SandboxConfig } from '../config/schema';
+import type { Logger } from '../shared/logger';
+import { type ExecResult, runExec } from './exec';
+import { REPO_DIR, WORK_DIR } from './options';
+
+export interface SandboxExecOptions {
+  timeoutMs?: number;
+  /** Relative paths resolve against the repository (or /work when there is none). */
+  cwd?: string;
+  stdin?: string;
+  signal?: AbortSignal;
+}
+
+export interface Sandbox {
+  readonly id: string;
+  readonly name: string;
+  exec(command: string, opts?: SandboxExecOptions): Promise<ExecResult>;
+  writeFile(filePath: string, content: string | Buffer): Promise<void>;
+  readFile(filePath: string): Promise<string>;
+  /** Work tree vs the base commit, new files included: what the agent changed. */
+  diff(): Promise<string>;
+  /** Removes the container, also in the middle of an exec; safe to call twice. */
+  release(): Promise<void>;
+}
+
+export interface RepoSpec {
+  /** A git snapshot on this host: a bare repo (`repos/<name>.git`) or a work tree with `.git/`. */
+  hostPath: string;
+  baseCommit: string;
+}
+
+/** Files and diffs the environment reads whole; anything larger is an error, not a silent cut. */
+const FILE_LIMIT_BYTES = 16 * 1024 * 1024;
+const SETUP_TIMEOUT_MS = 120_000;
+const execFileAsync = promisify(execFile);
+
+/**
+ * The bare snapshot arrives as a tar on stdin and becomes /work/repo/.git; no
+ * host path is mounted, so a warm container made before the task was known can
+ * take any task. Extracted by the agent, every file is the agent's: git's
+ * safe.directory check has nothing to object to.
+ */
+const LOAD_REPO = `set -e
+mkdir -p ${REPO_DIR}/.git
+tar -x -C ${REPO_DIR}/.git -f -
+cd ${REPO_DIR}
+git config core.bare false
+git cat-file -e "$1^{commit}" 2>/dev/null || { echo "base commit $1 is not in the snapshot" >&2; exit 3; }
+git checkout -q -f --detach "$1"`;
+
+/** A throwaway index, so the agent's own staging area is left alone. */
+const DIFF = `set -e
+cd ${REPO_DIR}
+export GIT_INDEX_FILE=$(mktemp /tmp/ratchet-diff-index.XXXXXX)
+trap 'rm -f "$GIT_INDEX_FILE"' EXIT
+git read-tree "$1"
+git add -A -- . ':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.pyc'
+git diff --cached --no-color --no-ext-diff --binary "$1"`;
+
+const WRITE_FILE = 'set -e; mkdir -p -- "$(dirname -- "$1")"; cat > "$1"';
+
+export class DockerSandbox implements Sandbox {
+  private baseCommit: string | undefined;
+  private releasing: Promise<void> | undefined;
+  private readonly running = new Set<AbortController>();
+
+  constructor(
+    private readonly docker: Docker,
+    private readonly container: Docker.Container,
+    readonly name: string,
+    private readonly limits: SandboxConfig,
+    private readonly log: Logger,
+  ) {}
+
+  get id(): string {
+    return this.container.id;
+  }
+
+  private get home(): string {
+    return this.baseCommit ? REPO_DIR : WORK_DIR;
+  }
+
+  async exec(command: string, opts: SandboxExecOptions = {}): Promise<ExecResult> {
+    return this.run(['bash', '-lc', command], {
+      ...opts,
+      timeoutMs: opts.timeoutMs ?? this.limits.exec_timeout_s * 1000,
+      limit: this.limits.output_limit_bytes,
+    });
+  }
+
+  async writeFile(filePath: string, content: string | Buffer): Promise<void> {
+    const target = path.posix.resolve(this.home, filePath);
+    await this.script('writeFile', WRITE_FILE, [target], { stdin: content });
+  }
+
+  async readFile(filePath: string): Promise<string> {
+    const target = path.posix.resolve(this.home, filePath);
+    return this.script('readFile', 'cat -- "$1"', [target]);
+  }
+
+  async diff(): Promise<string> {
+    if (!this.baseCommit) throw new Error(`sandbox ${this.name} has no repository: pass repo to acquire() to use diff()`);
+    return this.script('diff', DIFF, [this.baseCommit]);
+  }
+
+  async loadRepo(repo: RepoSpec, signal?: AbortSignal): Promise<void> {
+    const tar = await tarSnapshot(repo);
+    await this.script('loadRepo', LOAD_REPO, [repo.baseCommit], { stdin: tar, signal, timeoutMs: SETUP_TIMEOUT_MS });
+    this.baseCommit = repo.baseCommit;
+  }
+
+  release(): Promise<void> {
+    this.releasing ??= this.remove();
+    return this.releasing;
+  }
+
+  private async remove(): Promise<void> {
+    // Stop waiting on execs first: force-removal kills their processes anyway.
+    for (const ctl of this.running) ctl.abort();
+    try {
+      await this.container.remove({ force: true, v: true });
+      this.log.info({ id: this.id, name: this.name }, 'sandbox released');
+    } catch (err) {
+      const status = (err as { statusCode?: number }).statusCode;
+      // 404: already gone; 409: a removal is already under way.
+      if (status !== 404 && status !== 409) {
+        // Not rethrown: release runs in `finally` blocks; the janitor removes what is left.
+        this.log.error({ id: this.id, err: String(err) }, 'could not remove sandbox container');
+      }
+    }
+  }
+
+  private async run(
+    argv: string[],
+    opts: Omit<SandboxExecOptions, 'stdin'> & { timeoutMs: number; limit: number; stdin?: string | Buffer },
+  ): Promise<ExecResult> {
+    if (this.releasing) throw new Error(`sandbox ${this.name} was released; acquire a new one`);
+    const ctl = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, ctl.signal]) : ctl.signal;
+    this.running.add(ctl);
+    try {
+      return await runExec({
+        docker: this.docker,
+        container: this.container,
+        argv,
+        timeoutMs: opts.timeoutMs,
+        cwd: opts.cwd ? path.posix.resolve(this.home, opts.cwd) : this.home,
+        stdin: opts.stdin,
+        outputLimitBytes: opts.limit,
+        signal,
+        log: this.log,
+      });
+    } finally {
+      this.running.delete(ctl);
+    }
+  }
+
+  /** Runs one of our own scripts; unlike an agent command, failure or a cut output is an error. */
+  private async script(
+    what: string,
+    body: string,
+    args: string[],
+    opts: { stdin?: string | Buffer; signal?: AbortSignal; timeoutMs?: number } = {},
+  ): Promise<string> {
+    const res = await this.run(['bash', '-c', body, what, ...args], {
+      ...opts,
+      timeoutMs: opts.timeoutMs ?? Math.max(this.limits.exec_timeout_s * 1000, 30_000),
+      limit: FILE_LIMIT_BYTES,
+    });
+    if (res.truncated) throw new Error(`sandbox ${this.name}: ${what} output exceeds ${FILE_LIMIT_BYTES} bytes`);
+    if (res.exitCode !== 0) {
+      const why = res.timedOut ? 'timed out' : `exited with ${res.exitCode}`;
+      throw new Error(`sandbox ${this.name}: ${what}(${args.join(', ')}) ${why}: ${res.stderr.trim().slice(0, 2000)}`);
+    }
+    return res.stdout;
+  }
+}
+
+/** The snapshot's git directory as a tar stream for LOAD_REPO. */
+async function tarSnapshot(repo: RepoSpec): Promise<Buffer> {
+  if (!/^[0-9a-f]{7,64}$/.test(repo.baseCommit)) {
+    throw new Error(`repo.baseCommit must be a hex commit id, got ${JSON.stringify(repo.baseCommit)}; fix the task row's base_commit`);
+  }
+  const nested = path.join(repo.hostPath, '.git');
+  const gitDir = fs.existsSync(path.join(nested, 'HEAD')) ? nested : repo.hostPath;
+  if (!fs.existsSync(path.join(gitDir, 'HEAD')) || !fs.existsSync(path.join(gitDir, 'objects'))) {
+    throw new Error(
+      `repo.hostPath ${repo.hostPath} is not a git repository (no HEAD and objects/); ` +
+        'point it at a snapshot such as .ratchet/tasks/repos/<name>-<version>.git, or regenerate the task set',
+    );
+  }
+  const { stdout } = await execFileAsync('tar', ['-C', gitDir, '-cf', '-', '.'], { encoding: 'buffer', maxBuffer: 2 ** 31 - 1 });
+  return stdout;
+}
