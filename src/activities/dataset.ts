@@ -1,0 +1,121 @@
+import { createHash } from 'node:crypto';
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import type { Logger } from '../shared/logger';
+import { paths } from '../shared/paths';
+import { loadTasks } from '../tasks/load';
+import type { SampledTask } from '../workflows/types';
+
+export interface DatasetDeps {
+  logger: Logger;
+  /** Reads a task file's instance ids; defaults to src/tasks' loader. */
+  listInstanceIds?: (file: string) => Promise<string[]>;
+}
+
+export interface SampleTasksInput {
+  runId: string;
+  step: number;
+  seed: number;
+  batchSize: number;
+  taskSetDir: string;
+  envs: { id: string; dataset: string; weight: number }[];
+}
+
+/** A deterministic stream of uint32s from a string key (sha256 counter mode): no Math.random. */
+export function seededInts(key: string): () => number {
+  let counter = 0;
+  let buf = Buffer.alloc(0);
+  let pos = 0;
+  return () => {
+    if (pos + 4 > buf.length) {
+      buf = createHash('sha256').update(`${key}:${counter++}`).digest();
+      pos = 0;
+    }
+    const v = buf.readUInt32BE(pos);
+    pos += 4;
+    return v;
+  };
+}
+
+export function seededPermutation(n: number, key: string): number[] {
+  const next = seededInts(key);
+  const a = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i--) {
+    const j = next() % (i + 1);
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a;
+}
+
+/**
+ * Which tasks a step trains on. Each env's tasks are walked in epochs: a seeded
+ * permutation per epoch, global position step*batch_size + slot, so every task
+ * is seen once per epoch and the same (seed, step) always gives the same batch.
+ */
+export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], datasetPaths: string[]): SampledTask[] {
+  const weights = input.envs.map((e) => e.weight);
+  const total = weights.reduce((a, b) => a + b, 0);
+  const pickEnv = seededInts(`env:${input.seed}:${input.step}`);
+  const out: SampledTask[] = [];
+  for (let slot = 0; slot < input.batchSize; slot++) {
+    let envIndex = 0;
+    if (input.envs.length > 1) {
+      let r = (pickEnv() / 2 ** 32) * total;
+      while (envIndex < weights.length - 1 && r >= weights[envIndex]!) r -= weights[envIndex++]!;
+    }
+    const ids = idsByEnv[envIndex]!;
+    const pos = input.step * input.batchSize + slot;
+    const epoch = Math.floor(pos / ids.length);
+    const perm = seededPermutation(ids.length, `tasks:${input.seed}:${input.envs[envIndex]!.id}:${epoch}`);
+    const instanceId = ids[perm[pos % ids.length]!]!;
+    out.push({
+      envId: input.envs[envIndex]!.id,
+      envIndex,
+      datasetPath: datasetPaths[envIndex]!,
+      instanceId,
+      groupId: `s${input.step}-g${slot}-${instanceId}`,
+    });
+  }
+  return out;
+}
+
+/** Instance ids of a task file through the shared loader (JSONL or Parquet); bad rows are skipped with a warning. */
+async function taskFileInstanceIds(file: string): Promise<string[]> {
+  try {
+    return (await loadTasks(file, { onInvalid: 'skip' })).tasks.map((t) => t.instance_id);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw err;
+    throw ApplicationFailure.nonRetryable(`task set ${file}: ${(err as Error).message}`, 'TaskSetError');
+  }
+}
+
+export function createDatasetActivities({ logger, listInstanceIds = taskFileInstanceIds }: DatasetDeps) {
+  return {
+    /** An empty taskSetDir means the worker's default (RATCHET_TASKS or .ratchet/tasks); the answer names the one used. */
+    async sampleTasks(input: SampleTasksInput): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
+      if (!input.taskSetDir) input = { ...input, taskSetDir: paths.tasks() };
+      const datasetPaths = input.envs.map((e) => (path.isAbsolute(e.dataset) ? e.dataset : path.join(input.taskSetDir, e.dataset)));
+      const idsByEnv: string[][] = [];
+      for (const [i, file] of datasetPaths.entries()) {
+        let ids: string[];
+        try {
+          ids = await listInstanceIds(file);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+            throw ApplicationFailure.nonRetryable(
+              `task set ${file} (env "${input.envs[i]!.id}", key env.dataset) does not exist. ` +
+              'Fix: generate the task set (npm run setup builds .ratchet/tasks) or point env.dataset at a JSONL file.', 'TaskSetError');
+          }
+          throw err;
+        }
+        if (ids.length === 0) {
+          throw ApplicationFailure.nonRetryable(`task set ${file} (env "${input.envs[i]!.id}") has no tasks. Fix: regenerate it.`, 'TaskSetError');
+        }
+        idsByEnv.push(ids);
+      }
+      const tasks = sampleForStep(input, idsByEnv, datasetPaths);
+      logger.info({ runId: input.runId, step: input.step, tasks: tasks.map((t) => t.instanceId) }, 'sampled tasks');
+      return { taskSetDir: input.taskSetDir, tasks };
+    },
+  };
+}

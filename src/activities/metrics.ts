@@ -1,0 +1,104 @@
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import type { ArtifactStore } from '../artifacts/store';
+import type { Logger } from '../shared/logger';
+import type { StepSummary } from '../workflows/types';
+import { runKeys, type RunStateFile } from './config';
+
+export interface MetricsDeps {
+  store: ArtifactStore;
+  logger: Logger;
+}
+
+/** One line of runs/<run>/metrics.jsonl: what `ratchet report` plots. */
+export interface StepRecord {
+  format: 'ratchet.step/v1';
+  run_id: string;
+  step: number;
+  /** Workflow time at the end of the step (ISO). */
+  time: string;
+  policy_version: number;
+  mean_reward: number;
+  reward_std: number;
+  reward_components: Record<string, number>;
+  rollouts: number;
+  samples: number;
+  dropped: Record<string, number>;
+  stop_reasons: Record<string, number>;
+  /** Mean policy version lag of the trained samples (trainer version − sample version). */
+  mean_staleness: number;
+  completion_tokens: number;
+  tool_calls: number;
+  trainer: Record<string, unknown>;
+  timing_ms: Record<string, number>;
+  batch: unknown;
+  checkpoint?: unknown;
+  adapter?: unknown;
+  weight_sync?: unknown;
+}
+
+export interface RecordStepInput {
+  record: StepRecord;
+  state: RunStateFile;
+}
+
+export function createMetricsActivities({ store, logger }: MetricsDeps) {
+  return {
+    /**
+     * Appends the step's record (once: a retried or replayed call finds its line
+     * and leaves the file alone) and then moves the run's state file forward.
+     * The order matters: a crash in between leaves a record without state, and
+     * the resumed run redoes the step and finds the record already written.
+     */
+    async recordStep({ record, state }: RecordStepInput): Promise<StepSummary> {
+      const file = store.localPath(runKeys.metrics(record.run_id));
+      await fs.mkdir(path.dirname(file), { recursive: true });
+      let existing = '';
+      try {
+        existing = await fs.readFile(file, 'utf8');
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+      const already = existing.split('\n').some((l) => {
+        if (!l.trim()) return false;
+        try {
+          return (JSON.parse(l) as { step?: number }).step === record.step;
+        } catch {
+          return false;
+        }
+      });
+      if (!already) {
+        // A torn last line (crash mid-append) gets its own line so later ones stay parseable.
+        const sep = existing && !existing.endsWith('\n') ? '\n' : '';
+        await fs.appendFile(file, `${sep}${JSON.stringify(record)}\n`);
+      }
+      await store.putJson(runKeys.state(record.run_id), state);
+      logger.info({ runId: record.run_id, step: record.step, meanReward: record.mean_reward, components: record.reward_components, policyVersion: record.policy_version }, 'step recorded');
+      return {
+        step: record.step,
+        meanReward: record.mean_reward,
+        components: record.reward_components,
+        rollouts: record.rollouts,
+        dropped: Object.values(record.dropped).reduce((a, b) => a + b, 0),
+        policyVersion: record.policy_version,
+      };
+    },
+  };
+}
+
+/** Reads every step record of a run (the CLI's report and follow use this). */
+export async function readStepRecords(store: ArtifactStore, runId: string): Promise<StepRecord[]> {
+  try {
+    const text = await fs.readFile(store.localPath(runKeys.metrics(runId)), 'utf8');
+    return text.split('\n').filter((l) => l.trim()).flatMap((l) => {
+      try {
+        return [JSON.parse(l) as StepRecord];
+      } catch {
+        return [];
+      }
+    });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+}

@@ -1,0 +1,165 @@
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import type { ArtifactRef } from '../artifacts/ref';
+import { ArtifactIntegrityError, sha256, uriToPath } from '../artifacts/store';
+import type { Logger } from '../shared/logger';
+
+export interface WeightSyncDeps {
+  logger: Logger;
+  fetch?: typeof fetch;
+  /** How long one activity attempt keeps retrying a replica that is down before reporting it. */
+  replicaRetryMs?: number;
+  sleep?: (ms: number) => Promise<void>;
+}
+
+export interface SyncWeightsInput {
+  runId: string;
+  baseUrls: string[];
+  /** The version to serve; 0 is the base model (nothing to load, but replicas must answer). */
+  policyVersion: number;
+  adapter?: ArtifactRef;
+  /** Versions below this are unloaded (newest − async_level − 1, so in-flight rollouts keep theirs). */
+  keepFromVersion: number;
+}
+
+export interface SyncWeightsResult {
+  policyVersion: number;
+  loaded: string[];
+  alreadyLoaded: string[];
+  unloaded: string[];
+  /** Wall time from the call to every replica serving the version. */
+  ms: number;
+}
+
+export const adapterName = (version: number) => `policy-v${version}`;
+const ADAPTER_RE = /^policy-v(\d+)$/;
+
+/** A directory artifact's sha256 is over its MANIFEST.sha256; check it and every file it lists. */
+export async function verifyDirectoryArtifact(ref: ArtifactRef): Promise<string> {
+  const dir = uriToPath(ref.uri);
+  const manifest = await fs.readFile(path.join(dir, 'MANIFEST.sha256'));
+  const actual = sha256(manifest);
+  if (actual !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, actual);
+  for (const line of manifest.toString('utf8').split('\n')) {
+    const m = /^([0-9a-f]{64}) {2}(.+)$/.exec(line.trim());
+    if (!m) continue;
+    const fileSha = sha256(await fs.readFile(path.join(dir, m[2]!)));
+    if (fileSha !== m[1]) throw new ArtifactIntegrityError(`${ref.uri}/${m[2]}`, m[1]!, fileSha);
+  }
+  return dir;
+}
+
+class ReplicaDown extends Error {}
+
+/**
+ * Loads `policy-v<N>` into every vLLM replica and unloads versions no one needs.
+ * Idempotent: a replica that already serves the version is fine. A replica that
+ * is down is retried with backoff for a while; then the attempt fails with
+ * InferenceUnavailable, which the workflow answers by pausing
+ * (status `waiting-for-inference`) and trying again, never by failing the run.
+ */
+export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, replicaRetryMs = 20_000, sleep = (ms) => new Promise((r) => setTimeout(r, ms)) }: WeightSyncDeps) {
+  async function call(url: string, init?: RequestInit): Promise<{ status: number; text: string }> {
+    let res: Response;
+    try {
+      res = await fetchFn(url, { ...init, signal: AbortSignal.timeout(30_000) });
+    } catch (err) {
+      throw new ReplicaDown(`${url}: ${(err as Error).message}`);
+    }
+    const text = await res.text();
+    if (res.status >= 500) throw new ReplicaDown(`${url}: HTTP ${res.status} ${text.slice(0, 200)}`);
+    return { status: res.status, text };
+  }
+
+  async function servedModels(baseUrl: string): Promise<string[]> {
+    const { status, text } = await call(`${baseUrl}/models`);
+    if (status !== 200) throw new ReplicaDown(`${baseUrl}/models: HTTP ${status} ${text.slice(0, 200)}`);
+    const body = JSON.parse(text) as { data?: { id: string }[] };
+    return (body.data ?? []).map((m) => m.id);
+  }
+
+  // The load/unload endpoints live beside /v1/models: <base>/load_lora_adapter.
+  async function syncReplica(baseUrl: string, input: SyncWeightsInput, adapterDir: string | undefined, out: SyncWeightsResult): Promise<void> {
+    const models = await servedModels(baseUrl);
+    const want = adapterName(input.policyVersion);
+    if (input.policyVersion > 0) {
+      if (models.includes(want)) {
+        out.alreadyLoaded.push(`${baseUrl}#${want}`);
+      } else {
+        const { status, text } = await call(`${baseUrl}/load_lora_adapter`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ lora_name: want, lora_path: adapterDir }),
+        });
+        if (status === 200) out.loaded.push(`${baseUrl}#${want}`);
+        else if (/already (been )?loaded/i.test(text)) out.alreadyLoaded.push(`${baseUrl}#${want}`);
+        else {
+          throw ApplicationFailure.nonRetryable(
+            `${baseUrl} refused adapter ${want} from ${adapterDir}: HTTP ${status} ${text.slice(0, 300)}. ` +
+            'Fix: start vLLM with --enable-lora, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --max-lora-rank >= the config\'s trainer.lora.rank.',
+            'WeightSyncRefused');
+        }
+      }
+    }
+    for (const name of models) {
+      const m = ADAPTER_RE.exec(name);
+      if (!m || Number(m[1]) >= input.keepFromVersion || Number(m[1]) === input.policyVersion) continue;
+      const { status, text } = await call(`${baseUrl}/unload_lora_adapter`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ lora_name: name }),
+      });
+      if (status === 200) out.unloaded.push(`${baseUrl}#${name}`);
+      else logger.warn({ baseUrl, adapter: name, status, body: text.slice(0, 200) }, 'could not unload an old adapter; it only costs memory');
+    }
+  }
+
+  return {
+    async syncWeights(input: SyncWeightsInput): Promise<SyncWeightsResult> {
+      const started = Date.now();
+      if (input.policyVersion > 0 && !input.adapter) {
+        throw ApplicationFailure.nonRetryable(`policy version ${input.policyVersion} has no adapter to serve (trainer.mode = "full"?); runtime weight sync supports LoRA adapters only`, 'WeightSyncRefused');
+      }
+      const adapterDir = input.adapter ? await verifyDirectoryArtifact(input.adapter) : undefined;
+      const out: SyncWeightsResult = { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 };
+      const down: string[] = [];
+      for (const baseUrl of input.baseUrls) {
+        const url = baseUrl.replace(/\/+$/, '');
+        let delay = 500;
+        const deadline = Date.now() + replicaRetryMs;
+        for (;;) {
+          try {
+            await syncReplica(url, input, adapterDir, out);
+            break;
+          } catch (err) {
+            if (!(err instanceof ReplicaDown)) throw err;
+            if (Date.now() + delay > deadline) {
+              down.push(err.message);
+              break;
+            }
+            logger.warn({ baseUrl: url, err: err.message, retryInMs: delay }, 'inference replica is down; retrying');
+            heartbeatIfActivity({ waitingFor: url });
+            await sleep(delay);
+            delay = Math.min(delay * 2, 5_000);
+          }
+        }
+      }
+      if (down.length) {
+        throw ApplicationFailure.nonRetryable(`inference replica(s) down: ${down.join('; ')}`, 'InferenceUnavailable', { down });
+      }
+      out.ms = Date.now() - started;
+      logger.info({ runId: input.runId, ...out }, 'weights synced');
+      return out;
+    },
+  };
+}
+
+function heartbeatIfActivity(details: unknown): void {
+  try {
+    Context.current().heartbeat(details);
+  } catch {
+    // Called outside an activity (a benchmark or a unit test): nothing to heartbeat.
+  }
+}

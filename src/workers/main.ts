@@ -1,0 +1,37 @@
+/**
+ * The main worker, task queue `ratchet`: TrainRun and its children, plus the
+ * light activities (config, dataset, batch building, weight sync, metrics).
+ *   node dist/workers/main.js
+ */
+import { Worker } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { LocalArtifactStore } from '../artifacts/store';
+import { componentLogger } from '../shared/logger';
+import { DEFAULTS, TASK_QUEUES } from '../shared/paths';
+import { connectWorker } from './connect';
+
+const log = componentLogger('worker-main');
+
+export async function runMainWorker(): Promise<void> {
+  const connection = await connectWorker(log);
+  const store = new LocalArtifactStore();
+  const worker = await Worker.create({
+    connection,
+    namespace: DEFAULTS.temporalNamespace,
+    taskQueue: TASK_QUEUES.main,
+    workflowsPath: require.resolve('../workflows'),
+    activities: createActivities({ store, logger: componentLogger('activities') }),
+    // Light activities only: batch building is the heaviest, and the machine may be small.
+    maxConcurrentActivityTaskExecutions: Number(process.env.RATCHET_MAIN_ACTIVITY_SLOTS ?? 8),
+  });
+  log.info({ taskQueue: TASK_QUEUES.main, address: DEFAULTS.temporalAddress, artifacts: store.root }, 'main worker started');
+  await worker.run();
+  await connection.close();
+}
+
+if (require.main === module) {
+  runMainWorker().catch((err: unknown) => {
+    log.fatal({ err: String(err) }, 'main worker failed');
+    process.exit(1);
+  });
+}

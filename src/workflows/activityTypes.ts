@@ -1,0 +1,76 @@
+/**
+ * The shapes of activities that TrainRun calls but that other modules implement:
+ * the rollout worker's `rollout`, the batch builder's `buildBatch` and the Python
+ * trainer's `trainer.*` (docs/contracts.md). Declared here so the workflow depends
+ * on the contract, not on the implementation; src/activities/index.ts checks the
+ * TypeScript implementations against these at compile time.
+ */
+import type { ArtifactRef } from '../artifacts/ref';
+import type { EnvConfig, OrchestratorConfig, RunConfig, SandboxConfig } from '../config/schema';
+import type { RolloutSummary } from '../rollouts/trajectory';
+
+export interface RolloutInput {
+  runId: string;
+  step: number;
+  groupId: string;
+  rolloutIndex: number;
+  envId: string;
+  task: { datasetPath: string; instanceId: string };
+  taskSetDir: string;
+  policyVersion: number;
+  /** `smollm2-135m` for version 0, else `policy-v<N>`. */
+  modelName: string;
+  sampling: RunConfig['sampling'];
+  envArgs: EnvConfig['args'];
+  rubric: EnvConfig['rubric'];
+  sandbox: SandboxConfig;
+  inferenceBaseUrl: string;
+  seed: number;
+}
+
+export interface RolloutActivities {
+  rollout(input: RolloutInput): Promise<RolloutSummary>;
+}
+
+export interface BuildBatchInput {
+  runId: string;
+  step: number;
+  /** The version the trainer holds when it trains this batch: staleness = it − sample's version. */
+  trainerPolicyVersion: number;
+  trajectories: RolloutSummary[];
+  orchestrator: OrchestratorConfig;
+  modelPath: string;
+}
+
+export interface BuildBatchOutput {
+  batch: ArtifactRef;
+  manifest: ArtifactRef;
+  summary: {
+    samples: number;
+    dropped?: Record<string, number>;
+    [k: string]: unknown;
+  };
+}
+
+export interface BatchActivities {
+  buildBatch(input: BuildBatchInput): Promise<BuildBatchOutput>;
+}
+
+export interface TrainerStepMetrics {
+  loss: number;
+  entropy?: number;
+  clip_frac?: number;
+  mismatch_kl?: number;
+  grad_norm?: number;
+  tokens?: number;
+  applied: boolean;
+  [k: string]: unknown;
+}
+
+/** Python activities, names as registered by the trainer worker (explicit `name=`). */
+export interface TrainerActivities {
+  'trainer.announce'(input: Record<string, never>): Promise<{ task_queue: string; worker_id: string }>;
+  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
+  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef }): Promise<TrainerStepMetrics>;
+  'trainer.save'(input: { run_id: string; step: number }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
+}

@@ -1,0 +1,155 @@
+/**
+ * StepRollouts: one step's rollouts as a child of TrainRun, so the parent's
+ * history grows by a handful of events per step however many rollouts there are.
+ * A sliding window keeps at most `maxConcurrent` rollout activities pending
+ * (far below Temporal's 2,000), and the parent hears progress per finished group.
+ */
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  getExternalWorkflowHandle,
+  log,
+  proxyActivities,
+  sleep,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { ArtifactRef } from '../artifacts/ref';
+import type { RunConfig } from '../config/schema';
+import type { RolloutSummary } from '../rollouts/trajectory';
+import type { MainActivities } from '../activities';
+import type { RolloutActivities, RolloutInput } from './activityTypes';
+import { rolloutProgressSignal } from './messages';
+import type { SampledTask } from './types';
+
+export interface StepRolloutsInput {
+  runId: string;
+  step: number;
+  policyVersion: number;
+  modelName: string;
+  /** Served for policyVersion (to reload it into a replica that restarted). */
+  adapter?: ArtifactRef;
+  keepFromVersion: number;
+  tasks: SampledTask[];
+  config: Pick<RunConfig, 'sampling' | 'env' | 'sandbox' | 'inference' | 'orchestrator'>;
+  taskSetDir: string;
+  seed: number;
+  /** Workflow id to send progress to; absent when run on its own (benchmarks). */
+  parentWorkflowId?: string;
+}
+
+const { rollout } = proxyActivities<RolloutActivities>({
+  taskQueue: 'ratchet-rollout',
+  startToCloseTimeout: '30 minutes',
+  // Rollouts heartbeat every turn: a killed rollout worker is noticed in a minute.
+  heartbeatTimeout: '1 minute',
+  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
+});
+
+const { syncWeights } = proxyActivities<MainActivities>({
+  startToCloseTimeout: '5 minutes',
+  heartbeatTimeout: '1 minute',
+  retry: { maximumAttempts: 3 },
+});
+
+/** Rounds of (retry the rollout, then make sure inference serves its version) before giving up. */
+const MAX_ROUNDS = 30;
+
+export function rolloutSeed(seed: number, step: number, group: number, index: number): number {
+  return (((seed * 1_000_003 + step * 10_007 + group * 101 + index) % 2_147_483_647) + 2_147_483_647) % 2_147_483_647;
+}
+
+export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSummary[]> {
+  const perTask = input.config.orchestrator.rollouts_per_example;
+  const total = input.tasks.length * perTask;
+  const window = Math.min(input.config.orchestrator.max_concurrent_rollouts, 1000, total);
+  const baseUrls = input.config.inference.base_urls;
+  const results: (RolloutSummary | undefined)[] = new Array(total);
+  const doneInGroup = new Array<number>(input.tasks.length).fill(0);
+  let done = 0;
+  let next = 0;
+  let waitingForInference = false;
+  const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
+
+  const report = async (): Promise<void> => {
+    if (!parent) return;
+    try {
+      await parent.signal(rolloutProgressSignal, { step: input.step, done, total, waitingForInference });
+    } catch (err) {
+      // Progress is cosmetic; a parent that moved on must not fail the rollouts.
+      log.warn('could not report rollout progress to the parent', { error: String(err) });
+    }
+  };
+
+  const inputFor = (i: number): RolloutInput => {
+    const g = Math.floor(i / perTask);
+    const k = i % perTask;
+    const task = input.tasks[g]!;
+    const env = input.config.env[task.envIndex]!;
+    return {
+      runId: input.runId,
+      step: input.step,
+      groupId: task.groupId,
+      rolloutIndex: k,
+      envId: task.envId,
+      task: { datasetPath: task.datasetPath, instanceId: task.instanceId },
+      taskSetDir: input.taskSetDir,
+      policyVersion: input.policyVersion,
+      modelName: input.modelName,
+      sampling: input.config.sampling,
+      envArgs: env.args,
+      rubric: env.rubric,
+      sandbox: input.config.sandbox,
+      // Spread rollouts over the replicas; a group's rollouts share none on purpose (no cache skew).
+      inferenceBaseUrl: baseUrls[i % baseUrls.length]!,
+      seed: rolloutSeed(input.seed, input.step, g, k),
+    };
+  };
+
+  const runOne = async (i: number): Promise<RolloutSummary> => {
+    for (let round = 1; ; round++) {
+      try {
+        return await rollout(inputFor(i));
+      } catch (err) {
+        if (!(err instanceof ActivityFailure) || round >= MAX_ROUNDS) throw err;
+        if (err.cause instanceof ApplicationFailure && err.cause.nonRetryable) throw err;
+        // Retries ran out: most often inference restarted and lost its adapters. Put the version back, then retry.
+        log.warn('rollout failed after its retries; checking inference before trying again', { i, round, error: String(err.cause ?? err) });
+        await ensureServed();
+      }
+    }
+  };
+
+  const ensureServed = async (): Promise<void> => {
+    for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
+      try {
+        await syncWeights({ runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion });
+        if (waitingForInference) {
+          waitingForInference = false;
+          await report();
+        }
+        return;
+      } catch (err) {
+        if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'InferenceUnavailable')) throw err;
+        if (!waitingForInference) {
+          waitingForInference = true;
+          await report();
+        }
+        await sleep(`${wait} seconds`);
+      }
+    }
+  };
+
+  const lane = async (): Promise<void> => {
+    while (next < total) {
+      const i = next++;
+      results[i] = await runOne(i);
+      done++;
+      const g = Math.floor(i / perTask);
+      if (++doneInGroup[g]! === perTask) await report();
+    }
+  };
+
+  await Promise.all(Array.from({ length: window }, lane));
+  log.info('step rollouts done', { step: input.step, total, historyLength: workflowInfo().historyLength });
+  return results as RolloutSummary[];
+}

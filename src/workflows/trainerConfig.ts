@@ -1,0 +1,30 @@
+import type { RunConfig } from '../config/schema';
+
+/**
+ * The run config's [trainer] section in the shape the Python trainer validates
+ * (trainer/ratchet_trainer/core/config.py: parse_trainer_config). Pure, so the
+ * workflow computes it and the history shows exactly what the trainer got.
+ */
+export function toTrainerConfig(config: RunConfig): Record<string, unknown> {
+  const t = config.trainer;
+  return {
+    model: {
+      path: config.model.path,
+      ac: { freq: t.ac.freq },
+      lora: t.mode === 'lora'
+        ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, target_modules: [...t.lora.target_modules] }
+        : null,
+    },
+    optim: { lr: t.optim.lr, weight_decay: t.optim.weight_decay, max_grad_norm: t.optim.max_grad_norm },
+    loss: {
+      type: t.loss.kind,
+      eps_low: t.loss.eps_low,
+      eps_high: t.loss.eps_high,
+      normalization: t.loss.normalization === 'sequence' ? 'sequence_mean' : t.loss.normalization,
+      kl_coef: t.loss.kl_coef,
+    },
+    seq_len: config.orchestrator.seq_len,
+    micro_batch_tokens: t.micro_batch_tokens,
+    device: t.device,
+  };
+}

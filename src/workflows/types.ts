@@ -1,0 +1,108 @@
+/**
+ * What crosses Temporal for a training run: small, JSON-only shapes. Anything
+ * large (configs excepted: a few KB) travels as an ArtifactRef (claim check).
+ * Pure: workflow code imports these.
+ */
+import type { ArtifactRef } from '../artifacts/ref';
+import type { RunConfig } from '../config/schema';
+
+/** State carried across continue-as-new and used to resume a run: nothing large. */
+export interface ResumeState {
+  /** The next step to run (0-based); steps before it are complete. */
+  nextStep: number;
+  /** Policy version the trainer and inference servers hold (optimizer steps applied). */
+  policyVersion: number;
+  /** Newest trainer checkpoint; absent before the first save. */
+  checkpoint?: ArtifactRef;
+  /** Adapter served as `policy-v<policyVersion>`; absent for version 0 (base model). */
+  adapter?: ArtifactRef;
+  /** The parsed config as stored at the run's start: the run never re-reads the TOML. */
+  configRef: ArtifactRef;
+  seed: number;
+  /** Last completed step's mean reward, for progress and search attributes. */
+  lastMeanReward?: number;
+}
+
+export interface TrainRunInput {
+  /** configs/<env>/<name>.toml, relative to the repository root or absolute. */
+  configPath: string;
+  /** Defaults to the workflow id. A run id whose step record exists resumes from it. */
+  runId?: string;
+  /** Carried by continue-as-new; set by a person only to force a resume point. */
+  resume?: ResumeState;
+  /** Steps per workflow execution before continue-as-new (overrides the config). */
+  continueAsNewEvery?: number;
+}
+
+export interface TrainRunResult {
+  runId: string;
+  stepsCompleted: number;
+  policyVersion: number;
+  configSha256: string;
+  checkpoint?: ArtifactRef;
+  lastMeanReward?: number;
+  stopped: 'completed' | 'stopped-by-request';
+}
+
+export interface LoadedConfig {
+  runId: string;
+  config: RunConfig;
+  /** The parsed config as stored in the artifact store: `runs/<run>/config.json`. */
+  configRef: ArtifactRef;
+  configSha256: string;
+}
+
+/** One task of a step's batch: a reference into the task set, never the row itself. */
+export interface SampledTask {
+  envId: string;
+  groupId: string;
+  datasetPath: string;
+  instanceId: string;
+  /** Index of the [[env]] section, for its args and rubric. */
+  envIndex: number;
+}
+
+/** The small numbers a step leaves in the workflow (the full record is in metrics.jsonl). */
+export interface StepSummary {
+  step: number;
+  meanReward: number;
+  components: Record<string, number>;
+  rollouts: number;
+  dropped: number;
+  policyVersion: number;
+}
+
+export type RunStatus =
+  | 'starting'
+  | 'running'
+  | 'paused'
+  | 'stopping'
+  | 'waiting-for-inference'
+  | 'waiting-for-trainer'
+  | 'completed'
+  | 'stopped';
+
+export type Phase =
+  | 'init'
+  | 'sampling'
+  | 'rollouts'
+  | 'building-batch'
+  | 'training'
+  | 'saving'
+  | 'weight-sync'
+  | 'metrics'
+  | 'idle';
+
+export interface Progress {
+  runId: string;
+  step: number;
+  maxSteps: number;
+  phase: Phase;
+  status: RunStatus;
+  rolloutsDone: number;
+  rolloutsTotal: number;
+  policyVersion: number;
+  lastStep?: StepSummary;
+  /** Rollouts of the next step running ahead while this one trains (async_level >= 1). */
+  prefetchedStep?: number;
+}
