@@ -1,0 +1,183 @@
+"""The trainer as a Temporal activity worker (worker-specific task queue pattern).
+
+It polls the shared queue `ratchet-trainer` for `trainer.announce` only, which
+answers with this process's own queue; `trainer.load`, `trainer.step` and
+`trainer.save` go to that queue, so every call of a run reaches the process
+that holds its model in memory. If this process dies, its queue goes quiet; the
+workflow announces again, and the new worker first loads the last checkpoint.
+
+  python -m ratchet_trainer.worker --address 127.0.0.1:7233
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from .core.artifacts import ArtifactError, check_ref
+from .core.batch import BatchError, load_batch
+from .core.checkpoint import CheckpointError, read_checkpoint_state, restore_checkpoint, save_checkpoint
+from .core.config import ConfigError, parse_trainer_config
+from .core.trainer import StepOrderError, Trainer
+
+log = logging.getLogger("ratchet_trainer.worker")
+
+SHARED_QUEUE = "ratchet-trainer"
+# Fault injection for the recovery tests: seconds to sleep after each micro-batch.
+FAULT_SLEEP_ENV = "RATCHET_TRAINER_FAULT_SLEEP_S"
+
+# Input errors: retrying the same payload cannot succeed, so fail the activity at once.
+_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, ArtifactError)
+
+
+def _default_artifacts() -> Path:
+    if os.environ.get("RATCHET_ARTIFACTS"):
+        return Path(os.environ["RATCHET_ARTIFACTS"])
+    home = os.environ.get("RATCHET_HOME") or str(Path(__file__).resolve().parents[2] / ".ratchet")
+    return Path(home) / "artifacts"
+
+
+class TrainerActivities:
+    """Holds at most one run's trainer; activities on it are serialised by a lock."""
+
+    def __init__(self, artifacts_root: Path, worker_id: str | None = None):
+        self.artifacts_root = artifacts_root
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.task_queue = f"{SHARED_QUEUE}-{self.worker_id}"
+        self.trainer: Trainer | None = None
+        self._lock = threading.Lock()
+
+    def _fail(self, e: Exception) -> ApplicationError:
+        return ApplicationError(str(e), type=type(e).__name__, non_retryable=True)
+
+    def _trainer_for(self, run_id: str) -> Trainer:
+        if self.trainer is None or self.trainer.run_id != run_id:
+            held = self.trainer.run_id if self.trainer else None
+            raise ApplicationError(
+                f"worker {self.worker_id} holds no trainer for run {run_id!r} (holds {held!r}). "
+                "Fix: call trainer.load on this queue first (after a worker restart, load the last checkpoint)",
+                type="TrainerNotLoaded", non_retryable=True,
+            )
+        return self.trainer
+
+    @activity.defn(name="trainer.announce")
+    async def announce(self, _: dict[str, Any] | None = None) -> dict[str, str]:
+        return {"task_queue": self.task_queue, "worker_id": self.worker_id}
+
+    @activity.defn(name="trainer.load")
+    def load(self, req: dict[str, Any]) -> dict[str, Any]:
+        run_id = req.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
+        with self._lock:
+            try:
+                cfg = parse_trainer_config(req.get("trainer_config") or {})
+                ckpt = req.get("checkpoint")
+                if ckpt is not None:
+                    check_ref(ckpt, "checkpoint")
+                    # Verify before building: a bad checkpoint must leave the current trainer as it is.
+                    read_checkpoint_state(ckpt, run_id, cfg.model_fingerprint())
+                current = self.trainer
+                if current is not None and current.run_id == run_id and current.cfg == cfg and ckpt is not None:
+                    restore_checkpoint(current, ckpt)
+                    new = current
+                else:
+                    new = Trainer(run_id, cfg)
+                    if ckpt is not None:
+                        restore_checkpoint(new, ckpt)
+            except _NON_RETRYABLE as e:
+                raise self._fail(e) from e
+            self.trainer = new
+            log.info("trainer loaded", extra={"run_id": run_id, "step": new.last_step,
+                                              "policy_version": new.policy_version, "from_checkpoint": ckpt is not None})
+            return {"step": new.last_step, "policy_version": new.policy_version, "ledger": sorted(new.ledger)}
+
+    @activity.defn(name="trainer.step")
+    def step(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            trainer = self._trainer_for(req.get("run_id"))
+            step = req.get("step")
+            if not isinstance(step, int) or step < 0:
+                raise ApplicationError(f"trainer.step needs step (an integer >= 0), got {step!r}", type="BatchError", non_retryable=True)
+            if step in trainer.ledger:
+                return {**trainer.ledger[step], "applied": False}
+            fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
+
+            def heartbeat(progress: dict[str, Any]) -> None:
+                activity.heartbeat(progress)
+                if fault_sleep:
+                    time.sleep(fault_sleep)
+
+            try:
+                batch = load_batch(req.get("batch"), req.get("manifest"))
+                return trainer.step(step, batch, heartbeat=heartbeat)
+            except _NON_RETRYABLE as e:
+                raise self._fail(e) from e
+
+    @activity.defn(name="trainer.save")
+    def save(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            trainer = self._trainer_for(req.get("run_id"))
+            try:
+                return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)))
+            except _NON_RETRYABLE as e:
+                raise self._fail(e) from e
+
+
+class JsonFormatter(logging.Formatter):
+    _skip = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        out.update({k: v for k, v in vars(record).items() if k not in self._skip})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+async def run_worker(address: str, namespace: str, artifacts_root: Path, ready_file: Path | None = None) -> None:
+    client = await Client.connect(address, namespace=namespace)
+    acts = TrainerActivities(artifacts_root)
+    # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    shared = Worker(client, task_queue=SHARED_QUEUE, activities=[acts.announce])
+    own = Worker(client, task_queue=acts.task_queue, activities=[acts.announce, acts.load, acts.step, acts.save],
+                 activity_executor=pool, max_concurrent_activities=2)
+    log.info("trainer worker started", extra={"address": address, "worker_id": acts.worker_id,
+                                              "task_queue": acts.task_queue, "artifacts": str(artifacts_root)})
+    if ready_file is not None:
+        ready_file.write_text(json.dumps({"task_queue": acts.task_queue, "worker_id": acts.worker_id}))
+    await asyncio.gather(shared.run(), own.run())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Ratchet trainer: Temporal activity worker")
+    ap.add_argument("--address", default=os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
+    ap.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE", "default"))
+    ap.add_argument("--artifacts", type=Path, default=_default_artifacts(), help="artifact store root (local)")
+    ap.add_argument("--ready-file", type=Path, default=None, help="write {task_queue, worker_id} here once polling")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args()
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=args.log_level, handlers=[handler])
+    asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+import pytest
+
+from ratchet_trainer.core.config import ConfigError, parse_trainer_config
+from helpers import TINY
+
+
+def test_defaults_mirror_seed_001():
+    cfg = parse_trainer_config({"model": {"path": "/m"}})
+    assert cfg.model.lora.rank == 4 and cfg.model.lora.alpha == 8 and cfg.model.lora.dropout == 0.0
+    assert "down_proj" in cfg.model.lora.target_modules
+    assert cfg.optim.lr == 1e-5 and cfg.optim.weight_decay == 0.0
+
+
+def test_full_finetune_and_fingerprint_changes_with_lora_shape():
+    full = parse_trainer_config({"model": {"config": TINY, "lora": None}})
+    assert full.model.lora is None
+    a = parse_trainer_config({"model": {"config": TINY, "lora": {"rank": 4}}})
+    b = parse_trainer_config({"model": {"config": TINY, "lora": {"rank": 8}}})
+    assert a.model_fingerprint() != b.model_fingerprint() != full.model_fingerprint()
+    c = parse_trainer_config({"model": {"config": TINY, "lora": {"rank": 4}}, "optim": {"lr": 1.0}})
+    assert a.model_fingerprint() == c.model_fingerprint()
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ({}, "trainer_config.model is required"),
+    ({"model": {"path": "/m", "config": TINY}}, "exactly one of"),
+    ({"model": {"path": "/m"}, "lerning_rate": 1}, "trainer_config: unknown key(s) ['lerning_rate']"),
+    ({"model": {"path": "/m", "lora": {"rank": 0}}}, "trainer_config.model.lora.rank must be >= 1"),
+    ({"model": {"path": "/m", "lora": {"rank": "4"}}}, "trainer_config.model.lora.rank must be an integer"),
+    ({"model": {"path": "/m", "lora": {"target_modules": []}}}, "target_modules must be a non-empty list"),
+    ({"model": {"path": "/m"}, "loss": {"type": "ppo"}}, "trainer_config.loss.type must be one of"),
+    ({"model": {"path": "/m"}, "loss": {"normalization": "x"}}, "trainer_config.loss.normalization"),
+    ({"model": {"path": "/m"}, "optim": {"lr": 0}}, "trainer_config.optim.lr must be > 0"),
+    ({"model": {"path": "/m", "ac": {"freq": -1}}}, "trainer_config.model.ac.freq must be >= 0"),
+    ({"model": {"path": "/m"}, "seq_len": 1}, "trainer_config.seq_len must be >= 2"),
+])
+def test_bad_config_names_the_key(raw, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_trainer_config(raw)
+    assert needle in str(e.value)
