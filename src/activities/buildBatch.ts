@@ -1,0 +1,160 @@
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { z } from 'zod';
+import { ArtifactRef } from '../artifacts/ref';
+import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
+import { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { buildBatchFromTrajectories, type BatchStats, type BuilderInput } from '../samples/builder';
+import { BatchBuildError } from '../samples/errors';
+import { writeSafetensors } from '../samples/safetensors';
+import { loadModelTokenizer, ModelDirError } from '../samples/tokenizer';
+import { componentLogger, type Logger } from '../shared/logger';
+
+/**
+ * The batch-building activity: trajectories (by reference) in, the packed training
+ * batch and its manifest written to the artifact store, references and a small
+ * summary out. Idempotent: the same inputs give the same bytes at the same keys
+ * (`runs/<run>/steps/<step>/batch.safetensors` and `batch.json`), so a retry
+ * rewrites identical files. Bad input fails non-retryably with the cause as the
+ * ApplicationFailure type; retrying would give the same answer.
+ */
+
+const BuilderOrchestratorConfig = z.object({
+  seq_len: z.number().int().positive(),
+  mask_truncated_completions: z.boolean(),
+  async_level: z.number().int().min(0),
+  advantage: z.object({
+    kind: z.enum(['grpo', 'dr_grpo']),
+    std_normalize: z.boolean(),
+    drop_uniform_groups: z.boolean(),
+  }),
+  non_prefix_policy: z.enum(['split', 'fail']),
+  allow_retokenize: z.boolean(),
+});
+
+export const BuildBatchActivityInput = z.object({
+  runId: z.string().min(1),
+  step: z.number().int().nonnegative(),
+  trainerPolicyVersion: z.number().int().nonnegative(),
+  /** Rollout summaries (their reward is the scored one), or bare trajectory references. */
+  trajectories: z.array(z.union([RolloutSummary, ArtifactRef])),
+  /** The run's [orchestrator] section; only the builder's keys are read. */
+  orchestrator: BuilderOrchestratorConfig.passthrough(),
+  modelPath: z.string().min(1),
+});
+export type BuildBatchActivityInput = z.input<typeof BuildBatchActivityInput>;
+
+export interface BuildBatchResult {
+  batch: ArtifactRef;
+  manifest: ArtifactRef;
+  summary: BatchStats;
+}
+
+export interface BatchActivityDeps {
+  store: ArtifactStore;
+  logger?: Logger;
+}
+
+function fail(type: string, message: string, cause?: Error): never {
+  throw ApplicationFailure.create({ type, message, nonRetryable: true, cause });
+}
+
+function isSummary(x: RolloutSummary | ArtifactRef): x is RolloutSummary {
+  return 'trajectory' in x;
+}
+
+export function batchKeys(runId: string, step: number): { batch: string; manifest: string } {
+  const dir = `runs/${runId}/steps/${step}`;
+  return { batch: `${dir}/batch.safetensors`, manifest: `${dir}/batch.json` };
+}
+
+export function createBatchActivities(deps: BatchActivityDeps) {
+  const log = deps.logger ?? componentLogger('batch-builder');
+
+  async function readTrajectory(ref: ArtifactRef): Promise<Trajectory> {
+    let buf: Buffer;
+    try {
+      buf = await deps.store.get(ref);
+    } catch (err) {
+      if (err instanceof ArtifactIntegrityError) fail('CorruptArtifact', `trajectory ${err.message}`, err);
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+        fail('MissingArtifact', `trajectory ${ref.uri} does not exist: the artifact store lost it or the reference is wrong. ` +
+          'Fix: re-run the step\'s rollouts (restart the run from its last completed step)', err as Error);
+      }
+      throw err; // I/O trouble may pass: let Temporal retry
+    }
+    let raw: unknown;
+    try {
+      raw = JSON.parse(buf.toString('utf8'));
+    } catch (err) {
+      fail('MalformedTrajectory', `trajectory ${ref.uri} is not JSON: ${(err as Error).message}`);
+    }
+    const parsed = Trajectory.safeParse(raw);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      fail('MalformedTrajectory', `trajectory ${ref.uri} does not match the ratchet.trajectory/v1 schema (src/rollouts/trajectory.ts): ` +
+        `field ${issue.path.join('.') || '(root)'}: ${issue.message}` + (parsed.error.issues.length > 1 ? ` (and ${parsed.error.issues.length - 1} more issues)` : ''));
+    }
+    return parsed.data;
+  }
+
+  async function buildBatch(rawInput: BuildBatchActivityInput): Promise<BuildBatchResult> {
+    const inputParsed = BuildBatchActivityInput.safeParse(rawInput);
+    if (!inputParsed.success) {
+      const issue = inputParsed.error.issues[0]!;
+      fail('InvalidInput', `buildBatch input field ${issue.path.join('.')}: ${issue.message}`);
+    }
+    const input = inputParsed.data;
+    const t0 = Date.now();
+
+    let tok;
+    try {
+      tok = loadModelTokenizer(input.modelPath);
+    } catch (err) {
+      if (err instanceof ModelDirError) fail('TokenizerModelMismatch', err.message, err);
+      throw err;
+    }
+
+    const inputs: BuilderInput[] = await Promise.all(input.trajectories.map(async (x): Promise<BuilderInput> => {
+      const ref = isSummary(x) ? x.trajectory : x;
+      const trajectory = await readTrajectory(ref);
+      return {
+        trajectory, label: ref.uri, sha256: ref.sha256,
+        reward: isSummary(x) ? { total: x.reward, components: x.components } : undefined,
+      };
+    }));
+    const tRead = Date.now();
+
+    let built;
+    try {
+      built = buildBatchFromTrajectories(inputs, input.orchestrator, tok, {
+        runId: input.runId, step: input.step, trainerPolicyVersion: input.trainerPolicyVersion, modelName: path.basename(tok.modelPath),
+      });
+    } catch (err) {
+      if (err instanceof BatchBuildError) fail(err.code, err.message, err);
+      throw err;
+    }
+    const { stats, manifest, tensors } = built;
+    if (stats.trainable_tokens === 0) {
+      const causes = Object.entries(stats.dropped).filter(([, n]) => n > 0).map(([c, n]) => `${c}: ${n}`).join(', ') || 'no rollouts';
+      fail('EmptyBatch', `step ${input.step} of run ${input.runId}: no sample has a trainable token, so there is nothing to train on ` +
+        `(${input.trajectories.length} rollouts; dropped samples by cause: ${causes}). ` +
+        'Fix: look at the causes: stale -> raise orchestrator.async_level; truncated_masked -> raise seq_len or sampling.max_tokens; ' +
+        'uniform_group -> set advantage.drop_uniform_groups = false or make the tasks less uniform');
+    }
+
+    const keys = batchKeys(input.runId, input.step);
+    const batchBytes = writeSafetensors(tensors, { format: manifest.format });
+    const batch = await deps.store.put(keys.batch, batchBytes);
+    const manifestRef = await deps.store.put(keys.manifest, JSON.stringify(manifest));
+    log.info({
+      run_id: input.runId, step: input.step, samples: stats.samples, tokens: stats.tokens, trainable_tokens: stats.trainable_tokens,
+      dropped: stats.dropped, non_prefix_breaks: stats.non_prefix_breaks, read_ms: tRead - t0, build_ms: Date.now() - tRead,
+    }, 'batch built');
+    return { batch, manifest: manifestRef, summary: stats };
+  }
+
+  return { buildBatch };
+}
+
+export type BatchActivities = ReturnType<typeof createBatchActivities>;

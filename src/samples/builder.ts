@@ -1,0 +1,255 @@
+import type { Trajectory } from '../rollouts/trajectory';
+import { advantageRecipe, groupAdvantages, type AdvantageConfig } from './advantages';
+import { assembleTrajectory, type NonPrefixCause, type NonPrefixPolicy } from './assemble';
+import { BatchBuildError } from './errors';
+import { fitToSeqLen } from './mask';
+import { packSamples, type PackedSample } from './pack';
+import { completeTurns } from './retokenize';
+import type { Tensor } from './safetensors';
+import type { ModelTokenizer } from './tokenizer';
+
+/**
+ * The sample builder (pure given its inputs): trajectories in, the packed batch's
+ * tensors and manifest out. Deterministic: the output depends only on the
+ * trajectories' content and the config, never on their order or on timing.
+ */
+
+export const BATCH_FORMAT = 'ratchet.batch/v1';
+
+export interface BuilderConfig {
+  seq_len: number;
+  mask_truncated_completions: boolean;
+  async_level: number;
+  advantage: AdvantageConfig;
+  non_prefix_policy: NonPrefixPolicy;
+  allow_retokenize: boolean;
+}
+
+export interface BuilderInput {
+  trajectory: Trajectory;
+  /** Where it came from, for messages (its artifact uri). */
+  label: string;
+  sha256: string;
+  /** The scorer's reward when it arrived beside the trajectory (RolloutSummary); else the trajectory's own. */
+  reward?: { total: number; components: Record<string, number> };
+}
+
+export interface BuildContext {
+  runId: string;
+  step: number;
+  trainerPolicyVersion: number;
+  modelName: string;
+}
+
+export type DropCause = 'missing_reward' | 'uniform_group' | 'stale' | 'truncated_masked' | 'no_trainable_tokens';
+export const DROP_CAUSES: readonly DropCause[] = ['missing_reward', 'uniform_group', 'stale', 'truncated_masked', 'no_trainable_tokens'];
+
+export interface ManifestSample {
+  index: number;
+  offset: number;
+  tokens: number;
+  trainable_tokens: number;
+  task_id: string;
+  group_id: string;
+  rollout_index: number;
+  /** Which turns of the trajectory this sample holds (inclusive); one trajectory may give several samples when split. */
+  turns: [number, number];
+  segment: number;
+  policy_version: number;
+  staleness: number;
+  reward: number;
+  reward_components: Record<string, number>;
+  advantage: number;
+  truncated: boolean;
+  retokenized: boolean;
+  trajectory_sha256: string;
+}
+
+export interface BatchManifest {
+  format: typeof BATCH_FORMAT;
+  run_id: string;
+  step: number;
+  trainer_policy_version: number;
+  model: string;
+  model_path: string;
+  tokenizer_sha256: string;
+  chat_template_sha256: string;
+  vocab_size: number;
+  seq_len: number;
+  num_samples: number;
+  total_tokens: number;
+  trainable_tokens: number;
+  advantage: Record<string, unknown>;
+  mask_truncated_completions: boolean;
+  async_level: number;
+  non_prefix_policy: NonPrefixPolicy;
+  rollouts: number;
+  groups: number;
+  uniform_groups: number;
+  dropped: Record<DropCause, number>;
+  non_prefix_breaks: Record<NonPrefixCause, number>;
+  retokenized_rollouts: number;
+  truncated_samples: number;
+  samples: ManifestSample[];
+}
+
+export interface BatchStats {
+  samples: number;
+  tokens: number;
+  trainable_tokens: number;
+  rollouts: number;
+  dropped: Record<DropCause, number>;
+  non_prefix_breaks: Record<NonPrefixCause, number>;
+  uniform_groups: number;
+  retokenized_rollouts: number;
+  truncated_samples: number;
+  /** Over every rollout that has a reward, kept or dropped: the step's score. */
+  mean_reward: number;
+  components_mean: Record<string, number>;
+  mean_staleness: number;
+  max_staleness: number;
+}
+
+export interface BuiltBatch {
+  tensors: Record<string, Tensor>;
+  manifest: BatchManifest;
+  stats: BatchStats;
+}
+
+function compareInputs(a: BuilderInput, b: BuilderInput): number {
+  const ka = [a.trajectory.group_id, a.trajectory.task_id];
+  const kb = [b.trajectory.group_id, b.trajectory.task_id];
+  for (let i = 0; i < ka.length; i++) if (ka[i] !== kb[i]) return ka[i]! < kb[i]! ? -1 : 1;
+  if (a.trajectory.rollout_index !== b.trajectory.rollout_index) return a.trajectory.rollout_index - b.trajectory.rollout_index;
+  return a.sha256 < b.sha256 ? -1 : a.sha256 > b.sha256 ? 1 : 0;
+}
+
+function zeroCounts<K extends string>(keys: readonly K[]): Record<K, number> {
+  return Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
+}
+
+export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg: BuilderConfig, tok: ModelTokenizer, ctx: BuildContext): BuiltBatch {
+  const sorted = [...inputs].sort(compareInputs);
+  const dropped = zeroCounts(DROP_CAUSES);
+  const breaks = zeroCounts<NonPrefixCause>(['template_rewrote_history', 'assistant_retokenized', 'stop_token_not_rendered']);
+
+  // Rewards and group advantages, per rollout.
+  const rewardOf = sorted.map((x) => x.reward ?? x.trajectory.reward);
+  const groups = new Map<string, number[]>();
+  sorted.forEach((x, i) => {
+    if (rewardOf[i] === undefined) return;
+    const g = groups.get(x.trajectory.group_id) ?? [];
+    g.push(i);
+    groups.set(x.trajectory.group_id, g);
+  });
+  const advantage = new Array<number>(sorted.length).fill(0);
+  const inUniformGroup = new Array<boolean>(sorted.length).fill(false);
+  let uniformGroups = 0;
+  for (const members of groups.values()) {
+    const ga = groupAdvantages(members.map((i) => rewardOf[i]!.total), cfg.advantage);
+    if (ga.uniform) uniformGroups++;
+    members.forEach((i, j) => {
+      advantage[i] = ga.advantages[j]!;
+      inUniformGroup[i] = ga.uniform;
+    });
+  }
+
+  const samples: (PackedSample & { meta: Omit<ManifestSample, 'index' | 'offset' | 'tokens' | 'trainable_tokens'> })[] = [];
+  let retokenizedRollouts = 0;
+  let truncatedSamples = 0;
+  const staleness: number[] = [];
+  sorted.forEach((x, i) => {
+    const traj = x.trajectory;
+    const label = `trajectory ${x.label} (task ${traj.task_id}, rollout ${traj.rollout_index})`;
+    const { turns, retokenized } = completeTurns(traj, tok, cfg.allow_retokenize, label);
+    if (retokenized) retokenizedRollouts++;
+    const asm = assembleTrajectory(turns, tok, cfg.non_prefix_policy, label);
+    for (const b of asm.breaks) breaks[b.cause]++;
+    const reward = rewardOf[i];
+    const episodeTruncated = asm.segments.some((s) => s.lengthFinished);
+    asm.segments.forEach((seg, segIdx) => {
+      if (!reward) { dropped.missing_reward++; return; }
+      if (inUniformGroup[i] && cfg.advantage.drop_uniform_groups) { dropped.uniform_group++; return; }
+      const stale = ctx.trainerPolicyVersion - seg.minPolicyVersion;
+      if (stale < 0) {
+        throw new BatchBuildError('FutureRollout', `${label}: turns ${seg.firstTurn}..${seg.lastTurn} were sampled by policy version ${seg.minPolicyVersion}, ` +
+          `newer than the trainer's ${ctx.trainerPolicyVersion}: the trainer was restored from an older checkpoint than the rollouts. ` +
+          'Fix: resume the run from its latest checkpoint, or discard rollouts made after it');
+      }
+      if (stale > cfg.async_level) { dropped.stale++; return; }
+      const fit = fitToSeqLen(seg, cfg.seq_len, cfg.mask_truncated_completions, episodeTruncated);
+      if (fit.cut || fit.masked) truncatedSamples++;
+      if (fit.trainable === 0) {
+        if (fit.masked) dropped.truncated_masked++;
+        else dropped.no_trainable_tokens++;
+        return;
+      }
+      staleness.push(stale);
+      samples.push({
+        ids: fit.segment.ids, mask: fit.segment.mask, logprobs: fit.segment.logprobs, advantage: advantage[i]!, trainable: fit.trainable,
+        meta: {
+          task_id: traj.task_id, group_id: traj.group_id, rollout_index: traj.rollout_index,
+          turns: [seg.firstTurn, seg.lastTurn], segment: segIdx, policy_version: seg.minPolicyVersion, staleness: stale,
+          reward: reward.total, reward_components: reward.components, advantage: advantage[i]!,
+          truncated: fit.cut || fit.masked, retokenized, trajectory_sha256: x.sha256,
+        },
+      });
+    });
+  });
+
+  const packed = packSamples(samples);
+  const manifestSamples: ManifestSample[] = samples.map((s, j) => ({
+    index: j, offset: packed.offsets[j]!, tokens: s.ids.length, trainable_tokens: s.trainable, ...s.meta,
+  }));
+
+  const rewarded = rewardOf.filter((r): r is NonNullable<typeof r> => r !== undefined);
+  const componentsMean: Record<string, number> = {};
+  const componentKeys = [...new Set(rewarded.flatMap((r) => Object.keys(r.components)))].sort();
+  for (const k of componentKeys) {
+    const vals = rewarded.map((r) => r.components[k]).filter((v): v is number => v !== undefined);
+    componentsMean[k] = vals.reduce((a, b) => a + b, 0) / vals.length;
+  }
+  const stats: BatchStats = {
+    samples: samples.length,
+    tokens: packed.totalTokens,
+    trainable_tokens: packed.trainableTokens,
+    rollouts: sorted.length,
+    dropped,
+    non_prefix_breaks: breaks,
+    uniform_groups: uniformGroups,
+    retokenized_rollouts: retokenizedRollouts,
+    truncated_samples: truncatedSamples,
+    mean_reward: rewarded.length ? rewarded.reduce((a, r) => a + r.total, 0) / rewarded.length : 0,
+    components_mean: componentsMean,
+    mean_staleness: staleness.length ? staleness.reduce((a, b) => a + b, 0) / staleness.length : 0,
+    max_staleness: staleness.length ? Math.max(...staleness) : 0,
+  };
+  const manifest: BatchManifest = {
+    format: BATCH_FORMAT,
+    run_id: ctx.runId,
+    step: ctx.step,
+    trainer_policy_version: ctx.trainerPolicyVersion,
+    model: ctx.modelName,
+    model_path: tok.modelPath,
+    tokenizer_sha256: tok.tokenizerSha256,
+    chat_template_sha256: tok.templateSha256,
+    vocab_size: tok.modelVocabSize ?? tok.tokenizerVocabSize,
+    seq_len: cfg.seq_len,
+    num_samples: samples.length,
+    total_tokens: packed.totalTokens,
+    trainable_tokens: packed.trainableTokens,
+    advantage: advantageRecipe(cfg.advantage, cfg.seq_len),
+    mask_truncated_completions: cfg.mask_truncated_completions,
+    async_level: cfg.async_level,
+    non_prefix_policy: cfg.non_prefix_policy,
+    rollouts: sorted.length,
+    groups: groups.size,
+    uniform_groups: uniformGroups,
+    dropped,
+    non_prefix_breaks: breaks,
+    retokenized_rollouts: retokenizedRollouts,
+    truncated_samples: truncatedSamples,
+    samples: manifestSamples,
+  };
+  return { tensors: packed.tensors, manifest, stats };
+}

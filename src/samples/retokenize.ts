@@ -1,0 +1,82 @@
+import type { Trajectory, Turn } from '../rollouts/trajectory';
+import type { CompleteTurn } from './assemble';
+import { BatchBuildError } from './errors';
+import type { ModelTokenizer } from './tokenizer';
+
+/**
+ * Token ids for turns whose server did not return them. Without ids the builder
+ * would have to re-tokenize generated text, which is not what the model sampled
+ * (retokenization drift), so this is refused unless the run opts in
+ * (orchestrator.allow_retokenize); the sample is then flagged in the manifest.
+ * Logprobs cannot be recomputed here: the trainer's importance ratio needs the
+ * server's, so a turn must still carry them, one per re-encoded token.
+ */
+
+function missingFields(t: Turn): string[] {
+  const out: string[] = [];
+  if (t.prompt_token_ids === null) out.push('prompt_token_ids');
+  if (t.completion_token_ids === null) out.push('completion_token_ids');
+  if (t.completion_logprobs === null) out.push('completion_logprobs');
+  return out;
+}
+
+const SERVER_FIX = 'Fix: have the inference server return them (vLLM: send "return_token_ids": true and "logprobs": true ' +
+  'with each chat completion request; vLLM >= 0.10.2 returns prompt_token_ids and choices[].token_ids)';
+
+export function hasAllIds(t: Turn): t is CompleteTurn {
+  return t.prompt_token_ids !== null && t.completion_token_ids !== null && t.completion_logprobs !== null;
+}
+
+/** Renders turn k's prompt and completion text with the model's own template, then encodes them. */
+function retokenizeTurn(traj: Trajectory, k: number, tok: ModelTokenizer, label: string): { prompt: number[]; completion: number[] } {
+  const t = traj.turns[k]!;
+  const upto = t.prompt_message_count;
+  const msg = traj.messages[upto];
+  if (!msg || msg.role !== 'assistant') {
+    throw new BatchBuildError('RetokenizeFailed', `${label}: turns[${k}].prompt_message_count = ${upto} but messages[${upto}] is ` +
+      `${msg ? `a ${msg.role} message` : 'missing'}, not the assistant reply this turn produced; cannot re-tokenize it`);
+  }
+  const promptText = tok.render(traj.messages.slice(0, upto), traj.tools, true);
+  const fullText = tok.render(traj.messages.slice(0, upto + 1), traj.tools, false);
+  if (!fullText.startsWith(promptText)) {
+    throw new BatchBuildError('RetokenizeFailed', `${label}: turn ${k}: the chat template (sha256 ${tok.templateSha256} of ${tok.modelPath}) ` +
+      'renders the conversation with the assistant reply so that it does not extend the prompt it rendered without it; cannot re-tokenize this turn');
+  }
+  let completionText = fullText.slice(promptText.length);
+  // The template closes the turn with end-of-turn token + newline; the model generated the former, not the latter.
+  const lastEot = [...tok.endOfTurnIds].map((id) => tok.decode([id])).reduce((best, s) => {
+    const i = completionText.lastIndexOf(s);
+    return i >= 0 && i + s.length > best ? i + s.length : best;
+  }, -1);
+  if (lastEot > 0) completionText = completionText.slice(0, lastEot);
+  return { prompt: tok.encode(promptText), completion: tok.encode(completionText) };
+}
+
+/**
+ * Returns turns that all carry ids, and whether any had to be re-tokenized.
+ * Throws MissingTokenIds (naming the server setting) unless allowRetokenize.
+ */
+export function completeTurns(traj: Trajectory, tok: ModelTokenizer, allowRetokenize: boolean, label: string): { turns: CompleteTurn[]; retokenized: boolean } {
+  let retokenized = false;
+  const turns = traj.turns.map((t, k): CompleteTurn => {
+    if (hasAllIds(t)) return t;
+    const missing = missingFields(t);
+    if (!allowRetokenize || t.completion_logprobs === null) {
+      throw new BatchBuildError('MissingTokenIds', `${label}: turns[${k}].${missing.join(', ')} ${missing.length > 1 ? 'are' : 'is'} null: ` +
+        `the inference server did not return ${t.completion_logprobs === null ? 'logprobs (needed by the trainer, and never recomputed here)' : 'token ids'}. ` +
+        SERVER_FIX + (t.completion_logprobs === null ? '' : ', or set orchestrator.allow_retokenize = true to re-tokenize the text (flagged in the manifest)'));
+    }
+    const re = retokenizeTurn(traj, k, tok, label);
+    let completion = t.completion_token_ids ?? re.completion;
+    const lp = t.completion_logprobs;
+    // A turn cut at max_tokens never generated the template's end-of-turn token.
+    if (completion.length === lp.length + 1 && tok.endOfTurnIds.has(completion[completion.length - 1]!)) completion = completion.slice(0, -1);
+    if (completion.length !== lp.length) {
+      throw new BatchBuildError('RetokenizeFailed', `${label}: turn ${k}: re-tokenizing the reply gives ${completion.length} tokens but the server ` +
+        `returned ${lp.length} logprobs, so they cannot be paired (the server tokenized differently). ${SERVER_FIX}`);
+    }
+    retokenized = true;
+    return { ...t, prompt_token_ids: t.prompt_token_ids ?? re.prompt, completion_token_ids: completion, completion_logprobs: lp };
+  });
+  return { turns, retokenized };
+}
