@@ -165,7 +165,7 @@ status() {
 }
 
 case "${1:-up}" in
-  install) timed vllm-env install_vllm; timed smollm2-model install_model ;;
+  install|setup) timed vllm-env install_vllm; timed smollm2-model install_model ;;
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
