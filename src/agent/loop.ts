@@ -1,0 +1,193 @@
+import { performance } from 'node:perf_hooks';
+import type { ChatMessage, StopReason, ToolCall, Turn } from '../rollouts/trajectory';
+import type { Logger } from '../shared/logger';
+import { ContextLengthError, type ModelClient, type TurnSampling } from './model';
+import { toolSpec, type Tool, type ToolContext, type ToolOutcome } from './tool';
+
+/** Episode limits from the env's args (seed 001: max_tokens, max_tool_calls), plus a turn cap. */
+export interface AgentLimits {
+  /** Completion tokens over the whole episode. */
+  max_tokens: number;
+  max_tool_calls: number;
+  max_turns: number;
+}
+
+/** A failure the model caused with a tool call (bad path, patch that does not match): told to the model, never fatal. */
+export class ToolError extends Error {
+  override readonly name = 'ToolError';
+}
+
+export interface HeartbeatInfo {
+  turn: number;
+  completion_tokens: number;
+  tool_calls: number;
+}
+
+export interface AgentRunInput {
+  model: ModelClient;
+  modelName: string;
+  policyVersion: number;
+  /** System prompt and first user message. */
+  messages: ChatMessage[];
+  tools: Tool[];
+  limits: AgentLimits;
+  sampling: TurnSampling;
+  ctx: ToolContext;
+  heartbeat?: (info: HeartbeatInfo) => void;
+  signal?: AbortSignal;
+  log?: Logger;
+}
+
+export interface AgentStats {
+  prompt_tokens: number;
+  completion_tokens: number;
+  tool_calls: number;
+  tool_errors: number;
+  commands: string[];
+  tools_used: Record<string, number>;
+}
+
+export interface AgentResult {
+  messages: ChatMessage[];
+  turns: Turn[];
+  stop_reason: StopReason;
+  error?: string;
+  /** What an answer tool returned; undefined when the agent stopped without one. */
+  answer?: Record<string, unknown>;
+  stats: AgentStats;
+  model_ms: number;
+  tools_ms: number;
+}
+
+/**
+ * The one multi-turn loop every environment shares: sample a turn, run its tool
+ * calls (in order) in the sandbox, answer each call, repeat until the agent
+ * answers, stops calling tools, or hits a limit. Nothing the model writes can
+ * crash it: malformed calls become tool errors the model reads.
+ */
+export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
+  const { limits, ctx } = input;
+  const byName = new Map(input.tools.map((t) => [t.name, t]));
+  const specs = input.tools.map(toolSpec);
+  const messages: ChatMessage[] = [...input.messages];
+  const turns: Turn[] = [];
+  const stats: AgentStats = { prompt_tokens: 0, completion_tokens: 0, tool_calls: 0, tool_errors: 0, commands: [], tools_used: {} };
+  let modelMs = 0;
+  let toolsMs = 0;
+  let answer: Record<string, unknown> | undefined;
+  let stop: StopReason | undefined;
+  let error: string | undefined;
+
+  while (stop === undefined) {
+    input.signal?.throwIfAborted();
+    if (turns.length >= limits.max_turns) { stop = 'max_turns'; break; }
+    const remaining = limits.max_tokens - stats.completion_tokens;
+    if (remaining <= 0) { stop = 'max_tokens'; break; }
+
+    const promptCount = messages.length;
+    const t0 = performance.now();
+    let completion;
+    try {
+      completion = await input.model.complete({
+        model: input.modelName,
+        messages,
+        tools: specs,
+        sampling: { ...input.sampling, max_tokens: Math.min(input.sampling.max_tokens, remaining) },
+        signal: input.signal,
+      });
+    } catch (err) {
+      if (err instanceof ContextLengthError) { stop = 'context_length'; break; }
+      throw err;
+    }
+    const turnModelMs = performance.now() - t0;
+    modelMs += turnModelMs;
+    stats.prompt_tokens += completion.prompt_tokens;
+    stats.completion_tokens += completion.completion_tokens;
+
+    messages.push({
+      role: 'assistant',
+      content: completion.content ?? '',
+      ...(completion.tool_calls.length > 0 ? { tool_calls: completion.tool_calls } : {}),
+    });
+
+    const t1 = performance.now();
+    if (completion.tool_calls.length === 0) {
+      // A weak model often answers in prose: the episode ends without an answer.
+      stop = completion.finish_reason === 'length' && stats.completion_tokens >= limits.max_tokens ? 'max_tokens' : 'completed';
+    }
+    for (const call of completion.tool_calls) {
+      if (stats.tool_calls >= limits.max_tool_calls) { stop = 'max_tool_calls'; break; }
+      stats.tool_calls += 1;
+      const outcome = await runToolCall(call, byName, ctx, stats);
+      if (outcome.fatal !== undefined) { stop = 'error'; error = outcome.fatal; break; }
+      messages.push({ role: 'tool', tool_call_id: call.id, name: call.function.name, content: outcome.content });
+      if (outcome.answer) { answer = outcome.answer; stop = 'completed'; break; }
+    }
+    const turnToolsMs = performance.now() - t1;
+    toolsMs += turnToolsMs;
+
+    turns.push({
+      prompt_message_count: promptCount,
+      prompt_token_ids: completion.prompt_token_ids,
+      completion_token_ids: completion.completion_token_ids,
+      completion_logprobs: completion.completion_logprobs,
+      finish_reason: completion.finish_reason,
+      policy_version: input.policyVersion,
+      model_ms: turnModelMs,
+      tools_ms: turnToolsMs,
+    });
+    input.heartbeat?.({ turn: turns.length, completion_tokens: stats.completion_tokens, tool_calls: stats.tool_calls });
+    input.log?.debug({ turn: turns.length, tool_calls: completion.tool_calls.length, finish: completion.finish_reason, stop }, 'agent turn');
+    if (stop === undefined && stats.completion_tokens >= limits.max_tokens) stop = 'max_tokens';
+  }
+
+  return { messages, turns, stop_reason: stop, ...(error !== undefined ? { error } : {}), answer, stats, model_ms: modelMs, tools_ms: toolsMs };
+}
+
+interface CallOutcome extends ToolOutcome {
+  /** The sandbox itself failed: the episode ends with stop_reason "error". */
+  fatal?: string;
+}
+
+async function runToolCall(call: ToolCall, tools: Map<string, Tool>, ctx: ToolContext, stats: AgentStats): Promise<CallOutcome> {
+  const name = call.function.name;
+  const fail = (content: string): CallOutcome => {
+    stats.tool_errors += 1;
+    return { content: `Error: ${content}`, error: true };
+  };
+  const tool = tools.get(name);
+  if (!tool) return fail(`unknown tool "${name}". Available tools: ${[...tools.keys()].join(', ')}.`);
+  stats.tools_used[name] = (stats.tools_used[name] ?? 0) + 1;
+
+  let raw: unknown;
+  try {
+    raw = call.function.arguments.trim() === '' ? {} : JSON.parse(call.function.arguments);
+  } catch (err) {
+    return fail(`arguments of ${name} are not valid JSON (${(err as Error).message}). Send a JSON object, e.g. ${exampleArgs(tool)}.`);
+  }
+  const parsed = tool.args.safeParse(raw);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `"${i.path.join('.') || '(arguments)'}": ${i.message}`).join('; ');
+    return fail(`invalid arguments for ${name}: ${issues}. Expected ${exampleArgs(tool)}.`);
+  }
+  try {
+    const outcome = await tool.run(parsed.data, ctx);
+    if (outcome.command) stats.commands.push(firstWord(outcome.command));
+    if (outcome.error) stats.tool_errors += 1;
+    return outcome;
+  } catch (err) {
+    if (err instanceof ToolError) return fail(err.message);
+    if ((err as Error).name === 'AbortError') throw err;
+    return { content: '', fatal: `tool ${name} failed in the sandbox: ${(err as Error).message}` };
+  }
+}
+
+function exampleArgs(tool: Tool): string {
+  const keys = Object.keys(tool.args.shape as Record<string, unknown>);
+  return `{${keys.map((k) => `"${k}": ...`).join(', ')}}`;
+}
+
+function firstWord(command: string): string {
+  const word = command.trim().split(/\s+/)[0] ?? '';
+  return word.split('/').pop() ?? word;
+}

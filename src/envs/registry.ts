@@ -1,0 +1,16 @@
+import { codeRepair } from './code-repair';
+import { debug } from './debug';
+import { sweGrep } from './swe-grep';
+import type { Environment } from './types';
+
+export const ENVIRONMENTS: Record<Environment['id'], Environment> = {
+  'swe-grep': sweGrep,
+  'code-repair': codeRepair,
+  debug,
+};
+
+export function getEnvironment(id: string): Environment {
+  const env = (ENVIRONMENTS as Record<string, Environment>)[id];
+  if (!env) throw new Error(`unknown environment "${id}"; known: ${Object.keys(ENVIRONMENTS).join(', ')} (set [[env]].id in the run config)`);
+  return env;
+}

@@ -1,0 +1,26 @@
+import { z } from 'zod';
+import { defineTool, type Tool } from '../agent/tool';
+import { formatExec, REPO_DIR } from './sandbox';
+
+/** A shell in the sandbox, cwd /work/repo: `bash` in swe-grep, `shell` in code-repair. */
+export function shellTool(name: string, description: string): Tool {
+  return defineTool({
+    name,
+    description,
+    args: z.object({ command: z.string().min(1).describe('A bash command, run in the repository root') }),
+    async run({ command }, ctx) {
+      const r = await ctx.sandbox.exec(command, { cwd: REPO_DIR, timeoutMs: ctx.execTimeoutMs });
+      return { content: formatExec(r), command, error: r.timedOut };
+    },
+  });
+}
+
+/** A repository-relative path, whatever prefix the model wrote. */
+export function normalizePath(p: string): string {
+  let s = p.trim().replace(/\\/g, '/');
+  for (const prefix of [`${REPO_DIR}/`, 'a/', 'b/', './']) {
+    if (s.startsWith(prefix)) s = s.slice(prefix.length);
+  }
+  while (s.startsWith('/')) s = s.slice(1);
+  return s;
+}

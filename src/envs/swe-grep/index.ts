@@ -1,0 +1,36 @@
+import { z } from 'zod';
+import { defineTool } from '../../agent/tool';
+import { shellTool } from '../shell';
+import type { Environment } from '../types';
+import { sweGrepRubric } from './rewards';
+
+/** Code localization (seed 001): search the repository with bash, answer with the files to change. */
+export const sweGrep: Environment = {
+  id: 'swe-grep',
+  systemPrompt: [
+    'You are a code search agent. A bug is described below; find the source files that must change to fix it.',
+    'Use the `bash` tool to search the repository (rg, grep, find, sed -n, ls). The repository is your working directory.',
+    'When you know the answer, call the `result` tool with the file paths (relative to the repository root) and, if you can, the function names.',
+    'Do not fix the bug. Be brief.',
+  ].join('\n'),
+  userPrompt: (task) => `Repository: ${task.repo}\n\nIssue:\n${task.problem_statement}\n\nFind the files that must change.`,
+  tools: [
+    shellTool('bash', 'Run a bash command in the repository root and see its output.'),
+    defineTool({
+      name: 'result',
+      description: 'Submit your answer: the files (and optionally functions) that must change. Ends the episode.',
+      args: z.object({
+        files: z.array(z.string()).min(1).describe('File paths relative to the repository root'),
+        functions: z.array(z.string()).optional().describe('Function names, e.g. "module.py::func"'),
+      }),
+      async run(args) {
+        return { content: 'Answer recorded.', answer: { files: args.files, functions: args.functions ?? [] } };
+      },
+    }),
+  ],
+  async finalize(_ctx, answer) {
+    return answer ?? { files: [], functions: [] };
+  },
+  needsTests: false,
+  rubric: sweGrepRubric,
+};

@@ -1,0 +1,81 @@
+import type { AgentLimits, AgentStats } from '../agent/loop';
+import type { Tool, ToolContext } from '../agent/tool';
+import type { StopReason } from '../rollouts/trajectory';
+import type { Task } from '../tasks/schema';
+import type { TestEvidence } from './tests';
+
+/** What a rubric's reward functions see: pure data, no sandbox. */
+export interface ScoreInput {
+  task: Task;
+  /** The environment's final answer (files, a diff...). */
+  final: Record<string, unknown>;
+  /** Whether an answer tool ended the episode. */
+  answered: boolean;
+  stop_reason: StopReason;
+  stats: AgentStats;
+  limits: AgentLimits;
+  /** Test outcomes from a fresh sandbox, for the envs that run tests. */
+  tests?: TestEvidence;
+}
+
+/** One reward function: one number, logged on its own, weighted by the rubric. */
+export interface RewardFn {
+  name: string;
+  /** Default weight; 0 means reported only. The run config's [[env]].rubric overrides it. */
+  weight: number;
+  fn: (input: ScoreInput) => number;
+}
+
+/**
+ * An environment, declaratively: how to prompt, which tools, how to read the
+ * final answer, and the rubric. The agent loop and the rollout activity are shared.
+ */
+export interface Environment {
+  id: 'swe-grep' | 'code-repair' | 'debug';
+  systemPrompt: string;
+  userPrompt(task: Task): string;
+  tools: Tool[];
+  /** Reads the final answer after the loop (from the answer tool, or the work tree). */
+  finalize(ctx: ToolContext, answer: Record<string, unknown> | undefined): Promise<Record<string, unknown>>;
+  /** Whether scoring runs the task's tests against the final diff in a fresh sandbox. */
+  needsTests: boolean;
+  rubric: RewardFn[];
+}
+
+export interface Score {
+  total: number;
+  components: Record<string, number>;
+  weights: Record<string, number>;
+}
+
+/** Weighted sum; every component is reported, whatever its weight. Unknown override names are an error. */
+export function scoreRubric(rubric: RewardFn[], input: ScoreInput, overrides: Record<string, number> = {}): Score {
+  const names = new Set(rubric.map((r) => r.name));
+  for (const name of Object.keys(overrides)) {
+    if (!names.has(name)) {
+      throw new Error(`[[env]].rubric names "${name}", which is not a reward of this environment; known: ${[...names].join(', ')}`);
+    }
+  }
+  const components: Record<string, number> = {};
+  const weights: Record<string, number> = {};
+  let total = 0;
+  for (const r of rubric) {
+    const value = r.fn(input);
+    const weight = overrides[r.name] ?? r.weight;
+    components[r.name] = Number.isFinite(value) ? value : 0;
+    weights[r.name] = weight;
+    total += weight * components[r.name]!;
+  }
+  return { total, components, weights };
+}
+
+/** Zero for every component: what a broken rollout scores. */
+export function zeroScore(rubric: RewardFn[], overrides: Record<string, number> = {}): Score {
+  const components: Record<string, number> = {};
+  const weights: Record<string, number> = {};
+  for (const r of rubric) {
+    components[r.name] = 0;
+    weights[r.name] = overrides[r.name] ?? r.weight;
+  }
+  return { total: 0, components, weights };
+}

@@ -1,0 +1,130 @@
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import { componentLogger } from '../shared/logger';
+import { Task } from './schema';
+
+const log = componentLogger('tasks');
+
+/** One row that did not validate: enough to find and fix it. */
+export interface TaskProblem {
+  file: string;
+  /** 1-based row number (line number for JSONL). */
+  row: number;
+  field: string;
+  message: string;
+}
+
+export class TaskLoadError extends Error {
+  constructor(readonly problems: TaskProblem[]) {
+    super(problems.slice(0, 5).map(formatProblem).join('\n') +
+      (problems.length > 5 ? `\n... and ${problems.length - 5} more` : '') +
+      '\nFix: correct the rows, or load with onInvalid: "skip" to drop them with a warning.');
+    this.name = 'TaskLoadError';
+  }
+}
+
+export function formatProblem(p: TaskProblem): string {
+  return `${p.file}:${p.row}: field "${p.field}": ${p.message}`;
+}
+
+export interface LoadOptions {
+  /** "fatal" (default) throws on the first file with a bad row; "skip" drops bad rows and reports them. */
+  onInvalid?: 'fatal' | 'skip';
+}
+
+export interface LoadResult {
+  tasks: Task[];
+  problems: TaskProblem[];
+}
+
+/** Loads a task file, JSONL or Parquet by extension, validating every row. */
+export async function loadTasks(file: string, opts: LoadOptions = {}): Promise<LoadResult> {
+  const raw = await readRows(file);
+  const tasks: Task[] = [];
+  const problems: TaskProblem[] = [];
+  const seen = new Map<string, number>();
+  for (const { row, value, parseError } of raw) {
+    if (parseError) {
+      problems.push({ file, row, field: '(row)', message: `not valid JSON: ${parseError}` });
+      continue;
+    }
+    const parsed = Task.safeParse(value);
+    if (!parsed.success) {
+      for (const issue of parsed.error.issues) {
+        problems.push({ file, row, field: issue.path.join('.') || '(row)', message: issue.message });
+      }
+      continue;
+    }
+    const prev = seen.get(parsed.data.instance_id);
+    if (prev !== undefined) {
+      problems.push({ file, row, field: 'instance_id', message: `duplicate of row ${prev} ("${parsed.data.instance_id}")` });
+      continue;
+    }
+    seen.set(parsed.data.instance_id, row);
+    tasks.push(parsed.data);
+  }
+  if (problems.length > 0) {
+    if ((opts.onInvalid ?? 'fatal') === 'fatal') throw new TaskLoadError(problems);
+    for (const p of problems) log.warn({ ...p }, `skipping invalid task row: ${formatProblem(p)}`);
+  }
+  return { tasks, problems };
+}
+
+/** Finds one task by instance id; a missing id is an error naming the file. */
+export async function loadTask(file: string, instanceId: string): Promise<Task> {
+  const { tasks } = await loadTasks(file, { onInvalid: 'skip' });
+  const task = tasks.find((t) => t.instance_id === instanceId);
+  if (!task) {
+    throw new Error(`task "${instanceId}" is not in ${file} (${tasks.length} valid rows). ` +
+      'Fix: regenerate the task set, or sample ids from the same file the rollout reads.');
+  }
+  return task;
+}
+
+/** Resolves a dataset path from the config against the task set dir. */
+export function resolveDataset(dataset: string, taskSetDir: string): string {
+  return path.isAbsolute(dataset) ? dataset : path.join(taskSetDir, dataset);
+}
+
+interface RawRow { row: number; value?: unknown; parseError?: string }
+
+async function readRows(file: string): Promise<RawRow[]> {
+  const ext = path.extname(file).toLowerCase();
+  if (ext === '.jsonl' || ext === '.json' || ext === '.ndjson') return readJsonl(file);
+  if (ext === '.parquet') return readParquet(file);
+  throw new Error(`task file ${file} has extension "${ext}"; use .jsonl or .parquet`);
+}
+
+async function readJsonl(file: string): Promise<RawRow[]> {
+  const text = await fs.readFile(file, 'utf8');
+  const rows: RawRow[] = [];
+  text.split('\n').forEach((line, i) => {
+    if (line.trim() === '') return;
+    try {
+      rows.push({ row: i + 1, value: JSON.parse(line) as unknown });
+    } catch (err) {
+      rows.push({ row: i + 1, parseError: (err as Error).message });
+    }
+  });
+  return rows;
+}
+
+async function readParquet(file: string): Promise<RawRow[]> {
+  // hyparquet is ESM-only; Node >= 20.19 can require() it.
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const hyparquet = require('hyparquet') as typeof import('hyparquet');
+  const bytes = await fs.readFile(file);
+  const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
+  const rows = await hyparquet.parquetReadObjects({ file: buffer });
+  return rows.map((value, i) => ({ row: i + 1, value: normalizeParquetValue(value) }));
+}
+
+/** Parquet gives bigint for int64 columns; JSON-shaped rows are what the schema expects. */
+function normalizeParquetValue(value: unknown): unknown {
+  if (typeof value === 'bigint') return Number(value);
+  if (Array.isArray(value)) return value.map(normalizeParquetValue);
+  if (value && typeof value === 'object' && !(value instanceof Date)) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, normalizeParquetValue(v)]));
+  }
+  return value;
+}
