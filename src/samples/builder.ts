@@ -93,7 +93,8 @@ export interface BatchManifest {
   samples: ManifestSample[];
 }
 
-export interface BatchStats {
+/** A type alias, not an interface, so it fits the workflow's open `summary` record. */
+export type BatchStats = {
   samples: number;
   tokens: number;
   trainable_tokens: number;
@@ -108,7 +109,7 @@ export interface BatchStats {
   components_mean: Record<string, number>;
   mean_staleness: number;
   max_staleness: number;
-}
+};
 
 export interface BuiltBatch {
   tensors: Record<string, Tensor>;
