@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { describeZodError } from '../config/load';
 import { paths } from '../shared/paths';
-import { EvalResult, StepRecord } from './records';
+import { AnyStepRecord, EvalResult, type StepRecord } from './records';
 
 /** A run's data in the artifact store does not exist or holds nothing to report. */
 export class RunDataError extends Error {
@@ -39,7 +39,7 @@ export function parseStepRecords(text: string, file: string): StepRecord[] {
       throw new RunDataError(`${file}:${i + 1}: not valid JSON (${(err as Error).message}). ` +
         'Fix: remove the broken line; the run keeps its other steps.', 'invalid');
     }
-    const parsed = StepRecord.safeParse(raw);
+    const parsed = AnyStepRecord.safeParse(raw);
     if (!parsed.success) {
       throw new RunDataError(`${file}:${i + 1}: not a step record:\n${describeZodError(`${file}:${i + 1}`, parsed.error)}`, 'invalid');
     }

@@ -55,6 +55,59 @@ export const StepRecord = z.object({
 }).passthrough();
 export type StepRecord = z.infer<typeof StepRecord>;
 
+/**
+ * TrainRun's metrics activity writes `format: "ratchet.step/v1"` lines
+ * (src/activities/metrics.ts). This maps one onto StepRecord; fields it does not
+ * carry yet (reward min/max, per-tool counts, shell commands, staleness
+ * histogram, step start time) fall back to what can be derived, never invented.
+ */
+export function fromTrainRunRecord(raw: Record<string, unknown>): Record<string, unknown> {
+  const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+  const rec = (v: unknown): Record<string, number> => (v && typeof v === 'object' && !Array.isArray(v)
+    ? Object.fromEntries(Object.entries(v as Record<string, unknown>).filter(([, x]) => typeof x === 'number')) as Record<string, number> : {});
+  const timing = rec(raw.timing_ms);
+  const phaseOf = (key: string): PhaseName | undefined => {
+    const k = key.toLowerCase();
+    if (k.includes('rollout')) return 'rollout';
+    if (k.includes('scor') || k.includes('reward')) return 'scoring';
+    if (k.includes('batch') || k.includes('build')) return 'batch';
+    if (k.includes('sync')) return 'sync';
+    if (k.includes('train') || k.includes('save')) return 'train';
+    return undefined;
+  };
+  const phase_ms: Record<string, number> = {};
+  for (const [k, v] of Object.entries(timing)) {
+    const p = phaseOf(k);
+    if (p) phase_ms[p] = (phase_ms[p] ?? 0) + v;
+  }
+  const mean = num(raw.mean_reward) ?? 0;
+  const finished = typeof raw.finished_at === 'string' ? raw.finished_at : typeof raw.time === 'string' ? raw.time : undefined;
+  const wall = num(timing.total) ?? Object.values(phase_ms).reduce((a, b) => a + b, 0);
+  const started = typeof raw.started_at === 'string' ? raw.started_at
+    : finished ? new Date(Date.parse(finished) - wall).toISOString() : undefined;
+  const toolCalls = typeof raw.tool_calls === 'number' ? { 'all tools': raw.tool_calls } : rec(raw.tool_calls);
+  return {
+    ...raw,
+    reward: { mean, std: num(raw.reward_std) ?? 0, min: num(raw.reward_min) ?? mean, max: num(raw.reward_max) ?? mean },
+    components: rec(raw.reward_components),
+    episodes: num(raw.episodes) ?? num(raw.rollouts),
+    tokens: (num(raw.completion_tokens) ?? 0) + (num(raw.prompt_tokens) ?? 0),
+    phase_ms,
+    staleness: rec(raw.staleness_histogram),
+    tool_calls: Object.keys(rec(raw.tool_calls_by_tool)).length ? rec(raw.tool_calls_by_tool) : toolCalls,
+    shell_commands: rec(raw.shell_commands),
+    started_at: started,
+    finished_at: finished,
+  };
+}
+
+/** Accepts both this file's StepRecord and TrainRun's ratchet.step/v1 line. */
+export const AnyStepRecord = z.preprocess(
+  (raw) => (raw && typeof raw === 'object' && (raw as { format?: unknown }).format === 'ratchet.step/v1'
+    ? fromTrainRunRecord(raw as Record<string, unknown>) : raw),
+  StepRecord,
+);
+
 const Prf = z.object({ precision: z.number(), recall: z.number(), f1: z.number(), episodes: z.number().int() });
 export type Prf = z.infer<typeof Prf>;
 

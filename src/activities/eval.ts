@@ -1,0 +1,362 @@
+/**
+ * EvalSweep's activities (task queue `ratchet`): plan a sweep (resolve versions,
+ * validate and hash the task set, skip what is already evaluated) and record one
+ * policy version's results. Episodes themselves run through the rollout worker's
+ * `rollout` activity, the same code path training uses.
+ */
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import type { ArtifactStore } from '../artifacts/store';
+import { sha256 } from '../artifacts/store';
+import type { RunConfig } from '../config/schema';
+import { bareFunction, setScores } from '../envs/swe-grep/rewards';
+import { normalizePath } from '../envs/shell';
+import type { EvalResult, Prf } from '../report/records';
+import type { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import type { Logger } from '../shared/logger';
+import { paths } from '../shared/paths';
+import { loadTasks, TaskLoadError } from '../tasks/load';
+import { goldFiles, type Task } from '../tasks/schema';
+
+export interface EvalSweepInput {
+  runId: string;
+  /** Explicit policy versions; wins over `newest`. */
+  versions?: number[];
+  /** The newest N policy versions the run has produced (default 1). */
+  newest?: number;
+  /** A task set name under the task dir (`heldout` → .ratchet/tasks/heldout.jsonl) or a file path. */
+  taskset?: string;
+  /** Samples per task (pass@k's n). */
+  k?: number;
+  /** Re-evaluate versions that already have a result for this task set. */
+  force?: boolean;
+  /** In-flight rollouts at once. */
+  maxConcurrent?: number;
+}
+
+export interface EvalTaskRef {
+  instanceId: string;
+  datasetPath: string;
+  hasTests: boolean;
+}
+
+export interface EvalPlan {
+  runId: string;
+  taskset: { name: string; path: string; hash: string; tasks: number };
+  k: number;
+  versions: number[];
+  skipped: number[];
+  tasks: EvalTaskRef[];
+  envId: string;
+  taskSetDir: string;
+  sampling: RunConfig['sampling'];
+  envArgs: RunConfig['env'][number]['args'];
+  rubric: RunConfig['env'][number]['rubric'];
+  sandbox: RunConfig['sandbox'];
+  inferenceBaseUrl: string;
+  servedModel: string;
+  seed: number;
+}
+
+export interface EvalEpisode {
+  instanceId: string;
+  sample: number;
+  summary?: RolloutSummary;
+  /** The rollout failed after its retries; counted in `errors`, not in the scores. */
+  error?: string;
+}
+
+export interface RecordEvalInput {
+  plan: EvalPlan;
+  version: number;
+  episodes: EvalEpisode[];
+  startedAt: string;
+  finishedAt: string;
+  workflowId?: string;
+}
+
+/** What the workflow keeps in its memo per version: small. */
+export interface EvalVersionSummary {
+  version: number;
+  key: string;
+  passAt1: number | null;
+  passAtK: number | null;
+  meanReward: number;
+  fileF1: number | null;
+  functionF1: number | null;
+  episodes: number;
+  errors: number;
+}
+
+/** Keeps one version's rollout results far below Temporal's 2 MB payload limit. */
+export const MAX_EPISODES_PER_VERSION = 2_000;
+
+// ---------------------------------------------------------------- pure scoring
+
+/**
+ * Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), as a product so
+ * large n does not overflow. n samples, c of them passed.
+ */
+export function passAtK(n: number, c: number, k: number): number {
+  if (k <= 0 || n <= 0) throw new RangeError(`pass@k needs n > 0 and k > 0 (got n=${n}, k=${k})`);
+  if (c < 0 || c > n) throw new RangeError(`pass@k needs 0 <= c <= n (got c=${c}, n=${n})`);
+  if (k > n) throw new RangeError(`pass@${k} needs at least ${k} samples per task (got n=${n})`);
+  if (n - c < k) return 1;
+  let prod = 1;
+  for (let i = n - c + 1; i <= n; i++) prod *= 1 - k / i;
+  return 1 - prod;
+}
+
+/** An episode passed when the task's tests decided it: the repair rubric's `tests_pass` component. */
+export function episodePassed(summary: RolloutSummary): boolean | null {
+  const v = summary.components.tests_pass;
+  return typeof v === 'number' ? v >= 1 : null;
+}
+
+const strings = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
+
+/** Macro-averaged precision / recall / F1 over episodes whose task has a gold set. */
+export function meanPrf(pairs: { predicted: string[]; gold: string[] }[]): Prf | null {
+  const scored = pairs.filter((p) => p.gold.length > 0).map((p) => setScores(p.predicted, p.gold));
+  if (scored.length === 0) return null;
+  const mean = (f: (s: (typeof scored)[number]) => number) => scored.reduce((a, s) => a + f(s), 0) / scored.length;
+  return { precision: mean((s) => s.precision), recall: mean((s) => s.recall), f1: mean((s) => s.f1), episodes: scored.length };
+}
+
+const avg = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+
+export interface ScoredEpisode {
+  instanceId: string;
+  summary: RolloutSummary;
+  /** The environment's final answer, from the trajectory (files, functions, diff...). */
+  final: Record<string, unknown>;
+  promptTokens: number;
+}
+
+/** Aggregates one version's episodes into an EvalResult. Pure. */
+export function scoreEval(p: {
+  plan: EvalPlan; version: number; episodes: ScoredEpisode[]; errors: number; tasks: Map<string, Task>;
+  startedAt: string; finishedAt: string; workflowId?: string;
+}): EvalResult {
+  const { plan, episodes } = p;
+  const byTask = new Map<string, ScoredEpisode[]>();
+  for (const e of episodes) byTask.set(e.instanceId, [...(byTask.get(e.instanceId) ?? []), e]);
+
+  const perTask = [...byTask.entries()].map(([instanceId, eps]) => {
+    const outcomes = eps.map((e) => episodePassed(e.summary));
+    const decided = outcomes.every((o) => o !== null) && (p.tasks.get(instanceId)?.FAIL_TO_PASS.length ?? 0) > 0;
+    return {
+      instance_id: instanceId,
+      n: eps.length,
+      passed: decided ? outcomes.filter((o) => o === true).length : null,
+      reward_mean: avg(eps.map((e) => e.summary.reward)),
+    };
+  });
+
+  // pass@j for j in {1, k}, averaged over tasks the tests decided with all k samples present.
+  const decided = perTask.filter((t) => t.passed !== null && t.n >= plan.k);
+  let passAt: Record<string, number> | null = null;
+  if (decided.length > 0) {
+    passAt = {};
+    for (const j of [...new Set([1, plan.k])]) passAt[String(j)] = avg(decided.map((t) => passAtK(t.n, t.passed!, j)));
+  }
+
+  const rewards = episodes.map((e) => e.summary.reward);
+  const meanReward = avg(rewards);
+  const componentNames = [...new Set(episodes.flatMap((e) => Object.keys(e.summary.components)))].sort();
+  const components = Object.fromEntries(componentNames.map((n) => [n, avg(episodes.map((e) => e.summary.components[n] ?? 0))]));
+
+  const goldFns = (id: string) => (p.tasks.get(id)?.gold_functions ?? []).map(bareFunction);
+  const goldFs = (id: string) => { const t = p.tasks.get(id); return t ? goldFiles(t).map(normalizePath) : []; };
+  const fileLoc = meanPrf(episodes.map((e) => ({ predicted: strings(e.final.files).map(normalizePath).filter(Boolean), gold: goldFs(e.instanceId) })));
+  const fnLoc = meanPrf(episodes.map((e) => ({ predicted: strings(e.final.functions).map(bareFunction).filter(Boolean), gold: goldFns(e.instanceId) })));
+  // Localization only means something for an environment that answers with files.
+  const answersFiles = episodes.some((e) => 'files' in e.final || 'functions' in e.final);
+
+  const minutes = Math.max(1e-9, (Date.parse(p.finishedAt) - Date.parse(p.startedAt)) / 60_000);
+  return {
+    format: 'ratchet.eval/v1',
+    run_id: plan.runId,
+    policy_version: p.version,
+    taskset: plan.taskset,
+    k: plan.k,
+    episodes: episodes.length,
+    pass_at: passAt,
+    reward: { mean: meanReward, std: Math.sqrt(avg(rewards.map((r) => (r - meanReward) ** 2))) },
+    components,
+    localization: { file: answersFiles ? fileLoc : null, function: answersFiles ? fnLoc : null },
+    per_episode: {
+      tokens: avg(episodes.map((e) => e.summary.completion_tokens + e.promptTokens)),
+      tool_calls: avg(episodes.map((e) => e.summary.tool_calls)),
+    },
+    per_task: perTask,
+    errors: p.errors,
+    workflow_id: p.workflowId,
+    started_at: p.startedAt,
+    finished_at: p.finishedAt,
+    episodes_per_minute: episodes.length / minutes,
+  };
+}
+
+export function evalKey(runId: string, version: number, tasksetHash: string): string {
+  return `runs/${runId}/evals/${version}/${tasksetHash}.json`;
+}
+
+/** `heldout` → <tasks>/heldout.jsonl; anything with a slash or an extension is a path. */
+export function resolveTaskset(taskset: string, taskDir = paths.tasks()): { name: string; file: string } {
+  if (taskset.includes('/') || /\.(jsonl|json|ndjson|parquet)$/i.test(taskset)) {
+    const file = path.resolve(taskset);
+    return { name: path.basename(file).replace(/\.[^.]+$/, ''), file };
+  }
+  return { name: taskset, file: path.join(taskDir, `${taskset}.jsonl`) };
+}
+
+/** Validates a task set for evaluation; a non-retryable failure names the file, rows and fix. */
+export async function loadEvalTaskset(taskset: string): Promise<{ name: string; file: string; hash: string; tasks: Task[] }> {
+  const { name, file } = resolveTaskset(taskset);
+  let bytes: Buffer;
+  try {
+    bytes = await fs.readFile(file);
+  } catch {
+    throw ApplicationFailure.nonRetryable(`task set "${taskset}" not found: no file ${file}. ` +
+      'Fix: generate it (bash infra/tasks.sh) or pass --taskset <path/to/tasks.jsonl>.', 'TaskSetNotFound');
+  }
+  let tasks: Task[];
+  try {
+    tasks = (await loadTasks(file)).tasks;
+  } catch (err) {
+    if (err instanceof TaskLoadError) throw ApplicationFailure.nonRetryable(`task set ${file} failed validation:\n${err.message}`, 'TaskSetInvalid');
+    throw ApplicationFailure.nonRetryable(`task set ${file}: ${(err as Error).message}`, 'TaskSetInvalid');
+  }
+  if (tasks.length === 0) throw ApplicationFailure.nonRetryable(`task set ${file} has no tasks. Fix: point --taskset at a non-empty JSONL file.`, 'TaskSetInvalid');
+  return { name, file, hash: sha256(bytes).slice(0, 16), tasks };
+}
+
+// ---------------------------------------------------------------- activities
+
+export interface EvalDeps {
+  store: ArtifactStore;
+  logger: Logger;
+}
+
+async function readJsonFile<T>(file: string): Promise<T | undefined> {
+  try {
+    return JSON.parse(await fs.readFile(file, 'utf8')) as T;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+}
+
+/** Policy versions the run has produced: 0 (the base model) and each finished step's version. */
+export async function availableVersions(store: ArtifactStore, runId: string): Promise<number[]> {
+  const versions = new Set<number>([0]);
+  try {
+    const text = await fs.readFile(store.localPath(`runs/${runId}/metrics.jsonl`), 'utf8');
+    for (const line of text.split('\n')) {
+      if (!line.trim()) continue;
+      try {
+        const v = (JSON.parse(line) as { policy_version?: unknown }).policy_version;
+        if (typeof v === 'number' && Number.isInteger(v) && v >= 0) versions.add(v);
+      } catch { /* a torn line: the metrics writer owns repairs */ }
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  return [...versions].sort((a, b) => a - b);
+}
+
+export function createEvalActivities({ store, logger }: EvalDeps) {
+  return {
+    async evalPlan(input: EvalSweepInput): Promise<EvalPlan> {
+      const { runId } = input;
+      const config = await readJsonFile<RunConfig>(store.localPath(`runs/${runId}/config.json`));
+      if (!config) {
+        throw ApplicationFailure.nonRetryable(`run "${runId}" not found: no ${store.localPath(`runs/${runId}/config.json`)}. ` +
+          'Fix: check the id with `ratchet status`; a run has a config once its TrainRun started.', 'RunNotFound');
+      }
+      const k = input.k ?? 4;
+      if (!Number.isInteger(k) || k < 1) throw ApplicationFailure.nonRetryable(`k must be a positive integer (got ${k})`, 'InvalidInput');
+      const ts = await loadEvalTaskset(input.taskset ?? 'heldout');
+      if (ts.tasks.length * k > MAX_EPISODES_PER_VERSION) {
+        throw ApplicationFailure.nonRetryable(`${ts.tasks.length} tasks × k=${k} = ${ts.tasks.length * k} episodes per version is over ${MAX_EPISODES_PER_VERSION}. ` +
+          'Fix: split the task set or lower --k.', 'InvalidInput');
+      }
+      const available = await availableVersions(store, runId);
+      let wanted: number[];
+      if (input.versions && input.versions.length > 0) {
+        const missing = input.versions.filter((v) => !available.includes(v));
+        if (missing.length) {
+          throw ApplicationFailure.nonRetryable(`run "${runId}" has no policy version ${missing.join(', ')} (it has ${available.join(', ')}). ` +
+            'Fix: pick versions from that list, or use --newest N.', 'VersionNotFound');
+        }
+        wanted = [...new Set(input.versions)].sort((a, b) => a - b);
+      } else {
+        wanted = available.slice(-(input.newest ?? 1));
+      }
+      const versions: number[] = [];
+      const skipped: number[] = [];
+      for (const v of wanted) {
+        if (!input.force && (await store.exists(evalKey(runId, v, ts.hash)))) skipped.push(v);
+        else versions.push(v);
+      }
+      const env = config.env[0];
+      const plan: EvalPlan = {
+        runId,
+        taskset: { name: ts.name, path: ts.file, hash: ts.hash, tasks: ts.tasks.length },
+        k,
+        versions,
+        skipped,
+        tasks: ts.tasks.map((t) => ({ instanceId: t.instance_id, datasetPath: ts.file, hasTests: t.FAIL_TO_PASS.length > 0 })),
+        envId: env.id,
+        taskSetDir: path.dirname(ts.file),
+        sampling: config.sampling,
+        envArgs: env.args,
+        rubric: env.rubric,
+        sandbox: config.sandbox,
+        inferenceBaseUrl: config.inference.base_urls[0],
+        servedModel: config.inference.served_model,
+        seed: config.orchestrator.seed,
+      };
+      logger.info({ runId, taskset: plan.taskset, k, versions, skipped }, 'eval sweep planned');
+      return plan;
+    },
+
+    /** Scores one version's episodes and writes runs/<run>/evals/<version>/<hash>.json. Idempotent. */
+    async evalRecord(input: RecordEvalInput): Promise<EvalVersionSummary> {
+      const { plan, version } = input;
+      const ts = await loadEvalTaskset(plan.taskset.path);
+      if (ts.hash !== plan.taskset.hash) {
+        throw ApplicationFailure.nonRetryable(`task set ${plan.taskset.path} changed during the sweep (hash ${plan.taskset.hash} → ${ts.hash}). ` +
+          'Fix: do not edit a task set while it is evaluated; trigger the sweep again.', 'TaskSetChanged');
+      }
+      const tasks = new Map(ts.tasks.map((t) => [t.instance_id, t]));
+      const scored: ScoredEpisode[] = [];
+      for (const e of input.episodes) {
+        if (!e.summary) continue;
+        // The final answer (predicted files...) lives only in the trajectory: claim check, verified.
+        const traj = await store.getJson<Trajectory>(e.summary.trajectory);
+        scored.push({ instanceId: e.instanceId, summary: e.summary, final: traj.final ?? {}, promptTokens: traj.stats?.prompt_tokens ?? 0 });
+      }
+      const errors = input.episodes.filter((e) => !e.summary).length;
+      const result = scoreEval({ plan, version, episodes: scored, errors, tasks, startedAt: input.startedAt, finishedAt: input.finishedAt, workflowId: input.workflowId });
+      const key = evalKey(plan.runId, version, plan.taskset.hash);
+      await store.putJson(key, result);
+      logger.info({ runId: plan.runId, version, key, passAt: result.pass_at, reward: result.reward.mean, errors }, 'eval recorded');
+      return {
+        version,
+        key,
+        passAt1: result.pass_at?.['1'] ?? null,
+        passAtK: result.pass_at?.[String(plan.k)] ?? null,
+        meanReward: result.reward.mean,
+        fileF1: result.localization.file?.f1 ?? null,
+        functionF1: result.localization.function?.f1 ?? null,
+        episodes: result.episodes,
+        errors,
+      };
+    },
+  };
+}
+
+export type EvalActivities = ReturnType<typeof createEvalActivities>;

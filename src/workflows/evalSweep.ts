@@ -1,0 +1,98 @@
+/**
+ * EvalSweep: policy versions × a held-out task set × k samples. Episodes run on
+ * the rollout worker (`rollout`, queue ratchet-rollout), the same code path as
+ * training; planning and scoring are activities on `ratchet`. Results go to the
+ * artifact store (runs/<run>/evals/<version>/<taskset-hash>.json) and, small, to
+ * this workflow's memo, so the Web UI shows them without opening a file.
+ */
+import { ApplicationFailure, log, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
+import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary } from '../activities/eval';
+import type { RolloutActivities, RolloutInput } from './activityTypes';
+
+export type { EvalSweepInput } from '../activities/eval';
+
+const { evalPlan, evalRecord } = proxyActivities<EvalActivities>({
+  startToCloseTimeout: '10 minutes',
+  retry: { maximumAttempts: 3 },
+});
+
+const { rollout } = proxyActivities<RolloutActivities>({
+  // A literal: src/shared/paths imports node:path, which the workflow sandbox refuses.
+  taskQueue: 'ratchet-rollout',
+  startToCloseTimeout: '30 minutes',
+  heartbeatTimeout: '2 minutes',
+  retry: { maximumAttempts: 3, nonRetryableErrorTypes: ['TaskNotFound', 'InvalidInput'] },
+});
+
+export interface EvalSweepResult {
+  runId: string;
+  taskset: EvalPlan['taskset'];
+  k: number;
+  evaluated: EvalVersionSummary[];
+  skipped: number[];
+}
+
+/** Runs fn over items with at most `width` in flight: bounded fan-out, deterministic order of results. */
+async function slidingWindow<T, R>(items: T[], width: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(width, items.length)) }, lane));
+  return out;
+}
+
+export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: string, datasetPath: string, taskIndex: number, sample: number): RolloutInput {
+  return {
+    runId: plan.runId,
+    // Eval rollouts are not training steps; -1 keeps their sandbox labels and seeds apart from step 0's.
+    step: -1,
+    groupId: `eval-v${version}-${instanceId}`,
+    rolloutIndex: sample,
+    envId: plan.envId,
+    task: { datasetPath, instanceId },
+    taskSetDir: plan.taskSetDir,
+    policyVersion: version,
+    modelName: version === 0 ? plan.servedModel : `policy-v${version}`,
+    sampling: plan.sampling,
+    envArgs: plan.envArgs,
+    rubric: plan.rubric,
+    sandbox: plan.sandbox,
+    inferenceBaseUrl: plan.inferenceBaseUrl,
+    seed: (plan.seed * 1_000_003 + version * 7919 + taskIndex * 131 + sample) >>> 0,
+  };
+}
+
+export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult> {
+  if (!input?.runId) throw ApplicationFailure.nonRetryable('EvalSweep input needs runId, e.g. {"runId": "smoke-1", "newest": 1}', 'InvalidInput');
+  const { workflowId } = workflowInfo();
+  const plan = await evalPlan(input);
+  const evaluated: EvalVersionSummary[] = [];
+  upsertMemo({ runId: plan.runId, taskset: plan.taskset, k: plan.k, skipped: plan.skipped, evaluated });
+  log.info('eval sweep', { runId: plan.runId, versions: plan.versions, skipped: plan.skipped });
+
+  const jobs = plan.tasks.flatMap((t, ti) => Array.from({ length: plan.k }, (_, s) => ({ t, ti, s })));
+  for (const version of plan.versions) {
+    const startedAt = new Date().toISOString();
+    const episodes = await slidingWindow(jobs, input.maxConcurrent ?? 4, async ({ t, ti, s }): Promise<EvalEpisode> => {
+      try {
+        const summary = await rollout(evalRolloutInput(plan, version, t.instanceId, t.datasetPath, ti, s));
+        return { instanceId: t.instanceId, sample: s, summary };
+      } catch (err) {
+        // One broken episode must not sink the sweep; it is counted in the result's `errors`.
+        return { instanceId: t.instanceId, sample: s, error: (err as Error).message };
+      }
+    });
+    if (episodes.every((e) => e.error)) {
+      throw ApplicationFailure.nonRetryable(`every episode of policy v${version} failed; first error: ${episodes[0]?.error}`, 'AllEpisodesFailed');
+    }
+    const summary = await evalRecord({ plan, version, episodes, startedAt, finishedAt: new Date().toISOString(), workflowId });
+    evaluated.push(summary);
+    upsertMemo({ evaluated });
+  }
+  return { runId: plan.runId, taskset: plan.taskset, k: plan.k, evaluated, skipped: plan.skipped };
+}
