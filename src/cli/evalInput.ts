@@ -1,0 +1,63 @@
+import { ApplicationFailure } from '@temporalio/common';
+import { existsSync } from 'node:fs';
+import type { Client } from '@temporalio/client';
+import { loadEvalTaskset, type EvalSweepInput } from '../activities/eval';
+import { LocalArtifactStore } from '../artifacts/store';
+import { CliError, EXIT } from './exit';
+
+export interface EvalFlags {
+  run: string;
+  versions?: string;
+  newest?: string;
+  taskset: string;
+  k: string;
+  force?: boolean;
+  concurrency?: string;
+}
+
+const posInt = (flag: string, v: string): number => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new CliError(`${flag} must be a positive integer (got "${v}")`, EXIT.usage);
+  return n;
+};
+
+/** Checks flags, the run and the task set here, so a bad schedule is refused before it exists. */
+export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<EvalSweepInput> {
+  if (!/^[A-Za-z0-9._-]+$/.test(f.run)) throw new CliError(`--run "${f.run}": use letters, digits, ".", "_" and "-" only`, EXIT.usage);
+  const input: EvalSweepInput = { runId: f.run, taskset: f.taskset, k: posInt('--k', f.k), force: Boolean(f.force) };
+  if (f.versions) {
+    input.versions = f.versions.split(',').map((v) => {
+      const n = Number(v.trim().replace(/^v/, ''));
+      if (!Number.isInteger(n) || n < 0) throw new CliError(`--versions: "${v}" is not a policy version (use e.g. 0,3,5)`, EXIT.usage);
+      return n;
+    });
+  } else {
+    input.newest = posInt('--newest', f.newest ?? '1');
+  }
+  if (f.concurrency) input.maxConcurrent = posInt('--concurrency', f.concurrency);
+  await assertRunExists(client, f.run);
+  try {
+    await loadEvalTaskset(f.taskset);
+  } catch (err) {
+    if (err instanceof ApplicationFailure) {
+      throw new CliError(err.message, err.type === 'TaskSetNotFound' ? EXIT.notFound : EXIT.invalidInput);
+    }
+    throw err;
+  }
+  return input;
+}
+
+/** A run exists once its TrainRun stored its config in the artifact store. */
+export async function assertRunExists(client: Client, run: string): Promise<void> {
+  const store = new LocalArtifactStore();
+  if (existsSync(store.localPath(`runs/${run}/config.json`))) return;
+  let workflowExists = false;
+  try {
+    await client.workflow.getHandle(run).describe();
+    workflowExists = true;
+  } catch { /* not found: reported below */ }
+  throw new CliError(workflowExists
+    ? `run "${run}" has a workflow but no stored config yet (${store.localPath(`runs/${run}/config.json`)}); it has not started its first step. Fix: wait for it, or check its worker logs.`
+    : `run "${run}" not found: no workflow with that id and no ${store.localPath(`runs/${run}/config.json`)}. Fix: list runs with \`ratchet status\`.`,
+  workflowExists ? EXIT.notReady : EXIT.notFound);
+}

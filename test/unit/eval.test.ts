@@ -1,0 +1,106 @@
+import { episodePassed, meanPrf, passAtK, resolveTaskset, scoreEval, type EvalPlan, type ScoredEpisode } from '../../src/activities/eval';
+import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import { Task } from '../../src/tasks/schema';
+
+/** Brute force pass@k: the fraction of k-subsets with at least one pass. */
+function bruteForce(n: number, c: number, k: number): number {
+  const outcomes = Array.from({ length: n }, (_, i) => i < c);
+  let total = 0;
+  let hit = 0;
+  const rec = (start: number, chosen: boolean[]) => {
+    if (chosen.length === k) { total++; if (chosen.some(Boolean)) hit++; return; }
+    for (let i = start; i < n; i++) rec(i + 1, [...chosen, outcomes[i]!]);
+  };
+  rec(0, []);
+  return hit / total;
+}
+
+describe('passAtK (unbiased estimator)', () => {
+  it.each([[1, 0, 1, 0], [1, 1, 1, 1], [4, 1, 1, 0.25], [4, 2, 4, 1], [10, 3, 1, 0.3]])('n=%i c=%i k=%i -> %f', (n, c, k, want) => {
+    expect(passAtK(n, c, k)).toBeCloseTo(want, 10);
+  });
+  it('matches brute force over subsets', () => {
+    for (const [n, c, k] of [[5, 2, 2], [6, 1, 3], [8, 3, 4], [7, 0, 2]] as const) {
+      expect(passAtK(n, c, k)).toBeCloseTo(bruteForce(n, c, k), 10);
+    }
+  });
+  it('rejects k > n with a reason', () => {
+    expect(() => passAtK(2, 1, 4)).toThrow(/at least 4 samples/);
+  });
+});
+
+describe('meanPrf', () => {
+  it('macro-averages and ignores episodes without gold', () => {
+    const r = meanPrf([
+      { predicted: ['a.py'], gold: ['a.py'] },
+      { predicted: ['a.py', 'b.py'], gold: ['a.py'] },
+      { predicted: ['x.py'], gold: [] },
+    ])!;
+    expect(r.episodes).toBe(2);
+    expect(r.precision).toBeCloseTo(0.75);
+    expect(r.recall).toBeCloseTo(1);
+  });
+  it('is null without any gold set', () => {
+    expect(meanPrf([{ predicted: ['a'], gold: [] }])).toBeNull();
+  });
+});
+
+const task = (id: string, f2p: string[]) => Task.parse({
+  instance_id: id, repo: 'pkg/x', base_commit: 'abc', problem_statement: 'it breaks',
+  patch: `diff --git a/src/${id}.py b/src/${id}.py\n--- a/src/${id}.py\n+++ b/src/${id}.py\n@@ -1 +1 @@\n-a\n+b\n`,
+  test_patch: '', FAIL_TO_PASS: f2p, PASS_TO_PASS: [], gold_functions: [`src/${id}.py::fix_me`],
+  source: { type: 'snapshot', repo_path: '/tmp/x' },
+});
+
+const summary = (id: string, i: number, reward: number, components: Record<string, number>): RolloutSummary => ({
+  task_id: id, group_id: `g-${id}`, rollout_index: i, trajectory: { uri: 'file:///x', sha256: '0'.repeat(64), bytes: 1 },
+  reward, components, stop_reason: 'completed', policy_version: 3, completion_tokens: 100, tool_calls: 4, model_ms: 1, tools_ms: 1, sandbox_ms: 1,
+});
+
+const plan: EvalPlan = {
+  runId: 'r1', taskset: { name: 'heldout', path: '/tmp/h.jsonl', hash: 'h', tasks: 2 }, k: 2, versions: [3], skipped: [],
+  tasks: [], envId: 'code-repair', taskSetDir: '/tmp', sampling: { temperature: 1, top_p: 1, max_tokens: 64 },
+  envArgs: { max_tokens: 1, max_tool_calls: 1, max_turns: 1 }, rubric: {}, sandbox: {} as EvalPlan['sandbox'],
+  inferenceBaseUrl: 'http://x/v1', servedModel: 'm', seed: 0,
+};
+
+describe('scoreEval', () => {
+  it('computes pass@1 and pass@k where tests decide, localization where the env answers files', () => {
+    let ep: ScoredEpisode[];
+    try {
+      ep = [
+        { instanceId: 't1', summary: summary('t1', 0, 1, { tests_pass: 1 }), final: { files: ['src/t1.py'], functions: ['fix_me'] }, promptTokens: 50 },
+        { instanceId: 't1', summary: summary('t1', 1, 0, { tests_pass: 0 }), final: { files: ['src/other.py'] }, promptTokens: 50 },
+        { instanceId: 't2', summary: summary('t2', 0, 0, { tests_pass: 0 }), final: { files: [] }, promptTokens: 50 },
+        { instanceId: 't2', summary: summary('t2', 1, 0, { tests_pass: 0 }), final: { files: ['src/t2.py'] }, promptTokens: 50 },
+      ];
+    } catch (e) { throw e; }
+    const tasks = new Map([['t1', task('t1', ['test_a'])], ['t2', task('t2', ['test_b'])]]);
+    const r = scoreEval({ plan, version: 3, episodes: ep, errors: 1, tasks, startedAt: '2025-01-01T00:00:00Z', finishedAt: '2025-01-01T00:02:00Z' });
+    expect(r.pass_at).toEqual({ 1: 0.25, 2: 0.5 });
+    expect(r.errors).toBe(1);
+    expect(r.episodes_per_minute).toBeCloseTo(2);
+    expect(r.localization.file!.recall).toBeCloseTo(0.5);
+    expect(r.localization.function!.episodes).toBe(4);
+    expect(r.per_episode.tokens).toBe(150);
+    expect(r.per_task.find((t) => t.instance_id === 't1')).toMatchObject({ n: 2, passed: 1 });
+  });
+  it('has no pass@k for a set without tests', () => {
+    const tasks = new Map([['t1', task('t1', [])]]);
+    const ep: ScoredEpisode[] = [0, 1].map((i) => ({ instanceId: 't1', summary: summary('t1', i, 0.5, { correct_files: 1 }), final: { files: ['src/t1.py'] }, promptTokens: 0 }));
+    const r = scoreEval({ plan, version: 3, episodes: ep, errors: 0, tasks, startedAt: '2025-01-01T00:00:00Z', finishedAt: '2025-01-01T00:01:00Z' });
+    expect(r.pass_at).toBeNull();
+    expect(r.localization.file!.f1).toBe(1);
+  });
+  it('episodePassed reads the tests_pass component, null when absent', () => {
+    expect(episodePassed(summary('t', 0, 1, { tests_pass: 1 }))).toBe(true);
+    expect(episodePassed(summary('t', 0, 1, {}))).toBeNull();
+  });
+});
+
+describe('resolveTaskset', () => {
+  it('maps a name into the task dir and keeps paths', () => {
+    expect(resolveTaskset('heldout', '/t')).toEqual({ name: 'heldout', file: '/t/heldout.jsonl' });
+    expect(resolveTaskset('/data/swe-lite.jsonl').file).toBe('/data/swe-lite.jsonl');
+  });
+});

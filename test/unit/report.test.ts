@@ -1,0 +1,64 @@
+import { buildReportData } from '../../src/report/aggregate';
+import { renderReportHtml } from '../../src/report/html';
+import { parseStepRecords, RunDataError } from '../../src/report/load';
+import { syntheticEvalResults, syntheticStepRecords } from '../../src/report/synthetic';
+
+describe('report data', () => {
+  const records = syntheticStepRecords(10);
+  it('sums phases into shares that add to 1', () => {
+    const d = buildReportData('r', records, []);
+    expect(d.phases.map((p) => p.phase)).toEqual(['rollout', 'scoring', 'batch', 'train', 'sync']);
+    expect(d.phases.reduce((s, p) => s + p.share, 0)).toBeCloseTo(1, 3);
+    expect(d.steps).toHaveLength(10);
+    expect(d.tools[0]![0]).toBe('bash');
+  });
+  it('computes episodes per hour from step wall time', () => {
+    const r = { ...records[0]!, episodes: 10, started_at: '2025-01-01T00:00:00Z', finished_at: '2025-01-01T00:06:00Z' };
+    expect(buildReportData('r', [r], []).throughput.episodesPerHour[0]).toBe(100);
+  });
+  it('groups evals by task set across versions', () => {
+    const d = buildReportData('r', records, syntheticEvalResults('r', [5, 0, 10]));
+    expect(d.evals).toHaveLength(1);
+    expect(d.evals[0]!.versions).toEqual([0, 5, 10]);
+  });
+});
+
+describe('parseStepRecords', () => {
+  it('keeps the last record of a step written twice and sorts', () => {
+    const [a, b] = syntheticStepRecords(2);
+    const text = [b, a, { ...a!, reward: { ...a!.reward, mean: 42 } }].map((r) => JSON.stringify(r)).join('\n');
+    const got = parseStepRecords(text, 'm.jsonl');
+    expect(got.map((r) => r.step)).toEqual([0, 1]);
+    expect(got[0]!.reward.mean).toBe(42);
+  });
+  it('names file, line and field of a bad record', () => {
+    expect(() => parseStepRecords('{"step": 0}\n', 'runs/x/metrics.jsonl')).toThrow(/metrics\.jsonl:1.*policy_version/s);
+    expect(() => parseStepRecords('{oops\n', 'm.jsonl')).toThrow(RunDataError);
+  });
+  it("accepts TrainRun's ratchet.step/v1 lines", () => {
+    const line = {
+      format: 'ratchet.step/v1', run_id: 'r', step: 3, time: '2025-01-01T00:10:00.000Z', policy_version: 4, mean_reward: 0.5, reward_std: 0.1,
+      reward_components: { correct_files: 0.7 }, rollouts: 8, samples: 8, dropped: {}, stop_reasons: {}, mean_staleness: 0,
+      completion_tokens: 900, tool_calls: 12, trainer: {}, timing_ms: { rollouts: 4000, build_batch: 500, trainer_step: 3000, weight_sync: 500 }, batch: null,
+    };
+    const [r] = parseStepRecords(JSON.stringify(line), 'm.jsonl');
+    expect(r!.reward).toEqual({ mean: 0.5, std: 0.1, min: 0.5, max: 0.5 });
+    expect(r!.phase_ms).toMatchObject({ rollout: 4000, batch: 500, train: 3000, sync: 500 });
+    expect(r!.started_at).toBe('2025-01-01T00:09:52.000Z');
+    expect(r!.tool_calls).toEqual({ 'all tools': 12 });
+  });
+});
+
+describe('renderReportHtml', () => {
+  it('is one self-contained file: no external src/href, the library and data inlined', () => {
+    const html = renderReportHtml(buildReportData('r<1>', syntheticStepRecords(5), []), '/* chart lib */');
+    expect(html).not.toMatch(/<script[^>]+src=/);
+    expect(html).not.toMatch(/<link[^>]+href=/);
+    expect(html).toContain('/* chart lib */');
+    expect(html).toContain('r&lt;1&gt;');
+    expect(html).toContain('No eval results yet');
+    // The inlined JSON cannot close its script tag early.
+    const data = html.slice(html.indexOf('id="ratchet-data">'));
+    expect(data.slice(0, data.indexOf('</script>'))).not.toContain('<1>');
+  });
+});
