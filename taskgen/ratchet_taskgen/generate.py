@@ -74,7 +74,6 @@ class Candidate:
     index: int  # position in the package's ordered candidate list: part of instance_id
     pkg_key: str
     site: Site
-    source: str  # mutated file
 
 
 @dataclass
@@ -82,6 +81,7 @@ class Outcome:
     candidate: Candidate
     status: str  # "kept" or a drop reason
     detail: str = ""
+    digest: str = ""  # of the mutated file, to drop duplicate bugs
     base_commit: str = ""
     patch: str = ""
     fail_to_pass: list[str] = field(default_factory=list)
@@ -164,26 +164,26 @@ def enumerate_candidates(base: Baseline, opts: Options, stats: Counter) -> list[
                 continue
             rng.shuffle(sites)
             chosen += sites[: opts.max_sites_per_function]
-    rng.shuffle(chosen)
-    out = []
+    # Balance operator kinds: round-robin over kinds, each in seeded order.
+    by_kind: dict[str, list[Site]] = {}
     for site in chosen:
-        source = (base.src / site.file).read_text(encoding="utf-8")
-        try:
-            mutant = apply_site(source, site)
-        except MutationError as exc:
-            stats["dropped:mutation_not_clean"] += 1
-            log.debug("site %s rejected: %s", site, exc)
-            continue
-        out.append(Candidate(len(out), base.pkg.key, site, mutant.source))
-    return out
+        by_kind.setdefault(site.kind, []).append(site)
+    for sites in by_kind.values():
+        rng.shuffle(sites)
+    ordered = list(_round_robin([by_kind[k] for k in sorted(by_kind)]))
+    return [Candidate(i, base.pkg.key, site) for i, site in enumerate(ordered)]
 
 
-def interleave(lists: list[list[Candidate]]) -> Iterator[Candidate]:
-    """Round-robin over packages so every package is represented while the target is met."""
+def _round_robin(lists: list[list]) -> Iterator:
     for i in range(max((len(x) for x in lists), default=0)):
         for x in lists:
             if i < len(x):
                 yield x[i]
+
+
+def interleave(lists: list[list[Candidate]]) -> Iterator[Candidate]:
+    """Round-robin over packages so every package is represented while the target is met."""
+    return _round_robin(lists)
 
 
 # --- verification (runs in worker processes) ------------------------------------
@@ -207,6 +207,21 @@ def verify(cand: Candidate) -> Outcome:
     ws = _workspace(base)
     target = ws / site.file
     clean_source = (base.src / site.file).read_text(encoding="utf-8")
+    # Mutants are made here, in the workers: most candidates are never tried.
+    try:
+        source = apply_site(clean_source, site).source
+    except MutationError as exc:
+        return Outcome(cand, "mutation_not_clean", detail=str(exc))
+    digest = hashlib.sha256(f"{site.file}\0{source}".encode()).hexdigest()
+    try:
+        return _verify(cand, base, opts, ws, target, clean_source, source, digest)
+    finally:
+        target.write_text(clean_source, encoding="utf-8")
+
+
+def _verify(cand: Candidate, base: Baseline, opts: Options, ws: Path, target: Path, clean_source: str,
+            source: str, digest: str) -> Outcome:
+    site = cand.site
     covering = base.covering[(site.file, site.function)]
     paths = sorted({t.split("::", 1)[0] for t in covering})
     # Also run a seeded sample of the files' other tests, so PASS_TO_PASS is verified
@@ -215,37 +230,39 @@ def verify(cand: Candidate) -> Outcome:
     others = sorted(t for t, r in base.outcomes.items() if r["outcome"] == "passed"
                     and t.split("::", 1)[0] in paths and t not in set(covering))
     tests = sorted(set(covering) | set(rng.sample(others, min(MAX_PASS_TO_PASS, len(others)))))
-    try:
-        target.write_text(cand.source, encoding="utf-8")
-        bug, _ = run_pytest(ws, paths, select=tests, timeout=opts.run_timeout)
-        if bug.timed_out:
-            return Outcome(cand, "timeout")
-        if not bug.outcomes:
-            return Outcome(cand, "no_test_results", bug.output[-500:])
-        clean_pass = {t for t in tests if base.outcomes.get(t, {}).get("outcome") == "passed"}
-        newly_failing = sorted(bug.failed() & clean_pass)
-        if not newly_failing:
-            if bug.failed():
-                return Outcome(cand, "test_fails_also_on_clean")
-            return Outcome(cand, "no_test_fails")
+    target.write_text(source, encoding="utf-8")
+    bug, _ = run_pytest(ws, paths, select=tests, timeout=opts.run_timeout)
+    if bug.timed_out:
+        return Outcome(cand, digest=digest, status="timeout")
+    if not bug.outcomes:
+        return Outcome(cand, digest=digest, status="collection_error", detail=bug.output[-500:])
+    clean_pass = {t for t in tests if base.outcomes.get(t, {}).get("outcome") == "passed"}
+    newly_failing = sorted(bug.failed() & clean_pass)
+    if not newly_failing:
+        if bug.failed():
+            return Outcome(cand, digest=digest, status="test_fails_also_on_clean")
+        return Outcome(cand, digest=digest, status="no_test_fails")
 
-        buggy_commit = snapshot.commit_with_file(base.repo, base.clean_commit, site.file, cand.source,
-                                                 f"{base.pkg.name} {base.pkg.version}")
-        patch = snapshot.diff(base.repo, buggy_commit, base.clean_commit)
-        applied = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], input=patch, text=True,
-                                 cwd=ws, capture_output=True)
-        if applied.returncode != 0 or target.read_text(encoding="utf-8") != clean_source:
-            return Outcome(cand, "gold_does_not_apply", applied.stderr[-500:])
-        gold, _ = run_pytest(ws, paths, select=newly_failing, timeout=opts.run_timeout)
-        if gold.timed_out or not set(newly_failing) <= gold.passed():
-            return Outcome(cand, "gold_does_not_restore")
-        both = sorted((bug.passed() & clean_pass) - set(newly_failing))
-        p2p = sorted(rng.sample(both, min(MAX_PASS_TO_PASS, len(both))))
-        messages = {t: bug.outcomes[t]["message"] for t in newly_failing}
-        return Outcome(cand, "kept", base_commit=buggy_commit, patch=patch, fail_to_pass=newly_failing,
-                       pass_to_pass=p2p, messages=messages)
-    finally:
-        target.write_text(clean_source, encoding="utf-8")
+    buggy_commit = snapshot.commit_with_file(base.repo, base.clean_commit, site.file, source,
+                                             f"{base.pkg.name} {base.pkg.version}")
+    patch = snapshot.diff(base.repo, buggy_commit, base.clean_commit)
+    # The work tree may sit inside another git repository (.ratchet/ in the project):
+    # stop git from finding it, or `git apply` would resolve paths against its root.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_CEILING_DIRECTORIES"] = str(ws.parent)
+    applied = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], input=patch, text=True,
+                             cwd=ws, capture_output=True, env=env)
+    if applied.returncode != 0 or target.read_text(encoding="utf-8") != clean_source:
+        return Outcome(cand, digest=digest, status="gold_does_not_apply",
+                       detail=applied.stderr[-500:])
+    gold, _ = run_pytest(ws, paths, select=newly_failing, timeout=opts.run_timeout)
+    if gold.timed_out or not set(newly_failing) <= gold.passed():
+        return Outcome(cand, digest=digest, status="gold_does_not_restore")
+    both = sorted((bug.passed() & clean_pass) - set(newly_failing))
+    p2p = sorted(rng.sample(both, min(MAX_PASS_TO_PASS, len(both))))
+    messages = {t: bug.outcomes[t]["message"] for t in newly_failing}
+    return Outcome(cand, digest=digest, status="kept", base_commit=buggy_commit, patch=patch,
+                   fail_to_pass=newly_failing, pass_to_pass=p2p, messages=messages)
 
 
 # --- driver -------------------------------------------------------------------------
@@ -303,27 +320,22 @@ def generate(packages: list[Package], opts: Options) -> dict:
     kept: list[Outcome] = []
     per_package: dict[str, Counter] = {k: Counter() for k in bases}
 
-    def feed() -> Iterator[Candidate]:
-        for cand in interleave(lists):
-            digest = hashlib.sha256(f"{cand.pkg_key}\0{cand.site.file}\0{cand.source}".encode()).hexdigest()
-            if digest in seen_sources:
-                stats["dropped:duplicate_diff"] += 1
-                continue
-            seen_sources.add(digest)
-            yield cand
-
-    # Pool.imap pulls from feed() in its own thread, ahead of the results: anything
+    # Pool.imap pulls candidates in its own thread, ahead of the results: anything
     # that depends on earlier results (the per-function quota) is decided here, in
     # result order, to stay deterministic.
     # fork: workers inherit the baselines without pickling them
     ctx = mp.get_context("fork")
     tried = 0
     with ctx.Pool(opts.workers) as pool:
-        for outcome in pool.imap(verify, feed(), chunksize=1):
+        for outcome in pool.imap(verify, interleave(lists), chunksize=1):
             tried += 1
             c = outcome.candidate
             per_package[c.pkg_key]["tried"] += 1
             func = (c.pkg_key, c.site.file, c.site.function)
+            if outcome.digest:
+                if outcome.digest in seen_sources and outcome.status == "kept":
+                    outcome.status = "duplicate_diff"
+                seen_sources.add(outcome.digest)
             if outcome.status == "kept" and kept_per_function[func] >= opts.max_kept_per_function:
                 outcome.status = "function_quota_full"
             if outcome.status == "kept":

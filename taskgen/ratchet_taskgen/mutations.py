@@ -255,26 +255,26 @@ def _function_owners(tree: ast.Module) -> dict[int, tuple[str, ast.AST]]:
     owners: dict[int, tuple[str, ast.AST]] = {}
 
     def visit(node: ast.AST, scope: list[str], func: tuple[str, ast.AST] | None) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                name = ".".join(scope + [child.name])
-                # decorators and defaults run in the enclosing scope
-                for sub in child.decorator_list + [child.args]:
-                    if func is not None:
-                        owners[id(sub)] = func
-                    visit(sub, scope, func)
-                mine = (name, child)
-                for stmt in child.body:
-                    owners[id(stmt)] = mine
-                    visit(stmt, scope + [child.name], mine)
-            elif isinstance(child, ast.ClassDef):
-                visit(child, scope + [child.name], None)
-            else:
-                if func is not None:
-                    owners[id(child)] = func
+        if func is not None:
+            owners[id(node)] = func
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # decorators, defaults and annotations run in the enclosing scope
+            for sub in node.decorator_list + [node.args] + ([node.returns] if node.returns else []):
+                visit(sub, scope, func)
+            mine = (".".join(scope + [node.name]), node)
+            for stmt in node.body:
+                visit(stmt, scope + [node.name], mine)
+        elif isinstance(node, ast.ClassDef):
+            for sub in node.decorator_list + node.bases + node.keywords:
+                visit(sub, scope, func)
+            for stmt in node.body:
+                visit(stmt, scope + [node.name], None)
+        else:
+            for child in ast.iter_child_nodes(node):
                 visit(child, scope, func)
 
-    visit(tree, [], None)
+    for stmt in tree.body:
+        visit(stmt, [], None)
     return owners
 
 

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the offline task set in $RATCHET_HOME/tasks (train.jsonl, heldout.jsonl,
+# yield.json, repos/<pkg>-<version>.git) from the pinned PyPI packages in
+# taskgen/packages.toml. Idempotent: skipped when packages.toml, the generator's
+# source, the seed and the target are unchanged; downloaded sdists are cached in
+# $RATCHET_HOME/cache/sdists and checked against their sha256 pins on every run.
+#   SEED=0 TARGET=160 WORKERS=2 bash infra/tasks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SEED="${SEED:-0}"
+TARGET="${TARGET:-160}"
+WORKERS="${WORKERS:-2}"
+TASKGEN="$RATCHET_ROOT/taskgen"
+OUT="$RATCHET_HOME/tasks"
+
+need_free_disk 1 "$RATCHET_HOME"
+apt_install git
+
+venv="$(venv_for taskgen)"
+env_hash="$(recipe_hash "$TASKGEN/pyproject.toml")"
+if ! stamp_ok taskgen-venv "$env_hash"; then
+  log "installing ratchet-taskgen (+ pytest 7.2.1, the sandbox's version) into $venv"
+  "$venv/bin/pip" install --quiet --upgrade pip
+  "$venv/bin/pip" install --quiet -e "$TASKGEN"
+  stamp_write taskgen-venv "$env_hash"
+fi
+
+recipe="$(RECIPE_EXTRA="seed=$SEED target=$TARGET" recipe_hash "$TASKGEN/packages.toml" "$TASKGEN/pyproject.toml" \
+  $(find "$TASKGEN/ratchet_taskgen" -name '*.py' | LC_ALL=C sort))"
+if stamp_ok tasks "$recipe" && [ -s "$OUT/train.jsonl" ]; then
+  log "task set up to date ($OUT, recipe $recipe)"
+  exit 0
+fi
+
+log "generating the task set into $OUT (seed $SEED, target $TARGET, $WORKERS workers)"
+timed taskgen "$venv/bin/python" -m ratchet_taskgen generate --out "$OUT" --cache "$RATCHET_HOME/cache/sdists" \
+  --seed "$SEED" --target "$TARGET" --workers "$WORKERS"
+stamp_write tasks "$recipe"
+log "task set ready: $(wc -l <"$OUT/train.jsonl") train, $(wc -l <"$OUT/heldout.jsonl") heldout; report $OUT/yield.json"
