@@ -38,9 +38,15 @@ from .core.trainer import StepOrderError, Trainer
 log = logging.getLogger("ratchet_trainer.worker")
 
 SHARED_QUEUE = "ratchet-trainer"
-# Fault injection for the recovery tests: seconds to sleep after each micro-batch.
+# Fault injection for the recovery tests: after each micro-batch of step
+# RATCHET_TRAINER_FAULT_STEP (any step if unset), touch RATCHET_TRAINER_FAULT_MARKER
+# and sleep RATCHET_TRAINER_FAULT_SLEEP_S seconds, still heartbeating.
 FAULT_SLEEP_ENV = "RATCHET_TRAINER_FAULT_SLEEP_S"
+FAULT_STEP_ENV = "RATCHET_TRAINER_FAULT_STEP"
+FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 
+# The activities that touch the model run in a thread and opt out of the SDK's
+# thread-injected cancel exception (see the heartbeat in step).
 # Input errors: retrying the same payload cannot succeed, so fail the activity at once.
 _NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, ArtifactError)
 
@@ -52,13 +58,19 @@ def _default_artifacts() -> Path:
     return Path(home) / "artifacts"
 
 
+def activity_cancelled(step: int) -> Exception:
+    from temporalio.exceptions import CancelledError
+
+    return CancelledError(f"trainer.step {step} cancelled between micro-batches; no update was applied")
+
+
 class TrainerActivities:
     """Holds at most one run's trainer; activities on it are serialised by a lock."""
 
-    def __init__(self, artifacts_root: Path, worker_id: str | None = None):
+    def __init__(self, artifacts_root: Path, worker_id: str | None = None, shared_queue: str = SHARED_QUEUE):
         self.artifacts_root = artifacts_root
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.task_queue = f"{SHARED_QUEUE}-{self.worker_id}"
+        self.task_queue = f"{shared_queue}-{self.worker_id}"
         self.trainer: Trainer | None = None
         self._lock = threading.Lock()
 
@@ -79,7 +91,7 @@ class TrainerActivities:
     async def announce(self, _: dict[str, Any] | None = None) -> dict[str, str]:
         return {"task_queue": self.task_queue, "worker_id": self.worker_id}
 
-    @activity.defn(name="trainer.load")
+    @activity.defn(name="trainer.load", no_thread_cancel_exception=True)
     def load(self, req: dict[str, Any]) -> dict[str, Any]:
         run_id = req.get("run_id")
         if not isinstance(run_id, str) or not run_id:
@@ -107,7 +119,7 @@ class TrainerActivities:
                                               "policy_version": new.policy_version, "from_checkpoint": ckpt is not None})
             return {"step": new.last_step, "policy_version": new.policy_version, "ledger": sorted(new.ledger)}
 
-    @activity.defn(name="trainer.step")
+    @activity.defn(name="trainer.step", no_thread_cancel_exception=True)
     def step(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             trainer = self._trainer_for(req.get("run_id"))
@@ -117,11 +129,23 @@ class TrainerActivities:
             if step in trainer.ledger:
                 return {**trainer.ledger[step], "applied": False}
             fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
+            fault_step = os.environ.get(FAULT_STEP_ENV)
+            if fault_step not in (None, "") and int(fault_step) != step:
+                fault_sleep = 0.0
 
             def heartbeat(progress: dict[str, Any]) -> None:
+                # Cancellation is checked here, between micro-batches, never injected into torch mid-kernel
+                # (an exception raised inside autograd's checkpoint hooks corrupts its thread state).
+                if activity.is_cancelled():
+                    raise activity_cancelled(step)
                 activity.heartbeat(progress)
-                if fault_sleep:
-                    time.sleep(fault_sleep)
+                if fault_sleep and progress["micro_batch"] > 0:
+                    if os.environ.get(FAULT_MARKER_ENV):
+                        Path(os.environ[FAULT_MARKER_ENV]).write_text(json.dumps(progress))
+                    end = time.monotonic() + fault_sleep
+                    while time.monotonic() < end:
+                        time.sleep(0.2)
+                        activity.heartbeat(progress)
 
             try:
                 batch = load_batch(req.get("batch"), req.get("manifest"))
@@ -129,7 +153,7 @@ class TrainerActivities:
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
 
-    @activity.defn(name="trainer.save")
+    @activity.defn(name="trainer.save", no_thread_cancel_exception=True)
     def save(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             trainer = self._trainer_for(req.get("run_id"))
@@ -150,12 +174,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-async def run_worker(address: str, namespace: str, artifacts_root: Path, ready_file: Path | None = None) -> None:
+async def run_worker(address: str, namespace: str, artifacts_root: Path, ready_file: Path | None = None,
+                     shared_queue: str = SHARED_QUEUE) -> None:
     client = await Client.connect(address, namespace=namespace)
-    acts = TrainerActivities(artifacts_root)
+    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue)
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-    shared = Worker(client, task_queue=SHARED_QUEUE, activities=[acts.announce])
+    shared = Worker(client, task_queue=shared_queue, activities=[acts.announce])
     own = Worker(client, task_queue=acts.task_queue, activities=[acts.announce, acts.load, acts.step, acts.save],
                  activity_executor=pool, max_concurrent_activities=2)
     log.info("trainer worker started", extra={"address": address, "worker_id": acts.worker_id,
@@ -171,12 +196,13 @@ def main() -> None:
     ap.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE", "default"))
     ap.add_argument("--artifacts", type=Path, default=_default_artifacts(), help="artifact store root (local)")
     ap.add_argument("--ready-file", type=Path, default=None, help="write {task_queue, worker_id} here once polling")
+    ap.add_argument("--shared-queue", default=SHARED_QUEUE, help="queue polled for trainer.announce (tests isolate with their own)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level, handlers=[handler])
-    asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file))
+    asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ if job.get("checkpoint"):
 
 
 def heartbeat(progress):
+    if progress["micro_batch"] == 0:  # the step's start: kill inside it, after real work
+        return
     Path(job["marker"]).write_text(json.dumps(progress))
     time.sleep(job.get("sleep", 0))
 

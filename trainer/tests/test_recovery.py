@@ -56,7 +56,7 @@ def test_killed_mid_step_then_retried_from_checkpoint_matches_uninterrupted(kind
         assert time.monotonic() < deadline, "the trainer process never reached its first micro-batch"
         time.sleep(0.1)
     progress = json.loads((tmp_path / "marker").read_text())
-    assert progress["micro_batch"] < progress["micro_batches"], "kill must land inside the step"
+    assert 0 < progress["micro_batch"] < progress["micro_batches"], "kill must land inside the step"
     victim.send_signal(signal.SIGKILL)
     victim.wait(30)
     assert not (art / "runs/run/checkpoints/step-1").exists() and not (tmp_path / "out.json").exists()

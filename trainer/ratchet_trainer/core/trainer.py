@@ -106,6 +106,8 @@ class Trainer:
         stats = LossStats()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
+        if heartbeat is not None:
+            heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
         try:
             for k, ids in enumerate(groups):
                 mb = make_micro_batch(batch, ids, self.device)

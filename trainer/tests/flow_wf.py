@@ -1,0 +1,50 @@
+"""A test-only workflow that drives the trainer activities the way TrainRun does:
+announce, load, then step+save per batch; when a step fails (dead worker), it
+announces again and loads the last checkpoint on the new worker before retrying."""
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+ONCE = RetryPolicy(maximum_attempts=1)
+
+
+@workflow.defn(name="TrainerRecoveryTestFlow")
+class TrainerRecoveryTestFlow:
+    @workflow.run
+    async def run(self, a: dict) -> dict:
+        async def announce() -> str:
+            r = await workflow.execute_activity("trainer.announce", {}, task_queue=a["shared_queue"],
+                                                start_to_close_timeout=timedelta(seconds=30),
+                                                schedule_to_close_timeout=timedelta(minutes=5))
+            return r["task_queue"]
+
+        async def load(queue: str, ckpt):
+            return await workflow.execute_activity(
+                "trainer.load", {"run_id": a["run_id"], "trainer_config": a["trainer_config"], "checkpoint": ckpt},
+                task_queue=queue, start_to_close_timeout=timedelta(minutes=3), retry_policy=ONCE)
+
+        queue, ckpt, results, recoveries, step = await announce(), None, [], 0, 0
+        await load(queue, None)
+        while step < len(a["batches"]):
+            b = a["batches"][step]
+            try:
+                m = await workflow.execute_activity(
+                    "trainer.step", {"run_id": a["run_id"], "step": step, "batch": b[0], "manifest": b[1]},
+                    task_queue=queue, start_to_close_timeout=timedelta(minutes=5),
+                    schedule_to_start_timeout=timedelta(seconds=20),
+                    heartbeat_timeout=timedelta(seconds=20), retry_policy=ONCE)
+                saved = await workflow.execute_activity(
+                    "trainer.save", {"run_id": a["run_id"], "step": step}, task_queue=queue,
+                    start_to_close_timeout=timedelta(minutes=2), retry_policy=ONCE)
+            except ActivityError:
+                recoveries += 1
+                queue = await announce()
+                await load(queue, ckpt)
+                continue
+            ckpt = saved["checkpoint"]
+            results.append({"metrics": m, "saved": saved, "queue": queue})
+            step += 1
+        return {"results": results, "recoveries": recoveries}

@@ -1,0 +1,102 @@
+"""The Temporal worker against the real dev server (127.0.0.1:7233): a workflow drives
+announce/load/step/save; the worker process is SIGKILLed in the middle of a step, a
+new worker takes over from the last checkpoint, and the step's result matches an
+uninterrupted run. Skipped loudly when no server is reachable (infra/temporal.sh start)."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ratchet_trainer.core import Trainer, load_batch
+from ratchet_trainer.core.artifacts import uri_to_path
+from helpers import REPO, TEMPORAL_ADDRESS, make_cfg, make_samples, on_policy_batch, real_model_available, snapshot, temporal_reachable
+
+pytestmark = pytest.mark.skipif(
+    not temporal_reachable(),
+    reason=f"SKIPPED LOUDLY: no Temporal server at {TEMPORAL_ADDRESS}; start it with `bash infra/temporal.sh start`",
+)
+
+
+def _worker(tmp: Path, name: str, shared_queue: str, env_extra: dict) -> tuple[subprocess.Popen, Path]:
+    ready = tmp / f"{name}.ready"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "trainer"), **env_extra}
+    log = open(tmp / f"{name}.log", "w")
+    p = subprocess.Popen([sys.executable, "-m", "ratchet_trainer.worker", "--address", TEMPORAL_ADDRESS,
+                          "--artifacts", str(tmp / "art"), "--ready-file", str(ready), "--shared-queue", shared_queue],
+                         env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert p.poll() is None, (tmp / f"{name}.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "worker did not start"
+        time.sleep(0.2)
+    return p, ready
+
+
+def test_worker_killed_mid_step_recovers_from_checkpoint(tmp_path):
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+    from flow_wf import TrainerRecoveryTestFlow
+
+    kind = "real" if real_model_available() else "tiny"
+    cfg = make_cfg(kind, micro_batch_tokens=24)
+    ref = Trainer("run", cfg)
+    samples = make_samples(ref.vocab_size)
+    b0 = on_policy_batch(ref, tmp_path, samples, 0)
+    ref.step(0, load_batch(*b0))
+    b1 = on_policy_batch(ref, tmp_path, samples, 1)
+    want = ref.step(1, load_batch(*b1))
+    want_w = snapshot(ref)
+    del ref
+
+    shared = f"ratchet-trainer-test-{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "fault.marker"
+    procs = []
+    try:
+        a, ready_a = _worker(tmp_path, "a", shared, {"RATCHET_TRAINER_FAULT_SLEEP_S": "60", "RATCHET_TRAINER_FAULT_STEP": "1",
+                                                     "RATCHET_TRAINER_FAULT_MARKER": str(marker)})
+        procs.append(a)
+
+        async def drive():
+            client = await Client.connect(TEMPORAL_ADDRESS)
+            wf_queue = f"{shared}-wf"
+            async with Worker(client, task_queue=wf_queue, workflows=[TrainerRecoveryTestFlow]):
+                handle = await client.start_workflow(
+                    TrainerRecoveryTestFlow.run,
+                    {"shared_queue": shared, "run_id": "run", "trainer_config": cfg.to_dict(), "batches": [b0, b1]},
+                    id=f"trainer-recovery-{uuid.uuid4().hex[:8]}", task_queue=wf_queue)
+                deadline = time.monotonic() + 180
+                while not marker.exists():
+                    assert time.monotonic() < deadline, (tmp_path / "a.log").read_text()[-3000:]
+                    await asyncio.sleep(0.2)
+                a.send_signal(signal.SIGKILL)
+                a.wait(30)
+                b, _ = await asyncio.to_thread(_worker, tmp_path, "b", shared, {})
+                procs.append(b)
+                return await asyncio.wait_for(handle.result(), timeout=240)
+
+        out = asyncio.run(drive())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(30)
+
+    assert out["recoveries"] == 1
+    r0, r1 = out["results"]
+    assert r0["queue"] == json.loads(ready_a.read_text())["task_queue"] and r1["queue"] != r0["queue"]
+    assert r1["metrics"]["applied"] is True and r1["saved"]["policy_version"] == 2
+    for key in ("loss", "entropy", "grad_norm", "tokens"):
+        assert r1["metrics"][key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
+    adapter = load_file(str(uri_to_path(r1["saved"]["adapter"]["uri"]) / "adapter_model.safetensors"))
+    for k, v in want_w.items():
+        torch.testing.assert_close(adapter[k], v, rtol=1e-4, atol=1e-6)
