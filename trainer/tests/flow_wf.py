@@ -34,8 +34,8 @@ class TrainerRecoveryTestFlow:
                 m = await workflow.execute_activity(
                     "trainer.step", {"run_id": a["run_id"], "step": step, "batch": b[0], "manifest": b[1]},
                     task_queue=queue, start_to_close_timeout=timedelta(minutes=5),
-                    schedule_to_start_timeout=timedelta(seconds=20),
-                    heartbeat_timeout=timedelta(seconds=20), retry_policy=ONCE)
+                    schedule_to_start_timeout=timedelta(seconds=60),
+                    heartbeat_timeout=timedelta(seconds=60), retry_policy=ONCE)
                 saved = await workflow.execute_activity(
                     "trainer.save", {"run_id": a["run_id"], "step": step}, task_queue=queue,
                     start_to_close_timeout=timedelta(minutes=2), retry_policy=ONCE)

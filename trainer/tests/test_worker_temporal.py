@@ -74,7 +74,7 @@ def test_worker_killed_mid_step_recovers_from_checkpoint(tmp_path):
                     TrainerRecoveryTestFlow.run,
                     {"shared_queue": shared, "run_id": "run", "trainer_config": cfg.to_dict(), "batches": [b0, b1]},
                     id=f"trainer-recovery-{uuid.uuid4().hex[:8]}", task_queue=wf_queue)
-                deadline = time.monotonic() + 180
+                deadline = time.monotonic() + 400
                 while not marker.exists():
                     assert time.monotonic() < deadline, (tmp_path / "a.log").read_text()[-3000:]
                     await asyncio.sleep(0.2)
@@ -82,7 +82,7 @@ def test_worker_killed_mid_step_recovers_from_checkpoint(tmp_path):
                 a.wait(30)
                 b, _ = await asyncio.to_thread(_worker, tmp_path, "b", shared, {})
                 procs.append(b)
-                return await asyncio.wait_for(handle.result(), timeout=240)
+                return await asyncio.wait_for(handle.result(), timeout=480)
 
         out = asyncio.run(drive())
     finally:
