@@ -41,7 +41,7 @@ import {
 import { detailsMarkdown, rolloutStats } from './stats';
 import { StepRollouts, type StepRolloutsInput } from './stepRollouts';
 import { toTrainerConfig } from './trainerConfig';
-import type { LoadedConfig, Phase, Progress, ResumeState, RunStatus, SampledTask, StepSummary, TrainRunInput, TrainRunResult } from './types';
+import type { LoadedConfig, Phase, Progress, ResumeState, RunStatus, SampledTask, StepSummary, TrainerTimeouts, TrainRunInput, TrainRunResult } from './types';
 
 const light = proxyActivities<MainActivities & BatchActivities>({
   startToCloseTimeout: '10 minutes',
@@ -62,21 +62,21 @@ const announcer = proxyActivities<TrainerActivities>({
 });
 
 /** The trainer's own queue: a dead trainer shows up as a schedule-to-start or heartbeat timeout, not a hang. */
-function trainerOn(taskQueue: string) {
+function trainerOn(taskQueue: string, t: TrainerTimeouts = {}) {
   return proxyActivities<TrainerActivities>({
     taskQueue,
-    scheduleToStartTimeout: '1 minute',
+    scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
     startToCloseTimeout: '2 hours',
-    heartbeatTimeout: '2 minutes',
+    heartbeatTimeout: t.heartbeat ?? '2 minutes',
     retry: { maximumAttempts: 2 },
   });
 }
 
 // Loading a checkpoint and saving one do not heartbeat; they may take a while on CPU.
-function trainerIoOn(taskQueue: string) {
+function trainerIoOn(taskQueue: string, t: TrainerTimeouts = {}) {
   return proxyActivities<TrainerActivities>({
     taskQueue,
-    scheduleToStartTimeout: '1 minute',
+    scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
     startToCloseTimeout: '20 minutes',
     retry: { maximumAttempts: 2 },
   });
@@ -255,7 +255,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     waitingForTrainer = true;
     publish();
     const { task_queue, worker_id } = await announcer['trainer.announce']({});
-    const loadedState = await trainerIoOn(task_queue)['trainer.load']({ run_id: runId, trainer_config: toTrainerConfig(config), checkpoint });
+    const loadedState = await trainerIoOn(task_queue, input.trainerTimeouts)['trainer.load']({ run_id: runId, trainer_config: toTrainerConfig(config), checkpoint });
     if (loadedState.policy_version !== policyVersion) {
       throw ApplicationFailure.nonRetryable(
         `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? 'the base model'}, but the run is at version ${policyVersion}`,
@@ -273,9 +273,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       try {
         const q = await ensureTrainer();
         phase = 'training';
-        const metrics = await trainerOn(q)['trainer.step']({ run_id: runId, step: s, batch, manifest });
+        const metrics = await trainerOn(q, input.trainerTimeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest });
         phase = 'saving';
-        const saved = await trainerIoOn(q)['trainer.save']({ run_id: runId, step: s });
+        const saved = await trainerIoOn(q, input.trainerTimeouts)['trainer.save']({ run_id: runId, step: s });
         return { metrics, saved, restarts };
       } catch (err) {
         if (!isTrainerGone(err) || restarts >= 20) throw err;
@@ -413,7 +413,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
 
     if (willContinueAsNew && step < maxSteps && !stopRequested) {
       const { format: _f, runId: _r, configSha256: _h, completedStep: _c, ...carry } = nextState;
-      await continueAsNew<typeof TrainRun>({ configPath: input.configPath, runId, resume: carry, continueAsNewEvery: input.continueAsNewEvery });
+      await continueAsNew<typeof TrainRun>({ ...input, runId, resume: carry });
     }
   }
 

@@ -3,6 +3,7 @@
  * large (configs excepted: a few KB) travels as an ArtifactRef (claim check).
  * Pure: workflow code imports these.
  */
+import type { Duration } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RunConfig } from '../config/schema';
 
@@ -32,6 +33,15 @@ export interface TrainRunInput {
   resume?: ResumeState;
   /** Steps per workflow execution before continue-as-new (overrides the config). */
   continueAsNewEvery?: number;
+  /** How fast a dead trainer is noticed; defaults suit a CPU trainer. Durations like "30 seconds". */
+  trainerTimeouts?: TrainerTimeouts;
+}
+
+export interface TrainerTimeouts {
+  /** A trainer.* task nobody picks up within this is a dead trainer (default "1 minute"). */
+  scheduleToStart?: Duration;
+  /** trainer.step heartbeats per micro-batch (default "2 minutes"). */
+  heartbeat?: Duration;
 }
 
 export interface TrainRunResult {

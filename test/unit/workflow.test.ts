@@ -1,0 +1,203 @@
+/**
+ * TrainRun against a real Temporal dev server (the PyPI CLI, never downloaded)
+ * with fake activities: the loop, async overlap, control updates, progress,
+ * continue-as-new, a dead trainer and a down inference server.
+ * Set RATCHET_RECORD_HISTORIES=1 to rewrite test/fixtures/histories/ for the replay test.
+ */
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { WorkflowHandle } from '@temporalio/client';
+import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
+import type { TrainRun } from '../../src/workflows/trainRun';
+import type { TrainRunInput } from '../../src/workflows/types';
+import { makeFakes, type FakeOptions } from './workflowFakes';
+
+jest.setTimeout(120_000);
+
+const HISTORIES = path.join(__dirname, '..', 'fixtures', 'histories');
+
+describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
+  let env: TestWorkflowEnvironment;
+  let bundle: WorkflowBundleWithSourceMap;
+
+  beforeAll(async () => {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+    env = await TestWorkflowEnvironment.createLocal({
+      server: {
+        executable: { type: 'existing-path', path: TEMPORAL_BIN },
+        ip: '127.0.0.1',
+        searchAttributes: Object.values(SA),
+      },
+    });
+    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
+  }, 180_000);
+
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  /** Runs the fake stack (main, rollout, trainer-announce and per-trainer workers) around fn. */
+  async function withWorkers<T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> {
+    const fakes = makeFakes(opts);
+    const conn = env.nativeConnection;
+    const workers = await Promise.all([
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
+      ...['w1', 'w2', 'w3', 'w4', 'w5'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
+    ]);
+    let result: T | undefined;
+    const all = Promise.all(workers.map((w) => w.run()));
+    try {
+      result = await fn(fakes);
+    } finally {
+      for (const w of workers) w.shutdown();
+      await all;
+    }
+    return result;
+  }
+
+  let n = 0;
+  async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandle<typeof TrainRun>> {
+    const runId = `run-${process.pid}-${++n}`;
+    return env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
+    });
+  }
+
+  async function record(handle: WorkflowHandle, name: string): Promise<void> {
+    if (process.env.RATCHET_RECORD_HISTORIES !== '1') return;
+    const history = await handle.fetchHistory();
+    await fs.mkdir(HISTORIES, { recursive: true });
+    const { historyToJSON } = await import('@temporalio/common/lib/proto-utils');
+    await fs.writeFile(path.join(HISTORIES, `${name}.json`), historyToJSON(history));
+  }
+
+  test('runs every step: exact rollout counts, one optimizer step each, versions advance, records written', async () => {
+    await withWorkers({}, async (f) => {
+      const handle = await start();
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed', configSha256: f.records[0]!.state.configRef.sha256 });
+      expect(f.batches.map((b) => b.trajectories.length)).toEqual([6, 6, 6]);
+      expect([...f.applied.values()]).toEqual([1, 1, 1]);
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.state.nextStep])).toEqual([[0, 1, 1], [1, 2, 2], [2, 3, 3]]);
+      // async_level 0: each step's rollouts use the version the trainer then trains from.
+      expect(f.batches.map((b) => [b.trainerPolicyVersion, ...new Set(b.trajectories.map((t) => t.policy_version))])).toEqual([[0, 0], [1, 1], [2, 2]]);
+      expect(f.records[1]!.record.mean_reward).toBeCloseTo(0.2, 6);
+      const desc = await handle.describe();
+      expect(desc.typedSearchAttributes.get(SA.step)).toBe(3);
+      expect(desc.typedSearchAttributes.get(SA.policyVersion)).toBe(3);
+      expect(desc.typedSearchAttributes.get(SA.status)).toBe('completed');
+      const p = await handle.query(progressQuery);
+      expect(p).toMatchObject({ status: 'completed', step: 3, policyVersion: 3 });
+      await record(handle, 'trainrun-sync');
+    });
+  });
+
+  test('async_level 1: next step\'s rollouts run while the trainer trains, staleness 1', async () => {
+    await withWorkers({ orchestrator: { async_level: 1 }, trainMs: 600, rolloutMs: 20 }, async (f) => {
+      const handle = await start();
+      await handle.result();
+      for (const s of [0, 1]) {
+        const trainEnd = f.events.find((e) => e.what === 'train-end' && e.step === s)!.t;
+        const nextRollout = f.events.find((e) => e.what === 'rollout-start' && e.step === s + 1)!.t;
+        expect(nextRollout).toBeLessThan(trainEnd);
+      }
+      expect(f.batches.map((b) => [b.trainerPolicyVersion, ...new Set(b.trajectories.map((t) => t.policy_version))])).toEqual([[0, 0], [1, 0], [2, 1]]);
+      expect(f.records.map((r) => r.record.mean_staleness)).toEqual([0, 1, 1]);
+      expect(f.batches.map((b) => b.trajectories.length)).toEqual([6, 6, 6]);
+      await record(handle, 'trainrun-async');
+    });
+  });
+
+  test('continue-as-new every step carries only small state and finishes the run', async () => {
+    await withWorkers({ orchestrator: { async_level: 1 } }, async (f) => {
+      const handle = await start({ continueAsNewEvery: 1 });
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      expect([...f.applied.values()]).toEqual([1, 1, 1]);
+      // Three executions in the chain; the later ones read the stored config, not the TOML.
+      expect(f.events.filter((e) => e.what === 'openRun')).toHaveLength(1);
+      expect((await handle.describe()).runId).not.toBe(handle.firstExecutionRunId);
+      await record(handle, 'trainrun-continue-as-new');
+    });
+  });
+
+  test('pause, resume and stopAfterCurrentStep, with validators and the progress query', async () => {
+    await withWorkers({ orchestrator: { max_steps: 5 }, trainMs: 300 }, async (f) => {
+      const handle = await start();
+      await expect(updateError(handle.executeUpdate(resumeUpdate))).resolves.toMatch(/not paused/);
+      expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
+      await expect(updateError(handle.executeUpdate(pauseUpdate))).resolves.toMatch(/already paused/);
+      await waitFor(async () => (await handle.query(progressQuery)).phase === 'idle');
+      const paused = await handle.query(progressQuery);
+      const stepsAtPause = f.records.length;
+      await sleep(700);
+      expect(f.records.length).toBe(stepsAtPause);
+      expect(paused.status).toBe('paused');
+      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('paused');
+      expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
+      await waitFor(async () => f.records.length > stepsAtPause);
+      expect(await handle.executeUpdate(stopAfterCurrentStepUpdate)).toBe('stopping');
+      const result = await handle.result();
+      expect(result.stopped).toBe('stopped-by-request');
+      expect(result.stepsCompleted).toBeLessThan(5);
+      expect(f.records).toHaveLength(result.stepsCompleted);
+      await expect(handle.executeUpdate(pauseUpdate)).rejects.toThrow();
+    });
+  });
+
+  test('a dead trainer is replaced: re-announce, load the last checkpoint, the step applied once', async () => {
+    await withWorkers({ deadTrainers: ['w2'] }, async (f) => {
+      // w1 trains step 0; then the run is restarted onto a fresh trainer (w2, dead), then w3.
+      const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' }, continueAsNewEvery: 1 });
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      // Continue-as-new re-announces; w2 dies, w3 loads step 0's checkpoint and redoes step 1.
+      expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([
+        ['w1', null], ['w2', 'file:///fake/ckpt-step-0'], ['w3', 'file:///fake/ckpt-step-0'], ['w4', 'file:///fake/ckpt-step-1'],
+      ]);
+      expect([...f.applied.values()]).toEqual([1, 1, 1]);
+      expect(f.records[1]!.record.trainer).toMatchObject({ restarts: 1 });
+    });
+  });
+
+  test('inference down at weight sync: the run waits (waiting-for-inference), then goes on', async () => {
+    await withWorkers({ inferenceDownTimes: 1, orchestrator: { max_steps: 1 } }, async (f) => {
+      const handle = await start();
+      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-inference');
+      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-inference');
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(1);
+      expect(f.syncs.length).toBe(2);
+    });
+  });
+});
+
+/** The validator's message: the client wraps it as the cause of WorkflowUpdateFailedError. */
+async function updateError(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    return String((err as { cause?: Error }).cause?.message ?? (err as Error).message);
+  }
+  return 'no error';
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function waitFor(pred: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await sleep(100);
+  }
+}
+
+const quietLogger = {
+  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
+  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
+};

@@ -1,0 +1,141 @@
+/**
+ * Fake activities for TrainRun tests: same names and payload shapes as the real
+ * ones (src/activities, docs/contracts.md), in memory, recording what they saw.
+ */
+import { Context } from '@temporalio/activity';
+import { RunConfig } from '../../src/config/schema';
+import type { ArtifactRef } from '../../src/artifacts/ref';
+import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import type { BuildBatchInput, RolloutInput } from '../../src/workflows/activityTypes';
+import type { LoadedConfig, ResumeState, SampledTask, StepSummary } from '../../src/workflows/types';
+import type { RecordStepInput } from '../../src/activities/metrics';
+import type { SyncWeightsInput } from '../../src/activities/weightSync';
+
+export const ref = (name: string): ArtifactRef => ({
+  uri: `file:///fake/${name}`,
+  sha256: Buffer.from(name.padEnd(32, '.')).toString('hex').slice(0, 64).padEnd(64, '0'),
+  bytes: name.length,
+});
+
+export interface FakeOptions {
+  orchestrator?: Record<string, unknown>;
+  rolloutMs?: number;
+  trainMs?: number;
+  /** trainer.step on these worker ids hangs without heartbeating (a dead trainer). */
+  deadTrainers?: string[];
+  /** syncWeights fails as InferenceUnavailable this many times first. */
+  inferenceDownTimes?: number;
+  /** Existing run state (a resume). */
+  resume?: ResumeState;
+}
+
+export interface Event { t: number; what: string; step?: number; version?: number; worker?: string }
+
+export function makeFakes(opts: FakeOptions = {}) {
+  const events: Event[] = [];
+  const now = () => Date.now();
+  const config = RunConfig.parse({
+    name: 'fake',
+    orchestrator: { batch_size: 2, rollouts_per_example: 3, max_steps: 3, async_level: 0, max_concurrent_rollouts: 4, ...opts.orchestrator },
+    env: [{ id: 'swe-grep' }],
+  });
+  const configRef = ref('config');
+  const records: RecordStepInput[] = [];
+  const batches: BuildBatchInput[] = [];
+  const loads: { worker: string; checkpoint?: ArtifactRef }[] = [];
+  const syncs: SyncWeightsInput[] = [];
+  const applied = new Map<string, number>();
+  let announces = 0;
+  let downLeft = opts.inferenceDownTimes ?? 0;
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  const main = {
+    async openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
+      events.push({ t: now(), what: 'openRun' });
+      return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 }, resume: opts.resume };
+    },
+    async readConfig(_ref: ArtifactRef) {
+      return config;
+    },
+    async sampleTasks(input: { step: number; batchSize: number }): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
+      const tasks = Array.from({ length: input.batchSize }, (_, g) => ({
+        envId: 'swe-grep', envIndex: 0, datasetPath: '/fake/train.jsonl', instanceId: `task-${input.step}-${g}`, groupId: `s${input.step}-g${g}`,
+      }));
+      return { taskSetDir: '/fake', tasks };
+    },
+    async syncWeights(input: SyncWeightsInput) {
+      syncs.push(input);
+      events.push({ t: now(), what: 'sync', version: input.policyVersion });
+      if (downLeft > 0) {
+        downLeft--;
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable('replica down (fake)', 'InferenceUnavailable');
+      }
+      return { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 1 };
+    },
+    async recordStep(input: RecordStepInput): Promise<StepSummary> {
+      records.push(input);
+      const r = input.record;
+      return { step: r.step, meanReward: r.mean_reward, components: r.reward_components, rollouts: r.rollouts, dropped: 0, policyVersion: r.policy_version };
+    },
+    async buildBatch(input: BuildBatchInput) {
+      batches.push(input);
+      events.push({ t: now(), what: 'buildBatch', step: input.step, version: input.trainerPolicyVersion });
+      return { batch: ref(`batch-${input.step}`), manifest: ref(`manifest-${input.step}`), summary: { samples: input.trajectories.length, dropped: {} } };
+    },
+  };
+
+  const rollout = {
+    async rollout(input: RolloutInput): Promise<RolloutSummary> {
+      events.push({ t: now(), what: 'rollout-start', step: input.step, version: input.policyVersion });
+      if (opts.rolloutMs) await sleep(opts.rolloutMs);
+      const reward = (input.rolloutIndex + input.step) / 10;
+      return {
+        task_id: input.task.instanceId, group_id: input.groupId, rollout_index: input.rolloutIndex,
+        trajectory: ref(`traj-${input.step}-${input.groupId}-${input.rolloutIndex}`),
+        reward, components: { correct: reward, completion: 1 }, stop_reason: 'completed',
+        policy_version: input.policyVersion, completion_tokens: 10, tool_calls: 1, model_ms: 1, tools_ms: 1, sandbox_ms: 1,
+      };
+    },
+  };
+
+  const announce = {
+    async 'trainer.announce'() {
+      announces++;
+      const worker = `w${announces}`;
+      events.push({ t: now(), what: 'announce', worker });
+      return { task_queue: `trainer-${worker}`, worker_id: worker };
+    },
+  };
+
+  // One trainer worker's activities; state is what the real trainer keeps in memory.
+  const trainerFor = (worker: string) => {
+    let version = 0;
+    return {
+      async 'trainer.load'(input: { run_id: string; checkpoint?: ArtifactRef }) {
+        loads.push({ worker, checkpoint: input.checkpoint });
+        version = input.checkpoint ? Number(/step-(\d+)/.exec(input.checkpoint.uri)![1]) + 1 : 0;
+        return { step: version - 1, policy_version: version, ledger: [] };
+      },
+      async 'trainer.step'(input: { run_id: string; step: number }) {
+        events.push({ t: now(), what: 'train-start', step: input.step, worker });
+        if (opts.deadTrainers?.includes(worker)) {
+          // A dead trainer: never heartbeats, never answers (bounded so the test worker can shut down).
+          await Promise.race([sleep(8000), new Promise((r) => Context.current().cancellationSignal.addEventListener('abort', r))]);
+          throw new Error('dead trainer (fake)');
+        }
+        if (opts.trainMs) await sleep(opts.trainMs);
+        const key = `${input.run_id}/${input.step}`;
+        applied.set(key, (applied.get(key) ?? 0) + 1);
+        version++;
+        events.push({ t: now(), what: 'train-end', step: input.step, worker });
+        return { loss: 0.5, applied: true, tokens: 100 };
+      },
+      async 'trainer.save'(input: { run_id: string; step: number }) {
+        return { checkpoint: ref(`ckpt-step-${input.step}`), adapter: ref(`adapter-step-${input.step}`), policy_version: version };
+      },
+    };
+  };
+
+  return { config, main, rollout, announce, trainerFor, events, records, batches, loads, syncs, applied, announces: () => announces };
+}
