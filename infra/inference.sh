@@ -116,8 +116,11 @@ start() {
     fi
     [ -f "$MODEL_DIR/model.safetensors" ] || die "no converted model at $MODEL_DIR. Fix: infra/inference.sh install"
     [ -x "$RATCHET_VENVS/vllm/bin/python" ] || die "no vLLM venv at $RATCHET_VENVS/vllm. Fix: infra/inference.sh install"
-    local iomp="$RATCHET_VENVS/vllm/lib/libiomp5.so" preload=""
-    [ -f "$iomp" ] && preload="$iomp"
+    # vLLM's CPU guide preloads tcmalloc and Intel OpenMP (the one its kernels were built with).
+    local preload="" lib
+    for lib in /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 "$RATCHET_VENVS/vllm/lib/libiomp5.so"; do
+      [ -f "$lib" ] && preload="${preload:+$preload:}$lib"
+    done
     log "starting vLLM on http://$HOST:$PORT/v1 (log: $LOG_FILE)"
     # setsid: the server forks engine workers; a group of its own lets stop end them all.
     # `python -m ...api_server`, not the `vllm` CLI: the CLI looks up the distribution
@@ -173,11 +176,11 @@ status() {
 }
 
 case "${1:-up}" in
-  install|setup) timed vllm-env install_vllm; timed smollm2-model install_model ;;
+  install|setup) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model ;;
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
   status) status ;;
-  up) timed vllm-env install_vllm; timed smollm2-model install_model; start ;;
+  up) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model; start ;;
   *) die "unknown command '$1'. Usage: infra/inference.sh [install|start|stop|restart|status]" ;;
 esac
