@@ -14,6 +14,7 @@ import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdat
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { TrainRunInput } from '../../src/workflows/types';
 import { makeFakes, type FakeOptions } from './workflowFakes';
+import { historyToObject } from './workflowHistories';
 
 jest.setTimeout(120_000);
 
@@ -72,8 +73,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     if (process.env.RATCHET_RECORD_HISTORIES !== '1') return;
     const history = await handle.fetchHistory();
     await fs.mkdir(HISTORIES, { recursive: true });
-    const { historyToJSON } = await import('@temporalio/common/lib/proto-utils');
-    await fs.writeFile(path.join(HISTORIES, `${name}.json`), historyToJSON(history));
+    await fs.writeFile(path.join(HISTORIES, `${name}.json`), `${JSON.stringify(historyToObject(history), null, 1)}\n`);
   }
 
   test('runs every step: exact rollout counts, one optimizer step each, versions advance, records written', async () => {
@@ -94,6 +94,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const p = await handle.query(progressQuery);
       expect(p).toMatchObject({ status: 'completed', step: 3, policyVersion: 3 });
       await record(handle, 'trainrun-sync');
+      await record(env.client.workflow.getHandle(`${handle.workflowId}-step-1-rollouts`), 'steprollouts');
     });
   });
 
