@@ -5,9 +5,12 @@
  */
 import type { ArtifactStore } from '../artifacts/store';
 import type { Logger } from '../shared/logger';
+import type * as contract from '../workflows/activityTypes';
+import { createBatchActivities } from './buildBatch';
 import { createConfigActivities } from './config';
 import { createDatasetActivities } from './dataset';
 import { createMetricsActivities } from './metrics';
+import type { createRolloutActivities } from './rollout';
 import { createWeightSyncActivities, type WeightSyncDeps } from './weightSync';
 
 export interface ActivityDeps {
@@ -20,9 +23,17 @@ export function createActivities(deps: ActivityDeps) {
   return {
     ...createConfigActivities(deps),
     ...createDatasetActivities({ logger: deps.logger }),
+    ...createBatchActivities({ store: deps.store, logger: deps.logger.child({ component: 'batch-builder' }) }),
     ...createWeightSyncActivities({ logger: deps.logger, ...deps.weightSync }),
     ...createMetricsActivities(deps),
   };
 }
 
 export type MainActivities = ReturnType<typeof createActivities>;
+
+// Compile-time checks: the implementations accept what the workflow sends (src/workflows/activityTypes.ts).
+type Accepts<Impl extends (input: never) => unknown, Sent> = Sent extends Parameters<Impl>[0] ? true : never;
+export const contractChecks: [
+  Accepts<ReturnType<typeof createBatchActivities>['buildBatch'], contract.BuildBatchInput>,
+  Accepts<ReturnType<typeof createRolloutActivities>['rollout'], contract.RolloutInput>,
+] = [true, true];
