@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from .fixtures import FIXTURES, install_sample, make_sample
 from .config import DEFAULT_PACKAGES, ConfigError, load_packages
 from .generate import Options, generate
 from .sdist import SdistError
@@ -28,7 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--max-kept-per-function", type=int, default=2)
     g.add_argument("--run-timeout", type=float, default=30.0, help="seconds per pytest run")
     g.add_argument("-v", "--verbose", action="store_true")
+    sm = sub.add_parser("sample", help="install the shipped sample tasks (no generation) into a directory")
+    sm.add_argument("--out", type=Path, required=True)
+    mk = sub.add_parser("make-sample", help="rebuild taskgen/fixtures from a generated task set")
+    mk.add_argument("--from", dest="src", type=Path, required=True)
+    mk.add_argument("ids", nargs="+")
     args = ap.parse_args(argv)
+    if args.cmd == "sample":
+        print(install_sample(args.out.resolve()))
+        return 0
+    if args.cmd == "make-sample":
+        rows = make_sample(args.src.resolve(), args.ids)
+        print(f"{len(rows)} rows written to {FIXTURES}")
+        return 0
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="[taskgen %(asctime)s] %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
