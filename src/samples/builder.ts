@@ -16,14 +16,14 @@ import type { ModelTokenizer } from './tokenizer';
 
 export const BATCH_FORMAT = 'ratchet.batch/v1';
 
-export interface BuilderConfig {
+export type BuilderConfig = {
   seq_len: number;
   mask_truncated_completions: boolean;
   async_level: number;
   advantage: AdvantageConfig;
   non_prefix_policy: NonPrefixPolicy;
   allow_retokenize: boolean;
-}
+};
 
 export interface BuilderInput {
   trajectory: Trajectory;
