@@ -85,3 +85,11 @@ def test_sites_are_deterministic() -> None:
     assert find_sites(source, "m.py") == find_sites(source, "m.py")
     assert {s.kind for s in find_sites(source, "m.py")} == {
         "flip_cmp", "off_by_one", "swap_args", "drop_return", "negate_cond", "swap_bool"}
+
+
+def test_node_ids_with_double_colon_parameters_are_not_selectable() -> None:
+    from ratchet_taskgen.generate import selectable
+
+    assert selectable("tests/test_u.py::test_rt[http://localhost/]")
+    assert selectable("tests/test_u.py::TestA::test_b")
+    assert not selectable("tests/test_u.py::test_rt[https://[::1]:80/]")
