@@ -1,0 +1,44 @@
+/**
+ * A real TrainRun end to end on the local stack: Temporal, vLLM (SmolLM2 on CPU),
+ * Docker sandboxes, the Python trainer, and this repo's built workers (npm run build).
+ * Tiny: 1 task x 2 rollouts, 2 steps. Slow on 2 CPUs (minutes).
+ */
+import { mkdtempSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { describeWithStack, REPO } from '../helpers/stack';
+import { startTrainRun } from '../../src/workflows/client';
+import { checkInvariants, distBuilt, killProc, startProc, tinyConfig, workerCommands, type Proc } from './trainrunStack';
+
+const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
+
+describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-trainrun-'));
+  const artifacts = path.join(dir, 'artifacts');
+  const procs: Proc[] = [];
+  let connection: Connection;
+  let client: Client;
+
+  beforeAll(async () => {
+    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
+    connection = await Connection.connect({ address: '127.0.0.1:7233' });
+    client = new Client({ connection });
+    const cmds = workerCommands(artifacts);
+    for (const c of [cmds.main(), cmds.rollout(), cmds.trainer()]) procs.push(startProc(c[0], c[1], [...c[2]], c[3], dir));
+  });
+
+  afterAll(async () => {
+    for (const p of procs) await killProc(p, 'SIGTERM');
+    await connection?.close();
+  });
+
+  test('two steps train, every invariant holds', async () => {
+    const config = await tinyConfig(dir);
+    const runId = `it-trainrun-${Date.now()}`;
+    const handle = await startTrainRun(client, config, { runId });
+    const result = await handle.result();
+    expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
+    await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
+  }, 1_500_000);
+});

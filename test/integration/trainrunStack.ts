@@ -1,0 +1,88 @@
+/**
+ * A private copy of the Ratchet workers for integration tests, against the
+ * shared Temporal (7233), vLLM (8000) and Docker: its own task queues would need
+ * a different workflow bundle, so it uses the real queue names and its own
+ * artifact root, and checks the run invariants the fault tests rely on.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, existsSync, promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import type { StepRecord } from '../../src/activities/metrics';
+import { verifyRef } from '../../src/artifacts/store';
+import { verifyDirectoryArtifact } from '../../src/activities/weightSync';
+import { REPO, STATE } from '../helpers/stack';
+
+export interface Proc { name: string; child: ChildProcess }
+
+export function startProc(name: string, cmd: string, args: string[], env: Record<string, string>, logDir: string, cwd = REPO): Proc {
+  const out = createWriteStream(path.join(logDir, `${name}.log`), { flags: 'a' });
+  const child = spawn(cmd, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout!.pipe(out);
+  child.stderr!.pipe(out);
+  return { name, child };
+}
+
+export function killProc(p: Proc, signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+  if (p.child.exitCode !== null || p.child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    p.child.once('exit', () => resolve());
+    p.child.kill(signal);
+  });
+}
+
+export const workerCommands = (artifacts: string) => ({
+  main: () => ['worker-main', process.execPath, [path.join(REPO, 'dist', 'workers', 'main.js')], { RATCHET_ARTIFACTS: artifacts }] as const,
+  rollout: () => ['worker-rollout', process.execPath, [path.join(REPO, 'dist', 'workers', 'rollout.js')], { RATCHET_ARTIFACTS: artifacts, RATCHET_ROLLOUT_SLOTS: '2' }] as const,
+  trainer: () => ['worker-trainer', path.join(STATE, 'venvs', 'trainer', 'bin', 'python'), ['-m', 'ratchet_trainer.worker', '--artifacts', artifacts], { PYTHONUNBUFFERED: '1' }] as const,
+});
+
+export const distBuilt = () => existsSync(path.join(REPO, 'dist', 'workers', 'main.js')) && existsSync(path.join(REPO, 'dist', 'workers', 'rollout.js'));
+
+/** A tiny config: 1 task x 2 rollouts, 2 steps, 32 tokens a turn. */
+export async function tinyConfig(dir: string, overrides = ''): Promise<string> {
+  const file = path.join(dir, 'tiny.toml');
+  await fs.writeFile(file, `name = "tiny"
+[trainer]
+device = "cpu"
+[sampling]
+max_tokens = 32
+[orchestrator]
+batch_size = 1
+rollouts_per_example = 2
+max_steps = 2
+async_level = 1
+max_concurrent_rollouts = 2
+${overrides}
+[[env]]
+id = "swe-grep"
+[env.args]
+max_tokens = 256
+max_tool_calls = 3
+max_turns = 3
+`);
+  return file;
+}
+
+/** The run invariants: complete, exact rollout counts, each step applied once, hashes match, vLLM serves the trainer's version. */
+export async function checkInvariants(p: { artifacts: string; runId: string; maxSteps: number; rolloutsPerStep: number; inferenceUrl: string }): Promise<StepRecord[]> {
+  const runDir = path.join(p.artifacts, 'runs', p.runId);
+  const records = (await fs.readFile(path.join(runDir, 'metrics.jsonl'), 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l) as StepRecord);
+  expect(records.map((r) => r.step)).toEqual(Array.from({ length: p.maxSteps }, (_, i) => i));
+  for (const r of records) expect(r.rollouts).toBe(p.rolloutsPerStep);
+  const last = records[records.length - 1]!;
+  expect(last.policy_version).toBe(p.maxSteps);
+  for (const r of records) {
+    const b = r.batch as { batch: Parameters<typeof verifyRef>[0]; manifest: Parameters<typeof verifyRef>[0] };
+    await verifyRef(b.batch);
+    await verifyRef(b.manifest);
+    await verifyDirectoryArtifact(r.checkpoint as Parameters<typeof verifyRef>[0]);
+    await verifyDirectoryArtifact(r.adapter as Parameters<typeof verifyRef>[0]);
+  }
+  // The trainer's ledger: every step applied exactly once.
+  const ckptDir = new URL((last.checkpoint as { uri: string }).uri).pathname;
+  const ledger = JSON.parse(await fs.readFile(path.join(ckptDir, 'ledger.json'), 'utf8')) as Record<string, unknown>;
+  expect(Object.keys(ledger).map(Number).sort((a, b) => a - b)).toEqual(records.map((r) => r.step));
+  const models = (await (await fetch(`${p.inferenceUrl}/models`)).json()) as { data: { id: string }[] };
+  expect(models.data.map((m) => m.id)).toContain(`policy-v${last.policy_version}`);
+  return records;
+}
