@@ -3,9 +3,10 @@ import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { ArtifactRef } from '../artifacts/ref';
 import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
-import { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { RolloutSummary, type Trajectory } from '../rollouts/trajectory';
 import { buildBatchFromTrajectories, type BatchStats, type BuilderInput } from '../samples/builder';
 import { BatchBuildError } from '../samples/errors';
+import { parseTrajectory } from '../samples/parseTrajectory';
 import { writeSafetensors } from '../samples/safetensors';
 import { loadModelTokenizer, ModelDirError } from '../samples/tokenizer';
 import { componentLogger, type Logger } from '../shared/logger';
@@ -89,13 +90,12 @@ export function createBatchActivities(deps: BatchActivityDeps) {
     } catch (err) {
       fail('MalformedTrajectory', `trajectory ${ref.uri} is not JSON: ${(err as Error).message}`);
     }
-    const parsed = Trajectory.safeParse(raw);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0]!;
+    const parsed = parseTrajectory(raw);
+    if (!parsed.ok) {
       fail('MalformedTrajectory', `trajectory ${ref.uri} does not match the ratchet.trajectory/v1 schema (src/rollouts/trajectory.ts): ` +
-        `field ${issue.path.join('.') || '(root)'}: ${issue.message}` + (parsed.error.issues.length > 1 ? ` (and ${parsed.error.issues.length - 1} more issues)` : ''));
+        `field ${parsed.field}: ${parsed.message}` + (parsed.more > 0 ? ` (and ${parsed.more} more issues)` : ''));
     }
-    return parsed.data;
+    return parsed.value;
   }
 
   async function buildBatch(rawInput: BuildBatchActivityInput): Promise<BuildBatchResult> {

@@ -72,8 +72,8 @@ function episode(tok: ModelTokenizer, g: number, r: number, rand: () => number):
   let ids = tok.encode(rendered);
   const turns: Turn[] = [];
   const nonCanonicalTurn = (g * ROLLOUTS + r) % 16 === 5 ? 1 : -1; // a few episodes sample a non-canonical split mid-way
-  for (let k = 0; ids.length < TOKENS - 200 && k < 16; k++) {
-    const last = ids.length > TOKENS - 900;
+  for (let k = 0; ids.length < TOKENS && k < 16; k++) {
+    const last = ids.length > TOKENS - 500;
     const reply: ChatMessage = last
       ? { role: 'assistant', content: 'The fix belongs in the DOM typings.', tool_calls: [{ id: `c${k}`, type: 'function', function: { name: 'result', arguments: '{"files": ["lib/lib.dom.d.ts"]}' } }] }
       : { role: 'assistant', content: slice(rand, 250 + Math.floor(rand() * 300)), tool_calls: [{ id: `c${k}`, type: 'function', function: { name: 'bash', arguments: JSON.stringify({ cmd: `rg -n "${slice(rand, 12).replace(/\W/g, '')}" lib` }) } }] };
