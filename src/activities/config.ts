@@ -6,7 +6,7 @@ import { ConfigError, loadRunConfig } from '../config/load';
 import { RunConfig } from '../config/schema';
 import { REPO_ROOT } from '../shared/paths';
 import type { Logger } from '../shared/logger';
-import type { LoadedConfig, ResumeState } from '../workflows/types';
+import { pickResume, type LoadedConfig, type ResumeState } from '../workflows/types';
 
 export interface ConfigDeps {
   store: ArtifactStore;
@@ -51,8 +51,7 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
       if (state) {
         const config = RunConfig.parse(await store.getJson(state.configRef));
         logger.info({ runId: input.runId, completedStep: state.completedStep }, 'resuming run from its last completed step');
-        const { format: _f, runId: _r, configSha256, completedStep: _c, ...resume } = state;
-        return { loaded: { runId: input.runId, config, configRef: state.configRef, configSha256 }, resume };
+        return { loaded: { runId: input.runId, config, configRef: state.configRef, configSha256: state.configSha256 }, resume: pickResume(state) };
       }
       let config: RunConfig;
       try {

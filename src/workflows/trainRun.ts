@@ -41,7 +41,7 @@ import {
 import { detailsMarkdown, rolloutStats } from './stats';
 import { StepRollouts, type StepRolloutsInput } from './stepRollouts';
 import { toTrainerConfig } from './trainerConfig';
-import type { LoadedConfig, Phase, Progress, ResumeState, RunStatus, SampledTask, StepSummary, TrainerTimeouts, TrainRunInput, TrainRunResult } from './types';
+import { pickResume, type LoadedConfig, type Phase, type Progress, type ResumeState, type RunStatus, type SampledTask, type StepSummary, type TrainerTimeouts, type TrainRunInput, type TrainRunResult } from './types';
 
 const light = proxyActivities<MainActivities & BatchActivities>({
   startToCloseTimeout: '10 minutes',
@@ -99,6 +99,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const runId = input.runId ?? info.workflowId;
 
   // ---- state the queries and updates see ----
+  // eslint-disable-next-line prefer-const -- the handlers above read it; the end of the run sets it
   let finalStatus: 'completed' | 'stopped' | undefined;
   let started = false;
   let waitingForTrainer = false;
@@ -412,8 +413,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     publish();
 
     if (willContinueAsNew && step < maxSteps && !stopRequested) {
-      const { format: _f, runId: _r, configSha256: _h, completedStep: _c, ...carry } = nextState;
-      await continueAsNew<typeof TrainRun>({ ...input, runId, resume: carry });
+      await continueAsNew<typeof TrainRun>({ ...input, runId, resume: pickResume(nextState) });
     }
   }
 

@@ -116,3 +116,11 @@ export interface Progress {
   /** Rollouts of the next step running ahead while this one trains (async_level >= 1). */
   prefetchedStep?: number;
 }
+
+/** The ResumeState part of a run's state file: only the small fields continue-as-new may carry. */
+export function pickResume(s: ResumeState): ResumeState {
+  return {
+    nextStep: s.nextStep, policyVersion: s.policyVersion, checkpoint: s.checkpoint, adapter: s.adapter,
+    configRef: s.configRef, seed: s.seed, lastMeanReward: s.lastMeanReward,
+  };
+}
