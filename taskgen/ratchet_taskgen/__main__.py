@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from .check import check_task_set
 from .fixtures import FIXTURES, install_sample, make_sample
 from .config import DEFAULT_PACKAGES, ConfigError, load_packages
 from .generate import Options, generate
@@ -34,7 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     mk = sub.add_parser("make-sample", help="rebuild taskgen/fixtures from a generated task set")
     mk.add_argument("--from", dest="src", type=Path, required=True)
     mk.add_argument("ids", nargs="+")
+    ck = sub.add_parser("check", help="verify every row of a task set as a sandbox would use it")
+    ck.add_argument("--tasks", type=Path, required=True)
     args = ap.parse_args(argv)
+    if args.cmd == "check":
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="[taskgen %(asctime)s] %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+        return 1 if check_task_set(args.tasks.resolve()) else 0
     if args.cmd == "sample":
         print(install_sample(args.out.resolve()))
         return 0
