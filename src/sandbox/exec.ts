@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { Writable, type Duplex } from 'node:stream';
+import { Readable, Writable, type Duplex } from 'node:stream';
 import type Docker from 'dockerode';
 import type { Logger } from '../shared/logger';
 import { AGENT_USER } from './options';
@@ -63,13 +63,35 @@ export function wrapArgv(argv: string[], timeoutMs: number): string[] {
   return ['bash', '-c', WRAPPER, 'ratchet-exec', (timeoutMs / 1000).toFixed(3), ...argv];
 }
 
-/** SIGKILL to every process the agent user owns in the container (PID 1 is immune). */
+/**
+ * Kills every process in the container but PID 1 (tini) and its first child,
+ * the `sleep infinity` that keeps the container up: `kill -1` would take that
+ * one too and stop the container. Bash builtins only, so it still works when a
+ * fork bomb holds every pid; a few rounds catch what forked during the sweep.
+ */
+const KILL_ALL = `read -r -a kids < /proc/1/task/1/children
+keep=\${kids[0]:-0}
+for k in "\${kids[@]}"; do (( k < keep )) && keep=$k; done
+for round in 1 2 3 4 5; do
+  n=0
+  for d in /proc/[0-9]*; do
+    p=\${d#/proc/}
+    [[ $p == 1 || $p == "$keep" || $p == $$ ]] && continue
+    kill -KILL "$p" 2>/dev/null && n=$((n + 1))
+  done
+  (( n == 0 )) && break
+done
+exit 0`;
+
+/** Used when the host gives up on an exec (abort, or the command outlived the in-container timeout). */
 export async function killAgentProcesses(container: Docker.Container, log: Logger): Promise<void> {
   try {
-    const exec = await container.exec({ Cmd: ['bash', '-c', 'kill -KILL -1'], User: AGENT_USER, AttachStdout: false, AttachStderr: false });
-    await exec.start({ Detach: true });
+    const exec = await container.exec({ Cmd: ['bash', '-c', KILL_ALL], User: AGENT_USER, AttachStdout: false, AttachStderr: false });
+    const res: unknown = await exec.start({ Detach: true });
+    // The detached start still answers with an HTTP body; unread, it holds the socket open.
+    if (res instanceof Readable) res.resume();
   } catch (err) {
-    // At the pid limit even this exec cannot start; release() still removes the container.
+    // At the pid limit even this exec may not start; release() still removes the container.
     log.warn({ err: String(err) }, 'could not kill the agent processes');
   }
 }
