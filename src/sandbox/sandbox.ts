@@ -1,12 +1,12 @@
-import { execFile } from 'node:child_process';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 import type { SandboxConfig } from '../config/schema';
 import type { Logger } from '../shared/logger';
 import { type ExecResult, runExec } from './exec';
 import { REPO_DIR, WORK_DIR } from './options';
+import { baseCommitTar, type RepoSpec } from './snapshot';
+
+export type { RepoSpec } from './snapshot';
 
 export interface SandboxExecOptions {
   timeoutMs?: number;
@@ -28,22 +28,16 @@ export interface Sandbox {
   release(): Promise<void>;
 }
 
-export interface RepoSpec {
-  /** A git snapshot on this host: a bare repo (`repos/<name>.git`) or a work tree with `.git/`. */
-  hostPath: string;
-  baseCommit: string;
-}
-
 /** Files and diffs the environment reads whole; anything larger is an error, not a silent cut. */
 const FILE_LIMIT_BYTES = 16 * 1024 * 1024;
 const SETUP_TIMEOUT_MS = 120_000;
-const execFileAsync = promisify(execFile);
 
 /**
- * The bare snapshot arrives as a tar on stdin and becomes /work/repo/.git; no
- * host path is mounted, so a warm container made before the task was known can
- * take any task. Extracted by the agent, every file is the agent's: git's
- * safe.directory check has nothing to object to.
+ * A git dir holding only the base commit (snapshot.ts) arrives as a tar on
+ * stdin and becomes /work/repo/.git; no host path is mounted, so a warm
+ * container made before the task was known can take any task. Extracted by the
+ * agent, every file is the agent's: git's safe.directory check has nothing to
+ * object to.
  */
 const LOAD_REPO = `set -e
 mkdir -p ${REPO_DIR}/.git
@@ -60,7 +54,7 @@ export GIT_INDEX_FILE=$(mktemp /tmp/ratchet-diff-index.XXXXXX)
 trap 'rm -f "$GIT_INDEX_FILE"' EXIT
 git read-tree "$1"
 git add -A -- . ':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.pyc'
-git diff --cached --no-color --no-ext-diff --binary "$1"`;
+git diff --cached --no-color --no-ext-diff --binary --full-index "$1"`;
 
 const WRITE_FILE = 'set -e; mkdir -p -- "$(dirname -- "$1")"; cat > "$1"';
 
@@ -109,7 +103,7 @@ export class DockerSandbox implements Sandbox {
   }
 
   async loadRepo(repo: RepoSpec, signal?: AbortSignal): Promise<void> {
-    const tar = await tarSnapshot(repo);
+    const tar = await baseCommitTar(repo);
     await this.script('loadRepo', LOAD_REPO, [repo.baseCommit], { stdin: tar, signal, timeoutMs: SETUP_TIMEOUT_MS });
     this.baseCommit = repo.baseCommit;
   }
@@ -179,21 +173,4 @@ export class DockerSandbox implements Sandbox {
     }
     return res.stdout;
   }
-}
-
-/** The snapshot's git directory as a tar stream for LOAD_REPO. */
-async function tarSnapshot(repo: RepoSpec): Promise<Buffer> {
-  if (!/^[0-9a-f]{7,64}$/.test(repo.baseCommit)) {
-    throw new Error(`repo.baseCommit must be a hex commit id, got ${JSON.stringify(repo.baseCommit)}; fix the task row's base_commit`);
-  }
-  const nested = path.join(repo.hostPath, '.git');
-  const gitDir = fs.existsSync(path.join(nested, 'HEAD')) ? nested : repo.hostPath;
-  if (!fs.existsSync(path.join(gitDir, 'HEAD')) || !fs.existsSync(path.join(gitDir, 'objects'))) {
-    throw new Error(
-      `repo.hostPath ${repo.hostPath} is not a git repository (no HEAD and objects/); ` +
-        'point it at a snapshot such as .ratchet/tasks/repos/<name>-<version>.git, or regenerate the task set',
-    );
-  }
-  const { stdout } = await execFileAsync('tar', ['-C', gitDir, '-cf', '-', '.'], { encoding: 'buffer', maxBuffer: 2 ** 31 - 1 });
-  return stdout;
 }

@@ -8,6 +8,7 @@ import type { SandboxConfig } from '../../src/config/schema';
 import { SandboxManager, type Sandbox, type ExecResult, AbortError, sweep, LABELS, defaultImage } from '../../src/sandbox';
 import { truncationMarker } from '../../src/sandbox/output';
 import { HOST_SLACK_MS } from '../../src/sandbox/exec';
+import { paths } from '../../src/shared/paths';
 
 /** Real dockerd, real image. Skips loudly when either is missing, fails under RATCHET_REQUIRE_STACK=1. */
 function dockerProblem(): string | null {
@@ -280,6 +281,7 @@ describeDocker('sandbox (real dockerd)', () => {
   describe('repository at the base commit', () => {
     let snapshot: string;
     let base: string;
+    let later: string;
     beforeAll(() => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratchet-sbx-repo-'));
       const git = (...args: string[]) => execFileSync('git', ['-C', path.join(dir, 'w'), ...args], { encoding: 'utf8' }).trim();
@@ -292,6 +294,7 @@ describeDocker('sandbox (real dockerd)', () => {
       base = git('rev-parse', 'HEAD');
       fs.writeFileSync(path.join(dir, 'w', 'pkg', 'calc.py'), 'def add(a, b):\n    return a + b\n');
       git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-am', 'later');
+      later = git('rev-parse', 'HEAD');
       snapshot = path.join(dir, 'pkg-1.0.git');
       execFileSync('git', ['clone', '-q', '--bare', path.join(dir, 'w'), snapshot]);
     });
@@ -299,6 +302,10 @@ describeDocker('sandbox (real dockerd)', () => {
     it('checks out the base commit in /work/repo and diffs the work tree, new files included', async () => {
       const sb = await acquire({ repo: { hostPath: snapshot, baseCommit: base } });
       expect((await sb.exec('pwd; git rev-parse HEAD; git status --porcelain')).stdout).toBe(`/work/repo\n${base}\n`);
+      // Only the base commit: no later commit (the fix), no refs, no history to mine.
+      expect((await sb.exec('git rev-list --all HEAD | wc -l; git for-each-ref | wc -l')).stdout).toBe('1\n0\n');
+      expect((await sb.exec(`git cat-file -e ${later} 2>/dev/null && echo present || echo absent`)).stdout).toBe('absent\n');
+      expect((await sb.exec('ls .git/hooks 2>/dev/null | wc -l; grep -rl /tmp/ratchet-sbx .git | wc -l')).stdout).toBe('0\n0\n');
       expect(await sb.readFile('pkg/calc.py')).toContain('return a - b');
       const pytest = await sb.exec('python3 -m pytest -q test_calc.py');
       expect(pytest.exitCode).toBe(1);
@@ -321,10 +328,31 @@ describeDocker('sandbox (real dockerd)', () => {
       await Promise.all([sb.release(), check.release()]);
     });
 
+    it('runs a real task from the generated set: FAIL_TO_PASS fails at base, passes with the gold patch', async () => {
+      const tasks = path.join(paths.tasks(), 'train.jsonl');
+      if (!fs.existsSync(tasks)) {
+        console.warn(`SKIPPING real-task check: ${tasks} is missing. Fix: bash infra/tasks.sh`);
+        return;
+      }
+      const row = JSON.parse(fs.readFileSync(tasks, 'utf8').split('\n')[0]!) as {
+        base_commit: string; patch: string; FAIL_TO_PASS: string[]; test_cmd: string; source: { repo_path: string };
+      };
+      const hostPath = path.join(paths.tasks(), row.source.repo_path);
+      const sb = await acquire({ repo: { hostPath, baseCommit: row.base_commit }, limits: { ...limits, exec_timeout_s: 60 } });
+      const tests = row.FAIL_TO_PASS.map((t) => `'${t}'`).join(' ');
+      expect((await sb.exec(`${row.test_cmd} ${tests}`)).exitCode).toBe(1);
+      await sb.writeFile('/tmp/gold.patch', row.patch);
+      const fixed = await sb.exec(`git apply /tmp/gold.patch && ${row.test_cmd} ${tests}`);
+      expect(fixed.exitCode).toBe(0);
+      expect(await sb.diff()).toBe(row.patch);
+      await sb.release();
+    });
+
     it('rejects bad repo specs with the field named', async () => {
       await expect(manager.acquire({ labels, limits, repo: { hostPath: '/nonexistent', baseCommit: base } })).rejects.toThrow(/repo.hostPath/);
       await expect(manager.acquire({ labels, limits, repo: { hostPath: snapshot, baseCommit: 'main' } })).rejects.toThrow(/repo.baseCommit/);
-      await expect(manager.acquire({ labels, limits, repo: { hostPath: snapshot, baseCommit: 'deadbeef' } })).rejects.toThrow(/not in the snapshot/);
+      await expect(manager.acquire({ labels, limits, repo: { hostPath: snapshot, baseCommit: 'deadbeef'.repeat(5) } })).rejects.toThrow(/not in the snapshot/);
+      await expect(manager.acquire({ labels, limits, repo: { hostPath: snapshot, baseCommit: base.slice(0, 12) } })).rejects.toThrow(/full 40- or 64-hex/);
     });
   });
 });
