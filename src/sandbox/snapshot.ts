@@ -72,3 +72,8 @@ async function build(repo: RepoSpec): Promise<Buffer> {
     await fs.promises.rm(dir, { recursive: true, force: true });
   }
 }
+
+/** For benchmarks: forget cached git dirs so the next acquire pays for building one. */
+export function clearSnapshotCache(): void {
+  cache.clear();
+}
