@@ -26,6 +26,8 @@ export interface ExecParams {
   outputLimitBytes: number;
   signal?: AbortSignal;
   log: Logger;
+  /** Defaults to HOST_SLACK_MS; tests shorten it. */
+  hostSlackMs?: number;
 }
 
 /**
@@ -131,7 +133,7 @@ export async function runExec(p: ExecParams): Promise<ExecResult> {
     hostTimedOut = true;
     p.log.warn({ timeoutMs: p.timeoutMs }, 'exec outlived its in-container timeout; killing from the host');
     giveUp();
-  }, p.timeoutMs + HOST_SLACK_MS);
+  }, p.timeoutMs + (p.hostSlackMs ?? HOST_SLACK_MS));
   const onAbort = () => {
     aborted = true;
     giveUp();
