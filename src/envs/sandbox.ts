@@ -20,6 +20,7 @@ export interface ExecOptions {
   timeoutMs?: number;
   cwd?: string;
   stdin?: string;
+  signal?: AbortSignal;
 }
 
 export interface Sandbox {
@@ -34,8 +35,10 @@ export interface Sandbox {
 export interface AcquireOptions {
   image?: string;
   repo?: { hostPath: string; baseCommit: string };
-  labels: { run: string; step: string; rollout: string };
+  labels: { run: string; step: number; rollout: string };
   limits: SandboxConfig;
+  /** Aborting removes a half-made sandbox. */
+  signal?: AbortSignal;
 }
 
 export interface SandboxManager {

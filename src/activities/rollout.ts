@@ -1,0 +1,231 @@
+import { performance } from 'node:perf_hooks';
+import * as path from 'node:path';
+import { Context } from '@temporalio/activity';
+import { z } from 'zod';
+import { runAgent, type AgentResult } from '../agent/loop';
+import { OpenAIModelClient, type ModelClient } from '../agent/model';
+import { toolSpec, type ToolContext } from '../agent/tool';
+import type { ArtifactStore } from '../artifacts/store';
+import { RunConfig } from '../config/schema';
+import { getEnvironment } from '../envs/registry';
+import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
+import type { TestEvidence } from '../envs/tests';
+import { scoreRubric, zeroScore, type Score } from '../envs/types';
+import { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { componentLogger } from '../shared/logger';
+import { loadTask, resolveDataset } from '../tasks/load';
+import { Task } from '../tasks/schema';
+import { runTestsWithDiff } from './scoring';
+
+const log = componentLogger('rollout');
+
+const TaskRef = z.object({ datasetPath: z.string().min(1), instanceId: z.string().min(1) }).strict();
+
+/** What the rollout-group workflow sends: small, JSON-only. */
+export const RolloutInput = z.object({
+  runId: z.string().min(1),
+  step: z.number().int().nonnegative(),
+  groupId: z.string().min(1),
+  rolloutIndex: z.number().int().nonnegative(),
+  envId: z.string().min(1),
+  /** A reference into the task set (preferred: keeps history small), or the row itself. */
+  task: z.union([TaskRef, Task]),
+  taskSetDir: z.string().min(1),
+  policyVersion: z.number().int().nonnegative(),
+  /** `smollm2-135m` for version 0, `policy-v<N>` after. */
+  modelName: z.string().min(1),
+  sampling: RunConfig.shape.sampling.removeDefault(),
+  envArgs: z.object({
+    max_tokens: z.number().int().positive(),
+    max_tool_calls: z.number().int().positive(),
+    max_turns: z.number().int().positive(),
+  }).passthrough(),
+  rubric: z.record(z.number()).default({}),
+  sandbox: RunConfig.shape.sandbox.removeDefault(),
+  inferenceBaseUrl: z.string().url(),
+  seed: z.number().int().optional(),
+});
+export type RolloutInput = z.input<typeof RolloutInput>;
+
+export interface RolloutDeps {
+  store: ArtifactStore;
+  sandboxes: SandboxManager;
+  /** The policy client per inference server; defaults to vLLM over the openai package. Tests script their own. */
+  openaiFactory?: (baseUrl: string) => ModelClient;
+}
+
+export function trajectoryKey(runId: string, step: number, groupId: string, rolloutIndex: number): string {
+  return `runs/${runId}/steps/${step}/rollouts/${groupId}/${rolloutIndex}.json`;
+}
+
+/** Temporal's context when running as an activity; undefined in plain calls (benchmarks, scripts). */
+function activityContext(): Context | undefined {
+  try {
+    return Context.current();
+  } catch {
+    return undefined;
+  }
+}
+
+export function createRolloutActivities(deps: RolloutDeps) {
+  const clients = new Map<string, ModelClient>();
+  const clientFor = (baseUrl: string): ModelClient => {
+    let c = clients.get(baseUrl);
+    if (!c) {
+      c = deps.openaiFactory ? deps.openaiFactory(baseUrl) : new OpenAIModelClient(baseUrl);
+      clients.set(baseUrl, c);
+    }
+    return c;
+  };
+
+  /**
+   * One agent episode: sandbox, agent loop, final answer, rewards, trajectory
+   * saved to the artifact store. Returns only the reference and a summary.
+   * Whatever the agent does in its sandbox ends in a penalty, never a crash;
+   * infrastructure failures (inference down, Docker gone) throw so Temporal retries.
+   */
+  async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
+    const parsed = RolloutInput.safeParse(rawInput);
+    if (!parsed.success) {
+      throw new Error(`invalid rollout input: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+    }
+    const input = parsed.data;
+    const started = performance.now();
+    const ctx = activityContext();
+    const signal = ctx?.cancellationSignal;
+    const env = getEnvironment(input.envId);
+    const task = 'instance_id' in input.task
+      ? (input.task as Task)
+      : await loadTask(resolveDataset(input.task.datasetPath, input.taskSetDir), input.task.instanceId);
+    const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: task.instance_id });
+
+    const acquire: AcquireOptions = {
+      ...sandboxSource(task, input.taskSetDir),
+      labels: { run: input.runId, step: input.step, rollout: `${input.groupId}-${input.rolloutIndex}` },
+      limits: input.sandbox,
+      signal,
+    };
+    const limits = { max_tokens: input.envArgs.max_tokens, max_tool_calls: input.envArgs.max_tool_calls, max_turns: input.envArgs.max_turns };
+    const execTimeoutMs = input.sandbox.exec_timeout_s * 1000;
+
+    let sandboxMs = 0;
+    let t = performance.now();
+    const sandbox: Sandbox = await deps.sandboxes.acquire(acquire);
+    sandboxMs += performance.now() - t;
+
+    let result: AgentResult;
+    let final: Record<string, unknown> = {};
+    try {
+      const toolCtx: ToolContext = { sandbox, task, state: {}, execTimeoutMs, signal };
+      result = await runAgent({
+        model: clientFor(input.inferenceBaseUrl),
+        modelName: input.modelName,
+        policyVersion: input.policyVersion,
+        messages: [
+          { role: 'system', content: env.systemPrompt },
+          { role: 'user', content: env.userPrompt(task) },
+        ],
+        tools: env.tools,
+        limits,
+        sampling: { ...input.sampling, ...(input.seed !== undefined ? { seed: input.seed } : {}) },
+        ctx: toolCtx,
+        signal,
+        log: rlog,
+        heartbeat: (info) => ctx?.heartbeat(info),
+      });
+      if (result.stop_reason !== 'error') {
+        t = performance.now();
+        try {
+          final = await env.finalize(toolCtx, result.answer);
+        } catch (err) {
+          // The agent broke its own sandbox (e.g. deleted the repository): a penalty, not a retry.
+          result = { ...result, stop_reason: 'error', error: `reading the final answer failed: ${(err as Error).message}` };
+        }
+        sandboxMs += performance.now() - t;
+      }
+    } finally {
+      t = performance.now();
+      await sandbox.release().catch((err: Error) => rlog.warn({ err: err.message }, 'sandbox release failed; the janitor will remove it'));
+      sandboxMs += performance.now() - t;
+    }
+
+    let tests: TestEvidence | undefined;
+    let score: Score;
+    if (result.stop_reason === 'error') {
+      score = zeroScore(env.rubric, input.rubric);
+    } else {
+      if (env.needsTests) {
+        try {
+          const out = await runTestsWithDiff({
+            sandboxes: deps.sandboxes,
+            acquire,
+            task,
+            diff: typeof final.diff === 'string' ? final.diff : '',
+            timeoutMs: Math.max(execTimeoutMs * 3, 60_000),
+            signal,
+          });
+          tests = out.evidence;
+          sandboxMs += out.sandboxMs;
+        } catch (err) {
+          if (signal?.aborted) throw err;
+          tests = { applied: false, ran: false, results: {}, note: `test run failed: ${(err as Error).message}` };
+        }
+      }
+      score = scoreRubric(env.rubric, {
+        task, final, answered: result.answer !== undefined, stop_reason: result.stop_reason, stats: result.stats, limits, tests,
+      }, input.rubric);
+    }
+
+    const trajectory = Trajectory.parse({
+      format: 'ratchet.trajectory/v1',
+      run_id: input.runId,
+      step: input.step,
+      env_id: env.id,
+      task_id: task.instance_id,
+      group_id: input.groupId,
+      rollout_index: input.rolloutIndex,
+      model: input.modelName,
+      tools: env.tools.map(toolSpec),
+      messages: result.messages,
+      turns: result.turns,
+      stop_reason: result.stop_reason,
+      ...(result.error !== undefined ? { error: result.error } : {}),
+      final: { ...final, ...(tests ? { tests } : {}), reward_weights: score.weights },
+      reward: { total: score.total, components: score.components },
+      stats: result.stats,
+      timing: { model_ms: result.model_ms, tools_ms: result.tools_ms, sandbox_ms: sandboxMs, total_ms: performance.now() - started },
+    });
+    const ref = await deps.store.putJson(trajectoryKey(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
+    rlog.info({ reward: score.total, stop: result.stop_reason, turns: result.turns.length, tool_calls: result.stats.tool_calls, ms: Math.round(trajectory.timing.total_ms) }, 'rollout done');
+
+    return RolloutSummary.parse({
+      task_id: task.instance_id,
+      group_id: input.groupId,
+      rollout_index: input.rolloutIndex,
+      trajectory: ref,
+      reward: score.total,
+      components: score.components,
+      stop_reason: result.stop_reason,
+      policy_version: input.policyVersion,
+      completion_tokens: result.stats.completion_tokens,
+      tool_calls: result.stats.tool_calls,
+      model_ms: result.model_ms,
+      tools_ms: result.tools_ms,
+      sandbox_ms: sandboxMs,
+    });
+  }
+
+  return { rollout };
+}
+
+export type RolloutActivities = ReturnType<typeof createRolloutActivities>;
+
+/** Where the sandbox's repository comes from: a git snapshot in the task set, or an image that has it. */
+export function sandboxSource(task: Task, taskSetDir: string): Pick<AcquireOptions, 'image' | 'repo'> {
+  const source = task.source;
+  if (!source) {
+    throw new Error(`task "${task.instance_id}" has no source; add source: {type: "snapshot", repo_path: "repos/<name>.git"} or {type: "image", image: "..."}`);
+  }
+  if (source.type === 'image') return { image: source.image };
+  return { repo: { hostPath: path.resolve(taskSetDir, source.repo_path), baseCommit: task.base_commit } };
+}

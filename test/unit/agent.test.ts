@@ -1,0 +1,168 @@
+import { z } from 'zod';
+import { runAgent, ToolError, type AgentRunInput } from '../../src/agent/loop';
+import { defineTool, toolSpec, zodToJsonSchema } from '../../src/agent/tool';
+import { parseCompletion } from '../../src/agent/model';
+import { Task } from '../../src/tasks/schema';
+import { call, HostDirSandbox, makeRepo, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
+
+const task = Task.parse({
+  instance_id: 't1', repo: 'demo', base_commit: 'HEAD', problem_statement: 'bug', patch: '', FAIL_TO_PASS: ['t::a'],
+});
+
+const echo = defineTool({
+  name: 'echo',
+  description: 'echo text',
+  args: z.object({ text: z.string(), times: z.number().int().positive().optional() }),
+  async run({ text, times }) {
+    return { content: text.repeat(times ?? 1), command: `echo ${text}` };
+  },
+});
+const answer = defineTool({
+  name: 'answer',
+  description: 'final',
+  args: z.object({ files: z.array(z.string()) }),
+  async run({ files }) {
+    return { content: 'ok', answer: { files } };
+  },
+});
+const picky = defineTool({
+  name: 'picky',
+  description: 'always a model error',
+  args: z.object({}),
+  async run() {
+    throw new ToolError('that file does not exist');
+  },
+});
+const broken = defineTool({
+  name: 'broken',
+  description: 'the sandbox died',
+  args: z.object({}),
+  async run() {
+    throw new Error('container is gone');
+  },
+});
+
+function input(turns: ScriptedTurn[], over: Partial<AgentRunInput> = {}): AgentRunInput & { model: ScriptedModel } {
+  const { root, commit } = makeRepo({ 'a.txt': 'x\n' });
+  return {
+    model: new ScriptedModel(turns),
+    modelName: 'm',
+    policyVersion: 3,
+    messages: [{ role: 'system', content: 's' }, { role: 'user', content: 'u' }],
+    tools: [echo, answer, picky, broken],
+    limits: { max_tokens: 1000, max_tool_calls: 10, max_turns: 10 },
+    sampling: { temperature: 1, top_p: 1, max_tokens: 100 },
+    ctx: { sandbox: new HostDirSandbox(root, commit), task, state: {}, execTimeoutMs: 5000 },
+    ...over,
+  } as AgentRunInput & { model: ScriptedModel };
+}
+
+describe('runAgent', () => {
+  test('plain text with no tool call ends the episode as completed without an answer', async () => {
+    const r = await runAgent(input([{ content: 'The bug is somewhere.' }]));
+    expect(r.stop_reason).toBe('completed');
+    expect(r.answer).toBeUndefined();
+    expect(r.turns).toHaveLength(1);
+    expect(r.turns[0]).toMatchObject({ prompt_message_count: 2, policy_version: 3, finish_reason: 'stop' });
+    expect(r.turns[0]!.completion_token_ids).toHaveLength(5);
+    expect(r.messages.at(-1)).toMatchObject({ role: 'assistant', content: 'The bug is somewhere.' });
+  });
+
+  test('parallel tool calls run in order and each gets its answer; an answer tool ends the episode', async () => {
+    const hb: number[] = [];
+    const r = await runAgent(input([
+      { tool_calls: [call('echo', { text: 'hi' }, 'c1'), call('echo', { text: 'yo', times: 2 }, 'c2')] },
+      { tool_calls: [call('answer', { files: ['a.py'] }, 'c3')] },
+    ], { heartbeat: (i) => hb.push(i.turn) }));
+    expect(r.stop_reason).toBe('completed');
+    expect(r.answer).toEqual({ files: ['a.py'] });
+    expect(r.messages.filter((m) => m.role === 'tool').map((m) => [m.tool_call_id, m.content])).toEqual([['c1', 'hi'], ['c2', 'yoyo'], ['c3', 'ok']]);
+    expect(r.turns.map((t) => t.prompt_message_count)).toEqual([2, 5]);
+    expect(hb).toEqual([1, 2]);
+    expect(r.stats).toMatchObject({ tool_calls: 3, tool_errors: 0, commands: ['echo', 'echo'], tools_used: { echo: 2, answer: 1 } });
+  });
+
+  test.each([
+    ['bad JSON', call('echo', '{"text": ', 'c1'), /not valid JSON/],
+    ['unknown tool', call('nope', {}, 'c1'), /unknown tool "nope".*echo, answer/],
+    ['missing argument', call('echo', {}, 'c1'), /invalid arguments for echo: "text": Required/],
+    ['wrong type', call('echo', { text: 'a', times: -1 }, 'c1'), /"times": Number must be greater than 0/],
+    ['ToolError', call('picky', {}, 'c1'), /Error: that file does not exist/],
+  ])('a malformed tool call (%s) goes back to the model as an error', async (_name, bad, pattern) => {
+    const r = await runAgent(input([{ tool_calls: [bad] }, { content: 'giving up' }]));
+    expect(r.stop_reason).toBe('completed');
+    const reply = r.messages.find((m) => m.role === 'tool');
+    expect(reply?.content).toMatch(pattern);
+    expect(r.stats.tool_errors).toBe(1);
+    expect(r.turns).toHaveLength(2);
+  });
+
+  test('a sandbox failure inside a tool ends the episode with stop_reason error, not a throw', async () => {
+    const r = await runAgent(input([{ tool_calls: [call('broken', {})] }]));
+    expect(r.stop_reason).toBe('error');
+    expect(r.error).toMatch(/container is gone/);
+  });
+
+  test('max_tool_calls stops before running the call over the limit', async () => {
+    const r = await runAgent(input([
+      { tool_calls: [call('echo', { text: '1' }), call('echo', { text: '2' }), call('echo', { text: '3' })] },
+    ], { limits: { max_tokens: 1000, max_tool_calls: 2, max_turns: 10 } }));
+    expect(r.stop_reason).toBe('max_tool_calls');
+    expect(r.stats.tool_calls).toBe(2);
+  });
+
+  test('max_tokens counts completion tokens over the episode and caps each turn by what is left', async () => {
+    const turns: ScriptedTurn[] = Array.from({ length: 5 }, () => ({ tool_calls: [call('echo', { text: 'x' })], completion_tokens: 40 }));
+    const inp = input(turns, { limits: { max_tokens: 100, max_tool_calls: 50, max_turns: 50 } });
+    const r = await runAgent(inp);
+    expect(r.stop_reason).toBe('max_tokens');
+    expect(r.stats.completion_tokens).toBe(120);
+    expect(inp.model.requests.map((q) => q.sampling.max_tokens)).toEqual([100, 60, 20]);
+  });
+
+  test('max_turns', async () => {
+    const turns: ScriptedTurn[] = Array.from({ length: 5 }, () => ({ tool_calls: [call('echo', { text: 'x' })] }));
+    const r = await runAgent(input(turns, { limits: { max_tokens: 1000, max_tool_calls: 50, max_turns: 2 } }));
+    expect(r.stop_reason).toBe('max_turns');
+    expect(r.turns).toHaveLength(2);
+  });
+
+  test('an aborted signal stops the loop', async () => {
+    const ctl = new AbortController();
+    ctl.abort();
+    await expect(runAgent(input([{ content: 'x' }], { signal: ctl.signal }))).rejects.toThrow();
+  });
+});
+
+describe('tool schemas', () => {
+  test('zod args become JSON schema with required keys and descriptions', () => {
+    expect(zodToJsonSchema(z.object({ a: z.string().describe('A'), b: z.array(z.number().int()).optional() }))).toEqual({
+      type: 'object', properties: { a: { type: 'string', description: 'A' }, b: { type: 'array', items: { type: 'integer' } } }, required: ['a'],
+    });
+    expect(toolSpec(echo).function.name).toBe('echo');
+  });
+});
+
+describe('parseCompletion (vLLM response shape)', () => {
+  const base = {
+    id: 'x', object: 'chat.completion', created: 0, model: 'm',
+    usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
+  };
+  test('reads top-level prompt_token_ids, choice token_ids, logprobs and tool calls', () => {
+    const c = parseCompletion({
+      ...base,
+      prompt_token_ids: [1, 2, 3],
+      choices: [{
+        index: 0, finish_reason: 'tool_calls', token_ids: [7, 8],
+        message: { role: 'assistant', content: null, refusal: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'bash', arguments: '{}' } }] },
+        logprobs: { content: [{ token: 'a', logprob: -1, bytes: [], top_logprobs: [] }, { token: 'b', logprob: -2, bytes: [], top_logprobs: [] }], refusal: null },
+      }],
+    } as never);
+    expect(c).toMatchObject({ prompt_token_ids: [1, 2, 3], completion_token_ids: [7, 8], completion_logprobs: [-1, -2], finish_reason: 'tool_calls' });
+    expect(c.tool_calls[0]!.function.name).toBe('bash');
+  });
+  test('reads prompt_token_ids from the choice when the server puts it there; missing ids are null', () => {
+    const c = parseCompletion({ ...base, choices: [{ index: 0, finish_reason: 'stop', prompt_token_ids: [4], message: { role: 'assistant', content: 'hi', refusal: null }, logprobs: null }] } as never);
+    expect(c).toMatchObject({ prompt_token_ids: [4], completion_token_ids: null, completion_logprobs: null, content: 'hi' });
+  });
+});
