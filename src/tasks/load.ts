@@ -1,4 +1,5 @@
 import { promises as fs } from 'node:fs';
+import { Worker } from 'node:worker_threads';
 import * as path from 'node:path';
 import { componentLogger } from '../shared/logger';
 import { Task } from './schema';
@@ -50,8 +51,13 @@ export async function loadTasks(file: string, opts: LoadOptions = {}): Promise<L
     }
     const parsed = Task.safeParse(value);
     if (!parsed.success) {
+      // One problem per field: the first issue is the one that says what to fix.
+      const fields = new Set<string>();
       for (const issue of parsed.error.issues) {
-        problems.push({ file, row, field: issue.path.join('.') || '(row)', message: issue.message });
+        const field = issue.path.join('.') || '(row)';
+        if (fields.has(field)) continue;
+        fields.add(field);
+        problems.push({ file, row, field, message: issue.message });
       }
       continue;
     }
@@ -109,13 +115,31 @@ async function readJsonl(file: string): Promise<RawRow[]> {
   return rows;
 }
 
+/**
+ * Parquet is decoded in a worker thread: a large task file does not stall the
+ * activity worker's event loop (heartbeats), and the ESM-only hyparquet is
+ * loaded by Node itself, whatever module system the caller runs under (jest).
+ */
+const PARQUET_WORKER = `
+const { parentPort, workerData } = require('node:worker_threads');
+const fs = require('node:fs');
+const hyparquet = require(workerData.module);
+const bytes = fs.readFileSync(workerData.file);
+hyparquet.parquetReadObjects({ file: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) })
+  .then((rows) => parentPort.postMessage({ rows }), (err) => parentPort.postMessage({ error: String(err && err.stack || err) }));
+`;
+
 async function readParquet(file: string): Promise<RawRow[]> {
-  // hyparquet is ESM-only; Node >= 20.19 can require() it.
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const hyparquet = require('hyparquet') as typeof import('hyparquet');
-  const bytes = await fs.readFile(file);
-  const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
-  const rows = await hyparquet.parquetReadObjects({ file: buffer });
+  await fs.access(file);
+  const rows = await new Promise<unknown[]>((resolve, reject) => {
+    const worker = new Worker(PARQUET_WORKER, { eval: true, workerData: { file, module: require.resolve('hyparquet') } });
+    worker.once('message', (m: { rows?: unknown[]; error?: string }) => {
+      void worker.terminate();
+      if (m.error !== undefined) reject(new Error(`cannot read Parquet task file ${file}: ${m.error}`));
+      else resolve(m.rows ?? []);
+    });
+    worker.once('error', reject);
+  });
   return rows.map((value, i) => ({ row: i + 1, value: normalizeParquetValue(value) }));
 }
 

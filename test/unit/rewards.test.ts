@@ -71,7 +71,7 @@ describe('diff similarity (difflib ratio, per file, / max(files))', () => {
   const near = gold.replace('return a + b', 'return b + a').replace('@@ -1,2 +1,2 @@', '@@ -10,2 +10,2 @@');
   test.each<[string, string, number]>([
     ['identical', gold, 1],
-    ['hunk line numbers do not matter, one changed line of three', near, 2 / 3],
+    ['hunk line numbers and context do not matter; one of two changed lines differs', near, 0.5],
     ['gold file plus an extra file halves it', gold + other, 0.5],
     ['a different file', other, 0],
     ['empty diff', '', 0],

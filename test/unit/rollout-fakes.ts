@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, promises as fs, rmSync } from 'node:fs';
+import { mkdtempSync, promises as fs, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Completion, CompletionRequest, ModelClient } from '../../src/agent/model';
@@ -58,7 +58,7 @@ export function makeRepo(files: Record<string, string>): { root: string; commit:
   for (const [name, content] of Object.entries(files)) {
     const file = path.join(root, name);
     execFileSync('mkdir', ['-p', path.dirname(file)]);
-    require('node:fs').writeFileSync(file, content);
+    writeFileSync(file, content);
   }
   const git = (...args: string[]) => execFileSync('git', ['-c', 'user.email=t@t', '-c', 'user.name=t', ...args], { cwd: root }).toString().trim();
   git('init', '-q');
@@ -107,3 +107,10 @@ export class ScriptedModel implements ModelClient {
 export function call(name: string, args: unknown, id = `call_${name}_${Math.random().toString(36).slice(2, 7)}`) {
   return { id, type: 'function' as const, function: { name, arguments: typeof args === 'string' ? args : JSON.stringify(args) } };
 }
+
+/** A tiny Python project with one bug (add subtracts): test_add fails, test_sub passes. */
+export const CALC_FILES = {
+  'pkg/__init__.py': '',
+  'pkg/calc.py': 'def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n',
+  'tests/test_calc.py': 'from pkg.calc import add, sub\n\n\ndef test_add():\n    x = add(2, 3)\n    assert x == 5\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n',
+};

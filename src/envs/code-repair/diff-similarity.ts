@@ -5,11 +5,11 @@ import { normalizePath } from '../shell';
  * sequence-similarity ratio (difflib's Ratcliff/Obershelp `ratio()`) between the
  * two diffs' hunk lines, summed over files both diffs touch and divided by
  * max(gold files, generated files), so extra or missing files cost.
- * Hunk headers (`@@ -a,b +c,d @@`) are left out: line numbers say nothing about
- * whether the change is right.
+ * Only the changed lines (`+`/`-`) count: hunk headers and context depend on
+ * line numbers and the diff tool's context width, not on whether the change is right.
  */
 
-/** Hunk body lines (`+`, `-`, ` ` prefixed) of each file a unified diff touches. */
+/** Changed lines (`+`, `-` prefixed, in order) of each file a unified diff touches. */
 export function parseDiffFiles(diff: string): Map<string, string[]> {
   const files = new Map<string, string[]>();
   let current: string[] | undefined;
@@ -35,7 +35,7 @@ export function parseDiffFiles(diff: string): Map<string, string[]> {
       continue;
     }
     if (line.startsWith('@@')) { inHunk = true; continue; }
-    if (inHunk && current && (line.startsWith('+') || line.startsWith('-') || line.startsWith(' '))) current.push(line);
+    if (inHunk && current && (line.startsWith('+') || line.startsWith('-'))) current.push(line);
   }
   return files;
 }

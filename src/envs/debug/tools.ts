@@ -28,7 +28,7 @@ export function rewriteLines(text: string, start: number, end: number, content: 
   }
   const replacement = content === '' ? [] : content.replace(/\n$/, '').split('\n');
   lines.splice(start - 1, end - start + 1, ...replacement);
-  return lines.join('\n') + (trailing ? '\n' : '');
+  return lines.length === 0 ? '' : lines.join('\n') + (trailing ? '\n' : '');
 }
 
 function session(ctx: ToolContext): PdbSession | undefined {

@@ -1,0 +1,107 @@
+import { mkdtempSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createRolloutActivities, type RolloutInput } from '../../src/activities/rollout';
+import { LocalArtifactStore } from '../../src/artifacts/store';
+import { Trajectory } from '../../src/rollouts/trajectory';
+import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
+
+const gold = 'diff --git a/pkg/calc.py b/pkg/calc.py\n--- a/pkg/calc.py\n+++ b/pkg/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n';
+const task = {
+  instance_id: 'calc-1', repo: 'calc', base_commit: 'HEAD', problem_statement: 'add(2, 3) returns -1', patch: gold,
+  FAIL_TO_PASS: ['tests/test_calc.py::test_add'], PASS_TO_PASS: ['tests/test_calc.py::test_sub'],
+  gold_files: ['pkg/calc.py'], test_cmd: 'python3 -m pytest', source: { type: 'snapshot', repo_path: 'repos/calc.git' },
+};
+
+function setup(turns: ScriptedTurn[]) {
+  const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+  const sandboxes = new FakeSandboxManager(CALC_FILES);
+  const model = new ScriptedModel(turns);
+  const acts = createRolloutActivities({ store, sandboxes, openaiFactory: () => model });
+  return { store, sandboxes, model, acts };
+}
+
+function input(envId: string, over: Partial<RolloutInput> = {}): RolloutInput {
+  return {
+    runId: 'run1', step: 2, groupId: 'g0', rolloutIndex: 1, envId, task, taskSetDir: '/tasks',
+    policyVersion: 1, modelName: 'policy-v1', sampling: { temperature: 1, top_p: 1, max_tokens: 64 },
+    envArgs: { max_tokens: 500, max_tool_calls: 5, max_turns: 4 }, rubric: {},
+    sandbox: { memory_mb: 512, cpus: 1, pids_limit: 128, disk_mb: 256, exec_timeout_s: 30, output_limit_bytes: 16384, warm_pool_size: 0 },
+    inferenceBaseUrl: 'http://127.0.0.1:8000/v1', seed: 7, ...over,
+  };
+}
+
+async function trajectoryOf(store: LocalArtifactStore, ref: { uri: string; sha256: string; bytes: number }) {
+  return Trajectory.parse(await store.getJson(ref));
+}
+
+describe('rollout activity', () => {
+  test('swe-grep: answer scored, trajectory saved at runs/<run>/steps/<step>/rollouts/<group>/<i>.json, sandbox released', async () => {
+    const { store, sandboxes, acts, model } = setup([
+      { tool_calls: [call('bash', { command: 'grep -rn "def add" pkg' })] },
+      { tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] },
+    ]);
+    const env = new MockActivityEnvironment();
+    const beats: unknown[] = [];
+    env.on('heartbeat', (d: unknown) => beats.push(d));
+    const summary = await env.run(acts.rollout, input('swe-grep'));
+    expect(summary).toMatchObject({ task_id: 'calc-1', group_id: 'g0', rollout_index: 1, stop_reason: 'completed', policy_version: 1, tool_calls: 2 });
+    expect(summary.components).toMatchObject({ correct_files: 1, completion_bonus: 1, file_f1: 1 });
+    expect(summary.reward).toBeCloseTo(1.2);
+    expect(summary.trajectory.uri).toMatch(/runs\/run1\/steps\/2\/rollouts\/g0\/1\.json$/);
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.messages[2]!.tool_calls![0]!.function.name).toBe('bash');
+    expect(t.messages[3]!.content).toMatch(/pkg\/calc.py:1:def add/);
+    expect(t.turns.every((turn) => turn.completion_token_ids!.length > 0 && turn.policy_version === 1)).toBe(true);
+    expect(beats).toHaveLength(2);
+    expect(sandboxes.acquired[0]).toMatchObject({ labels: { run: 'run1', step: 2, rollout: 'g0-1' }, repo: { hostPath: '/tasks/repos/calc.git', baseCommit: 'HEAD' } });
+    expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
+    expect(model.requests[0]).toMatchObject({ model: 'policy-v1', sampling: { seed: 7, max_tokens: 64 } });
+  });
+
+  test('code-repair: the diff is tested in a fresh sandbox and compared with the gold patch', async () => {
+    const { store, sandboxes, acts } = setup([
+      { tool_calls: [call('apply_patch', { path: 'pkg/calc.py', search: 'def add(a, b):\n    return a - b', replace: 'def add(a, b):\n    return a + b' })] },
+      { content: 'Fixed.' },
+    ]);
+    const summary = await new MockActivityEnvironment().run(acts.rollout, input('code-repair'));
+    expect(summary.components).toMatchObject({ diff_similarity: 1, tests_pass: 1, fail_to_pass: 1, pass_to_pass: 1 });
+    expect(sandboxes.acquired).toHaveLength(2);
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.final.diff).toContain('+    return a + b');
+    expect(t.final.tests).toMatchObject({ applied: true, ran: true });
+  });
+
+  test('debug: a rewrite that breaks PASS_TO_PASS scores zero', async () => {
+    const { acts } = setup([
+      { tool_calls: [call('rewrite', { path: 'pkg/calc.py', start: 1, end: 6, content: 'def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return 0' })] },
+      { content: 'done' },
+    ]);
+    const summary = await new MockActivityEnvironment().run(acts.rollout, input('debug'));
+    expect(summary.components).toMatchObject({ fail_to_pass: 0, pass_to_pass: 0 });
+    expect(summary.reward).toBe(0);
+  });
+
+  test('an agent that destroys its repository gets a penalty (stop_reason error), not a crash', async () => {
+    const { acts, store } = setup([{ tool_calls: [call('shell', { command: 'rm -rf .git' })] }, { content: 'oops' }]);
+    const summary = await new MockActivityEnvironment().run(acts.rollout, input('code-repair'));
+    expect(summary.stop_reason).toBe('error');
+    expect(summary.reward).toBe(0);
+    expect((await trajectoryOf(store, summary.trajectory)).error).toMatch(/reading the final answer failed/);
+  });
+
+  test('cancellation releases the sandbox and rethrows', async () => {
+    const env = new MockActivityEnvironment();
+    const { acts, sandboxes } = setup([() => { env.cancel(); return { tool_calls: [call('shell', { command: 'ls' })] }; }, { content: 'x' }]);
+    await expect(env.run(acts.rollout, input('code-repair'))).rejects.toThrow();
+    expect(sandboxes.sandboxes.length).toBeGreaterThan(0);
+    expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
+  });
+
+  test('bad input names the field', async () => {
+    const { acts } = setup([]);
+    await expect(acts.rollout({ ...input('swe-grep'), step: -1 })).rejects.toThrow(/invalid rollout input: step/);
+    await expect(acts.rollout(input('nope'))).rejects.toThrow(/unknown environment "nope"/);
+  });
+});
