@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import * as path from 'node:path';
 import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { runAgent, type AgentResult } from '../agent/loop';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
@@ -87,16 +88,17 @@ export function createRolloutActivities(deps: RolloutDeps) {
   async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
     const parsed = RolloutInput.safeParse(rawInput);
     if (!parsed.success) {
-      throw new Error(`invalid rollout input: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+      throw ApplicationFailure.nonRetryable(`invalid rollout input: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, 'InvalidRolloutInput');
     }
     const input = parsed.data;
     const started = performance.now();
     const ctx = activityContext();
     const signal = ctx?.cancellationSignal;
-    const env = getEnvironment(input.envId);
+    // A bad env id or a missing task fails the same way on every retry: say so once.
+    const env = await nonRetryable(async () => getEnvironment(input.envId));
     const task = 'instance_id' in input.task
       ? (input.task as Task)
-      : await loadTask(resolveDataset(input.task.datasetPath, input.taskSetDir), input.task.instanceId);
+      : await nonRetryable(() => loadTask(resolveDataset((input.task as { datasetPath: string }).datasetPath, input.taskSetDir), (input.task as { instanceId: string }).instanceId));
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: task.instance_id });
 
     const acquire: AcquireOptions = {
@@ -219,6 +221,14 @@ export function createRolloutActivities(deps: RolloutDeps) {
 }
 
 export type RolloutActivities = ReturnType<typeof createRolloutActivities>;
+
+async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidRolloutTask');
+  }
+}
 
 /** Where the sandbox's repository comes from: a git snapshot in the task set, or an image that has it. */
 export function sandboxSource(task: Task, taskSetDir: string): Pick<AcquireOptions, 'image' | 'repo'> {

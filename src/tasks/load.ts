@@ -76,10 +76,21 @@ export async function loadTasks(file: string, opts: LoadOptions = {}): Promise<L
   return { tasks, problems };
 }
 
+/** Parsed task files by path, reused while the file's mtime and size are unchanged: every rollout looks one task up. */
+const cache = new Map<string, { key: string; byId: Map<string, Task>; count: number }>();
+
 /** Finds one task by instance id; a missing id is an error naming the file. */
 export async function loadTask(file: string, instanceId: string): Promise<Task> {
-  const { tasks } = await loadTasks(file, { onInvalid: 'skip' });
-  const task = tasks.find((t) => t.instance_id === instanceId);
+  const st = await fs.stat(file);
+  const key = `${st.mtimeMs}:${st.size}`;
+  let entry = cache.get(file);
+  if (!entry || entry.key !== key) {
+    const { tasks } = await loadTasks(file, { onInvalid: 'skip' });
+    entry = { key, byId: new Map(tasks.map((t) => [t.instance_id, t])), count: tasks.length };
+    cache.set(file, entry);
+  }
+  const task = entry.byId.get(instanceId);
+  const tasks = { length: entry.count };
   if (!task) {
     throw new Error(`task "${instanceId}" is not in ${file} (${tasks.length} valid rows). ` +
       'Fix: regenerate the task set, or sample ids from the same file the rollout reads.');

@@ -4,14 +4,14 @@ import * as path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createRolloutActivities, type RolloutInput } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
-import { Trajectory } from '../../src/rollouts/trajectory';
+import { Trajectory, type RolloutSummary } from '../../src/rollouts/trajectory';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
 const gold = 'diff --git a/pkg/calc.py b/pkg/calc.py\n--- a/pkg/calc.py\n+++ b/pkg/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n';
 const task = {
   instance_id: 'calc-1', repo: 'calc', base_commit: 'HEAD', problem_statement: 'add(2, 3) returns -1', patch: gold,
   FAIL_TO_PASS: ['tests/test_calc.py::test_add'], PASS_TO_PASS: ['tests/test_calc.py::test_sub'],
-  gold_files: ['pkg/calc.py'], test_cmd: 'python3 -m pytest', source: { type: 'snapshot', repo_path: 'repos/calc.git' },
+  gold_files: ['pkg/calc.py'], test_cmd: 'python3 -m pytest', source: { type: 'snapshot' as const, repo_path: 'repos/calc.git' },
 };
 
 function setup(turns: ScriptedTurn[]) {
@@ -45,7 +45,7 @@ describe('rollout activity', () => {
     const env = new MockActivityEnvironment();
     const beats: unknown[] = [];
     env.on('heartbeat', (d: unknown) => beats.push(d));
-    const summary = await env.run(acts.rollout, input('swe-grep'));
+    const summary: RolloutSummary = await env.run(acts.rollout, input('swe-grep'));
     expect(summary).toMatchObject({ task_id: 'calc-1', group_id: 'g0', rollout_index: 1, stop_reason: 'completed', policy_version: 1, tool_calls: 2 });
     expect(summary.components).toMatchObject({ correct_files: 1, completion_bonus: 1, file_f1: 1 });
     expect(summary.reward).toBeCloseTo(1.2);
@@ -65,7 +65,7 @@ describe('rollout activity', () => {
       { tool_calls: [call('apply_patch', { path: 'pkg/calc.py', search: 'def add(a, b):\n    return a - b', replace: 'def add(a, b):\n    return a + b' })] },
       { content: 'Fixed.' },
     ]);
-    const summary = await new MockActivityEnvironment().run(acts.rollout, input('code-repair'));
+    const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout, input('code-repair'));
     expect(summary.components).toMatchObject({ diff_similarity: 1, tests_pass: 1, fail_to_pass: 1, pass_to_pass: 1 });
     expect(sandboxes.acquired).toHaveLength(2);
     const t = await trajectoryOf(store, summary.trajectory);
@@ -78,14 +78,14 @@ describe('rollout activity', () => {
       { tool_calls: [call('rewrite', { path: 'pkg/calc.py', start: 1, end: 6, content: 'def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return 0' })] },
       { content: 'done' },
     ]);
-    const summary = await new MockActivityEnvironment().run(acts.rollout, input('debug'));
+    const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout, input('debug'));
     expect(summary.components).toMatchObject({ fail_to_pass: 0, pass_to_pass: 0 });
     expect(summary.reward).toBe(0);
   });
 
   test('an agent that destroys its repository gets a penalty (stop_reason error), not a crash', async () => {
     const { acts, store } = setup([{ tool_calls: [call('shell', { command: 'rm -rf .git' })] }, { content: 'oops' }]);
-    const summary = await new MockActivityEnvironment().run(acts.rollout, input('code-repair'));
+    const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout, input('code-repair'));
     expect(summary.stop_reason).toBe('error');
     expect(summary.reward).toBe(0);
     expect((await trajectoryOf(store, summary.trajectory)).error).toMatch(/reading the final answer failed/);
