@@ -54,7 +54,16 @@ interface VllmResponseExtras {
 export class OpenAIModelClient implements ModelClient {
   private readonly client: OpenAI;
 
-  constructor(baseURL: string, opts: { timeoutMs?: number; client?: OpenAI } = {}) {
+  private readonly sendSeed: boolean;
+
+  /**
+   * `sendSeed` is off by default: vLLM's CPU build (0.32) kills its engine
+   * ("CPU Generator does not use offset") when a seeded request is preempted and
+   * resumed, which 16 concurrent rollouts on a small KV cache trigger. Set
+   * RATCHET_INFERENCE_SEED=1 on GPU servers for reproducible sampling.
+   */
+  constructor(baseURL: string, opts: { timeoutMs?: number; client?: OpenAI; sendSeed?: boolean } = {}) {
+    this.sendSeed = opts.sendSeed ?? process.env.RATCHET_INFERENCE_SEED === '1';
     this.client = opts.client ?? new OpenAI({ baseURL, apiKey: process.env.RATCHET_INFERENCE_API_KEY ?? 'EMPTY', timeout: opts.timeoutMs ?? 300_000, maxRetries: 2 });
   }
 
@@ -66,7 +75,7 @@ export class OpenAIModelClient implements ModelClient {
       temperature: req.sampling.temperature,
       top_p: req.sampling.top_p,
       max_tokens: req.sampling.max_tokens,
-      ...(req.sampling.seed !== undefined ? { seed: req.sampling.seed } : {}),
+      ...(this.sendSeed && req.sampling.seed !== undefined ? { seed: req.sampling.seed } : {}),
       logprobs: true,
       // vLLM extension, passed through in the body by the openai package.
       return_token_ids: true,
