@@ -6,7 +6,7 @@
  * Skips loudly without the model directory or the trainer virtualenv.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { createBatchActivities } from '../../src/activities/buildBatch';
@@ -17,15 +17,7 @@ import { simulateTrajectory, SMOLLM2_DIR, toolConversation } from '../fixtures/s
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 
 const PYTHON = path.join(STATE, 'venvs', 'trainer', 'bin', 'python');
-const TRAINER_PKG = path.join(REPO, 'trainer', 'ratchet_trainer', 'core', 'loss.py');
-
-function trainerCorePresent(): boolean {
-  if (existsSync(TRAINER_PKG)) return true;
-  console.warn(`SKIPPING batch-to-trainer: ${TRAINER_PKG} is missing (the trainer package has not landed)`);
-  return false;
-}
-
-(trainerCorePresent() ? describeWithStack : describe.skip)('batch builder -> Python trainer', ['model', 'trainerVenv'], () => {
+describeWithStack('batch builder -> Python trainer', ['model', 'trainerVenv'], () => {
   let root: string;
   beforeAll(() => { root = mkdtempSync(path.join(tmpdir(), 'ratchet-b2t-')); });
   afterAll(() => rmSync(root, { recursive: true, force: true }));

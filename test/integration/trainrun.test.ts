@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { describeWithStack, REPO } from '../helpers/stack';
 import { startTrainRun } from '../../src/workflows/client';
-import { checkInvariants, distBuilt, killProc, startProc, tinyConfig, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 
@@ -19,9 +19,11 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
   const procs: Proc[] = [];
   let connection: Connection;
   let client: Client;
+  let restoreStackWorkers: () => Promise<void> = async () => {};
 
   beforeAll(async () => {
     if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
+    restoreStackWorkers = await takeOverStackWorkers();
     connection = await Connection.connect({ address: '127.0.0.1:7233' });
     client = new Client({ connection });
     const cmds = workerCommands(artifacts);
@@ -31,6 +33,7 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
   afterAll(async () => {
     for (const p of procs) await killProc(p, 'SIGTERM');
     await connection?.close();
+    await restoreStackWorkers();
   });
 
   test('two steps train, every invariant holds', async () => {

@@ -11,6 +11,8 @@ import type { StepRecord } from '../../src/activities/metrics';
 import { verifyRef } from '../../src/artifacts/store';
 import { verifyDirectoryArtifact } from '../../src/activities/weightSync';
 import { REPO, STATE } from '../helpers/stack';
+import { workerSpecs } from '../../src/stack';
+import { serviceStatus, startService, stopService } from '../../src/stack/processes';
 
 export interface Proc { name: string; child: ChildProcess }
 
@@ -38,9 +40,14 @@ export const workerCommands = (artifacts: string) => ({
 
 export const distBuilt = () => existsSync(path.join(REPO, 'dist', 'workers', 'main.js')) && existsSync(path.join(REPO, 'dist', 'workers', 'rollout.js'));
 
+export interface TinyConfigOptions {
+  maxSteps?: number;
+  asyncLevel?: number;
+}
+
 /** A tiny config: 1 task x 2 rollouts, 2 steps, 32 tokens a turn. */
-export async function tinyConfig(dir: string, overrides = ''): Promise<string> {
-  const file = path.join(dir, 'tiny.toml');
+export async function tinyConfig(dir: string, opts: TinyConfigOptions = {}): Promise<string> {
+  const file = path.join(dir, `tiny-${opts.maxSteps ?? 2}-a${opts.asyncLevel ?? 1}.toml`);
   await fs.writeFile(file, `name = "tiny"
 [trainer]
 device = "cpu"
@@ -49,10 +56,9 @@ max_tokens = 32
 [orchestrator]
 batch_size = 1
 rollouts_per_example = 2
-max_steps = 2
-async_level = 1
+max_steps = ${opts.maxSteps ?? 2}
+async_level = ${opts.asyncLevel ?? 1}
 max_concurrent_rollouts = 2
-${overrides}
 [[env]]
 id = "swe-grep"
 [env.args]
@@ -61,6 +67,19 @@ max_tool_calls = 3
 max_turns = 3
 `);
   return file;
+}
+
+/**
+ * Stops the workers `ratchet up` started, so the test's own workers (with their
+ * own artifact root) are the only ones polling the shared queues; the returned
+ * function starts them again.
+ */
+export async function takeOverStackWorkers(): Promise<() => Promise<void>> {
+  const wasRunning = workerSpecs().filter((s) => serviceStatus(s.name).running);
+  for (const s of wasRunning) await stopService(s.name);
+  return async () => {
+    for (const s of wasRunning) await startService(s);
+  };
 }
 
 /** The run invariants: complete, exact rollout counts, each step applied once, hashes match, vLLM serves the trainer's version. */
@@ -82,6 +101,9 @@ export async function checkInvariants(p: { artifacts: string; runId: string; max
   const ckptDir = new URL((last.checkpoint as { uri: string }).uri).pathname;
   const ledger = JSON.parse(await fs.readFile(path.join(ckptDir, 'ledger.json'), 'utf8')) as Record<string, unknown>;
   expect(Object.keys(ledger).map(Number).sort((a, b) => a - b)).toEqual(records.map((r) => r.step));
+  // The optimiser's own count of updates, carried through every checkpoint: a step applied twice shows here.
+  const state = JSON.parse(await fs.readFile(path.join(ckptDir, 'trainer_state.json'), 'utf8')) as { optimizer_steps: number };
+  expect(state.optimizer_steps).toBe(p.maxSteps);
   const models = (await (await fetch(`${p.inferenceUrl}/models`)).json()) as { data: { id: string }[] };
   expect(models.data.map((m) => m.id)).toContain(`policy-v${last.policy_version}`);
   return records;

@@ -83,7 +83,7 @@ def test_step_delivered_twice_changes_weights_once(kind, tmp_path):
     assert {k: v for k, v in again.items() if k != "applied"} == {k: v for k, v in first.items() if k != "applied"}
     assert any(not torch.equal(w0[k], w1[k]) for k in w0)
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
-    assert trainer.policy_version == 1
+    assert trainer.policy_version == 1 and trainer.optimizer_steps == 1
 
 
 @pytest.mark.parametrize("problem", ["token_id", "too_long"])
@@ -124,6 +124,7 @@ def test_checkpoint_roundtrip_and_peft_adapter_layout(tmp_path):
     b = Trainer("run", cfg)
     restore_checkpoint(b, refs["checkpoint"])
     assert b.ledger.keys() == a.ledger.keys() and b.policy_version == 1
+    assert json.loads((root / "trainer_state.json").read_text())["optimizer_steps"] == 1 == b.optimizer_steps
     for k, v in snapshot(a).items():
         torch.testing.assert_close(snapshot(b)[k], v, rtol=0, atol=0)
     batch1 = load_batch(*on_policy_batch(a, tmp_path, samples, 1))

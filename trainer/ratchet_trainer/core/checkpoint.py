@@ -98,6 +98,7 @@ def _write(trainer: Trainer, d: Path, step: int) -> None:
         "run_id": trainer.run_id,
         "step": step,
         "policy_version": trainer.policy_version,
+        "optimizer_steps": trainer.optimizer_steps,
         "model_fingerprint": trainer.cfg.model_fingerprint(),
         "trainer_config": trainer.cfg.to_dict(),
         "torch": torch.__version__,

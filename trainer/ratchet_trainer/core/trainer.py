@@ -66,6 +66,13 @@ class Trainer:
     def last_step(self) -> int:
         return max(self.ledger) if self.ledger else -1
 
+    @property
+    def optimizer_steps(self) -> int:
+        """Updates the optimiser has applied, from its own state (AdamW counts per parameter):
+        independent of the ledger, so a step applied twice shows up as a mismatch."""
+        counts = [int(st["step"]) for st in self.optimizer.state.values() if "step" in st]
+        return max(counts) if counts else 0
+
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """The tensors a checkpoint must hold: the adapter, or all weights for full fine-tuning."""
         if self.cfg.model.lora is not None:

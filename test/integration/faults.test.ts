@@ -1,0 +1,168 @@
+/**
+ * Fault tests: a real TrainRun on the local stack (Temporal, vLLM with SmolLM2 on
+ * CPU, Docker sandboxes, the Python trainer) while one part is killed in the
+ * middle of a step and started again. Each run must still meet every invariant
+ * (checkInvariants): it completes, each step trains on exactly batch x rollouts,
+ * no optimiser step is applied twice, every artifact matches its sha256, and
+ * vLLM serves the trainer's policy version.
+ *
+ * Slow by nature (minutes per test on 2 CPUs): each waits out the timeouts that
+ * notice a dead part, shortened here through the run input where the run allows.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { describeWithStack, REPO, STATE } from '../helpers/stack';
+import { LABELS } from '../../src/sandbox/labels';
+import { progressQuery } from '../../src/workflows/messages';
+import type { TrainRun } from '../../src/workflows/trainRun';
+import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
+import {
+  checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
+  type Proc, type TinyConfigOptions,
+} from './trainrunStack';
+
+const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-faults-'));
+  const artifacts = path.join(dir, 'artifacts');
+  const cmds = workerCommands(artifacts);
+  const workers: Record<'main' | 'rollout' | 'trainer', Proc | undefined> = { main: undefined, rollout: undefined, trainer: undefined };
+  let restoreStackWorkers: () => Promise<void> = async () => {};
+  let connection: Connection;
+  let client: Client;
+
+  const start = (which: keyof typeof workers) => {
+    const c = cmds[which]();
+    workers[which] = startProc(c[0], c[1], [...c[2]], c[3], dir);
+  };
+
+  beforeAll(async () => {
+    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
+    restoreStackWorkers = await takeOverStackWorkers();
+    connection = await Connection.connect({ address: '127.0.0.1:7233' });
+    client = new Client({ connection });
+    start('main');
+    start('rollout');
+    start('trainer');
+  });
+
+  afterAll(async () => {
+    for (const p of Object.values(workers)) if (p) await killProc(p, 'SIGTERM');
+    await connection?.close();
+    await restoreStackWorkers();
+  });
+
+  async function startRun(label: string, opts: TinyConfigOptions = {}): Promise<{ runId: string; handle: WorkflowHandle<typeof TrainRun> }> {
+    const configPath = await tinyConfig(dir, opts);
+    const runId = `it-fault-${label}-${Date.now()}`;
+    // A dead trainer is noticed in 30 s instead of the CPU defaults' minutes.
+    const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
+    const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
+    return { runId, handle };
+  }
+
+  /** Polls the run's progress until `pred` holds; tolerates moments with no worker or no server. */
+  async function waitFor(handle: WorkflowHandle<typeof TrainRun>, what: string, pred: (p: Progress) => boolean, timeoutMs = 600_000): Promise<Progress> {
+    const deadline = Date.now() + timeoutMs;
+    let last: Progress | undefined;
+    while (Date.now() < deadline) {
+      try {
+        last = await handle.query(progressQuery);
+        if (pred(last)) return last;
+      } catch { /* no worker or server right now */ }
+      await sleep(1000);
+    }
+    throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
+  }
+
+  /** The run's result, riding out a Temporal server that is briefly down. */
+  async function result(handle: WorkflowHandle<typeof TrainRun>): Promise<TrainRunResult> {
+    for (;;) {
+      try {
+        return await handle.result();
+      } catch (err) {
+        if (err instanceof WorkflowFailedError) throw err;
+        await sleep(2000);
+      }
+    }
+  }
+
+  const runContainers = (runId: string): string[] =>
+    execFileSync('docker', ['ps', '-q', '--filter', `label=${LABELS.run}=${runId}`], { encoding: 'utf8' }).split('\n').filter(Boolean);
+
+  async function waitForSandbox(runId: string, timeoutMs = 300_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (runContainers(runId).length === 0) {
+      if (Date.now() > deadline) throw new Error(`no sandbox of run ${runId} appeared in ${timeoutMs / 1000} s`);
+      await sleep(500);
+    }
+  }
+
+  async function expectInvariants(runId: string, res: TrainRunResult, maxSteps = 2): Promise<void> {
+    expect(res).toMatchObject({ stepsCompleted: maxSteps, policyVersion: maxSteps, stopped: 'completed' });
+    await checkInvariants({ artifacts, runId, maxSteps, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
+  }
+
+  test('kill -9 the rollout worker mid-step, then start it again', async () => {
+    const { runId, handle } = await startRun('rollout');
+    await waitFor(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
+    await waitForSandbox(runId);
+    await sleep(3000); // inside an episode: the agent is talking to vLLM or running a tool
+    await killProc(workers.rollout!, 'SIGKILL');
+    expect(runContainers(runId).length).toBeGreaterThan(0); // what the dead worker left behind
+    await sleep(3000);
+    start('rollout');
+
+    await expectInvariants(runId, await result(handle));
+    // The restarted worker's sweep removed the dead worker's sandboxes.
+    expect(runContainers(runId)).toEqual([]);
+  }, 1_200_000);
+
+  test('kill -9 the trainer worker mid-step, then start it again', async () => {
+    const { runId, handle } = await startRun('trainer');
+    // Step 1, so the retried step must first load step 0's checkpoint on the new trainer.
+    await waitFor(handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
+    await sleep(2000);
+    await killProc(workers.trainer!, 'SIGKILL');
+    await sleep(3000);
+    start('trainer');
+
+    const res = await result(handle);
+    await expectInvariants(runId, res);
+    const records = readFileSync(path.join(artifacts, 'runs', runId, 'metrics.jsonl'), 'utf8').split('\n').filter(Boolean)
+      .map((l) => JSON.parse(l) as { step: number; trainer: { restarts: number } });
+    // The step was retried on a new trainer rather than finishing on the dead one.
+    expect(records.find((r) => r.step === 1)!.trainer.restarts).toBeGreaterThanOrEqual(1);
+  }, 1_200_000);
+
+  test('stop and restart the Temporal dev server mid-run', async () => {
+    const { runId, handle } = await startRun('temporal');
+    // Step 0 trains while step 1's rollouts run (async_level 1): both are in flight.
+    await waitFor(handle, 'step 0 training', (p) => p.step === 0 && p.phase === 'training');
+    execFileSync('bash', [path.join(REPO, 'infra', 'temporal.sh'), 'stop'], { stdio: 'inherit', env: { ...process.env, RATCHET_HOME: STATE } });
+    await sleep(5000);
+    execFileSync('bash', [path.join(REPO, 'infra', 'temporal.sh'), 'start'], { stdio: 'inherit', env: { ...process.env, RATCHET_HOME: STATE } });
+
+    await expectInvariants(runId, await result(handle));
+    for (const [name, p] of Object.entries(workers)) expect([name, p!.child.exitCode]).toEqual([name, null]); // every worker rode it out
+  }, 1_200_000);
+
+  test('kill -9 vLLM mid-step, then start it again', async () => {
+    // async_level 0: step 1's rollouts use policy-v1, which the restarted server no longer has.
+    const { runId, handle } = await startRun('vllm', { asyncLevel: 0 });
+    await waitFor(handle, 'step 1 rollouts', (p) => p.step === 1 && p.phase === 'rollouts');
+    await waitForSandbox(runId);
+    await sleep(2000);
+    const pid = Number(readFileSync(path.join(STATE, 'run', 'vllm.pid'), 'utf8').trim());
+    try { process.kill(-pid, 'SIGKILL'); } catch { process.kill(pid, 'SIGKILL'); }
+    await sleep(3000);
+    execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { stdio: 'inherit', env: { ...process.env, RATCHET_HOME: STATE } });
+
+    await expectInvariants(runId, await result(handle));
+  }, 1_200_000);
+});
