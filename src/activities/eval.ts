@@ -7,6 +7,7 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { sha256 } from '../artifacts/store';
 import type { RunConfig } from '../config/schema';
@@ -57,6 +58,8 @@ export interface EvalPlan {
   inferenceBaseUrl: string;
   servedModel: string;
   seed: number;
+  /** Each planned version's adapter (version > 0), served before its episodes run. */
+  adapters: Record<string, ArtifactRef>;
 }
 
 export interface EvalEpisode {
@@ -249,22 +252,27 @@ async function readJsonFile<T>(file: string): Promise<T | undefined> {
   }
 }
 
-/** Policy versions the run has produced: 0 (the base model) and each finished step's version. */
-export async function availableVersions(store: ArtifactStore, runId: string): Promise<number[]> {
-  const versions = new Set<number>([0]);
+/** Policy versions the run has produced (0, the base model, and each finished step's), with their adapters. */
+export async function runVersions(store: ArtifactStore, runId: string): Promise<Map<number, ArtifactRef | undefined>> {
+  const versions = new Map<number, ArtifactRef | undefined>([[0, undefined]]);
   try {
     const text = await fs.readFile(store.localPath(`runs/${runId}/metrics.jsonl`), 'utf8');
     for (const line of text.split('\n')) {
       if (!line.trim()) continue;
       try {
-        const v = (JSON.parse(line) as { policy_version?: unknown }).policy_version;
-        if (typeof v === 'number' && Number.isInteger(v) && v >= 0) versions.add(v);
+        const r = JSON.parse(line) as { policy_version?: unknown; adapter?: ArtifactRef };
+        const v = r.policy_version;
+        if (typeof v === 'number' && Number.isInteger(v) && v >= 0) versions.set(v, r.adapter);
       } catch { /* a torn line: the metrics writer owns repairs */ }
     }
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
-  return [...versions].sort((a, b) => a - b);
+  return versions;
+}
+
+export async function availableVersions(store: ArtifactStore, runId: string): Promise<number[]> {
+  return [...(await runVersions(store, runId)).keys()].sort((a, b) => a - b);
 }
 
 export function createEvalActivities({ store, logger }: EvalDeps) {
@@ -283,7 +291,8 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
         throw ApplicationFailure.nonRetryable(`${ts.tasks.length} tasks × k=${k} = ${ts.tasks.length * k} episodes per version is over ${MAX_EPISODES_PER_VERSION}. ` +
           'Fix: split the task set or lower --k.', 'InvalidInput');
       }
-      const available = await availableVersions(store, runId);
+      const adapterOf = await runVersions(store, runId);
+      const available = [...adapterOf.keys()].sort((a, b) => a - b);
       let wanted: number[];
       if (input.versions && input.versions.length > 0) {
         const missing = input.versions.filter((v) => !available.includes(v));
@@ -318,6 +327,7 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
         inferenceBaseUrl: config.inference.base_urls[0],
         servedModel: config.inference.served_model,
         seed: config.orchestrator.seed,
+        adapters: Object.fromEntries(versions.filter((v) => v > 0 && adapterOf.get(v)).map((v) => [String(v), adapterOf.get(v)!])),
       };
       logger.info({ runId, taskset: plan.taskset, k, versions, skipped }, 'eval sweep planned');
       return plan;

@@ -1,6 +1,6 @@
 /**
  * The main worker's activities (task queue `ratchet`): config, dataset, batch
- * building, weight sync, metrics. Rollouts run on `ratchet-rollout`
+ * building, weight sync, metrics, eval planning and scoring. Rollouts run on `ratchet-rollout`
  * (src/activities/rollout.ts) and the trainer in Python.
  */
 import type { ArtifactStore } from '../artifacts/store';
@@ -9,6 +9,7 @@ import type * as contract from '../workflows/activityTypes';
 import { createBatchActivities } from './buildBatch';
 import { createConfigActivities } from './config';
 import { createDatasetActivities } from './dataset';
+import { createEvalActivities } from './eval';
 import { createMetricsActivities } from './metrics';
 import type { createRolloutActivities } from './rollout';
 import { createWeightSyncActivities, type WeightSyncDeps } from './weightSync';
@@ -26,6 +27,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createBatchActivities({ store: deps.store, logger: deps.logger.child({ component: 'batch-builder' }) }),
     ...createWeightSyncActivities({ logger: deps.logger, ...deps.weightSync }),
     ...createMetricsActivities(deps),
+    ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
   };
 }
 

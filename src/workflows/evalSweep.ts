@@ -7,6 +7,7 @@
  */
 import { ApplicationFailure, log, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary } from '../activities/eval';
+import type { MainActivities } from '../activities';
 import type { RolloutActivities, RolloutInput } from './activityTypes';
 
 export type { EvalSweepInput } from '../activities/eval';
@@ -22,6 +23,12 @@ const { rollout } = proxyActivities<RolloutActivities>({
   startToCloseTimeout: '30 minutes',
   heartbeatTimeout: '2 minutes',
   retry: { maximumAttempts: 3, nonRetryableErrorTypes: ['TaskNotFound', 'InvalidInput'] },
+});
+
+const { syncWeights } = proxyActivities<MainActivities>({
+  startToCloseTimeout: '5 minutes',
+  heartbeatTimeout: '1 minute',
+  retry: { maximumAttempts: 5 },
 });
 
 export interface EvalSweepResult {
@@ -78,6 +85,12 @@ export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult>
   const jobs = plan.tasks.flatMap((t, ti) => Array.from({ length: plan.k }, (_, s) => ({ t, ti, s })));
   for (const version of plan.versions) {
     const startedAt = new Date().toISOString();
+    if (version > 0) {
+      const adapter = plan.adapters[String(version)];
+      if (!adapter) throw ApplicationFailure.nonRetryable(`run ${plan.runId} has no adapter recorded for policy v${version}; it cannot be served`, 'VersionNotFound');
+      // Load only (keepFromVersion 0 unloads nothing): a run training on the same server keeps its adapters.
+      await syncWeights({ runId: plan.runId, baseUrls: [plan.inferenceBaseUrl], policyVersion: version, adapter, keepFromVersion: 0 });
+    }
     const episodes = await slidingWindow(jobs, input.maxConcurrent ?? 4, async ({ t, ti, s }): Promise<EvalEpisode> => {
       try {
         const summary = await rollout(evalRolloutInput(plan, version, t.instanceId, t.datasetPath, ti, s));

@@ -1,3 +1,4 @@
 /** The workflow bundle for the `ratchet` task queue: the exported names are the workflow types. */
 export { TrainRun } from './trainRun';
 export { StepRollouts } from './stepRollouts';
+export { EvalSweep } from './evalSweep';

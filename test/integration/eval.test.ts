@@ -18,6 +18,7 @@ import { EvalResult } from '../../src/report/records';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import { logger } from '../../src/shared/logger';
 import { paths } from '../../src/shared/paths';
+import type { SyncWeightsInput } from '../../src/activities/weightSync';
 import type { RolloutInput } from '../../src/workflows/activityTypes';
 import type { EvalSweepResult } from '../../src/workflows/evalSweep';
 
@@ -37,6 +38,8 @@ maybe('EvalSweep and schedules on a real dev server', () => {
   let root: string;
   let store: LocalArtifactStore;
   const rolloutCalls: RolloutInput[] = [];
+  const syncCalls: SyncWeightsInput[] = [];
+  const adapterRef = (v: number) => ({ uri: `file:///adapters/v${v}`, sha256: String(v).repeat(64), bytes: 1 });
 
   beforeAll(async () => {
     root = mkdtempSync(path.join(tmpdir(), 'ratchet-eval-'));
@@ -47,7 +50,7 @@ maybe('EvalSweep and schedules on a real dev server', () => {
     writeFileSync(path.join(process.env.RATCHET_TASKS, 'heldout.jsonl'), ['t1', 't2', 't3'].map((t) => JSON.stringify(task(t))).join('\n') + '\n');
     writeFileSync(path.join(process.env.RATCHET_TASKS, 'broken.jsonl'), '{"instance_id": "x"}\n');
     await store.putJson('runs/r1/config.json', RunConfig.parse({ env: [{ id: 'code-repair' }] }));
-    await store.put('runs/r1/metrics.jsonl', [1, 2].map((v) => JSON.stringify({ step: v - 1, policy_version: v })).join('\n') + '\n');
+    await store.put('runs/r1/metrics.jsonl', [1, 2].map((v) => JSON.stringify({ step: v - 1, policy_version: v, adapter: adapterRef(v) })).join('\n') + '\n');
     env = await TestWorkflowEnvironment.createLocal({ server: { executable: { type: 'existing-path', path: TEMPORAL } } });
   }, 120_000);
 
@@ -61,7 +64,14 @@ maybe('EvalSweep and schedules on a real dev server', () => {
     const main = await Worker.create({
       connection: env.nativeConnection, taskQueue: 'ratchet',
       workflowsPath: require.resolve('../../src/workflows/evalSweep'),
-      activities: createEvalActivities({ store, logger }),
+      activities: {
+        ...createEvalActivities({ store, logger }),
+        // Serving an adapter is the weight-sync activity's job (tested on real vLLM); here, what the sweep asks for.
+        async syncWeights(input: SyncWeightsInput) {
+          syncCalls.push(input);
+          return { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 };
+        },
+      },
     });
     const rollout = await Worker.create({
       connection: env.nativeConnection, taskQueue: 'ratchet-rollout',
@@ -92,6 +102,8 @@ maybe('EvalSweep and schedules on a real dev server', () => {
     expect(res.evaluated.map((e) => e.version)).toEqual([1, 2]);
     expect(rolloutCalls).toHaveLength(2 * 3 * 2);
     expect(rolloutCalls.find((c) => c.policyVersion === 2)!.modelName).toBe('policy-v2');
+    // Each version's adapter is served before its episodes, and nothing is unloaded (a training run may share the server).
+    expect(syncCalls.map((c) => [c.policyVersion, c.adapter?.uri, c.keepFromVersion])).toEqual([[1, 'file:///adapters/v1', 0], [2, 'file:///adapters/v2', 0]]);
     const [v1, v2] = res.evaluated;
     // v1: t1 passes 1 of 2 samples -> pass@1 = 0.5 for t1, 0 for t2, t3 -> 1/6; pass@2 = 1/3.
     expect(v1!.passAt1).toBeCloseTo(1 / 6);

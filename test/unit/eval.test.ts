@@ -61,7 +61,7 @@ const plan: EvalPlan = {
   runId: 'r1', taskset: { name: 'heldout', path: '/tmp/h.jsonl', hash: 'h', tasks: 2 }, k: 2, versions: [3], skipped: [],
   tasks: [], envId: 'code-repair', taskSetDir: '/tmp', sampling: { temperature: 1, top_p: 1, max_tokens: 64 },
   envArgs: { max_tokens: 1, max_tool_calls: 1, max_turns: 1 }, rubric: {}, sandbox: {} as EvalPlan['sandbox'],
-  inferenceBaseUrl: 'http://x/v1', servedModel: 'm', seed: 0,
+  inferenceBaseUrl: 'http://x/v1', servedModel: 'm', seed: 0, adapters: {},
 };
 
 describe('scoreEval', () => {
@@ -102,5 +102,17 @@ describe('resolveTaskset', () => {
   it('maps a name into the task dir and keeps paths', () => {
     expect(resolveTaskset('heldout', '/t')).toEqual({ name: 'heldout', file: '/t/heldout.jsonl' });
     expect(resolveTaskset('/data/swe-lite.jsonl').file).toBe('/data/swe-lite.jsonl');
+  });
+});
+
+describe('production registration', () => {
+  it('the ratchet worker bundles EvalSweep and registers its activities', async () => {
+    const workflows = await import('../../src/workflows');
+    expect(Object.keys(workflows)).toEqual(expect.arrayContaining(['TrainRun', 'StepRollouts', 'EvalSweep']));
+    const { createActivities } = await import('../../src/activities');
+    const { LocalArtifactStore } = await import('../../src/artifacts/store');
+    const { logger } = await import('../../src/shared/logger');
+    const acts = createActivities({ store: new LocalArtifactStore('/tmp/ratchet-unused'), logger });
+    expect(Object.keys(acts)).toEqual(expect.arrayContaining(['evalPlan', 'evalRecord', 'syncWeights']));
   });
 });
