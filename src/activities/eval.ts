@@ -19,6 +19,7 @@ import type { Logger } from '../shared/logger';
 import { paths } from '../shared/paths';
 import { loadTasks, TaskLoadError } from '../tasks/load';
 import { goldFiles, type Task } from '../tasks/schema';
+import { evalEpisodesTotal } from '../metrics';
 
 export interface EvalSweepInput {
   runId: string;
@@ -353,6 +354,7 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
       const result = scoreEval({ plan, version, episodes: scored, errors, tasks, startedAt: input.startedAt, finishedAt: input.finishedAt, workflowId: input.workflowId });
       const key = evalKey(plan.runId, version, plan.taskset.hash);
       await store.putJson(key, result);
+      evalEpisodesTotal.inc(result.episodes);
       logger.info({ runId: plan.runId, version, key, passAt: result.pass_at, reward: result.reward.mean, errors }, 'eval recorded');
       return {
         version,

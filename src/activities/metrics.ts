@@ -4,6 +4,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { Logger } from '../shared/logger';
 import type { StepSummary } from '../workflows/types';
 import { runKeys, type RunStateFile } from './config';
+import { lastMeanReward, stepsTotal, trainerStepSeconds } from '../metrics';
 
 export interface MetricsDeps {
   store: ArtifactStore;
@@ -71,7 +72,10 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
         // A torn last line (crash mid-append) gets its own line so later ones stay parseable.
         const sep = existing && !existing.endsWith('\n') ? '\n' : '';
         await fs.appendFile(file, `${sep}${JSON.stringify(record)}\n`);
+        stepsTotal.inc();
+        trainerStepSeconds.observe((record.timing_ms.train_and_save ?? 0) / 1000);
       }
+      lastMeanReward.set({ run: record.run_id }, record.mean_reward);
       await store.putJson(runKeys.state(record.run_id), state);
       logger.info({ runId: record.run_id, step: record.step, meanReward: record.mean_reward, components: record.reward_components, policyVersion: record.policy_version }, 'step recorded');
       return {

@@ -17,6 +17,7 @@ import { componentLogger } from '../shared/logger';
 import { loadTask, resolveDataset } from '../tasks/load';
 import { Task } from '../tasks/schema';
 import { runTestsWithDiff } from './scoring';
+import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from '../metrics';
 
 const log = componentLogger('rollout');
 
@@ -86,6 +87,20 @@ export function createRolloutActivities(deps: RolloutDeps) {
    * infrastructure failures (inference down, Docker gone) throw so Temporal retries.
    */
   async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
+    const t0 = performance.now();
+    try {
+      const summary = await episode(rawInput);
+      rolloutsTotal.inc({ env: rawInput.envId, stop_reason: summary.stop_reason });
+      rolloutReward.observe({ env: rawInput.envId }, summary.reward);
+      rolloutSeconds.observe({ env: rawInput.envId }, (performance.now() - t0) / 1000);
+      return summary;
+    } catch (err) {
+      rolloutErrorsTotal.inc({ env: rawInput.envId ?? 'unknown' });
+      throw err;
+    }
+  }
+
+  async function episode(rawInput: RolloutInput): Promise<RolloutSummary> {
     const parsed = RolloutInput.safeParse(rawInput);
     if (!parsed.success) {
       throw ApplicationFailure.nonRetryable(`invalid rollout input: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, 'InvalidRolloutInput');

@@ -41,11 +41,23 @@ export const rolloutSeconds = new Histogram({
   registers: [registry],
 });
 
+let sandboxProbe: (() => { warm: number; busy: number }) | undefined;
+/** The rollout worker hands its sandbox manager's counts here; they are read at each scrape. */
+export function observeSandboxes(probe: () => { warm: number; busy: number }): void {
+  sandboxProbe = probe;
+}
+
 export const sandboxPool = new Gauge({
   name: 'ratchet_sandbox_pool',
   help: 'Sandbox containers by state (warm = started and idle, busy = running a rollout)',
   labelNames: ['state'] as const,
   registers: [registry],
+  collect() {
+    if (!sandboxProbe) return;
+    const s = sandboxProbe();
+    this.set({ state: 'warm' }, s.warm);
+    this.set({ state: 'busy' }, s.busy);
+  },
 });
 
 export const trainerStepSeconds = new Histogram({

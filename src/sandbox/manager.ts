@@ -39,6 +39,7 @@ export class SandboxManager {
   private readonly pools = new Map<string, WarmPool<Docker.Container>>();
   /** How the last acquire got its container; the benchmark reads it. */
   lastSource: AcquireSource | undefined;
+  private busy = 0;
 
   constructor(opts: SandboxManagerOptions = {}) {
     this.docker = opts.docker ?? new Docker();
@@ -86,11 +87,20 @@ export class SandboxManager {
       throw err;
     }
     this.lastSource = source;
+    this.busy++;
+    sandbox.onRelease(() => { this.busy--; });
     this.log.info(
       { id: sandbox.id, name, source, image, run: spec.labels.run, step: spec.labels.step, rollout: spec.labels.rollout, ms: Math.round(performance.now() - started) },
       'sandbox acquired',
     );
     return sandbox;
+  }
+
+  /** Containers ready in the warm pools and handed out to rollouts now (the metrics gauge). */
+  stats(): { warm: number; busy: number } {
+    let warm = 0;
+    for (const p of this.pools.values()) warm += p.available;
+    return { warm, busy: this.busy };
   }
 
   /** Fills the pool for these limits now (at worker start) and waits until it is ready. */

@@ -62,6 +62,7 @@ export class DockerSandbox implements Sandbox {
   private baseCommit: string | undefined;
   private releasing: Promise<void> | undefined;
   private readonly running = new Set<AbortController>();
+  private readonly releaseHooks: (() => void)[] = [];
 
   constructor(
     private readonly docker: Docker,
@@ -109,8 +110,16 @@ export class DockerSandbox implements Sandbox {
   }
 
   release(): Promise<void> {
-    this.releasing ??= this.remove();
+    if (!this.releasing) {
+      for (const hook of this.releaseHooks.splice(0)) hook();
+      this.releasing = this.remove();
+    }
     return this.releasing;
+  }
+
+  /** Runs `fn` once, when the sandbox is first released (the manager counts busy sandboxes with it). */
+  onRelease(fn: () => void): void {
+    this.releaseHooks.push(fn);
   }
 
   private async remove(): Promise<void> {

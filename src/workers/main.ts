@@ -9,10 +9,12 @@ import { LocalArtifactStore } from '../artifacts/store';
 import { componentLogger } from '../shared/logger';
 import { DEFAULTS, TASK_QUEUES } from '../shared/paths';
 import { connectWorker } from './connect';
+import { startWorkerTelemetry } from './telemetry';
 
 const log = componentLogger('worker-main');
 
 export async function runMainWorker(): Promise<void> {
+  const telemetry = await startWorkerTelemetry('main', log);
   const connection = await connectWorker(log);
   const store = new LocalArtifactStore();
   const worker = await Worker.create({
@@ -25,8 +27,12 @@ export async function runMainWorker(): Promise<void> {
     maxConcurrentActivityTaskExecutions: Number(process.env.RATCHET_MAIN_ACTIVITY_SLOTS ?? 8),
   });
   log.info({ taskQueue: TASK_QUEUES.main, address: DEFAULTS.temporalAddress, artifacts: store.root }, 'main worker started');
-  await worker.run();
-  await connection.close();
+  try {
+    await worker.run();
+  } finally {
+    await connection.close();
+    await telemetry.close();
+  }
 }
 
 if (require.main === module) {

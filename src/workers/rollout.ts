@@ -10,12 +10,16 @@ import { LocalArtifactStore } from '../artifacts/store';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
 import { componentLogger } from '../shared/logger';
 import { DEFAULTS, TASK_QUEUES } from '../shared/paths';
+import { observeSandboxes } from '../metrics';
 import { connectWorker } from './connect';
+import { startWorkerTelemetry } from './telemetry';
 
 const log = componentLogger('worker-rollout');
 
 export async function runRolloutWorker(): Promise<void> {
+  const telemetry = await startWorkerTelemetry('rollout', log);
   const sandboxes = new SandboxManager();
+  observeSandboxes(() => sandboxes.stats());
   // Containers of an earlier worker that was killed -9 would otherwise hold memory until the janitor's next pass.
   const swept = await sweep(sandboxes.docker, { log });
   log.info({ removed: swept.removed.length, kept: swept.kept }, 'swept sandboxes left by dead workers');
@@ -40,6 +44,7 @@ export async function runRolloutWorker(): Promise<void> {
   } finally {
     janitor.stop();
     await connection.close();
+    await telemetry.close();
   }
 }
 

@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { describeWithStack, REPO } from '../helpers/stack';
 import { startTrainRun } from '../../src/workflows/client';
+import { DEFAULT_METRICS_PORTS } from '../../src/workers/telemetry';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
@@ -44,4 +45,16 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
     expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
     await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
   }, 1_500_000);
+
+  test('every worker serves Prometheus metrics: Ratchet counters and the Temporal SDK runtime', async () => {
+    const scrape = async (port: number) => (await (await fetch(`http://127.0.0.1:${port}/metrics`)).text());
+    const sum = (text: string, name: string) => text.split('\n').filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+      .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+    const { main, rollout } = DEFAULT_METRICS_PORTS;
+    const rolloutText = await scrape(rollout.ratchet);
+    expect(sum(rolloutText, 'ratchet_rollouts_total')).toBeGreaterThanOrEqual(4); // 2 steps x 2 rollouts, the run above
+    expect(rolloutText).toMatch(/ratchet_sandbox_pool\{state="busy"\} 0/);
+    expect(sum(await scrape(main.ratchet), 'ratchet_steps_total')).toBeGreaterThanOrEqual(2);
+    for (const port of [main.sdk, rollout.sdk]) expect(await scrape(port)).toMatch(/^temporal_\w+/m);
+  });
 });

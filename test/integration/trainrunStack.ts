@@ -35,7 +35,7 @@ export function killProc(p: Proc, signal: NodeJS.Signals = 'SIGKILL'): Promise<v
 export const workerCommands = (artifacts: string) => ({
   main: () => ['worker-main', process.execPath, [path.join(REPO, 'dist', 'workers', 'main.js')], { RATCHET_ARTIFACTS: artifacts }] as const,
   rollout: () => ['worker-rollout', process.execPath, [path.join(REPO, 'dist', 'workers', 'rollout.js')], { RATCHET_ARTIFACTS: artifacts, RATCHET_ROLLOUT_SLOTS: '2' }] as const,
-  trainer: () => ['worker-trainer', path.join(STATE, 'venvs', 'trainer', 'bin', 'python'), ['-m', 'ratchet_trainer.worker', '--artifacts', artifacts], { PYTHONUNBUFFERED: '1' }] as const,
+  trainer: () => ['worker-trainer', path.join(STATE, 'venvs', 'trainer', 'bin', 'python'), ['-m', 'ratchet_trainer.worker', '--artifacts', artifacts], { PYTHONUNBUFFERED: '1', PYTHONPATH: path.join(REPO, 'trainer') }] as const,
 });
 
 export const distBuilt = () => existsSync(path.join(REPO, 'dist', 'workers', 'main.js')) && existsSync(path.join(REPO, 'dist', 'workers', 'rollout.js'));
