@@ -9,6 +9,8 @@ cd "$RATCHET_ROOT"
 if [ "${CI:-}" = "true" ]; then export RATCHET_REQUIRE_STACK=1; fi
 
 bash infra/setup.sh
+# Only the tests need a browser: the report test renders the HTML report in headless Chromium.
+apt_install chromium
 bin/ratchet up
 
 reports="$RATCHET_HOME/test-reports"; rm -rf "$reports"; mkdir -p "$reports"

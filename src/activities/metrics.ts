@@ -29,7 +29,12 @@ export interface StepRecord {
   /** Mean policy version lag of the trained samples (trainer version − sample version). */
   mean_staleness: number;
   completion_tokens: number;
+  prompt_tokens?: number;
   tool_calls: number;
+  tool_calls_by_tool?: Record<string, number>;
+  shell_commands?: Record<string, number>;
+  /** Policy-version lag of this step's rollouts -> count. */
+  staleness_histogram?: Record<string, number>;
   trainer: Record<string, unknown>;
   timing_ms: Record<string, number>;
   batch: unknown;

@@ -229,6 +229,9 @@ export function createRolloutActivities(deps: RolloutDeps) {
       model_ms: result.model_ms,
       tools_ms: result.tools_ms,
       sandbox_ms: sandboxMs,
+      prompt_tokens: result.stats.prompt_tokens,
+      tools_used: result.stats.tools_used,
+      commands: countBy(result.stats.commands),
     });
   }
 
@@ -253,4 +256,10 @@ export function sandboxSource(task: Task, taskSetDir: string): Pick<AcquireOptio
   }
   if (source.type === 'image') return { image: source.image };
   return { repo: { hostPath: path.resolve(taskSetDir, source.repo_path), baseCommit: task.base_commit } };
+}
+
+function countBy(xs: string[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const x of xs) out[x] = (out[x] ?? 0) + 1;
+  return out;
 }

@@ -61,28 +61,32 @@ export type StepRecord = z.infer<typeof StepRecord>;
  * carry yet (reward min/max, per-tool counts, shell commands, staleness
  * histogram, step start time) fall back to what can be derived, never invented.
  */
+/**
+ * TrainRun's timing_ms keys -> report phases, each counted once: `rollouts_waited`
+ * is the step's wall time spent waiting for rollouts (with async_level >= 1 the
+ * rest of `rollouts` overlapped the previous step's training), and
+ * `weight_sync_activity` is inside `weight_sync`. Scoring runs inside the rollout
+ * activity, so it is part of the rollout phase here.
+ */
+const TRAINRUN_PHASES: Record<string, PhaseName> = {
+  rollouts_waited: 'rollout',
+  build_batch: 'batch',
+  train_and_save: 'train',
+  weight_sync: 'sync',
+};
+
 export function fromTrainRunRecord(raw: Record<string, unknown>): Record<string, unknown> {
   const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
   const rec = (v: unknown): Record<string, number> => (v && typeof v === 'object' && !Array.isArray(v)
     ? Object.fromEntries(Object.entries(v as Record<string, unknown>).filter(([, x]) => typeof x === 'number')) as Record<string, number> : {});
   const timing = rec(raw.timing_ms);
-  const phaseOf = (key: string): PhaseName | undefined => {
-    const k = key.toLowerCase();
-    if (k.includes('rollout')) return 'rollout';
-    if (k.includes('scor') || k.includes('reward')) return 'scoring';
-    if (k.includes('batch') || k.includes('build')) return 'batch';
-    if (k.includes('sync')) return 'sync';
-    if (k.includes('train') || k.includes('save')) return 'train';
-    return undefined;
-  };
   const phase_ms: Record<string, number> = {};
-  for (const [k, v] of Object.entries(timing)) {
-    const p = phaseOf(k);
-    if (p) phase_ms[p] = (phase_ms[p] ?? 0) + v;
+  for (const [key, phase] of Object.entries(TRAINRUN_PHASES)) {
+    if (timing[key] !== undefined) phase_ms[phase] = (phase_ms[phase] ?? 0) + timing[key];
   }
   const mean = num(raw.mean_reward) ?? 0;
   const finished = typeof raw.finished_at === 'string' ? raw.finished_at : typeof raw.time === 'string' ? raw.time : undefined;
-  const wall = num(timing.total) ?? Object.values(phase_ms).reduce((a, b) => a + b, 0);
+  const wall = num(timing.step) ?? num(timing.total) ?? Object.values(phase_ms).reduce((a, b) => a + b, 0);
   const started = typeof raw.started_at === 'string' ? raw.started_at
     : finished ? new Date(Date.parse(finished) - wall).toISOString() : undefined;
   const toolCalls = typeof raw.tool_calls === 'number' ? { 'all tools': raw.tool_calls } : rec(raw.tool_calls);

@@ -103,5 +103,10 @@ export const RolloutSummary = z.object({
   model_ms: z.number().nonnegative(),
   tools_ms: z.number().nonnegative(),
   sandbox_ms: z.number().nonnegative(),
+  /** Small usage counts for the step record and the report (absent in records made before they existed). */
+  prompt_tokens: z.number().int().nonnegative().optional(),
+  tools_used: z.record(z.number().int().nonnegative()).optional(),
+  /** Shell commands the agent ran, by program name (first word). */
+  commands: z.record(z.number().int().nonnegative()).optional(),
 });
 export type RolloutSummary = z.infer<typeof RolloutSummary>;

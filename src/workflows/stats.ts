@@ -8,7 +8,12 @@ export interface RolloutStats {
   stopReasons: Record<string, number>;
   completionTokens: number;
   toolCalls: number;
+  promptTokens: number;
   meanStaleness: number;
+  /** Policy-version lag -> rollouts. */
+  stalenessHistogram: Record<string, number>;
+  toolsUsed: Record<string, number>;
+  shellCommands: Record<string, number>;
 }
 
 export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: number): RolloutStats {
@@ -19,13 +24,25 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
   const stopReasons: Record<string, number> = {};
   let completionTokens = 0;
   let toolCalls = 0;
+  let promptTokens = 0;
   let staleness = 0;
+  const stalenessHistogram: Record<string, number> = {};
+  const toolsUsed: Record<string, number> = {};
+  const shellCommands: Record<string, number> = {};
+  const add = (into: Record<string, number>, from: Record<string, number> | undefined) => {
+    for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
+  };
   for (const r of rollouts) {
     for (const [k, v] of Object.entries(r.components)) sums[k] = (sums[k] ?? 0) + v;
     stopReasons[r.stop_reason] = (stopReasons[r.stop_reason] ?? 0) + 1;
     completionTokens += r.completion_tokens;
     toolCalls += r.tool_calls;
-    staleness += trainerPolicyVersion - r.policy_version;
+    promptTokens += r.prompt_tokens ?? 0;
+    const lag = trainerPolicyVersion - r.policy_version;
+    staleness += lag;
+    stalenessHistogram[String(lag)] = (stalenessHistogram[String(lag)] ?? 0) + 1;
+    add(toolsUsed, r.tools_used);
+    add(shellCommands, r.commands);
   }
   const components = Object.fromEntries(Object.keys(sums).sort().map((k) => [k, round(sums[k]! / n)]));
   return {
@@ -35,7 +52,11 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     stopReasons,
     completionTokens,
     toolCalls,
+    promptTokens,
     meanStaleness: round(staleness / n),
+    stalenessHistogram,
+    toolsUsed,
+    shellCommands,
   };
 }
 

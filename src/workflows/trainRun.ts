@@ -377,7 +377,11 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       stop_reasons: stats.stopReasons,
       mean_staleness: stats.meanStaleness,
       completion_tokens: stats.completionTokens,
+      prompt_tokens: stats.promptTokens,
       tool_calls: stats.toolCalls,
+      tool_calls_by_tool: stats.toolsUsed,
+      shell_commands: stats.shellCommands,
+      staleness_histogram: stats.stalenessHistogram,
       trainer: { ...metrics, restarts },
       timing_ms: {
         step: tSync - t0,

@@ -8,6 +8,10 @@ import { paths } from '../../src/shared/paths';
 
 const CHROMIUM = '/usr/bin/chromium';
 const haveChromium = existsSync(CHROMIUM);
+if (!haveChromium && process.env.RATCHET_REQUIRE_STACK === '1') {
+  // CI installs Chromium (infra/test.sh): there, a missing browser is a defect, not a skip.
+  throw new Error(`RATCHET_REQUIRE_STACK=1 but ${CHROMIUM} is missing. Fix: apt-get install -y chromium`);
+}
 if (!haveChromium) console.warn(`SKIPPED report render test: ${CHROMIUM} missing. Fix: apt-get install -y chromium`);
 const maybe = haveChromium ? describe : describe.skip;
 

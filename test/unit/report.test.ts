@@ -35,17 +35,33 @@ describe('parseStepRecords', () => {
     expect(() => parseStepRecords('{"step": 0}\n', 'runs/x/metrics.jsonl')).toThrow(/metrics\.jsonl:1.*policy_version/s);
     expect(() => parseStepRecords('{oops\n', 'm.jsonl')).toThrow(RunDataError);
   });
-  it("accepts TrainRun's ratchet.step/v1 lines", () => {
+  it("accepts TrainRun's ratchet.step/v1 lines, each phase counted once", () => {
+    // The keys TrainRun writes (src/workflows/trainRun.ts): rollouts overlaps the previous step,
+    // rollouts_waited is this step's wait; weight_sync_activity is inside weight_sync.
+    const timing_ms = { step: 8000, rollouts: 9000, rollouts_waited: 4000, build_batch: 500, train_and_save: 3000, weight_sync: 500, weight_sync_activity: 400 };
     const line = {
       format: 'ratchet.step/v1', run_id: 'r', step: 3, time: '2025-01-01T00:10:00.000Z', policy_version: 4, mean_reward: 0.5, reward_std: 0.1,
       reward_components: { correct_files: 0.7 }, rollouts: 8, samples: 8, dropped: {}, stop_reasons: {}, mean_staleness: 0,
-      completion_tokens: 900, tool_calls: 12, trainer: {}, timing_ms: { rollouts: 4000, build_batch: 500, trainer_step: 3000, weight_sync: 500 }, batch: null,
+      completion_tokens: 900, prompt_tokens: 100, tool_calls: 12, trainer: {}, timing_ms, batch: null,
+      tool_calls_by_tool: { bash: 10, result: 2 }, shell_commands: { rg: 6, cat: 4 }, staleness_histogram: { 0: 6, 1: 2 },
     };
     const [r] = parseStepRecords(JSON.stringify(line), 'm.jsonl');
     expect(r!.reward).toEqual({ mean: 0.5, std: 0.1, min: 0.5, max: 0.5 });
-    expect(r!.phase_ms).toMatchObject({ rollout: 4000, batch: 500, train: 3000, sync: 500 });
+    expect(r!.phase_ms).toEqual({ rollout: 4000, scoring: 0, batch: 500, train: 3000, sync: 500 });
+    expect(Object.values(r!.phase_ms).reduce((a, b) => a + b, 0)).toBe(timing_ms.step);
     expect(r!.started_at).toBe('2025-01-01T00:09:52.000Z');
-    expect(r!.tool_calls).toEqual({ 'all tools': 12 });
+    expect(r!.tokens).toBe(1000);
+    expect(r!.tool_calls).toEqual({ bash: 10, result: 2 });
+    expect(r!.shell_commands).toEqual({ rg: 6, cat: 4 });
+    expect(r!.staleness).toEqual({ 0: 6, 1: 2 });
+  });
+  it('an older TrainRun line without per-tool counts still reads, as one bar', () => {
+    const line = {
+      format: 'ratchet.step/v1', run_id: 'r', step: 0, time: '2025-01-01T00:10:00.000Z', policy_version: 1, mean_reward: 0, reward_std: 0,
+      reward_components: {}, rollouts: 2, samples: 2, dropped: {}, stop_reasons: {}, mean_staleness: 0,
+      completion_tokens: 10, tool_calls: 3, trainer: {}, timing_ms: { step: 1000, rollouts_waited: 1000 }, batch: null,
+    };
+    expect(parseStepRecords(JSON.stringify(line), 'm.jsonl')[0]!.tool_calls).toEqual({ 'all tools': 3 });
   });
 });
 
