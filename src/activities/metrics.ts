@@ -36,6 +36,8 @@ export interface StepRecord {
   /** Policy-version lag of this step's rollouts -> count. */
   staleness_histogram?: Record<string, number>;
   trainer: Record<string, unknown>;
+  /** Set when the step trained on nothing (e.g. EmptyBatch: no trainable token), with the cause. */
+  error?: { type: string; message: string };
   timing_ms: Record<string, number>;
   batch: unknown;
   checkpoint?: unknown;

@@ -287,6 +287,24 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     }
   }
 
+  /**
+   * A step whose rollouts leave no trainable token (all stale, all truncated and
+   * masked...) is not sent to the trainer: it is recorded with the builder's
+   * cause as an error, the policy stays where it is, and the run goes on.
+   */
+  async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[]) {
+    try {
+      const built = await light.buildBatch({
+        runId, step: s, trainerPolicyVersion: policyVersion, trajectories: rollouts, orchestrator: orch, modelPath: config.model.path,
+      });
+      return { built, emptyBatch: undefined };
+    } catch (err) {
+      if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'EmptyBatch')) throw err;
+      log.warn('nothing to train on at this step; recorded as an error, the run goes on', { step: s, cause: err.cause.message });
+      return { built: undefined, emptyBatch: err.cause.message };
+    }
+  }
+
   async function startRollouts(s: number): Promise<PendingRollouts> {
     phase = s === step ? 'sampling' : phase;
     const sampled = await light.sampleTasks({
@@ -334,34 +352,37 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const tRollouts = Date.now();
 
     phase = 'building-batch';
-    const built = await light.buildBatch({
-      runId, step, trainerPolicyVersion: policyVersion, trajectories: rollouts, orchestrator: orch, modelPath: config.model.path,
-    });
+    const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts);
     const tBatch = Date.now();
 
     // Overlap: the next step's rollouts run on the current policy while this step trains.
     stepsThisExecution++;
     const willContinueAsNew = stepsThisExecution >= canEvery || workflowInfo().continueAsNewSuggested;
-    if (asyncLevel >= 1 && step + 1 < maxSteps && !stopRequested && !pauseRequested && !willContinueAsNew) {
+    if (built && asyncLevel >= 1 && step + 1 < maxSteps && !stopRequested && !pauseRequested && !willContinueAsNew) {
       pending = await startRollouts(step + 1);
       prefetchedStep = step + 1;
     }
 
     const trainerVersionBefore = policyVersion;
-    const { metrics, saved, restarts } = await trainAndSave(step, built.batch, built.manifest);
+    let trained: Awaited<ReturnType<typeof trainAndSave>> | undefined;
+    let synced: { ms: number } | undefined;
+    if (built) {
+      trained = await trainAndSave(step, built.batch, built.manifest);
+      policyVersion = trained.saved.policy_version;
+      checkpoint = trained.saved.checkpoint;
+      adapter = trained.saved.adapter;
+    }
     const tTrain = Date.now();
-    policyVersion = saved.policy_version;
-    checkpoint = saved.checkpoint;
-    adapter = saved.adapter;
-
-    phase = 'weight-sync';
-    publish();
-    const synced = await syncUntilServed();
+    if (trained) {
+      phase = 'weight-sync';
+      publish();
+      synced = await syncUntilServed();
+    }
     const tSync = Date.now();
 
     phase = 'metrics';
     const stats = rolloutStats(rollouts, trainerVersionBefore);
-    const dropped = (built.summary.dropped ?? {}) as Record<string, number>;
+    const dropped = (built?.summary.dropped ?? {}) as Record<string, number>;
     const record: StepRecord = {
       format: 'ratchet.step/v1',
       run_id: runId,
@@ -372,7 +393,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       reward_std: stats.rewardStd,
       reward_components: stats.components,
       rollouts: rollouts.length,
-      samples: built.summary.samples,
+      samples: built ? built.summary.samples : 0,
       dropped,
       stop_reasons: stats.stopReasons,
       mean_staleness: stats.meanStaleness,
@@ -382,7 +403,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       tool_calls_by_tool: stats.toolsUsed,
       shell_commands: stats.shellCommands,
       staleness_histogram: stats.stalenessHistogram,
-      trainer: { ...metrics, restarts },
+      trainer: trained ? { ...trained.metrics, restarts: trained.restarts } : { skipped: true },
+      ...(emptyBatch ? { error: { type: 'EmptyBatch', message: emptyBatch } } : {}),
       timing_ms: {
         step: tSync - t0,
         rollouts: tRollouts - Math.max(current.startedAt, t0),
@@ -392,7 +414,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         weight_sync: tSync - tTrain,
         weight_sync_activity: synced?.ms ?? 0,
       },
-      batch: { batch: built.batch, manifest: built.manifest, summary: built.summary },
+      batch: built ? { batch: built.batch, manifest: built.manifest, summary: built.summary } : undefined,
       checkpoint,
       adapter,
       weight_sync: synced,

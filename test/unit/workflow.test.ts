@@ -98,6 +98,19 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  test('a step with no trainable token is recorded as an error and skipped; the trainer never sees it', async () => {
+    await withWorkers({ emptyBatchSteps: [1], orchestrator: { async_level: 1 } }, async (f) => {
+      const result = await (await start()).result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 2, stopped: 'completed' });
+      expect([...f.applied.keys()].map((k) => k.split('/')[1])).toEqual(['0', '2']);
+      const skipped = f.records.find((r) => r.record.step === 1)!.record;
+      expect(skipped).toMatchObject({ samples: 0, policy_version: 1, trainer: { skipped: true }, error: { type: 'EmptyBatch' } });
+      expect(skipped.error!.message).toMatch(/no sample has a trainable token/);
+      expect(skipped.rollouts).toBe(6);
+      expect(f.records.map((r) => [r.record.step, r.state.nextStep, r.state.policyVersion])).toEqual([[0, 1, 1], [1, 2, 1], [2, 3, 2]]);
+    });
+  });
+
   test('async_level 1: next step\'s rollouts run while the trainer trains, staleness 1', async () => {
     await withWorkers({ orchestrator: { async_level: 1 }, trainMs: 600, rolloutMs: 20 }, async (f) => {
       const handle = await start();

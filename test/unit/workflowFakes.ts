@@ -25,6 +25,8 @@ export interface FakeOptions {
   deadTrainers?: string[];
   /** syncWeights fails as InferenceUnavailable this many times first. */
   inferenceDownTimes?: number;
+  /** buildBatch finds no trainable token at these steps (EmptyBatch). */
+  emptyBatchSteps?: number[];
   /** Existing run state (a resume). */
   resume?: ResumeState;
 }
@@ -81,6 +83,10 @@ export function makeFakes(opts: FakeOptions = {}) {
     async buildBatch(input: BuildBatchInput) {
       batches.push(input);
       events.push({ t: now(), what: 'buildBatch', step: input.step, version: input.trainerPolicyVersion });
+      if (opts.emptyBatchSteps?.includes(input.step)) {
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable(`step ${input.step}: no sample has a trainable token (stale: ${input.trajectories.length})`, 'EmptyBatch');
+      }
       return { batch: ref(`batch-${input.step}`), manifest: ref(`manifest-${input.step}`), summary: { samples: input.trajectories.length, dropped: {} } };
     },
   };
