@@ -34,7 +34,7 @@ export const RolloutInput = z.object({
   task: z.union([TaskRef, Task]),
   taskSetDir: z.string().min(1),
   policyVersion: z.number().int().nonnegative(),
-  /** `smollm2-135m` for version 0, `policy-v<N>` after. */
+  /** `smollm2-135m` for version 0, `<run>/policy-v<N>` after. */
   modelName: z.string().min(1),
   sampling: RunConfig.shape.sampling.removeDefault(),
   envArgs: z.object({

@@ -4,6 +4,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import { ArtifactIntegrityError, sha256, uriToPath } from '../artifacts/store';
+import { adapterName, adapterVersion } from '../shared/adapters';
 import type { Logger } from '../shared/logger';
 
 export interface WeightSyncDeps {
@@ -33,8 +34,6 @@ export interface SyncWeightsResult {
   ms: number;
 }
 
-export const adapterName = (version: number) => `policy-v${version}`;
-const ADAPTER_RE = /^policy-v(\d+)$/;
 
 /** A directory artifact's sha256 is over its MANIFEST.sha256; check it and every file it lists. */
 export async function verifyDirectoryArtifact(ref: ArtifactRef): Promise<string> {
@@ -54,7 +53,8 @@ export async function verifyDirectoryArtifact(ref: ArtifactRef): Promise<string>
 class ReplicaDown extends Error {}
 
 /**
- * Loads `policy-v<N>` into every vLLM replica and unloads versions no one needs.
+ * Loads `<run>/policy-v<N>` into every vLLM replica and unloads this run's versions no one
+ * needs (other runs' adapters on the same server are never touched).
  * Idempotent: a replica that already serves the version is fine. A replica that
  * is down is retried with backoff for a while; then the attempt fails with
  * InferenceUnavailable, which the workflow answers by pausing
@@ -83,7 +83,7 @@ export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, rep
   // The load/unload endpoints live beside /v1/models: <base>/load_lora_adapter.
   async function syncReplica(baseUrl: string, input: SyncWeightsInput, adapterDir: string | undefined, out: SyncWeightsResult): Promise<void> {
     const models = await servedModels(baseUrl);
-    const want = adapterName(input.policyVersion);
+    const want = adapterName(input.runId, input.policyVersion);
     if (input.policyVersion > 0) {
       if (models.includes(want)) {
         out.alreadyLoaded.push(`${baseUrl}#${want}`);
@@ -104,8 +104,8 @@ export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, rep
       }
     }
     for (const name of models) {
-      const m = ADAPTER_RE.exec(name);
-      if (!m || Number(m[1]) >= input.keepFromVersion || Number(m[1]) === input.policyVersion) continue;
+      const v = adapterVersion(input.runId, name);
+      if (v === undefined || v >= input.keepFromVersion || v === input.policyVersion) continue;
       const { status, text } = await call(`${baseUrl}/unload_lora_adapter`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },

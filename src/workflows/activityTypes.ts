@@ -18,7 +18,7 @@ export interface RolloutInput {
   task: { datasetPath: string; instanceId: string };
   taskSetDir: string;
   policyVersion: number;
-  /** `smollm2-135m` for version 0, else `policy-v<N>`. */
+  /** `smollm2-135m` for version 0, else `<run>/policy-v<N>` (src/shared/adapters.ts). */
   modelName: string;
   sampling: RunConfig['sampling'];
   envArgs: EnvConfig['args'];

@@ -8,6 +8,7 @@
 import { ApplicationFailure, log, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary } from '../activities/eval';
 import type { MainActivities } from '../activities';
+import { adapterName } from '../shared/adapters';
 import type { RolloutActivities, RolloutInput } from './activityTypes';
 
 export type { EvalSweepInput } from '../activities/eval';
@@ -64,7 +65,7 @@ export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: st
     task: { datasetPath, instanceId },
     taskSetDir: plan.taskSetDir,
     policyVersion: version,
-    modelName: version === 0 ? plan.servedModel : `policy-v${version}`,
+    modelName: version === 0 ? plan.servedModel : adapterName(plan.runId, version),
     sampling: plan.sampling,
     envArgs: plan.envArgs,
     rubric: plan.rubric,

@@ -24,6 +24,7 @@ import {
   isCancellation,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
+import { adapterName } from '../shared/adapters';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { MainActivities } from '../activities';
@@ -223,7 +224,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const canEvery = input.continueAsNewEvery ?? orch.continue_as_new_every;
   let taskSetDir = '';
   const keepFrom = () => Math.max(1, policyVersion - asyncLevel - 1);
-  const modelFor = (v: number) => (v === 0 ? config.inference.served_model : `policy-v${v}`);
+  const modelFor = (v: number) => (v === 0 ? config.inference.served_model : adapterName(runId, v));
   started = true;
   publish();
 

@@ -15,7 +15,7 @@ export interface ResumeState {
   policyVersion: number;
   /** Newest trainer checkpoint; absent before the first save. */
   checkpoint?: ArtifactRef;
-  /** Adapter served as `policy-v<policyVersion>`; absent for version 0 (base model). */
+  /** Adapter served as `<run>/policy-v<policyVersion>`; absent for version 0 (base model). */
   adapter?: ArtifactRef;
   /** The parsed config as stored at the run's start: the run never re-reads the TOML. */
   configRef: ArtifactRef;

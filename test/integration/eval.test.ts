@@ -101,7 +101,7 @@ maybe('EvalSweep and schedules on a real dev server', () => {
     const res = await withWorkers(() => env.client.workflow.execute('EvalSweep', { taskQueue: 'ratchet', workflowId: 'eval-r1-a', args: [input] })) as EvalSweepResult;
     expect(res.evaluated.map((e) => e.version)).toEqual([1, 2]);
     expect(rolloutCalls).toHaveLength(2 * 3 * 2);
-    expect(rolloutCalls.find((c) => c.policyVersion === 2)!.modelName).toBe('policy-v2');
+    expect(rolloutCalls.find((c) => c.policyVersion === 2)!.modelName).toBe('r1/policy-v2');
     // Each version's adapter is served before its episodes, and nothing is unloaded (a training run may share the server).
     expect(syncCalls.map((c) => [c.policyVersion, c.adapter?.uri, c.keepFromVersion])).toEqual([[1, 'file:///adapters/v1', 0], [2, 'file:///adapters/v2', 0]]);
     const [v1, v2] = res.evaluated;

@@ -153,7 +153,7 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
   }, 1_200_000);
 
   test('kill -9 vLLM mid-step, then start it again', async () => {
-    // async_level 0: step 1's rollouts use policy-v1, which the restarted server no longer has.
+    // async_level 0: step 1's rollouts use the run's policy-v1 adapter, which the restarted server no longer has.
     const { runId, handle } = await startRun('vllm', { asyncLevel: 0 });
     await waitFor(handle, 'step 1 rollouts', (p) => p.step === 1 && p.phase === 'rollouts');
     await waitForSandbox(runId);

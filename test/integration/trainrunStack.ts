@@ -11,6 +11,7 @@ import type { StepRecord } from '../../src/activities/metrics';
 import { verifyRef } from '../../src/artifacts/store';
 import { verifyDirectoryArtifact } from '../../src/activities/weightSync';
 import { REPO, STATE } from '../helpers/stack';
+import { adapterName } from '../../src/shared/adapters';
 import { workerSpecs } from '../../src/stack';
 import { serviceStatus, startService, stopService } from '../../src/stack/processes';
 
@@ -105,6 +106,6 @@ export async function checkInvariants(p: { artifacts: string; runId: string; max
   const state = JSON.parse(await fs.readFile(path.join(ckptDir, 'trainer_state.json'), 'utf8')) as { optimizer_steps: number };
   expect(state.optimizer_steps).toBe(p.maxSteps);
   const models = (await (await fetch(`${p.inferenceUrl}/models`)).json()) as { data: { id: string }[] };
-  expect(models.data.map((m) => m.id)).toContain(`policy-v${last.policy_version}`);
+  expect(models.data.map((m) => m.id)).toContain(adapterName(p.runId, last.policy_version));
   return records;
 }

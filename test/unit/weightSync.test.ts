@@ -1,0 +1,106 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import pino from 'pino';
+import { ArtifactIntegrityError, sha256 } from '../../src/artifacts/store';
+import type { ArtifactRef } from '../../src/artifacts/ref';
+import { createWeightSyncActivities } from '../../src/activities/weightSync';
+import { adapterName, adapterVersion } from '../../src/shared/adapters';
+
+const logger = pino({ level: 'silent' });
+
+/** A directory artifact as the trainer writes it: files plus MANIFEST.sha256, whose hash is the ref's. */
+function adapterDir(tag: string): ArtifactRef {
+  const dir = mkdtempSync(path.join(tmpdir(), 'ratchet-adapter-'));
+  const weights = `weights of ${tag}`;
+  writeFileSync(path.join(dir, 'adapter_model.safetensors'), weights);
+  const manifest = `${sha256(weights)}  adapter_model.safetensors\n`;
+  writeFileSync(path.join(dir, 'MANIFEST.sha256'), manifest);
+  return { uri: `file://${dir}`, sha256: sha256(manifest), bytes: manifest.length };
+}
+
+/** An in-memory vLLM: /models, /load_lora_adapter, /unload_lora_adapter; `down` refuses connections. */
+function fakeVllm(initial: string[]) {
+  const models = new Set(['smollm2-135m', ...initial]);
+  const calls: string[] = [];
+  const state = { down: false, refuse: false };
+  const fetchFn = (async (url: string, init?: RequestInit) => {
+    if (state.down) throw new TypeError('fetch failed: ECONNREFUSED');
+    const body = init?.body ? JSON.parse(String(init.body)) as { lora_name: string } : undefined;
+    const route = url.slice(url.lastIndexOf('/') + 1);
+    calls.push(body ? `${route} ${body.lora_name}` : route);
+    if (route === 'models') return new Response(JSON.stringify({ data: [...models].map((id) => ({ id })) }));
+    if (route === 'load_lora_adapter') {
+      if (state.refuse) return new Response('LoRA is not enabled', { status: 400 });
+      models.add(body!.lora_name);
+      return new Response('ok');
+    }
+    if (route === 'unload_lora_adapter') {
+      models.delete(body!.lora_name);
+      return new Response('ok');
+    }
+    return new Response('not found', { status: 404 });
+  }) as typeof fetch;
+  return { models, calls, state, fetchFn };
+}
+
+const activities = (fetchFn: typeof fetch) =>
+  createWeightSyncActivities({ logger, fetch: fetchFn, replicaRetryMs: 50, sleep: async () => {} });
+
+describe('adapter names', () => {
+  it('carry the run id, and parse back only for that run', () => {
+    expect(adapterName('run-a', 3)).toBe('run-a/policy-v3');
+    expect(adapterVersion('run-a', 'run-a/policy-v3')).toBe(3);
+    expect(adapterVersion('run-a', 'run-ab/policy-v3')).toBeUndefined();
+    expect(adapterVersion('run-a', 'run-a/policy-v3x')).toBeUndefined();
+    expect(adapterVersion('run-a', 'smollm2-135m')).toBeUndefined();
+  });
+});
+
+describe('syncWeights', () => {
+  it("loads the run's version, unloads only this run's old versions, and leaves other runs alone", async () => {
+    const vllm = fakeVllm(['run-a/policy-v1', 'run-a/policy-v2', 'run-b/policy-v1']);
+    const res = await activities(vllm.fetchFn).syncWeights({
+      runId: 'run-a', baseUrls: ['http://r1/v1'], policyVersion: 3, adapter: adapterDir('v3'), keepFromVersion: 2,
+    });
+    expect(res.loaded).toEqual(['http://r1/v1#run-a/policy-v3']);
+    expect(res.unloaded).toEqual(['http://r1/v1#run-a/policy-v1']);
+    expect([...vllm.models].sort()).toEqual(['run-a/policy-v2', 'run-a/policy-v3', 'run-b/policy-v1', 'smollm2-135m']);
+  });
+
+  it('is idempotent: a replica already serving the version is left as it is', async () => {
+    const vllm = fakeVllm(['run-a/policy-v3']);
+    const res = await activities(vllm.fetchFn).syncWeights({
+      runId: 'run-a', baseUrls: ['http://r1/v1', 'http://r2/v1/'], policyVersion: 3, adapter: adapterDir('v3'), keepFromVersion: 0,
+    });
+    expect(res.loaded).toEqual([]);
+    expect(res.alreadyLoaded).toEqual(['http://r1/v1#run-a/policy-v3', 'http://r2/v1#run-a/policy-v3']);
+    expect(vllm.calls.filter((c) => c.startsWith('load'))).toEqual([]);
+  });
+
+  it('a replica that stays down fails as InferenceUnavailable (the workflow waits on it), not as a crash', async () => {
+    const vllm = fakeVllm([]);
+    vllm.state.down = true;
+    await expect(activities(vllm.fetchFn).syncWeights({
+      runId: 'run-a', baseUrls: ['http://r1/v1'], policyVersion: 1, adapter: adapterDir('v1'), keepFromVersion: 0,
+    })).rejects.toMatchObject({ type: 'InferenceUnavailable', nonRetryable: true });
+  });
+
+  it('a server that refuses adapters names the flags to fix', async () => {
+    const vllm = fakeVllm([]);
+    vllm.state.refuse = true;
+    await expect(activities(vllm.fetchFn).syncWeights({
+      runId: 'run-a', baseUrls: ['http://r1/v1'], policyVersion: 1, adapter: adapterDir('v1'), keepFromVersion: 0,
+    })).rejects.toMatchObject({ type: 'WeightSyncRefused', message: expect.stringMatching(/--enable-lora/) });
+  });
+
+  it('a corrupt adapter (a file that no longer matches its manifest) is never loaded', async () => {
+    const vllm = fakeVllm([]);
+    const ref = adapterDir('v1');
+    writeFileSync(path.join(new URL(ref.uri).pathname, 'adapter_model.safetensors'), 'tampered');
+    await expect(activities(vllm.fetchFn).syncWeights({
+      runId: 'run-a', baseUrls: ['http://r1/v1'], policyVersion: 1, adapter: ref, keepFromVersion: 0,
+    })).rejects.toBeInstanceOf(ArtifactIntegrityError);
+    expect(vllm.calls).toEqual([]);
+  });
+});
