@@ -112,9 +112,13 @@ export function passAtK(n: number, c: number, k: number): number {
   return 1 - prod;
 }
 
-/** An episode passed when the task's tests decided it: the repair rubric's `tests_pass` component. */
+/**
+ * An episode passed when the task's tests decided it: code-repair's `tests_pass`,
+ * or debug's `fail_to_pass` (1 only when every FAIL_TO_PASS test passes and no
+ * PASS_TO_PASS test broke). Null for an environment without tests (localization).
+ */
 export function episodePassed(summary: RolloutSummary): boolean | null {
-  const v = summary.components.tests_pass;
+  const v = summary.components.tests_pass ?? summary.components.fail_to_pass;
   return typeof v === 'number' ? v >= 1 : null;
 }
 

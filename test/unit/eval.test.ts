@@ -95,6 +95,9 @@ describe('scoreEval', () => {
   it('episodePassed reads the tests_pass component, null when absent', () => {
     expect(episodePassed(summary('t', 0, 1, { tests_pass: 1 }))).toBe(true);
     expect(episodePassed(summary('t', 0, 1, {}))).toBeNull();
+    // debug: fail_to_pass is 1 only when all FAIL_TO_PASS pass and no PASS_TO_PASS broke
+    expect(episodePassed(summary('t', 0, 1, { fail_to_pass: 1, pass_to_pass: 1 }))).toBe(true);
+    expect(episodePassed(summary('t', 0, 0.5, { fail_to_pass: 0.5, pass_to_pass: 1 }))).toBe(false);
   });
 });
 
