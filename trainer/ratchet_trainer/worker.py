@@ -27,6 +27,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from .core.artifacts import ArtifactError, check_ref
@@ -38,6 +39,8 @@ from .core.trainer import StepOrderError, Trainer
 log = logging.getLogger("ratchet_trainer.worker")
 
 SHARED_QUEUE = "ratchet-trainer"
+# Beside the TS workers' 9464-9467 (src/workers/telemetry.ts).
+DEFAULT_METRICS_PORT = 9468
 # Fault injection for the recovery tests: after each micro-batch of step
 # RATCHET_TRAINER_FAULT_STEP (any step if unset), touch RATCHET_TRAINER_FAULT_MARKER
 # and sleep RATCHET_TRAINER_FAULT_SLEEP_S seconds, still heartbeating.
@@ -149,9 +152,12 @@ class TrainerActivities:
 
             try:
                 batch = load_batch(req.get("batch"), req.get("manifest"))
-                return trainer.step(step, batch, heartbeat=heartbeat)
+                metrics = trainer.step(step, batch, heartbeat=heartbeat)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
+            if metrics.get("applied"):
+                record_step_metrics(metrics)
+            return metrics
 
     @activity.defn(name="trainer.save", no_thread_cancel_exception=True)
     def save(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +167,30 @@ class TrainerActivities:
                 return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)))
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
+
+
+def record_step_metrics(metrics: dict[str, Any]) -> None:
+    """Ratchet's trainer counters, through the SDK's own metric meter: they are served on the
+    same Prometheus endpoint as the Temporal runtime metrics, with no extra dependency."""
+    meter = activity.metric_meter()
+    meter.create_counter("ratchet_trainer_steps_total", "Optimizer steps applied by this trainer").add(1)
+    meter.create_counter("ratchet_trainer_tokens_total", "Trainable tokens in the steps applied").add(int(metrics.get("tokens", 0)))
+    meter.create_histogram_float("ratchet_trainer_step_seconds", "Trainer step wall time", "s").record(float(metrics.get("duration_s", 0.0)))
+
+
+def telemetry_runtime(metrics_port: str) -> Runtime | None:
+    """A runtime that serves Prometheus metrics on 127.0.0.1:<port>, or None for "off"."""
+    if metrics_port in ("off", "0", ""):
+        return None
+    if not metrics_port.isdigit() or not 0 < int(metrics_port) < 65536:
+        raise SystemExit(f"--metrics-port / RATCHET_METRICS_PORT={metrics_port!r} is not a port. Fix: a number 1-65535, or off")
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", int(metrics_port)))
+        except OSError:
+            raise SystemExit(f"metrics port 127.0.0.1:{metrics_port} is taken (another trainer on this host?). "
+                             "Fix: --metrics-port <free port> (or RATCHET_METRICS_PORT), or off") from None
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{metrics_port}")))
 
 
 class JsonFormatter(logging.Formatter):
@@ -175,8 +205,8 @@ class JsonFormatter(logging.Formatter):
 
 
 async def run_worker(address: str, namespace: str, artifacts_root: Path, ready_file: Path | None = None,
-                     shared_queue: str = SHARED_QUEUE) -> None:
-    client = await Client.connect(address, namespace=namespace)
+                     shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None) -> None:
+    client = await Client.connect(address, namespace=namespace, **({"runtime": runtime} if runtime else {}))
     acts = TrainerActivities(artifacts_root, shared_queue=shared_queue)
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
@@ -198,11 +228,15 @@ def main() -> None:
     ap.add_argument("--ready-file", type=Path, default=None, help="write {task_queue, worker_id} here once polling")
     ap.add_argument("--shared-queue", default=SHARED_QUEUE, help="queue polled for trainer.announce (tests isolate with their own)")
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--metrics-port", default=os.environ.get("RATCHET_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
+                    help=f"Prometheus endpoint on 127.0.0.1 (SDK runtime + ratchet_trainer_*), default {DEFAULT_METRICS_PORT}; off disables")
     args = ap.parse_args()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level, handlers=[handler])
-    asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue))
+    runtime = telemetry_runtime(args.metrics_port)
+    log.info("Prometheus metrics", extra={"url": f"http://127.0.0.1:{args.metrics_port}/metrics" if runtime else "off"})
+    asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime))
 
 
 if __name__ == "__main__":

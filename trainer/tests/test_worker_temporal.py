@@ -7,9 +7,11 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -42,6 +44,12 @@ def _worker(tmp: Path, name: str, shared_queue: str, env_extra: dict) -> tuple[s
     return p, ready
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_worker_killed_mid_step_recovers_from_checkpoint(tmp_path):
     from temporalio.client import Client
     from temporalio.worker import Worker
@@ -63,7 +71,8 @@ def test_worker_killed_mid_step_recovers_from_checkpoint(tmp_path):
     procs = []
     try:
         a, ready_a = _worker(tmp_path, "a", shared, {"RATCHET_TRAINER_FAULT_SLEEP_S": "60", "RATCHET_TRAINER_FAULT_STEP": "1",
-                                                     "RATCHET_TRAINER_FAULT_MARKER": str(marker)})
+                                                     "RATCHET_TRAINER_FAULT_MARKER": str(marker), "RATCHET_METRICS_PORT": "off"})
+        metrics_port = _free_port()
         procs.append(a)
 
         async def drive():
@@ -80,11 +89,16 @@ def test_worker_killed_mid_step_recovers_from_checkpoint(tmp_path):
                     await asyncio.sleep(0.2)
                 a.send_signal(signal.SIGKILL)
                 a.wait(30)
-                b, _ = await asyncio.to_thread(_worker, tmp_path, "b", shared, {})
+                b, _ = await asyncio.to_thread(_worker, tmp_path, "b", shared, {"RATCHET_METRICS_PORT": str(metrics_port)})
                 procs.append(b)
                 return await asyncio.wait_for(handle.result(), timeout=480)
 
         out = asyncio.run(drive())
+        # The new trainer's Prometheus endpoint: Ratchet's counters beside the SDK's runtime metrics.
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        steps = [float(line.split()[-1]) for line in scraped.splitlines() if line.startswith("ratchet_trainer_steps_total")]
+        assert steps and sum(steps) >= 1, scraped[-2000:]
+        assert "ratchet_trainer_step_seconds" in scraped and "temporal_" in scraped
     finally:
         for p in procs:
             if p.poll() is None:
