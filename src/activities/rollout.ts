@@ -249,12 +249,12 @@ async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
 }
 
 /** Where the sandbox's repository comes from: a git snapshot in the task set, or an image that has it. */
-export function sandboxSource(task: Task, taskSetDir: string): Pick<AcquireOptions, 'image' | 'repo'> {
+export function sandboxSource(task: Task, taskSetDir: string): Pick<AcquireOptions, 'image' | 'repo' | 'imageRepo'> {
   const source = task.source;
   if (!source) {
     throw new Error(`task "${task.instance_id}" has no source; add source: {type: "snapshot", repo_path: "repos/<name>.git"} or {type: "image", image: "..."}`);
   }
-  if (source.type === 'image') return { image: source.image };
+  if (source.type === 'image') return { image: source.image, imageRepo: { dir: source.repo_dir, baseCommit: task.base_commit } };
   return { repo: { hostPath: path.resolve(taskSetDir, source.repo_path), baseCommit: task.base_commit } };
 }
 

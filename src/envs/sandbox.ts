@@ -35,6 +35,8 @@ export interface Sandbox {
 export interface AcquireOptions {
   image?: string;
   repo?: { hostPath: string; baseCommit: string };
+  /** The image already holds the repository at dir (SWE-bench's /testbed). */
+  imageRepo?: { dir: string; baseCommit: string };
   labels: { run: string; step: number; rollout: string };
   limits: SandboxConfig;
   /** Aborting removes a half-made sandbox. */

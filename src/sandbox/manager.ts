@@ -7,11 +7,13 @@ import { AbortError } from './exec';
 import { LABELS, type RolloutLabels, containerName, currentWorkerId } from './labels';
 import { buildCreateOptions, defaultImage, poolKey, type SandboxLimits, TMP_MB } from './options';
 import { WarmPool } from './pool';
-import { DockerSandbox, type RepoSpec, type Sandbox } from './sandbox';
+import { DockerSandbox, type ImageRepoSpec, type RepoSpec, type Sandbox } from './sandbox';
 
 export interface AcquireSpec {
   image?: string;
   repo?: RepoSpec;
+  /** The image already holds the repository (at dir): copy it into /work/repo at baseCommit. */
+  imageRepo?: ImageRepoSpec;
   labels: RolloutLabels;
   limits: SandboxConfig;
   /** Aborting removes a half-made sandbox and rejects with AbortError. */
@@ -82,6 +84,7 @@ export class SandboxManager {
     try {
       if (spec.signal?.aborted) throw new AbortError();
       if (spec.repo) await sandbox.loadRepo(spec.repo, spec.signal);
+      else if (spec.imageRepo) await sandbox.copyImageRepo(spec.imageRepo, spec.signal);
     } catch (err) {
       await sandbox.release();
       throw err;

@@ -8,6 +8,12 @@ import { baseCommitTar, type RepoSpec } from './snapshot';
 
 export type { RepoSpec } from './snapshot';
 
+/** A repository that ships inside the task's image (SWE-bench's /testbed). */
+export interface ImageRepoSpec {
+  dir: string;
+  baseCommit: string;
+}
+
 export interface SandboxExecOptions {
   timeoutMs?: number;
   /** Relative paths resolve against the repository (or /work when there is none). */
@@ -46,6 +52,19 @@ cd ${REPO_DIR}
 git config core.bare false
 git cat-file -e "$1^{commit}" 2>/dev/null || { echo "base commit $1 is not in the snapshot" >&2; exit 3; }
 git checkout -q -f --detach "$1"`;
+
+/**
+ * The image's repository, copied (as the agent, so every file is the agent's)
+ * into the tmpfs work area: the root stays read-only, and the agent's edits
+ * never touch the image's copy.
+ */
+const COPY_IMAGE_REPO = `set -e
+[ -d "$1/.git" ] || { echo "the task image has no git repository at $1 (source.repo_dir)" >&2; exit 3; }
+mkdir -p ${REPO_DIR}
+cp -R --preserve=mode,timestamps "$1"/. ${REPO_DIR}/
+cd ${REPO_DIR}
+git cat-file -e "$2^{commit}" 2>/dev/null || { echo "base commit $2 is not in the image's repository at $1" >&2; exit 3; }
+git checkout -q -f --detach "$2"`;
 
 /** A throwaway index, so the agent's own staging area is left alone. */
 const DIFF = `set -e
@@ -106,6 +125,11 @@ export class DockerSandbox implements Sandbox {
   async loadRepo(repo: RepoSpec, signal?: AbortSignal): Promise<void> {
     const tar = await baseCommitTar(repo);
     await this.script('loadRepo', LOAD_REPO, [repo.baseCommit], { stdin: tar, signal, timeoutMs: SETUP_TIMEOUT_MS });
+    this.baseCommit = repo.baseCommit;
+  }
+
+  async copyImageRepo(repo: ImageRepoSpec, signal?: AbortSignal): Promise<void> {
+    await this.script('copyImageRepo', COPY_IMAGE_REPO, [repo.dir, repo.baseCommit], { signal, timeoutMs: SETUP_TIMEOUT_MS });
     this.baseCommit = repo.baseCommit;
   }
 

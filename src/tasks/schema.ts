@@ -26,8 +26,16 @@ const StringList = z.preprocess(
 export const TaskSource = z.discriminatedUnion('type', [
   /** A bare git repository in the task set dir, checked out at base_commit. */
   z.object({ type: z.literal('snapshot'), repo_path: z.string().min(1) }),
-  /** A prebuilt image that already holds the repository at /work/repo. */
-  z.object({ type: z.literal('image'), image: z.string().min(1) }),
+  /**
+   * A prebuilt image (SWE-bench / SWE-Gym style) holding the repository, with its
+   * .git, at repo_dir (SWE-bench's /testbed by default). The sandbox copies it into
+   * its writable work area (/work/repo, sized by sandbox.disk_mb) at base_commit.
+   */
+  z.object({
+    type: z.literal('image'),
+    image: z.string().min(1),
+    repo_dir: z.string().regex(/^\/[^\0]*$/, 'must be an absolute path inside the image').default('/testbed'),
+  }),
 ]);
 export type TaskSource = z.infer<typeof TaskSource>;
 

@@ -110,6 +110,9 @@ describeRollouts('rollouts (SmolLM2 on vLLM, real sandboxes, real tasks)', ['doc
     const outputs = t.messages.filter((m) => m.role === 'tool').map((m) => m.content ?? '');
     expect(outputs).toHaveLength(hostile.length);
     expect(outputs[0]).not.toContain('EGRESS');
+    expect(outputs[1]).toMatch(/Resource temporarily unavailable|fork|timed out/); // the pids limit
+    expect(outputs[2]).not.toContain(String(2 * 1024 ** 3)); // the memory limit: never allocated
+    expect(outputs[3]).toMatch(/No space left|File size limit exceeded/); // the disk limit
     expect(outputs[4]).toMatch(/truncated|timed out/);
     expect(outputs[5]).toMatch(/timed out/);
     expect(summary.reward).toBeLessThanOrEqual(0);

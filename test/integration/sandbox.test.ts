@@ -9,6 +9,7 @@ import { SandboxManager, type Sandbox, type ExecResult, AbortError, sweep, LABEL
 import { truncationMarker } from '../../src/sandbox/output';
 import { HOST_SLACK_MS } from '../../src/sandbox/exec';
 import { paths } from '../../src/shared/paths';
+import { baseCommitTar } from '../../src/sandbox/snapshot';
 
 /** Real dockerd, real image. Skips loudly when either is missing, fails under RATCHET_REQUIRE_STACK=1. */
 function dockerProblem(): string | null {
@@ -346,6 +347,42 @@ describeDocker('sandbox (real dockerd)', () => {
       expect(fixed.exitCode).toBe(0);
       expect(await sb.diff()).toBe(row.patch);
       await sb.release();
+    });
+
+    it('a task image that ships its repository (SWE-bench /testbed style) is copied to /work/repo at the base commit', async () => {
+      // Build such an image here, from the sandbox image: the repository at /testbed, owned by root.
+      const tag = `ratchet-test-image-task:${base.slice(0, 12)}`;
+      const builder = await docker.createContainer({ Image: defaultImage(), User: '0:0', Cmd: ['sleep', 'infinity'], NetworkDisabled: true });
+      try {
+        await builder.start();
+        const sh = async (cmd: string) => {
+          const exec = await builder.exec({ Cmd: ['sh', '-c', cmd], AttachStdout: true, AttachStderr: true });
+          const stream = await exec.start({});
+          await new Promise((r) => { stream.on('end', r); stream.resume(); });
+          expect((await exec.inspect()).ExitCode).toBe(0);
+        };
+        // baseCommitTar is a git dir's content: it becomes /testbed/.git, checked out at the base commit.
+        await sh('mkdir -p /testbed/.git');
+        await builder.putArchive(await baseCommitTar({ hostPath: snapshot, baseCommit: base }), { path: '/testbed/.git' });
+        await sh(`cd /testbed && git config core.bare false && git checkout -q -f ${base} && chmod -R a+rX /testbed`);
+        await builder.commit({ repo: tag.split(':')[0], tag: tag.split(':')[1] });
+      } finally {
+        await builder.remove({ force: true });
+      }
+      try {
+        const sb = await acquire({ image: tag, imageRepo: { dir: '/testbed', baseCommit: base } });
+        expect((await sb.exec('pwd; git rev-parse HEAD; git status --porcelain')).stdout).toBe(`/work/repo\n${base}\n`);
+        await sb.writeFile('pkg/calc.py', 'def add(a, b):\n    return a + b\n');
+        expect((await sb.exec('python3 -m pytest -q test_calc.py')).exitCode).toBe(0);
+        expect(await sb.diff()).toContain('-    return a - b\n+    return a + b');
+        // The image's copy is untouched: the root filesystem stays read-only.
+        expect((await sb.exec('cat /testbed/pkg/calc.py; touch /testbed/x 2>&1 | grep -c "Read-only"')).stdout).toBe('def add(a, b):\n    return a - b\n1\n');
+        await sb.release();
+        await expect(acquire({ image: tag, imageRepo: { dir: '/nowhere', baseCommit: base } })).rejects.toThrow(/no git repository at \/nowhere/);
+        await expect(acquire({ image: tag, imageRepo: { dir: '/testbed', baseCommit: 'f'.repeat(40) } })).rejects.toThrow(/not in the image's repository/);
+      } finally {
+        await docker.getImage(tag).remove({ force: true }).catch(() => undefined);
+      }
     });
 
     it('rejects bad repo specs with the field named', async () => {

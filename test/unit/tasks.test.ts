@@ -27,7 +27,9 @@ describe('task schema', () => {
     expect(swe.environment_setup_commit).toBe('x');
   });
   test('source is a snapshot or an image', () => {
-    expect(Task.parse({ ...good, source: { type: 'image', image: 'sweb.eval.x' } }).source).toEqual({ type: 'image', image: 'sweb.eval.x' });
+    expect(Task.parse({ ...good, source: { type: 'image', image: 'sweb.eval.x' } }).source).toEqual({ type: 'image', image: 'sweb.eval.x', repo_dir: '/testbed' });
+    expect(Task.parse({ ...good, source: { type: 'image', image: 'x', repo_dir: '/src/repo' } }).source).toMatchObject({ repo_dir: '/src/repo' });
+    expect(Task.safeParse({ ...good, source: { type: 'image', image: 'x', repo_dir: 'relative' } }).success).toBe(false);
     expect(Task.safeParse({ ...good, source: { type: 'snapshot' } }).success).toBe(false);
   });
   test('gold files come from the row, else from the patch', () => {
