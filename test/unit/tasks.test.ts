@@ -78,3 +78,18 @@ describe('loadTasks (Parquet, SWE-bench style columns)', () => {
     expect(problems).toEqual([expect.objectContaining({ file, row: 2, field: 'FAIL_TO_PASS' })]);
   });
 });
+
+describe('sandboxSource', () => {
+  it('a snapshot task names its bare repo under the task set; an image task its repo_dir', async () => {
+    const { sandboxSource } = await import('../../src/activities/rollout');
+    const base = {
+      instance_id: 'i', repo: 'o/r', base_commit: 'a'.repeat(40), problem_statement: 'p', patch: '', test_patch: '',
+      FAIL_TO_PASS: [], PASS_TO_PASS: [],
+    };
+    expect(sandboxSource(Task.parse({ ...base, source: { type: 'snapshot', repo_path: 'repos/r.git' } }), '/sets/a'))
+      .toEqual({ repo: { hostPath: '/sets/a/repos/r.git', baseCommit: 'a'.repeat(40) } });
+    expect(sandboxSource(Task.parse({ ...base, source: { type: 'image', image: 'sweb.eval.x86_64.o__r-1' } }), '/sets/a'))
+      .toEqual({ image: 'sweb.eval.x86_64.o__r-1', imageRepo: { dir: '/testbed', baseCommit: 'a'.repeat(40) } });
+    expect(() => sandboxSource(Task.parse(base), '/sets/a')).toThrow(/has no source/);
+  });
+});
