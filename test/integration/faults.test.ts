@@ -16,6 +16,7 @@ import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { LABELS } from '../../src/sandbox/labels';
+import { adapterName } from '../../src/shared/adapters';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
@@ -75,7 +76,7 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
         last = await handle.query(progressQuery);
         if (pred(last)) return last;
       } catch { /* no worker or server right now */ }
-      await sleep(1000);
+      await sleep(500);
     }
     throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
   }
@@ -92,14 +93,29 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     }
   }
 
-  const runContainers = (runId: string): string[] =>
-    execFileSync('docker', ['ps', '-q', '--filter', `label=${LABELS.run}=${runId}`], { encoding: 'utf8' }).split('\n').filter(Boolean);
+  const runContainers = (runId: string, step?: number): string[] =>
+    execFileSync('docker', ['ps', '-q', '--filter', `label=${LABELS.run}=${runId}`, ...(step === undefined ? [] : ['--filter', `label=${LABELS.step}=${step}`])],
+      { encoding: 'utf8' }).split('\n').filter(Boolean);
 
-  async function waitForSandbox(runId: string, timeoutMs = 300_000): Promise<void> {
+  /** Until a sandbox of the run (and step) runs: a rollout is in its episode. Polled fast, episodes last seconds. */
+  async function waitForSandbox(runId: string, step?: number, timeoutMs = 300_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    while (runContainers(runId).length === 0) {
-      if (Date.now() > deadline) throw new Error(`no sandbox of run ${runId} appeared in ${timeoutMs / 1000} s`);
-      await sleep(500);
+    while (runContainers(runId, step).length === 0) {
+      if (Date.now() > deadline) throw new Error(`no sandbox of run ${runId}${step === undefined ? '' : ` step ${step}`} appeared in ${timeoutMs / 1000} s`);
+      await sleep(200);
+    }
+  }
+
+  /** Until vLLM serves `model`: the weight sync that precedes the next step's rollouts is done. */
+  async function waitForServed(model: string, timeoutMs = 600_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      try {
+        const body = (await (await fetch(`${INFERENCE}/models`)).json()) as { data: { id: string }[] };
+        if (body.data.some((m) => m.id === model)) return;
+      } catch { /* not up */ }
+      if (Date.now() > deadline) throw new Error(`vLLM did not serve ${model} within ${timeoutMs / 1000} s`);
+      await sleep(200);
     }
   }
 
@@ -155,9 +171,8 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
   test('kill -9 vLLM mid-step, then start it again', async () => {
     // async_level 0: step 1's rollouts use the run's policy-v1 adapter, which the restarted server no longer has.
     const { runId, handle } = await startRun('vllm', { asyncLevel: 0 });
-    await waitFor(handle, 'step 1 rollouts', (p) => p.step === 1 && p.phase === 'rollouts');
-    await waitForSandbox(runId);
-    await sleep(2000);
+    await waitForServed(adapterName(runId, 1));
+    await waitForSandbox(runId, 1);
     const pid = Number(readFileSync(path.join(STATE, 'run', 'vllm.pid'), 'utf8').trim());
     try { process.kill(-pid, 'SIGKILL'); } catch { process.kill(pid, 'SIGKILL'); }
     await sleep(3000);
