@@ -15,7 +15,6 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
-import { LABELS } from '../../src/sandbox/labels';
 import { adapterName } from '../../src/shared/adapters';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
@@ -93,9 +92,11 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     }
   }
 
+  // By name, not label: a warm-pool container cannot be relabelled; its name carries run and step
+  // (src/sandbox/labels.ts containerName: ratchet-<run>-s<step>-<rollout>-<suffix>; test run ids need no escaping).
   const runContainers = (runId: string, step?: number): string[] =>
-    execFileSync('docker', ['ps', '-q', '--filter', `label=${LABELS.run}=${runId}`, ...(step === undefined ? [] : ['--filter', `label=${LABELS.step}=${step}`])],
-      { encoding: 'utf8' }).split('\n').filter(Boolean);
+    execFileSync('docker', ['ps', '-aq', '--filter', `name=ratchet-${runId}-s${step === undefined ? '' : `${step}-`}`], { encoding: 'utf8' })
+      .split('\n').filter(Boolean);
 
   /** Until a sandbox of the run (and step) runs: a rollout is in its episode. Polled fast, episodes last seconds. */
   async function waitForSandbox(runId: string, step?: number, timeoutMs = 300_000): Promise<void> {
