@@ -25,6 +25,7 @@ export function toTrainerConfig(config: RunConfig): Record<string, unknown> {
     },
     seq_len: config.orchestrator.seq_len,
     micro_batch_tokens: t.micro_batch_tokens,
+    packing: t.packing,
     device: t.device,
   };
 }

@@ -97,7 +97,9 @@ describeRollouts('rollouts (SmolLM2 on vLLM, real sandboxes, real tasks)', ['doc
   test('hostile tool calls are contained: the rollout ends with a penalty and the worker stays healthy', async () => {
     const hostile = [
       'python3 -c "import socket; s=socket.create_connection((\'1.1.1.1\', 80), timeout=3); print(\'EGRESS\')"',
-      ':(){ :|:& };:',
+      // The bomb backgrounds itself; the sleep keeps the exec (and its process
+      // group) alive long enough for the bomb to reach the pids limit.
+      ':(){ :|:& };:; sleep 2',
       'python3 -c "a = bytearray(2 * 1024**3); print(len(a))"',
       'dd if=/dev/zero of=/work/fill bs=1M count=1024; df -h /work',
       'yes',

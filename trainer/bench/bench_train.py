@@ -6,7 +6,14 @@ fine-tuning runs last because it unfreezes and updates the base.
 
 Usage (on the GPU box):
   PYTHONPATH=trainer python3 trainer/bench/bench_train.py --out $OUT/bench.json
+  python3 trainer/bench/bench_train.py --packing --out $OUT/packing.json   # packed vs padded, mixed lengths
   python3 trainer/bench/bench_train.py --tiny        # CPU smoke test of the script itself
+
+The main table uses equal-length samples in the padded layout (nothing to pad).
+--packing measures what RL batches look like: sample lengths spread uniformly
+over [seq/8, seq], trained once padded (one row per sample) and once packed
+(samples concatenated into rows of <= micro_batch_tokens), same token budget;
+tokens/s counts real tokens only.
 
 MFU = model FLOPs / (wall time * peak bf16 dense FLOP/s). Model FLOPs per step:
   full: 6 * N * tokens                + attention
@@ -52,18 +59,22 @@ PEAK_BF16 = {"H100": 989e12, "H200": 989e12}  # dense bf16 datasheet, SXM
 log = logging.getLogger("bench")
 
 
-def make_batch(samples: int, seq: int, vocab: int, gen: torch.Generator):
-    T = samples * seq
+def make_batch(samples: int, seq: int, vocab: int, gen: torch.Generator, lengths: list[int] | None = None):
+    lengths = lengths or [seq] * samples
+    T = sum(lengths)
     ids = torch.randint(0, vocab, (T,), generator=gen, dtype=torch.int32)
-    pos = torch.arange(seq, dtype=torch.int32).repeat(samples)
+    pos = torch.cat([torch.arange(n, dtype=torch.int32) for n in lengths])
     mask = torch.zeros(T, dtype=torch.uint8)
-    prompt = seq // 8  # a short prompt, the rest generated (trainable)
-    for i in range(samples):
-        mask[i * seq + prompt : (i + 1) * seq] = 1
-    adv = mask.float()
-    adv[: T // 2] *= -1  # half the samples rewarded, half penalised
+    adv = torch.zeros(T)
+    off_list = [0]
+    for i, n in enumerate(lengths):
+        s = off_list[-1]
+        mask[s + max(1, n // 8) : s + n] = 1  # a short prompt, the rest generated (trainable)
+        adv[s : s + n] = -1.0 if i % 2 else 1.0  # half the samples rewarded, half penalised
+        off_list.append(s + n)
+    adv = adv * mask.float()
     lp = torch.where(mask.bool(), torch.tensor(-math.log(vocab)), torch.tensor(0.0)).float()
-    off = torch.arange(0, T + 1, seq, dtype=torch.int64)
+    off = torch.tensor(off_list, dtype=torch.int64)
     tensors = {"input_ids": ids, "position_ids": pos, "loss_mask": mask, "advantages": adv.float(),
                "inference_logprobs": lp, "sample_offsets": off}
     return batch_from_tensors(tensors, {"format": "ratchet.batch/v1", "run_id": "bench", "vocab_size": vocab})
@@ -76,15 +87,19 @@ def flops_per_step(model_conf: dict, n_nonembed: int, n_lora: int, tokens: int, 
 
 
 def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, samples: int, steps: int,
-            device, peak: float, gen) -> dict:
+            device, peak: float, gen, packing: bool = False, lengths: list[int] | None = None,
+            micro_batch_tokens: int | None = None) -> dict:
     lora = None if method == "full" else {"rank": rank, "alpha": 2 * rank, "dropout": 0.0}
     cfg = parse_trainer_config({
         "model": {"config": model_conf, "lora": lora, "ac": {"freq": 1 if ac else 0}},
         "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": seq,
-        "micro_batch_tokens": max(4096, seq),
+        "micro_batch_tokens": micro_batch_tokens or max(4096, seq), "packing": packing,
     })
+    lengths = lengths or [seq] * samples
+    tokens = sum(lengths)
     rec = {"method": method, "rank": rank if lora else None, "seq_len": seq, "ac": ac, "samples": samples,
-           "tokens_per_step": samples * seq, "micro_batch_tokens": cfg.micro_batch_tokens}
+           "tokens_per_step": tokens, "micro_batch_tokens": cfg.micro_batch_tokens,
+           "layout": "packed" if packing else "padded"}
     torch.cuda.empty_cache() if device.type == "cuda" else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -97,7 +112,7 @@ def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, sample
         n_lora = sum(p.numel() for p in trainer.params) if lora else 0
         n_embed = base.get_input_embeddings().weight.numel()
         n_nonembed = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n) - n_embed
-        batch = make_batch(samples, seq, model_conf["vocab_size"], gen)
+        batch = make_batch(samples, seq, model_conf["vocab_size"], gen, lengths)
         times = []
         for s in range(steps + 1):  # the first is warm-up
             if device.type == "cuda":
@@ -109,8 +124,10 @@ def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, sample
             if s > 0:
                 times.append(time.perf_counter() - t0)
         dt = sorted(times)[len(times) // 2]
-        fl = flops_per_step(model_conf, n_nonembed, n_lora, samples * seq, seq, lora is not None)
-        rec.update(status="ok", step_s=dt, step_times_s=times, tokens_per_s=samples * seq / dt,
+        # Attention FLOPs at each sample's own length (what the model must do), summed.
+        fl = sum(flops_per_step(model_conf, n_nonembed, n_lora, n, n, lora is not None) for n in lengths)
+        rec.update(status="ok", step_s=dt, step_times_s=times, tokens_per_s=tokens / dt,
+                   micro_batches=m["micro_batches"], padding_frac=m["padding_frac"],
                    model_tflops_per_step=fl / 1e12, achieved_tflops=fl / dt / 1e12, mfu=fl / dt / peak,
                    trainable_params=sum(p.numel() for p in trainer.params), n_nonembed=n_nonembed,
                    loss=m["loss"], grad_norm=m["grad_norm"])
@@ -142,6 +159,8 @@ def main() -> None:
     ap.add_argument("--ac", default="1,0")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--packing", action="store_true",
+                    help="packed vs padded on mixed-length samples (LoRA r=4, checkpointing on; --samples default 16)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -161,6 +180,27 @@ def main() -> None:
                "params": n_params, "build_s": build_s, "runs": []}
     gen = torch.Generator().manual_seed(0)
     seqs = [int(s) for s in args.seqs.split(",")]
+    if args.packing:
+        results["mode"] = "packing"
+        samples = args.samples if args.samples != 4 else 16
+        for seq in seqs:
+            lg = torch.Generator().manual_seed(seq)
+            lengths = torch.randint(max(2, seq // 8), seq + 1, (samples,), generator=lg).tolist()
+            for packing in (False, True):
+                rec = run_one(base, model_conf, "lora", 4, seq, True, samples, args.steps, device, peak, gen,
+                              packing=packing, lengths=lengths, micro_batch_tokens=max(4096, seq))
+                results["runs"].append(rec)
+                print(json.dumps(rec), flush=True)
+                Path(args.out).write_text(json.dumps(results, indent=1))
+        print(f"\n{'layout':7} {'seq':>5} {'tok/step':>8} {'micro':>5} {'pad':>5} {'step s':>7} {'tok/s':>8} {'peak GiB':>8}")
+        for r in results["runs"]:
+            if r["status"] == "ok":
+                print(f"{r['layout']:7} {r['seq_len']:5} {r['tokens_per_step']:8} {r['micro_batches']:5} "
+                      f"{r['padding_frac']:5.0%} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} {r.get('peak_allocated_gib', 0):8.1f}")
+            else:
+                print(f"{r['layout']:7} {r['seq_len']:5} {r['status']}")
+        return
+
     acs = [a == "1" for a in args.ac.split(",")]
     methods = args.methods.split(",")
     for method in methods:  # full goes last: it changes the base

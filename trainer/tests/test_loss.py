@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from ratchet_trainer.core.batch import batch_from_tensors, make_micro_batch, plan_micro_batches
+from ratchet_trainer.core.batch import (batch_from_tensors, make_micro_batch, make_packed_micro_batch, plan_micro_batches,
+                                        plan_packed_micro_batches)
 from ratchet_trainer.core.config import LossConfig
 from ratchet_trainer.core.loss import LossStats, Normalizer, micro_batch_loss
 
@@ -38,14 +39,18 @@ def _norm(batch, max_tokens=16):
     return Normalizer(int(tps.sum()), int((tps > 0).sum()), tps, max_tokens)
 
 
-def _run(batch, cfg, groups, logits_per_sample):
+def _run(batch, cfg, groups, logits_per_sample, packed=False):
     norm, stats = _norm(batch), LossStats()
     total = 0.0
     for ids in groups:
-        mb = make_micro_batch(batch, ids, torch.device("cpu"))
-        L = mb.input_ids.shape[1]
-        logits = torch.stack([torch.nn.functional.pad(logits_per_sample[i], (0, 0, 0, L - logits_per_sample[i].shape[0]))
-                              for i in ids])
+        if packed:
+            mb = make_packed_micro_batch(batch, ids, torch.device("cpu"))
+            logits = torch.cat([logits_per_sample[i] for i in ids])[None]
+        else:
+            mb = make_micro_batch(batch, ids, torch.device("cpu"))
+            L = mb.input_ids.shape[1]
+            logits = torch.stack([torch.nn.functional.pad(logits_per_sample[i], (0, 0, 0, L - logits_per_sample[i].shape[0]))
+                                  for i in ids])
         loss = micro_batch_loss(logits, mb, cfg, norm, stats)
         loss.backward()
         total += float(loss.detach())
@@ -83,6 +88,37 @@ def test_micro_batching_does_not_change_loss_or_gradient():
     assert la == pytest.approx(lb, rel=1e-6)
     for x, y in zip(a, b):
         torch.testing.assert_close(x.grad, y.grad)
+
+
+@pytest.mark.parametrize("loss_type,norm", [("grpo", "token"), ("grpo", "dr_grpo"), ("grpo", "sequence_mean"), ("gspo", "token")])
+def test_packed_layout_gives_the_padded_loss_and_gradient(loss_type, norm):
+    # Packing puts several samples in one row: per-sample normalisers and GSPO's
+    # sequence ratio must still see each sample alone.
+    batch = _batch(lengths=(5, 7, 4, 6, 3))
+    cfg = LossConfig(type=loss_type, normalization=norm)
+    a, b = _leaf_logits(batch), _leaf_logits(batch)
+    la, sa = _run(batch, cfg, plan_micro_batches(batch.sample_lengths(), 8), a)
+    groups = plan_packed_micro_batches(batch.sample_lengths(), 12)
+    assert any(len(g) > 1 for g in groups), "the test needs a row holding several samples"
+    lb, sb = _run(batch, cfg, groups, b, packed=True)
+    assert la == pytest.approx(lb, rel=1e-6)
+    assert sa.metrics(loss_type) == pytest.approx(sb.metrics(loss_type), rel=1e-6)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x.grad, y.grad)
+
+
+def test_packed_plan_respects_the_budget_and_keeps_every_sample_once():
+    lengths = [5, 30, 7, 4, 12, 6, 3, 9, 1]
+    rows = plan_packed_micro_batches(lengths, 16)
+    assert sorted(i for r in rows for i in r) == list(range(len(lengths)))
+    for r in rows:
+        assert r == sorted(r)
+        assert sum(lengths[i] for i in r) <= 16 or len(r) == 1  # an oversize sample rides alone
+    assert [1] in rows  # 30 > 16: its own row
+    assert rows == plan_packed_micro_batches(lengths, 16)  # deterministic
+    # Denser than padding: fewer forward tokens than rows x longest.
+    padded = plan_micro_batches(lengths, 16)
+    assert sum(max(lengths[i] for i in r) * len(r) for r in padded) > sum(lengths)
 
 
 def test_normalizations_on_policy_values():

@@ -1,9 +1,18 @@
 """Training batches: the packed safetensors + manifest format, validation, micro-batching.
 
-The batch arrives packed 1-D (docs/contracts.md). For the forward pass each
-micro-batch is unpacked into a right-padded [B, L] tensor built from whole
-samples, so attention never crosses samples on any attention backend (CPU
-included); position ids restart per sample as the contract says.
+The batch arrives packed 1-D (docs/contracts.md). Micro-batches hold whole
+samples, in one of two layouts:
+
+- packed (the default): the samples are concatenated into one [1, L] row with
+  no padding and no attention mask. Position ids restart per sample, which
+  transformers turns into a block-diagonal causal mask (sdpa, eager) or varlen
+  attention (flash-attention), so attention never crosses samples.
+- padded: one right-padded row per sample, [B, L], with an attention mask.
+  It wastes (rows x longest - tokens) on padding; kept for attention backends
+  that do not read packed position ids.
+
+Both give the same logprobs and gradients (tested), so the layout is a speed
+choice only.
 """
 
 from __future__ import annotations
@@ -56,7 +65,8 @@ class MicroBatch:
     sample_ids: list[int]
     input_ids: torch.Tensor  # [B, L]
     position_ids: torch.Tensor  # [B, L]
-    attention_mask: torch.Tensor  # [B, L] 1 = real token
+    attention_mask: torch.Tensor | None  # [B, L] 1 = real token; None when packed
+    sample_index: torch.Tensor  # [B, L] the batch sample each token belongs to, -1 on padding
     loss_mask: torch.Tensor  # [B, L] bool, predicts input_ids[:, t] from logits[:, t-1]
     advantages: torch.Tensor  # [B, L]
     inference_logprobs: torch.Tensor  # [B, L]
@@ -126,7 +136,7 @@ def check_batch_fits(batch: Batch, vocab_size: int, seq_len: int, run_id: str | 
 
 
 def plan_micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
-    """Group whole samples, in order, so that rows * longest row <= token_budget.
+    """Padded layout: group whole samples, in order, so that rows * longest row <= token_budget.
 
     Order is kept so that a step's arithmetic (and so its result) depends only on
     the batch and the budget, never on timing.
@@ -146,7 +156,53 @@ def plan_micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]
     return groups
 
 
+def plan_packed_micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
+    """Packed layout: first-fit decreasing of whole samples into rows of <= token_budget tokens.
+
+    A sample longer than the budget gets a row of its own. Deterministic (ties
+    broken by sample index) and each row lists its samples in batch order, so a
+    step's result depends only on the batch and the budget.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in order:
+        n = lengths[i]
+        for r, room in enumerate(free):
+            if n <= room:
+                rows[r].append(i)
+                free[r] -= n
+                break
+        else:
+            rows.append([i])
+            free.append(max(token_budget - n, 0))
+    rows = [sorted(r) for r in rows]
+    rows.sort(key=lambda r: r[0])
+    return rows
+
+
+def make_packed_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device) -> MicroBatch:
+    off = batch.sample_offsets.tolist()
+    spans = [(off[i], off[i + 1]) for i in sample_ids]
+
+    def cat(src: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return torch.cat([src[s:e] for s, e in spans]).to(dtype)[None].to(device)
+
+    index = torch.cat([torch.full((e - s,), i, dtype=torch.long) for i, (s, e) in zip(sample_ids, spans)])
+    return MicroBatch(
+        sample_ids=list(sample_ids),
+        input_ids=cat(batch.input_ids, torch.long),
+        position_ids=cat(batch.position_ids, torch.long),
+        attention_mask=None,
+        sample_index=index[None].to(device),
+        loss_mask=cat(batch.loss_mask, torch.bool),
+        advantages=cat(batch.advantages, torch.float32),
+        inference_logprobs=cat(batch.inference_logprobs, torch.float32),
+    )
+
+
 def make_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device, pad_id: int = 0) -> MicroBatch:
+    """Padded layout: one right-padded row per sample."""
     off = batch.sample_offsets.tolist()
     L = max(off[i + 1] - off[i] for i in sample_ids)
     B = len(sample_ids)
@@ -159,13 +215,16 @@ def make_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device, 
         return out.to(device)
 
     attn = torch.zeros((B, L), dtype=torch.long)
+    index = torch.full((B, L), -1, dtype=torch.long)
     for r, i in enumerate(sample_ids):
         attn[r, : off[i + 1] - off[i]] = 1
+        index[r, : off[i + 1] - off[i]] = i
     return MicroBatch(
         sample_ids=list(sample_ids),
         input_ids=pad(batch.input_ids, pad_id, torch.long),
         position_ids=pad(batch.position_ids, 0, torch.long),
         attention_mask=attn.to(device),
+        sample_index=index.to(device),
         loss_mask=pad(batch.loss_mask, False, torch.bool),
         advantages=pad(batch.advantages, 0.0, torch.float32),
         inference_logprobs=pad(batch.inference_logprobs, 0.0, torch.float32),

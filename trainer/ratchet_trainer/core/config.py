@@ -76,7 +76,10 @@ class TrainerConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     seq_len: int = 1024
-    micro_batch_tokens: int = 8192  # padded tokens (rows * longest row) per forward
+    # Tokens per forward/backward; gradients accumulate over micro-batches.
+    # packing: one row of concatenated samples (no padding); otherwise rows * longest row.
+    micro_batch_tokens: int = 8192
+    packing: bool = True
     device: str = "auto"
     seed: int = 0
 
@@ -198,6 +201,8 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     _num(top, "seq_len", "", int, lo=2)
     _num(top, "micro_batch_tokens", "", int, lo=1)
     _num(top, "seed", "", int, lo=0)
+    if "packing" in top and not isinstance(top["packing"], bool):
+        raise ConfigError(f"trainer_config.packing must be true or false, got {top['packing']!r}")
     _choice(top, "device", "", _DEVICES)
     top.update(model=model, optim=optim, loss=loss)
     cfg = TrainerConfig(**top)

@@ -91,9 +91,11 @@ def micro_batch_loss(
     logp, rows = selected_logprobs(logits, mb.input_ids, sel)
     inf_lp = mb.inference_logprobs[:, 1:][sel]
     adv = mb.advantages[:, 1:][sel]
-    B, L1 = sel.shape
-    local_row = torch.arange(B, device=sel.device)[:, None].expand(B, L1)[sel]
-    sample_idx = torch.tensor(mb.sample_ids, device=sel.device)[local_row]
+    # The sample each selected token belongs to (rows are samples when padded,
+    # several samples share a row when packed).
+    sample_idx = mb.sample_index[:, 1:][sel]
+    present, local = torch.unique(sample_idx, return_inverse=True)
+    B = int(present.numel())
     n_i = norm.tokens_per_sample.to(sel.device)[sample_idx].float()
 
     log_ratio = logp - inf_lp
@@ -102,16 +104,14 @@ def micro_batch_loss(
 
     if cfg.type == "gspo":
         # Sequence-level ratio: exp of the mean token log-ratio of each sample.
-        seq_lr = torch.zeros(B, device=sel.device, dtype=logp.dtype).index_add(0, local_row, log_ratio / n_i)
-        seq_adv = torch.zeros(B, device=sel.device).index_add(0, local_row, adv / n_i)
-        has = torch.zeros(B, device=sel.device, dtype=torch.bool)
-        has[local_row] = True
-        s = torch.exp(seq_lr[has])
-        a = seq_adv[has]
+        seq_lr = torch.zeros(B, device=sel.device, dtype=logp.dtype).index_add(0, local, log_ratio / n_i)
+        seq_adv = torch.zeros(B, device=sel.device).index_add(0, local, adv / n_i)
+        s = torch.exp(seq_lr)
+        a = seq_adv
         unclipped, clipped = s * a, torch.clamp(s, lo, hi) * a
         loss = -(torch.minimum(unclipped, clipped)).sum() / norm.num_samples
         stats.seq_clipped += int((clipped < unclipped).sum())
-        stats.seqs += int(has.sum())
+        stats.seqs += B
         w = 1.0 / (norm.num_samples * n_i)  # for the KL term: per-sample mean
     else:
         unclipped, clipped = ratio * adv, torch.clamp(ratio, lo, hi) * adv

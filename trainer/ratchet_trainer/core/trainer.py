@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import torch
 
-from .batch import Batch, BatchError, check_batch_fits, make_micro_batch, plan_micro_batches
+from .batch import (Batch, BatchError, MicroBatch, check_batch_fits, make_micro_batch, make_packed_micro_batch,
+                    plan_micro_batches, plan_packed_micro_batches)
 from .config import TrainerConfig
 from .loss import LossStats, Normalizer, micro_batch_loss
 from .model import build_model, resolve_device, vocab_size
@@ -99,7 +100,9 @@ class Trainer:
             torch.cuda.manual_seed(step_seed(self.cfg.seed, step))
 
         lengths = batch.sample_lengths()
-        groups = plan_micro_batches(lengths, self.cfg.micro_batch_tokens)
+        plan = plan_packed_micro_batches if self.cfg.packing else plan_micro_batches
+        groups = plan(lengths, self.cfg.micro_batch_tokens)
+        forward_tokens = 0
         tps = torch.zeros(batch.num_samples, dtype=torch.long)
         off = batch.sample_offsets
         for i in range(batch.num_samples):
@@ -117,10 +120,10 @@ class Trainer:
             heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
         try:
             for k, ids in enumerate(groups):
-                mb = make_micro_batch(batch, ids, self.device)
+                mb = self._micro_batch(batch, ids)
+                forward_tokens += mb.input_ids.numel()
                 ref_logits = self._ref_logits(mb) if self.cfg.loss.kl_coef > 0 else None
-                logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
-                                    position_ids=mb.position_ids, use_cache=False).logits
+                logits = self.model(**self._forward_args(mb)).logits
                 loss = micro_batch_loss(logits, mb, self.cfg.loss, norm, stats, ref_logits)
                 loss.backward()
                 del logits, loss, ref_logits
@@ -138,6 +141,7 @@ class Trainer:
         metrics.update(
             step=step, grad_norm=grad_norm, tokens=total, total_tokens=int(batch.input_ids.numel()),
             samples=batch.num_samples, micro_batches=len(groups), lr=self.cfg.optim.lr,
+            padding_frac=1.0 - int(batch.input_ids.numel()) / max(forward_tokens, 1),
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
         )
@@ -151,9 +155,23 @@ class Trainer:
         log.info("step applied", extra={"run_id": self.run_id, **metrics})
         return {**metrics, "applied": True}
 
-    def _ref_logits(self, mb) -> torch.Tensor:
+    def _micro_batch(self, batch: Batch, sample_ids: list[int]) -> MicroBatch:
+        if self.cfg.packing:
+            return make_packed_micro_batch(batch, sample_ids, self.device)
+        return make_micro_batch(batch, sample_ids, self.device)
+
+    @staticmethod
+    def _forward_args(mb: MicroBatch) -> dict[str, Any]:
+        # Packed rows carry no attention mask: transformers reads the restarting
+        # position ids as sample boundaries (block-diagonal causal mask / varlen).
+        kw: dict[str, Any] = dict(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+        if mb.attention_mask is not None:
+            kw["attention_mask"] = mb.attention_mask
+        return kw
+
+    def _ref_logits(self, mb: MicroBatch) -> torch.Tensor:
         with torch.no_grad():
-            kw = dict(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, use_cache=False)
+            kw = self._forward_args(mb)
             if self.ref_model is not None:
                 return self.ref_model(**kw).logits
             with self.model.disable_adapter():
