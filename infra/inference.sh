@@ -5,7 +5,8 @@
 #
 # Usage: infra/inference.sh [install|start|stop|restart|status]   (default: install, then start)
 #   install  idempotent: vLLM venv (.ratchet/venvs/vllm), converted model
-#            (.ratchet/models/SmolLM2-135M-Instruct); each step is skipped when its stamp matches
+#            (.ratchet/models/SmolLM2-135M-Instruct), the probe LoRA adapter that
+#            doctor loads (.ratchet/models/probe-lora); each step is skipped when its stamp matches
 #   start    starts the server in the background and waits for /health;
 #            log .ratchet/logs/vllm.log, pid .ratchet/run/vllm.pid
 #   stop     stops the server this script started (its whole process group)
@@ -95,6 +96,17 @@ install_model() {
   stamp_write smollm2-model "$hash"
 }
 
+# A small random LoRA adapter that `ratchet doctor` loads and unloads to prove
+# runtime LoRA loading works, before any training run has written one.
+install_probe_lora() {
+  local out="$RATCHET_MODELS/probe-lora"
+  local hash; hash=$(RECIPE_EXTRA="$(stamp_read smollm2-model)" recipe_hash "$RATCHET_ROOT/infra/vllm/make_test_lora.py")
+  if stamp_ok probe-lora "$hash" && [ -f "$out/adapter_config.json" ]; then log "probe LoRA adapter up to date: $out"; return 0; fi
+  rm -rf "$out"
+  "$RATCHET_VENVS/trainer/bin/python" "$RATCHET_ROOT/infra/vllm/make_test_lora.py" --base "$MODEL_DIR" --out "$out"
+  stamp_write probe-lora "$hash"
+}
+
 health_ok() { curl -fsS -m 3 "http://$HOST:$PORT/health" >/dev/null 2>&1; }
 port_taken() { (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null; }
 our_pid() {
@@ -177,11 +189,11 @@ status() {
 }
 
 case "${1:-up}" in
-  install|setup) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model ;;
+  install|setup) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model; timed probe-lora install_probe_lora ;;
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
   status) status ;;
-  up) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model; start ;;
+  up) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model; timed probe-lora install_probe_lora; start ;;
   *) die "unknown command '$1'. Usage: infra/inference.sh [install|start|stop|restart|status]" ;;
 esac

@@ -25,6 +25,7 @@ recipe_hash() {
 # stamp_ok NAME HASH : true when step NAME last completed with recipe HASH.
 stamp_ok() { [ -f "$RATCHET_STAMPS/$1" ] && [ "$(cat "$RATCHET_STAMPS/$1")" = "$2" ]; }
 stamp_write() { printf '%s' "$2" >"$RATCHET_STAMPS/$1"; }
+stamp_read() { cat "$RATCHET_STAMPS/$1" 2>/dev/null || true; }
 
 # timed NAME CMD... : runs CMD and records its wall time in $RATCHET_HOME/setup-times.tsv,
 # which BENCHMARKS.md's cold set-up figures come from.

@@ -101,13 +101,19 @@ const checkToolCallTokens: Check = async ({ inferenceUrl, servedModel }) => {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
         model: servedModel,
+        // SmolLM2-135M does not call tools unprompted: one worked example primes the
+        // hermes format, and "required" makes vLLM constrain the output to it, so
+        // this checks the server (parser, constraint, token ids), not the model.
         messages: [
-          { role: 'system', content: 'You are a shell agent. Always answer by calling the bash tool.' },
+          { role: 'system', content: 'You are a coding agent. Act only through the bash tool.' },
+          { role: 'user', content: 'Show the current date.' },
+          { role: 'assistant', content: '', tool_calls: [{ id: 'call_0', type: 'function', function: { name: 'bash', arguments: '{"command": "date"}' } }] },
+          { role: 'tool', tool_call_id: 'call_0', content: 'Mon Nov 23 09:00:00 UTC 2026' },
           { role: 'user', content: 'List the files in the current directory.' },
         ],
         tools: [PROBE_TOOL],
-        tool_choice: { type: 'function', function: { name: 'bash' } },
-        max_tokens: 48,
+        tool_choice: 'required',
+        max_tokens: 64,
         temperature: 0,
         logprobs: true,
         return_token_ids: true,
