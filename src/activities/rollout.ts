@@ -41,6 +41,7 @@ export const RolloutInput = z.object({
     max_tokens: z.number().int().positive(),
     max_tool_calls: z.number().int().positive(),
     max_turns: z.number().int().positive(),
+    few_shot: z.boolean().default(false),
   }).passthrough(),
   rubric: z.record(z.number()).default({}),
   sandbox: RunConfig.shape.sandbox.removeDefault(),
@@ -140,6 +141,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
         policyVersion: input.policyVersion,
         messages: [
           { role: 'system', content: env.systemPrompt },
+          ...(input.envArgs.few_shot ? env.demonstration : []),
           { role: 'user', content: env.userPrompt(task) },
         ],
         tools: env.tools,

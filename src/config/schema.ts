@@ -85,6 +85,8 @@ const EnvConfig = z.object({
     max_tokens: z.number().int().positive().default(2048),
     max_tool_calls: z.number().int().positive().default(10),
     max_turns: z.number().int().positive().default(12),
+    /** Show the environment's worked example episode before the task (helps small models use the tools). */
+    few_shot: z.boolean().default(false),
   }).passthrough().default({}),
   /** Reward component weights, by component name; missing ones use the environment's defaults. */
   rubric: z.record(z.number()).default({}),

@@ -1,6 +1,7 @@
 import type { AgentLimits, AgentStats } from '../agent/loop';
 import type { Tool, ToolContext } from '../agent/tool';
 import type { StopReason } from '../rollouts/trajectory';
+import type { ChatMessage } from '../rollouts/trajectory';
 import type { Task } from '../tasks/schema';
 import type { TestEvidence } from './tests';
 
@@ -34,6 +35,8 @@ export interface Environment {
   id: 'swe-grep' | 'code-repair' | 'debug';
   systemPrompt: string;
   userPrompt(task: Task): string;
+  /** A worked example episode on a made-up task, shown before the task when `few_shot = true`. */
+  demonstration: ChatMessage[];
   tools: Tool[];
   /** Reads the final answer after the loop (from the answer tool, or the work tree). */
   finalize(ctx: ToolContext, answer: Record<string, unknown> | undefined): Promise<Record<string, unknown>>;

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { defineTool } from '../../agent/tool';
 import { shellTool } from '../shell';
+import { DEMO_ISSUE, DEMO_REPO, demonstration } from '../demonstration';
 import type { Environment } from '../types';
 import { sweGrepRubric } from './rewards';
 
@@ -14,6 +15,10 @@ export const sweGrep: Environment = {
     'Do not fix the bug. Be brief.',
   ].join('\n'),
   userPrompt: (task) => `Repository: ${task.repo}\n\nIssue:\n${task.problem_statement}\n\nFind the files that must change.`,
+  demonstration: demonstration(`Repository: ${DEMO_REPO}\n\nIssue:\n${DEMO_ISSUE}\n\nFind the files that must change.`, [
+    { tool: 'bash', args: { command: 'rg -n "def add" --type py' }, output: 'calc/ops.py:4:def add(a, b):\n\n[exit code 0]' },
+    { tool: 'result', args: { files: ['calc/ops.py'], functions: ['calc/ops.py::add'] }, output: 'Answer recorded.' },
+  ]),
   tools: [
     shellTool('bash', 'Run a bash command in the repository root and see its output.'),
     defineTool({
