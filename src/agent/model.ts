@@ -7,6 +7,8 @@ export interface TurnSampling {
   top_p: number;
   max_tokens: number;
   seed?: number;
+  /** Default `auto`; `required` makes the server constrain the turn to a tool call. */
+  tool_choice?: 'auto' | 'required';
 }
 
 export interface CompletionRequest {
@@ -71,7 +73,7 @@ export class OpenAIModelClient implements ModelClient {
     const body = {
       model: req.model,
       messages: req.messages.map(toOpenAIMessage),
-      ...(req.tools.length > 0 ? { tools: req.tools, tool_choice: 'auto' as const, parallel_tool_calls: true } : {}),
+      ...(req.tools.length > 0 ? { tools: req.tools, tool_choice: req.sampling.tool_choice ?? 'auto', parallel_tool_calls: true } : {}),
       temperature: req.sampling.temperature,
       top_p: req.sampling.top_p,
       max_tokens: req.sampling.max_tokens,

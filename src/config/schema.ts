@@ -52,6 +52,12 @@ const SamplingConfig = z.object({
   top_p: z.number().gt(0).max(1).default(1.0),
   /** Tokens per model turn. */
   max_tokens: z.number().int().positive().default(256),
+  /**
+   * `auto`: the model may answer in text. `required`: the server constrains every
+   * turn to a tool call (episodes end through an answer tool or the limits), which
+   * keeps small models acting; the sampled tokens' logprobs are still the model's own.
+   */
+  tool_choice: z.enum(['auto', 'required']).default('auto'),
 }).strict();
 
 const OrchestratorConfig = z.object({
