@@ -4,7 +4,8 @@ import * as path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createRolloutActivities, type RolloutInput } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
-import { Trajectory, type RolloutSummary } from '../../src/rollouts/trajectory';
+import { ENVIRONMENTS } from '../../src/envs/registry';
+import { Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
 const gold = 'diff --git a/pkg/calc.py b/pkg/calc.py\n--- a/pkg/calc.py\n+++ b/pkg/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n';
@@ -97,6 +98,33 @@ describe('rollout activity', () => {
     await expect(env.run(acts.rollout, input('code-repair'))).rejects.toThrow();
     expect(sandboxes.sandboxes.length).toBeGreaterThan(0);
     expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
+  });
+
+  test('few_shot puts the environment\'s worked example between the system prompt and the task; off by default', async () => {
+    const prompts: ChatMessage[][] = [];
+    const answer = (req: { messages: ChatMessage[] }) => { prompts.push([...req.messages]); return { content: 'done' }; };
+    const { acts } = setup([answer, answer]);
+    await acts.rollout(input('swe-grep', { groupId: 'plain' }));
+    await acts.rollout(input('swe-grep', { groupId: 'demo', envArgs: { max_tokens: 500, max_tool_calls: 5, max_turns: 4, few_shot: true } }));
+    const [plain, demo] = prompts;
+    expect(plain!.map((m) => m.role)).toEqual(['system', 'user']);
+    const demoLen = ENVIRONMENTS['swe-grep'].demonstration.length;
+    expect(demo).toHaveLength(2 + demoLen);
+    expect(demo!.slice(1, 1 + demoLen)).toEqual(ENVIRONMENTS['swe-grep'].demonstration);
+    expect(demo![demo!.length - 1]).toEqual(plain![1]);
+  });
+
+  test.each(Object.values(ENVIRONMENTS).map((e) => [e.id, e] as const))('%s: the demonstration calls only its own tools, with valid arguments', (_id, env) => {
+    const calls = env.demonstration.flatMap((m) => m.tool_calls ?? []);
+    expect(calls.length).toBeGreaterThan(0);
+    for (const c of calls) {
+      const tool = env.tools.find((t) => t.name === c.function.name);
+      expect(tool).toBeDefined();
+      expect(tool!.args.safeParse(JSON.parse(c.function.arguments)).success).toBe(true);
+    }
+    // Every call is answered, in order, like a real episode.
+    const ids = env.demonstration.filter((m) => m.role === 'tool').map((m) => m.tool_call_id);
+    expect(ids).toEqual(calls.map((c) => c.id));
   });
 
   test('bad input names the field', async () => {

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { runAgent, ToolError, type AgentRunInput } from '../../src/agent/loop';
 import { defineTool, toolSpec, zodToJsonSchema } from '../../src/agent/tool';
-import { parseCompletion } from '../../src/agent/model';
+import { OpenAIModelClient, parseCompletion } from '../../src/agent/model';
 import { Task } from '../../src/tasks/schema';
 import { call, HostDirSandbox, makeRepo, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
@@ -164,5 +164,26 @@ describe('parseCompletion (vLLM response shape)', () => {
   test('reads prompt_token_ids from the choice when the server puts it there; missing ids are null', () => {
     const c = parseCompletion({ ...base, choices: [{ index: 0, finish_reason: 'stop', prompt_token_ids: [4], message: { role: 'assistant', content: 'hi', refusal: null }, logprobs: null }] } as never);
     expect(c).toMatchObject({ prompt_token_ids: [4], completion_token_ids: null, completion_logprobs: null, content: 'hi' });
+  });
+});
+
+describe('OpenAIModelClient request body', () => {
+  function capturing() {
+    const bodies: Record<string, unknown>[] = [];
+    const client = { chat: { completions: { create: async (body: Record<string, unknown>) => {
+      bodies.push(body);
+      return { id: 'x', object: 'chat.completion', created: 0, model: 'm', usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+        choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok', refusal: null }, logprobs: null }] };
+    } } } };
+    return { bodies, model: new OpenAIModelClient('http://127.0.0.1:1/v1', { client: client as never }) };
+  }
+  const tools = [{ type: 'function' as const, function: { name: 'bash', parameters: { type: 'object' } } }];
+
+  test('tool_choice is auto unless the sampling config requires a tool call', async () => {
+    const { bodies, model } = capturing();
+    await model.complete({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools, sampling: { temperature: 1, top_p: 1, max_tokens: 8 } });
+    await model.complete({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools, sampling: { temperature: 1, top_p: 1, max_tokens: 8, tool_choice: 'required' } });
+    expect(bodies.map((b) => b.tool_choice)).toEqual(['auto', 'required']);
+    expect(bodies[1]).toMatchObject({ logprobs: true, return_token_ids: true });
   });
 });
