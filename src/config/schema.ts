@@ -34,8 +34,8 @@ const TrainerConfig = z.object({
   }).strict().default({}),
   /** Tokens per micro-batch; gradient accumulation covers the rest of the batch. */
   micro_batch_tokens: z.number().int().positive().default(4096),
-  /** Concatenate samples into unpadded rows (block-diagonal attention) instead of padding one row per sample. */
-  packing: z.boolean().default(true),
+  /** Several samples per row, block-diagonal attention; `auto`: on CUDA only (see trainer/README.md). */
+  packing: z.union([z.boolean(), z.literal('auto')]).default('auto'),
   device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),
   seed: z.number().int().default(0),
 }).strict();

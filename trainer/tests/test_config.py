@@ -33,6 +33,7 @@ def test_full_finetune_and_fingerprint_changes_with_lora_shape():
     ({"model": {"path": "/m"}, "optim": {"lr": 0}}, "trainer_config.optim.lr must be > 0"),
     ({"model": {"path": "/m", "ac": {"freq": -1}}}, "trainer_config.model.ac.freq must be >= 0"),
     ({"model": {"path": "/m"}, "seq_len": 1}, "trainer_config.seq_len must be >= 2"),
+    ({"model": {"path": "/m"}, "packing": "yes"}, 'trainer_config.packing must be true, false or "auto"'),
 ])
 def test_bad_config_names_the_key(raw, needle):
     with pytest.raises(ConfigError) as e:

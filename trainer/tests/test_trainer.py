@@ -216,3 +216,9 @@ def test_kl_to_reference_and_gspo_run(tmp_path):
     batch = load_batch(*on_policy_batch(t, tmp_path, samples, 1))
     m1 = t.step(1, batch)
     assert m1["kl_ref"] > 0 and 0 <= m1["clip_frac"] <= 1
+
+
+def test_packing_auto_is_padded_on_cpu_and_explicit_settings_win():
+    assert Trainer("run", make_cfg("tiny")).packing is False  # default "auto", device cpu
+    assert Trainer("run", make_cfg("tiny", packing=True)).packing is True
+    assert Trainer("run", make_cfg("tiny", packing=False)).packing is False

@@ -79,7 +79,10 @@ class TrainerConfig:
     # Tokens per forward/backward; gradients accumulate over micro-batches.
     # packing: one row of concatenated samples (no padding); otherwise rows * longest row.
     micro_batch_tokens: int = 8192
-    packing: bool = True
+    # "auto": packed on CUDA, padded on the CPU, where SDPA's math kernel materialises
+    # the whole row's [L, L] scores, so a packed row costs far more memory than
+    # the padded rows it replaces.
+    packing: bool | str = "auto"
     device: str = "auto"
     seed: int = 0
 
@@ -201,8 +204,8 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     _num(top, "seq_len", "", int, lo=2)
     _num(top, "micro_batch_tokens", "", int, lo=1)
     _num(top, "seed", "", int, lo=0)
-    if "packing" in top and not isinstance(top["packing"], bool):
-        raise ConfigError(f"trainer_config.packing must be true or false, got {top['packing']!r}")
+    if "packing" in top and not (isinstance(top["packing"], bool) or top["packing"] == "auto"):
+        raise ConfigError(f"trainer_config.packing must be true, false or \"auto\", got {top['packing']!r}")
     _choice(top, "device", "", _DEVICES)
     top.update(model=model, optim=optim, loss=loss)
     cfg = TrainerConfig(**top)

@@ -41,6 +41,7 @@ class Trainer:
         self.run_id = run_id
         self.cfg = cfg
         self.device = device or resolve_device(cfg)
+        self.packing = cfg.packing if isinstance(cfg.packing, bool) else self.device.type == "cuda"
         self.model = model if model is not None else build_model(cfg, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
@@ -100,7 +101,7 @@ class Trainer:
             torch.cuda.manual_seed(step_seed(self.cfg.seed, step))
 
         lengths = batch.sample_lengths()
-        plan = plan_packed_micro_batches if self.cfg.packing else plan_micro_batches
+        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
         groups = plan(lengths, self.cfg.micro_batch_tokens)
         forward_tokens = 0
         tps = torch.zeros(batch.num_samples, dtype=torch.long)
@@ -156,7 +157,7 @@ class Trainer:
         return {**metrics, "applied": True}
 
     def _micro_batch(self, batch: Batch, sample_ids: list[int]) -> MicroBatch:
-        if self.cfg.packing:
+        if self.packing:
             return make_packed_micro_batch(batch, sample_ids, self.device)
         return make_micro_batch(batch, sample_ids, self.device)
 
