@@ -79,9 +79,8 @@ class TrainerConfig:
     # Tokens per forward/backward; gradients accumulate over micro-batches.
     # packing: one row of concatenated samples (no padding); otherwise rows * longest row.
     micro_batch_tokens: int = 8192
-    # "auto": packed on CUDA, padded on the CPU, where SDPA's math kernel materialises
-    # the whole row's [L, L] scores, so a packed row costs far more memory than
-    # the padded rows it replaces.
+    # "auto": packed on CUDA, padded on the CPU, where SDPA's math kernel computes a
+    # packed row's full [L, L] scores (measured slower than padding; BENCHMARKS.md).
     packing: bool | str = "auto"
     device: str = "auto"
     seed: int = 0
