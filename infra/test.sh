@@ -14,21 +14,20 @@ apt_install chromium
 bin/ratchet up
 
 reports="$RATCHET_HOME/test-reports"; rm -rf "$reports"; mkdir -p "$reports"
-status=0
+failed_stages=()
+# Runs one stage; a failure is remembered by name so the last lines say which stage broke.
+stage() { local name=$1; shift; log "$name"; "$@" || failed_stages+=("$name"); }
 
-log "lint + typecheck"
-npx eslint src test || status=1
-npx tsc -p tsconfig.test.json || status=1
+stage "lint" npx eslint src test
+stage "typecheck" npx tsc -p tsconfig.test.json
+stage "jest: unit" npx jest --selectProjects unit --json --outputFile="$reports/jest-unit.json"
+stage "jest: integration (real stack)" \
+  npx jest --selectProjects integration --runInBand --json --outputFile="$reports/jest-integration.json"
+stage "pytest: trainer" bash -c "cd trainer && '$RATCHET_VENVS/trainer/bin/python' -m pytest -q -rs --junitxml='$reports/pytest-trainer.xml'"
+stage "pytest: taskgen" bash -c "cd taskgen && '$RATCHET_VENVS/taskgen/bin/python' -m pytest -q -rs --junitxml='$reports/pytest-taskgen.xml'"
 
-log "jest: unit"
-npx jest --selectProjects unit --json --outputFile="$reports/jest-unit.json" || status=1
-log "jest: integration (real stack)"
-npx jest --selectProjects integration --runInBand --json --outputFile="$reports/jest-integration.json" || status=1
-
-log "pytest: trainer"
-(cd trainer && "$RATCHET_VENVS/trainer/bin/python" -m pytest -q -rs --junitxml="$reports/pytest-trainer.xml") || status=1
-log "pytest: taskgen"
-(cd taskgen && "$RATCHET_VENVS/taskgen/bin/python" -m pytest -q -rs --junitxml="$reports/pytest-taskgen.xml") || status=1
-
-node infra/summarize-tests.js "$reports" || status=1
-exit $status
+node infra/summarize-tests.js "$reports" || failed_stages+=("test summary")
+if [ ${#failed_stages[@]} -gt 0 ]; then
+  printf 'FAILED stages: %s\n' "$(IFS=,; echo "${failed_stages[*]}")" >&2
+  exit 1
+fi
