@@ -13,17 +13,15 @@
  *   npm run bench:stack            (as root, after one `bash infra/setup.sh`)
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { paths, REPO_ROOT } from '../shared/paths';
+import { writeBenchSection } from './benchmarksFile';
 
 interface Entry { at: string; step: string; seconds: number }
 
 const TIMES = path.join(paths.home(), 'setup-times.tsv');
-const BENCHMARKS = path.join(REPO_ROOT, 'BENCHMARKS.md');
-const BEGIN = '<!-- bench:stack begin -->';
-const END = '<!-- bench:stack end -->';
 
 function readTimes(): Entry[] {
   if (!existsSync(TIMES)) {
@@ -68,8 +66,7 @@ function main(): void {
     return `| ${c.step} | ${c.seconds.toFixed(1)} | ${c.at.slice(0, 16).replace('T', ' ')} | ${w ? w.seconds.toFixed(1) : '—'} | ${ratio} |`;
   });
   const coldTotal = [...cold.values()].reduce((a, c) => a + c.seconds, 0);
-  const section = [
-    BEGIN,
+  const section = writeBenchSection('stack', [
     '## Set-up',
     '',
     'Time per component of `bash infra/setup.sh`. Cold: the first run in a fresh state',
@@ -87,13 +84,8 @@ function main(): void {
     '',
     'The cold figures include the downloads, so they move with the mirror\'s speed; the npm',
     'step is the lockfile install only, TypeScript compilation is outside the table.',
-    END,
-  ].join('\n');
+  ]);
 
-  const doc = readFileSync(BENCHMARKS, 'utf8');
-  const at = doc.indexOf(BEGIN);
-  const next = at >= 0 ? doc.slice(0, at) + section + doc.slice(doc.indexOf(END) + END.length) : `${doc.trimEnd()}\n\n${section}\n`;
-  writeFileSync(BENCHMARKS, next);
   process.stdout.write(`${section}\n`);
 }
 

@@ -14,8 +14,9 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { connectClient } from '../cli/temporal';
-import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
+import { DEFAULTS, paths, TASK_QUEUES } from '../shared/paths';
 import type { StepRecord } from '../activities/metrics';
+import { machineLine, writeBenchSection } from './benchmarksFile';
 import type { TrainRunInput, TrainRunResult } from '../workflows/types';
 
 const arg = (name: string, fallback: string): number => {
@@ -26,9 +27,6 @@ const STEPS = arg('steps', '3');
 const BATCH = arg('batch', '2');
 const ROLLOUTS = arg('rollouts', '2');
 const SAMPLE_MS = 250;
-const BENCHMARKS = path.join(REPO_ROOT, 'BENCHMARKS.md');
-const BEGIN = '<!-- bench:utilization begin -->';
-const END = '<!-- bench:utilization end -->';
 
 const metricsUrl = (): string => DEFAULTS.inferenceUrl.replace(/\/v1\/?$/, '/metrics');
 
@@ -121,8 +119,7 @@ async function main(): Promise<void> {
   const overlap = await measure(dir, 1);
   const row = (m: Measured) => `| ${m.asyncLevel} | ${m.wallS.toFixed(0)} | ${m.stepS.map((s) => s.toFixed(0)).join(', ')} | ${m.trainS.toFixed(0)} | ` +
     `${(100 * m.busyShare).toFixed(1)}% | ${m.meanRunning.toFixed(2)} | ${m.staleness.toFixed(2)} |`;
-  const section = [
-    BEGIN,
+  const section = writeBenchSection('utilization', [
     '### Inference utilization, async_level 0 vs 1 (real CPU stack)',
     '',
     `Two TrainRuns of ${STEPS} steps, ${BATCH} tasks x ${ROLLOUTS} rollouts (swe-grep, SmolLM2-135M on vLLM CPU, Docker`,
@@ -130,7 +127,7 @@ async function main(): Promise<void> {
     `bench run. vLLM's \`vllm:num_requests_running\` sampled every ${SAMPLE_MS} ms; busy = at least one request running.`,
     '',
     `Command: \`npm run bench:utilization -- --steps ${STEPS} --batch ${BATCH} --rollouts ${ROLLOUTS}\` (source \`src/bench/utilization.ts\`).`,
-    `Machine: ${os.cpus()[0]?.model ?? 'unknown CPU'}, ${os.cpus().length} cores, ${Math.round(os.totalmem() / 2 ** 30)} GiB; ${new Date().toISOString().slice(0, 10)}.`,
+    `Machine: ${machineLine()}.`,
     '',
     '| async_level | run wall s | step wall s | train + save s (mean) | inference busy | mean requests running | mean staleness |',
     '| --- | ---: | --- | ---: | ---: | ---: | ---: |',
@@ -140,11 +137,7 @@ async function main(): Promise<void> {
     `Ratio async 1 / async 0: run wall ${(overlap.wallS / base.wallS).toFixed(2)}, inference busy share ${(overlap.busyShare / Math.max(1e-9, base.busyShare)).toFixed(2)}.`,
     'On 2 cores the trainer and vLLM compete for the same CPUs, so overlap buys less here than on a',
     'machine where they have their own devices.',
-    END,
-  ].join('\n');
-  const doc = readFileSync(BENCHMARKS, 'utf8');
-  const at = doc.indexOf(BEGIN);
-  writeFileSync(BENCHMARKS, at >= 0 ? doc.slice(0, at) + section + doc.slice(doc.indexOf(END) + END.length) : `${doc.trimEnd()}\n\n${section}\n`);
+  ]);
   process.stdout.write(`${section}\n`);
 }
 
