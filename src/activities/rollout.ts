@@ -21,12 +21,16 @@ import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from
 
 const log = componentLogger('rollout');
 
+/** The step of an eval rollout: not a training step, so labels, seeds and trajectory keys stay apart from step 0's. */
+export const EVAL_STEP = -1;
+
 const TaskRef = z.object({ datasetPath: z.string().min(1), instanceId: z.string().min(1) }).strict();
 
 /** What the rollout-group workflow sends: small, JSON-only. */
 export const RolloutInput = z.object({
   runId: z.string().min(1),
-  step: z.number().int().nonnegative(),
+  /** The training step, or EVAL_STEP for an EvalSweep episode. */
+  step: z.number().int().min(EVAL_STEP),
   groupId: z.string().min(1),
   rolloutIndex: z.number().int().nonnegative(),
   envId: z.string().min(1),
@@ -58,6 +62,7 @@ export interface RolloutDeps {
 }
 
 export function trajectoryKey(runId: string, step: number, groupId: string, rolloutIndex: number): string {
+  if (step === EVAL_STEP) return `runs/${runId}/evals/trajectories/${groupId}/${rolloutIndex}.json`;
   return `runs/${runId}/steps/${step}/rollouts/${groupId}/${rolloutIndex}.json`;
 }
 

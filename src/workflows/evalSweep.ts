@@ -57,7 +57,7 @@ async function slidingWindow<T, R>(items: T[], width: number, fn: (item: T, inde
 export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: string, datasetPath: string, taskIndex: number, sample: number): RolloutInput {
   return {
     runId: plan.runId,
-    // Eval rollouts are not training steps; -1 keeps their sandbox labels and seeds apart from step 0's.
+    // EVAL_STEP in activities/rollout.ts (not imported: workflow code stays free of activity modules).
     step: -1,
     groupId: `eval-v${version}-${instanceId}`,
     rolloutIndex: sample,

@@ -1,6 +1,9 @@
 import { episodePassed, meanPrf, passAtK, resolveTaskset, scoreEval, type EvalPlan, type ScoredEpisode } from '../../src/activities/eval';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import { Task } from '../../src/tasks/schema';
+import { parseRunConfig } from '../../src/config/load';
+import { EVAL_STEP, RolloutInput, trajectoryKey } from '../../src/activities/rollout';
+import { evalRolloutInput } from '../../src/workflows/evalSweep';
 
 /** Brute force pass@k: the fraction of k-subsets with at least one pass. */
 function bruteForce(n: number, c: number, k: number): number {
@@ -117,5 +120,21 @@ describe('production registration', () => {
     const { logger } = await import('../../src/shared/logger');
     const acts = createActivities({ store: new LocalArtifactStore('/tmp/ratchet-unused'), logger });
     expect(Object.keys(acts)).toEqual(expect.arrayContaining(['evalPlan', 'evalRecord', 'syncWeights']));
+  });
+});
+
+describe('evalRolloutInput', () => {
+  it('builds an input the rollout activity accepts, with trajectories kept apart from training steps', () => {
+    const config = parseRunConfig('[[env]]\nid = "swe-grep"\n', 'x.toml');
+    const realPlan: EvalPlan = {
+      ...plan, envId: 'swe-grep', sampling: config.sampling, envArgs: config.env[0]!.args, rubric: config.env[0]!.rubric, sandbox: config.sandbox,
+    };
+    const input = evalRolloutInput(realPlan, 3, 't1', 'heldout.jsonl', 0, 1);
+    const parsed = RolloutInput.safeParse(input);
+    expect(parsed.success ? '' : parsed.error.message).toBe('');
+    expect(input.step).toBe(EVAL_STEP);
+    expect(input.modelName).toBe('r1/policy-v3');
+    expect(trajectoryKey('r1', input.step, input.groupId, 1)).toBe('runs/r1/evals/trajectories/eval-v3-t1/1.json');
+    expect(trajectoryKey('r1', 0, 'g', 1)).toBe('runs/r1/steps/0/rollouts/g/1.json');
   });
 });
