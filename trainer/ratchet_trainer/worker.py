@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import ctypes
+import ctypes.util
 import json
 import logging
 import os
@@ -52,6 +54,21 @@ FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 # thread-injected cancel exception (see the heartbeat in step).
 # Input errors: retrying the same payload cannot succeed, so fail the activity at once.
 _NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, ArtifactError)
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by a step back to the OS (glibc keeps it otherwise).
+
+    On the CPU a step's activations reach gigabytes; without this the idle
+    trainer holds its peak while vLLM and the sandboxes share the machine.
+    """
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return
+    try:
+        ctypes.CDLL(libc_name).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        pass
 
 
 def _default_artifacts() -> Path:
@@ -155,6 +172,8 @@ class TrainerActivities:
                 metrics = trainer.step(step, batch, heartbeat=heartbeat)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
+            finally:
+                release_freed_memory()
             if metrics.get("applied"):
                 record_step_metrics(metrics)
             return metrics
