@@ -12,7 +12,7 @@ import { getEnvironment } from '../envs/registry';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
 import { scoreRubric, zeroScore, type Score } from '../envs/types';
-import { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { EVAL_STEP, RolloutSummary, Trajectory } from '../rollouts/trajectory';
 import { componentLogger } from '../shared/logger';
 import { loadTask, resolveDataset } from '../tasks/load';
 import { Task } from '../tasks/schema';
@@ -21,8 +21,7 @@ import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from
 
 const log = componentLogger('rollout');
 
-/** The step of an eval rollout: not a training step, so labels, seeds and trajectory keys stay apart from step 0's. */
-export const EVAL_STEP = -1;
+export { EVAL_STEP };
 
 const TaskRef = z.object({ datasetPath: z.string().min(1), instanceId: z.string().min(1) }).strict();
 

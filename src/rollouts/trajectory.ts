@@ -51,10 +51,14 @@ export type Turn = z.infer<typeof Turn>;
 export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error']);
 export type StopReason = z.infer<typeof StopReason>;
 
+/** The step of an eval rollout: not a training step, so labels, seeds and trajectory keys stay apart from step 0's. */
+export const EVAL_STEP = -1;
+
 export const Trajectory = z.object({
   format: z.literal('ratchet.trajectory/v1'),
   run_id: z.string(),
-  step: z.number().int().nonnegative(),
+  /** The training step, or EVAL_STEP for an EvalSweep episode. */
+  step: z.number().int().min(EVAL_STEP),
   env_id: z.string(),
   task_id: z.string(),
   /** Rollouts of one task in one step share a group: advantages are relative within it. */

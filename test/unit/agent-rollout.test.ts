@@ -5,7 +5,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { createRolloutActivities, type RolloutInput } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { ENVIRONMENTS } from '../../src/envs/registry';
-import { Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
+import { EVAL_STEP, Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
 const gold = 'diff --git a/pkg/calc.py b/pkg/calc.py\n--- a/pkg/calc.py\n+++ b/pkg/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n';
@@ -59,6 +59,16 @@ describe('rollout activity', () => {
     expect(sandboxes.acquired[0]).toMatchObject({ labels: { run: 'run1', step: 2, rollout: 'g0-1' }, repo: { hostPath: '/tasks/repos/calc.git', baseCommit: 'HEAD' } });
     expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
     expect(model.requests[0]).toMatchObject({ model: 'policy-v1', sampling: { seed: 7, max_tokens: 64 } });
+  });
+
+  test('an EvalSweep episode (step EVAL_STEP) runs like any other; its trajectory goes under runs/<run>/evals/', async () => {
+    const { store, acts } = setup([
+      { tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] },
+    ]);
+    const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout, input('swe-grep', { step: EVAL_STEP, groupId: 'eval-v1-calc-1' }));
+    expect(summary.components).toMatchObject({ correct_files: 1 });
+    expect(summary.trajectory.uri).toMatch(/runs\/run1\/evals\/trajectories\/eval-v1-calc-1\/1\.json$/);
+    expect((await trajectoryOf(store, summary.trajectory)).step).toBe(EVAL_STEP);
   });
 
   test('code-repair: the diff is tested in a fresh sandbox and compared with the gold patch', async () => {
@@ -129,7 +139,7 @@ describe('rollout activity', () => {
 
   test('bad input names the field', async () => {
     const { acts } = setup([]);
-    await expect(acts.rollout({ ...input('swe-grep'), step: -1 })).rejects.toThrow(/invalid rollout input: step/);
+    await expect(acts.rollout({ ...input('swe-grep'), step: -2 })).rejects.toThrow(/invalid rollout input: step/);
     await expect(acts.rollout(input('nope'))).rejects.toThrow(/unknown environment "nope"/);
   });
 });
