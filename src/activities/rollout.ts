@@ -12,16 +12,15 @@ import { getEnvironment } from '../envs/registry';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
 import { scoreRubric, zeroScore, type Score } from '../envs/types';
-import { EVAL_STEP, RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { RolloutSummary, Trajectory } from '../rollouts/trajectory';
 import { componentLogger } from '../shared/logger';
+import { EVAL_STEP } from '../shared/steps';
 import { loadTask, resolveDataset } from '../tasks/load';
 import { Task } from '../tasks/schema';
 import { runTestsWithDiff } from './scoring';
 import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from '../metrics';
 
 const log = componentLogger('rollout');
-
-export { EVAL_STEP };
 
 const TaskRef = z.object({ datasetPath: z.string().min(1), instanceId: z.string().min(1) }).strict();
 

@@ -10,13 +10,14 @@
  * at least one saved policy version. Writes its table into BENCHMARKS.md.
  *   npm run build && npm run bench:eval -- --run <id> [--tasks 6] [--k 2] [--concurrency 4] [--taskset heldout]
  */
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { LocalArtifactStore } from '../artifacts/store';
 import { connectClient } from '../cli/temporal';
 import { resolveTaskset } from '../activities/eval';
 import { TASK_QUEUES } from '../shared/paths';
+import { writeTaskSubset } from '../tasks/subset';
 import type { EvalSweepResult } from '../workflows/evalSweep';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 
@@ -37,17 +38,12 @@ interface Measured {
   tokens: number;
 }
 
-/** The first `n` rows of a task set, with repository paths made absolute so the copy can live anywhere. */
+/** The first `n` rows of a task set, in a temp file. */
 function taskSubset(taskset: string, n: number): string {
   const { file } = resolveTaskset(taskset);
-  const rows = readFileSync(file, 'utf8').split('\n').filter(Boolean).slice(0, n).map((line) => {
-    const row = JSON.parse(line) as { source?: { type: string; repo_path?: string } };
-    if (row.source?.type === 'snapshot' && row.source.repo_path) row.source.repo_path = path.resolve(path.dirname(file), row.source.repo_path);
-    return JSON.stringify(row);
-  });
-  if (rows.length < n) throw new Error(`task set ${file} has ${rows.length} rows; --tasks asked for ${n}`);
   const out = path.join(mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-eval-')), `${path.basename(file, '.jsonl')}-first${n}.jsonl`);
-  writeFileSync(out, `${rows.join('\n')}\n`);
+  const written = writeTaskSubset(file, n, out);
+  if (written < n) throw new Error(`task set ${file} has ${written} rows; --tasks asked for ${n}`);
   return out;
 }
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EVAL_STEP } from '../shared/steps';
 
 /**
  * One rollout, as the rollout worker saves it and the batch builder reads it.
@@ -50,9 +51,6 @@ export type Turn = z.infer<typeof Turn>;
 
 export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error']);
 export type StopReason = z.infer<typeof StopReason>;
-
-/** The step of an eval rollout: not a training step, so labels, seeds and trajectory keys stay apart from step 0's. */
-export const EVAL_STEP = -1;
 
 export const Trajectory = z.object({
   format: z.literal('ratchet.trajectory/v1'),

@@ -9,6 +9,7 @@ import { ApplicationFailure, log, proxyActivities, upsertMemo, workflowInfo } fr
 import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary } from '../activities/eval';
 import type { MainActivities } from '../activities';
 import { adapterName } from '../shared/adapters';
+import { EVAL_STEP } from '../shared/steps';
 import type { RolloutActivities, RolloutInput } from './activityTypes';
 
 export type { EvalSweepInput } from '../activities/eval';
@@ -57,8 +58,7 @@ async function slidingWindow<T, R>(items: T[], width: number, fn: (item: T, inde
 export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: string, datasetPath: string, taskIndex: number, sample: number): RolloutInput {
   return {
     runId: plan.runId,
-    // EVAL_STEP in activities/rollout.ts (not imported: workflow code stays free of activity modules).
-    step: -1,
+    step: EVAL_STEP,
     groupId: `eval-v${version}-${instanceId}`,
     rolloutIndex: sample,
     envId: plan.envId,

@@ -6,7 +6,7 @@
  * the schema of what the sweep sends the rollout activity, where the episodes are
  * stored, and the result file.
  */
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import Docker from 'dockerode';
@@ -19,7 +19,9 @@ import { RunConfig } from '../../src/config/schema';
 import { EvalResult } from '../../src/report/records';
 import { Trajectory } from '../../src/rollouts/trajectory';
 import { SandboxManager } from '../../src/sandbox';
+import { writeTaskSubset } from '../../src/tasks/subset';
 import { logger } from '../../src/shared/logger';
+import { EVAL_STEP } from '../../src/shared/steps';
 import type { EvalSweepResult } from '../../src/workflows/evalSweep';
 import { describeWithStack, REPO, STATE, TEMPORAL_BIN } from '../helpers/stack';
 
@@ -31,18 +33,6 @@ if (!source) {
   console.warn(`SKIPPING ${msg}`);
 }
 const describeReal = source ? describeWithStack : (name: string, _needs: unknown, fn: () => void) => describe.skip(name, fn);
-
-/** The first `n` rows of the source set, repository paths made absolute so the copy can live in a temp dir. */
-function taskSubset(dir: string, n: number): string {
-  const rows = readFileSync(source!, 'utf8').split('\n').filter(Boolean).slice(0, n).map((line) => {
-    const row = JSON.parse(line) as { source?: { type: string; repo_path?: string } };
-    if (row.source?.type === 'snapshot' && row.source.repo_path) row.source.repo_path = path.resolve(path.dirname(source!), row.source.repo_path);
-    return JSON.stringify(row);
-  });
-  const file = path.join(dir, 'heldout.jsonl');
-  writeFileSync(file, `${rows.join('\n')}\n`);
-  return file;
-}
 
 describeReal('EvalSweep over real rollouts (vLLM, Docker sandboxes)', ['temporalBinary', 'docker', 'inference', 'model'], () => {
   const RUN = `itest-eval-real-${process.pid}`;
@@ -56,7 +46,7 @@ describeReal('EvalSweep over real rollouts (vLLM, Docker sandboxes)', ['temporal
     process.env.RATCHET_ARTIFACTS = path.join(root, 'artifacts');
     process.env.RATCHET_TASKS = path.join(root, 'tasks');
     mkdirSync(process.env.RATCHET_TASKS, { recursive: true });
-    taskSubset(process.env.RATCHET_TASKS, 2);
+    writeTaskSubset(source!, 2, path.join(process.env.RATCHET_TASKS, 'heldout.jsonl'));
     store = new LocalArtifactStore(process.env.RATCHET_ARTIFACTS);
     sandboxes = new SandboxManager({ docker: new Docker(), log: logger });
     await store.putJson(`runs/${RUN}/config.json`, RunConfig.parse({
@@ -101,7 +91,7 @@ describeReal('EvalSweep over real rollouts (vLLM, Docker sandboxes)', ['temporal
     const files = readdirSync(trajDir, { recursive: true }).map(String).filter((f) => f.endsWith('.json'));
     expect(files).toHaveLength(2);
     const t = Trajectory.parse(JSON.parse(readFileSync(path.join(trajDir, files[0]!), 'utf8')));
-    expect(t.step).toBe(-1);
+    expect(t.step).toBe(EVAL_STEP);
     expect(t.model).toBe('smollm2-135m');
     expect(t.turns[0]!.completion_token_ids!.length).toBeGreaterThan(0);
     // No training step's records were touched.

@@ -5,7 +5,8 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { createRolloutActivities, type RolloutInput } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { ENVIRONMENTS } from '../../src/envs/registry';
-import { EVAL_STEP, Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
+import { EVAL_STEP } from '../../src/shared/steps';
+import { Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
 const gold = 'diff --git a/pkg/calc.py b/pkg/calc.py\n--- a/pkg/calc.py\n+++ b/pkg/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n';

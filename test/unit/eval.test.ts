@@ -2,7 +2,8 @@ import { episodePassed, meanPrf, passAtK, resolveTaskset, scoreEval, type EvalPl
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import { Task } from '../../src/tasks/schema';
 import { parseRunConfig } from '../../src/config/load';
-import { EVAL_STEP, RolloutInput, trajectoryKey } from '../../src/activities/rollout';
+import { RolloutInput, trajectoryKey } from '../../src/activities/rollout';
+import { EVAL_STEP } from '../../src/shared/steps';
 import { evalRolloutInput } from '../../src/workflows/evalSweep';
 
 /** Brute force pass@k: the fraction of k-subsets with at least one pass. */

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import functools
 import ctypes
 import ctypes.util
 import json
@@ -24,7 +25,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from temporalio import activity
 from temporalio.client import Client
@@ -56,19 +57,27 @@ FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 _NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, ArtifactError)
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, looked up once (find_library runs a subprocess); None elsewhere."""
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return None
+    try:
+        return ctypes.CDLL(libc_name).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+
+
 def release_freed_memory() -> None:
     """Hand memory freed by a step back to the OS (glibc keeps it otherwise).
 
     On the CPU a step's activations reach gigabytes; without this the idle
     trainer holds its peak while vLLM and the sandboxes share the machine.
     """
-    libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return
-    try:
-        ctypes.CDLL(libc_name).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
-        pass
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _default_artifacts() -> Path:

@@ -3,13 +3,14 @@
 The batch arrives packed 1-D (docs/contracts.md). Micro-batches hold whole
 samples, in one of two layouts:
 
-- packed (the default): the samples are concatenated into one [1, L] row with
+- packed (`packing = true`, and `"auto"` on CUDA): the samples are concatenated into one [1, L] row with
   no padding and no attention mask. Position ids restart per sample, which
   transformers turns into a block-diagonal causal mask (sdpa, eager) or varlen
   attention (flash-attention), so attention never crosses samples.
 - padded: one right-padded row per sample, [B, L], with an attention mask.
-  It wastes (rows x longest - tokens) on padding; kept for attention backends
-  that do not read packed position ids.
+  It wastes (rows x longest - tokens) on padding; `"auto"` uses it on the CPU,
+  where SDPA's math kernel makes a packed row slower, and it serves attention
+  backends that do not read packed position ids.
 
 Both give the same logprobs and gradients (tested), so the layout is a speed
 choice only.
