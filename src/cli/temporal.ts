@@ -1,5 +1,5 @@
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
-import { ConnectionConfigError, explainConnectError, resolveConnection, type ResolvedConnection } from '../connection';
+import { ConnectionConfigError, explainConnectFailure, resolveConnection, type ResolvedConnection } from '../connection';
 import { DEFAULTS } from '../shared/paths';
 import { CliError, EXIT } from './exit';
 
@@ -27,7 +27,7 @@ export async function connectClient(opts: TemporalOptions = {}): Promise<{ clien
   try {
     connection = await Connection.connect({ ...resolved.connectionOptions, connectTimeout: '3s' });
   } catch (err) {
-    throw new CliError(explainConnectError(err, resolved.settings), EXIT.stackUnavailable);
+    throw new CliError(await explainConnectFailure(err, resolved.settings), EXIT.stackUnavailable);
   }
   const client = new Client({ connection, namespace: resolved.settings.namespace, dataConverter: resolved.dataConverter });
   return { client, close: () => connection.close(), resolved };

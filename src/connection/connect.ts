@@ -4,6 +4,8 @@
  * Used by the TS workers (NativeConnection) and the CLI (Connection) alike: both
  * take the same { address, tls, apiKey, metadata }.
  */
+import { connect as netConnect, isIP } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import type { TLSConfig } from '@temporalio/common/lib/internal-non-workflow';
 import type { TemporalSettings } from './settings';
 
@@ -57,12 +59,12 @@ export type ConnectFailure = 'unreachable' | 'tls-untrusted' | 'tls-hostname' | 
 /** Recognises the failure from the messages of grpc-js (client) and the Rust core (worker). */
 export function classifyConnectError(err: unknown): ConnectFailure {
   const m = `${(err as Error)?.message ?? ''} ${String((err as { cause?: unknown })?.cause ?? '')} ${String((err as { details?: unknown })?.details ?? '')}`;
-  if (/UnknownIssuer|unable to get (local )?issuer|self[- ]signed certificate|unable to verify the first certificate|certificate signature failure|BadSignature|invalid peer certificate|certificate verify failed/i.test(m)) {
+  if (/UnknownIssuer|unable to get (local )?issuer|self[- ]signed certificate|unable to verify the first certificate|certificate signature failure|BadSignature|invalid peer certificate|certificate verify failed|UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|UNABLE_TO_GET_ISSUER_CERT/i.test(m)) {
     if (/NotValidForName|altnames|hostname|does not match/i.test(m)) return 'tls-hostname';
     return 'tls-untrusted';
   }
-  if (/NotValidForName|altnames|Hostname\/IP does not match/i.test(m)) return 'tls-hostname';
-  if (/certificate required|CertificateRequired|bad certificate|BadCertificate|handshake failure|alert (number )?4[0-9]|peer sent no certificates/i.test(m)) return 'tls-client-cert';
+  if (/NotValidForName|altnames|Hostname\/IP does not match|ERR_TLS_CERT_ALTNAME_INVALID/i.test(m)) return 'tls-hostname';
+  if (/certificate required|CertificateRequired|bad certificate|BadCertificate|handshake failure|alert (number )?4[0-9]|peer sent no certificates|CERTIFICATE_REQUIRED|client certificate rejected/i.test(m)) return 'tls-client-cert';
   if (/wrong version number|InvalidContentType|CorruptMessage|packet length too long|received corrupt message|record overflow/i.test(m)) return 'tls-to-plaintext';
   if (/UNAUTHENTICATED|PERMISSION_DENIED|Request unauthorized|unauthorized/i.test(m)) return 'auth';
   if (/ECONNREFUSED|Connection refused|ENOTFOUND|EAI_AGAIN|failed to lookup|Name or service not known|EHOSTUNREACH|ENETUNREACH|No route to host|tcp connect error|Deadline exceeded|DEADLINE_EXCEEDED|timed out|timeout/i.test(m)) return 'unreachable';
@@ -102,4 +104,40 @@ export function explainConnectError(err: unknown, s: TemporalSettings): string {
     default:
       return `cannot connect to ${at}: ${raw}. Fix: check ${s.sources.address} and the TLS settings (${s.sources.tls}); \`ratchet doctor\` shows the connection in use`;
   }
+}
+
+/**
+ * grpc-js (the CLI's client) reports most failures as "Failed to connect before the
+ * deadline", hiding why. A plain TCP connect, then a TLS handshake with the same CA,
+ * client pair and server name, recovers the reason: refused, untrusted, wrong name,
+ * client certificate rejected.
+ */
+export async function probeEndpoint(s: TemporalSettings, timeoutMs = 3000): Promise<Error | undefined> {
+  const [, host, port] = s.address.match(/^\[?(.*?)\]?:(\d+)$/) ?? [];
+  const tlsOpts = s.tls.enabled ? {
+    ca: s.tls.serverCaCert?.data, cert: s.tls.clientCert?.data, key: s.tls.clientKey?.data,
+    servername: s.tls.serverName ?? (isIP(host!) ? undefined : host), ALPNProtocols: ['h2'],
+  } : undefined;
+  return new Promise((resolve) => {
+    let settled = false;
+    const done = (e: Error | undefined) => { if (!settled) { settled = true; sock.destroy(); resolve(e); } };
+    const sock = tlsOpts ? tlsConnect({ host, port: Number(port), ...tlsOpts }) : netConnect({ host, port: Number(port) });
+    sock.setTimeout(timeoutMs, () => done(new Error(`timed out after ${timeoutMs} ms`)));
+    sock.on('error', (e) => done(e));
+    // TLS 1.3 servers reject a client certificate after the client's handshake ends: wait for that alert.
+    sock.on(tlsOpts ? 'secureConnect' : 'connect', () => setTimeout(() => done(undefined), tlsOpts ? 500 : 0));
+    sock.on('close', () => done(tlsOpts ? new Error('connection closed right after the TLS handshake (client certificate rejected?)') : undefined));
+  });
+}
+
+/** explainConnectError, with the endpoint probed first when the SDK's error does not say why. */
+export async function explainConnectFailure(err: unknown, s: TemporalSettings): Promise<string> {
+  if (classifyConnectError(err) === 'other' || /before the deadline/i.test((err as Error)?.message ?? '')) {
+    const probe = await probeEndpoint(s);
+    if (probe) {
+      const named = new Error(`${probe.message}${(probe as NodeJS.ErrnoException).code ? ` (${(probe as NodeJS.ErrnoException).code})` : ''}`);
+      if (classifyConnectError(named) !== 'other') return explainConnectError(named, s);
+    }
+  }
+  return explainConnectError(err, s);
 }

@@ -9,7 +9,7 @@ import { sdkConnectionOptions, type SdkConnectionOptions } from './connect';
 import { resolveTemporalSettings, type ConnectionFlags, type TemporalSettings } from './settings';
 
 export { AesGcmCodec, codecFromEnv, defaultKeyId, parseKey } from './codec';
-export { classifyConnectError, describeSettings, describeSettingsLine, explainConnectError, sdkConnectionOptions } from './connect';
+export { classifyConnectError, describeSettings, describeSettingsLine, explainConnectError, explainConnectFailure, probeEndpoint, sdkConnectionOptions } from './connect';
 export { ConnectionConfigError, DEFAULT_ADDRESS, DEFAULT_NAMESPACE, configFilePath, resolveTemporalSettings } from './settings';
 export type { ConnectionFlags, TemporalSettings } from './settings';
 

@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
 import Docker from 'dockerode';
-import { describeSettingsLine, explainConnectError, resolveConnection, type ResolvedConnection } from '../connection';
+import { describeSettingsLine, explainConnectError, explainConnectFailure, resolveConnection, type ResolvedConnection } from '../connection';
 import { DEFAULTS, paths, REPO_ROOT } from '../shared/paths';
 
 const run = promisify(execFile);
@@ -51,7 +51,7 @@ const checkTemporal: Check = async ({ temporalAddress, namespace, profile }) => 
     try {
       connection = await Connection.connect({ ...resolved.connectionOptions, connectTimeout: '3s' });
     } catch (err) {
-      const msg = explainConnectError(err, settings);
+      const msg = await explainConnectFailure(err, settings);
       return { ok: false, detail: `${msg.replace(/ Fix: .*$/, '')}\n      using ${using}`, fix: msg.match(/Fix: (.*)$/)?.[1] ?? 'bash infra/temporal.sh start   (or: ratchet up)' };
     }
     await connection.workflowService.describeNamespace({ namespace: settings.namespace });
