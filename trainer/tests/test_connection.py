@@ -125,3 +125,17 @@ def test_codec_rotation_wrong_key_and_passthrough():
         asyncio.run(codec_from_env(env_old).decode([tampered]))
     with pytest.raises(CodecKeyError, match="is not base64"):
         codec_from_env({"RATCHET_CODEC_KEY": "not base64!"})
+
+
+def test_worker_refuses_bad_settings_before_starting(tmp_path):
+    """`python -m ratchet_trainer.worker` with a bad codec key or a missing profile: exit with the setting and the fix."""
+    import os
+    import sys
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "RATCHET_CODEC"))}
+    base["HOME"] = str(tmp_path)
+    for extra, message in (({"RATCHET_CODEC_KEY": base64.b64encode(b"k" * 31).decode()}, "RATCHET_CODEC_KEY decodes to 31 bytes"),
+                           ({"TEMPORAL_PROFILE": "prod"}, 'Temporal profile "prod" was asked for')):
+        p = subprocess.run([sys.executable, "-m", "ratchet_trainer.worker", "--metrics-port", "off"], env={**base, **extra},
+                           cwd=REPO / "trainer", capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1, p.stderr
+        assert message in p.stderr and "Fix: " in p.stderr
