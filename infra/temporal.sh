@@ -20,6 +20,10 @@ UI_IP="${RATCHET_TEMPORAL_UI_IP:-$IP}"
 # Where this host reaches its own server: the bound address, or loopback for a wildcard bind.
 case "$IP" in 0.0.0.0|::|"[::]") LOCAL_IP=127.0.0.1 ;; *) LOCAL_IP="$IP" ;; esac
 case "$UI_IP" in 0.0.0.0|::|"[::]") LOCAL_UI_IP=127.0.0.1 ;; *) LOCAL_UI_IP="$UI_IP" ;; esac
+# With payload encryption on, the Web UI shows payloads decoded through `ratchet codec-server`
+# at this endpoint (e.g. http://127.0.0.1:8081); users can also set it in the UI's settings.
+UI_CODEC_ARGS=()
+[ -n "${RATCHET_UI_CODEC_ENDPOINT:-}" ] && UI_CODEC_ARGS=(--ui-codec-endpoint "$RATCHET_UI_CODEC_ENDPOINT")
 DB="$RATCHET_HOME/temporal/ratchet.sqlite"
 PIDFILE="$RATCHET_HOME/run/temporal.pid"
 LOGFILE="$RATCHET_LOGS/temporal.log"
@@ -48,7 +52,7 @@ start() {
   done
   mkdir -p "$(dirname "$DB")" "$(dirname "$PIDFILE")"
   log "starting temporal dev server on $IP:$PORT (UI http://$LOCAL_UI_IP:$UI_PORT, db $DB, log $LOGFILE)"
-  setsid nohup "$TEMPORAL" server start-dev --ip "$IP" --ui-ip "$UI_IP" --port "$PORT" --ui-port "$UI_PORT" \
+  setsid nohup "$TEMPORAL" server start-dev --ip "$IP" --ui-ip "$UI_IP" --port "$PORT" --ui-port "$UI_PORT" "${UI_CODEC_ARGS[@]}" \
     --db-filename "$DB" --log-level warn >>"$LOGFILE" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 60); do
