@@ -11,6 +11,19 @@ source "$(dirname "$0")/lib.sh"
 TEMPORAL_VERSION="1.9.1"
 PORT="${RATCHET_TEMPORAL_PORT:-7233}"
 UI_PORT="${RATCHET_TEMPORAL_UI_PORT:-8233}"
+# Bind address: 127.0.0.1 keeps the dev server private to this host. For workers on
+# other hosts set RATCHET_TEMPORAL_IP to this host's address (or 0.0.0.0), and point
+# them at it with TEMPORAL_ADDRESS=<host>:$PORT (docs/connections.md). The dev server
+# has no TLS or auth: expose it only on a network you trust.
+IP="${RATCHET_TEMPORAL_IP:-127.0.0.1}"
+UI_IP="${RATCHET_TEMPORAL_UI_IP:-$IP}"
+# Where this host reaches its own server: the bound address, or loopback for a wildcard bind.
+case "$IP" in 0.0.0.0|::|"[::]") LOCAL_IP=127.0.0.1 ;; *) LOCAL_IP="$IP" ;; esac
+case "$UI_IP" in 0.0.0.0|::|"[::]") LOCAL_UI_IP=127.0.0.1 ;; *) LOCAL_UI_IP="$UI_IP" ;; esac
+# With payload encryption on, the Web UI shows payloads decoded through `ratchet codec-server`
+# at this endpoint (e.g. http://127.0.0.1:8081); users can also set it in the UI's settings.
+UI_CODEC_ARGS=()
+[ -n "${RATCHET_UI_CODEC_ENDPOINT:-}" ] && UI_CODEC_ARGS=(--ui-codec-endpoint "$RATCHET_UI_CODEC_ENDPOINT")
 DB="$RATCHET_HOME/temporal/ratchet.sqlite"
 PIDFILE="$RATCHET_HOME/run/temporal.pid"
 LOGFILE="$RATCHET_LOGS/temporal.log"
@@ -29,21 +42,21 @@ setup() {
 
 running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_in_use() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 start() {
   setup
   if running; then log "temporal dev server already running (pid $(cat "$PIDFILE"))"; register_search_attributes; return 0; fi
-  for p in "$PORT" "$UI_PORT"; do
-    port_in_use "$p" && die "port $p is already taken by another process, so the Temporal dev server cannot start. Fix: stop that process (ss -ltnp 'sport = :$p'), or set RATCHET_TEMPORAL_PORT / RATCHET_TEMPORAL_UI_PORT"
+  for hp in "$LOCAL_IP:$PORT" "$LOCAL_UI_IP:$UI_PORT"; do
+    port_in_use "${hp%:*}" "${hp##*:}" && die "$hp is already taken by another process, so the Temporal dev server cannot start. Fix: stop that process (ss -ltnp 'sport = :${hp##*:}'), or set RATCHET_TEMPORAL_PORT / RATCHET_TEMPORAL_UI_PORT"
   done
   mkdir -p "$(dirname "$DB")" "$(dirname "$PIDFILE")"
-  log "starting temporal dev server on :$PORT (UI http://127.0.0.1:$UI_PORT, db $DB, log $LOGFILE)"
-  setsid nohup "$TEMPORAL" server start-dev --ip 127.0.0.1 --port "$PORT" --ui-port "$UI_PORT" \
+  log "starting temporal dev server on $IP:$PORT (UI http://$LOCAL_UI_IP:$UI_PORT, db $DB, log $LOGFILE)"
+  setsid nohup "$TEMPORAL" server start-dev --ip "$IP" --ui-ip "$UI_IP" --port "$PORT" --ui-port "$UI_PORT" "${UI_CODEC_ARGS[@]}" \
     --db-filename "$DB" --log-level warn >>"$LOGFILE" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 60); do
-    if "$TEMPORAL" operator cluster health --address "127.0.0.1:$PORT" >/dev/null 2>&1; then
+    if "$TEMPORAL" operator cluster health --address "$LOCAL_IP:$PORT" >/dev/null 2>&1; then
       register_search_attributes
       return 0
     fi
@@ -54,11 +67,11 @@ start() {
 }
 
 register_search_attributes() {
-  local existing; existing=$("$TEMPORAL" operator search-attribute list --address "127.0.0.1:$PORT" 2>/dev/null || true)
+  local existing; existing=$("$TEMPORAL" operator search-attribute list --address "$LOCAL_IP:$PORT" 2>/dev/null || true)
   for pair in $SEARCH_ATTRIBUTES; do
     local name="${pair%%:*}" type="${pair##*:}"
     grep -q "$name" <<<"$existing" && continue
-    "$TEMPORAL" operator search-attribute create --address "127.0.0.1:$PORT" --name "$name" --type "$type" >/dev/null
+    "$TEMPORAL" operator search-attribute create --address "$LOCAL_IP:$PORT" --name "$name" --type "$type" >/dev/null
   done
 }
 

@@ -3,6 +3,7 @@ import { Command, CommanderError } from 'commander';
 import { DEFAULTS } from '../shared/paths';
 import { CliError, EXIT, EXIT_HELP } from './exit';
 import { c } from './term';
+import * as codecServer from './codecServer';
 import * as doctor from './doctor';
 import * as down from './down';
 import * as evalCmd from './eval';
@@ -18,12 +19,13 @@ import * as up from './up';
 export function buildProgram(): Command {
   const program = new Command('ratchet')
     .description('Train LLM coding agents with RL on durable Temporal workflows')
-    .option('--address <host:port>', 'Temporal frontend', DEFAULTS.temporalAddress)
-    .option('--namespace <ns>', 'Temporal namespace', DEFAULTS.temporalNamespace)
+    .option('--address <host:port>', 'Temporal frontend (default: TEMPORAL_ADDRESS, the profile\'s address, or 127.0.0.1:7233)')
+    .option('--namespace <ns>', 'Temporal namespace (default: TEMPORAL_NAMESPACE, the profile\'s namespace, or "default")')
+    .option('--profile <name>', 'temporal.toml profile (default: TEMPORAL_PROFILE, or "default"); see docs/connections.md')
     .showHelpAfterError('(add --help for usage and examples)')
     .addHelpText('after', `\nExamples:\n  $ ratchet up && ratchet doctor\n  $ ratchet train configs/swe-grep/smoke.toml --run-id smoke-1 --wait\n` +
       `  $ ratchet status smoke-1\n  $ ratchet schedule eval --run smoke-1 --every 30m\n  $ ratchet report smoke-1\n\n${EXIT_HELP}\n\nWeb UI: ${DEFAULTS.temporalUi}`);
-  for (const m of [up, down, doctor, train, status, pause, resume, stop, evalCmd, schedule, report]) m.register(program);
+  for (const m of [up, down, doctor, train, status, pause, resume, stop, evalCmd, schedule, report, codecServer]) m.register(program);
   // Every subcommand: usage errors exit 2, and --help exits 0, instead of process.exit inside commander.
   const exitOverride = (cmd: Command) => {
     cmd.exitOverride();

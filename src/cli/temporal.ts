@@ -1,24 +1,36 @@
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import { ConnectionConfigError, explainConnectFailure, resolveConnection, type ResolvedConnection } from '../connection';
 import { DEFAULTS } from '../shared/paths';
 import { CliError, EXIT } from './exit';
 
+/** The global flags; unset ones come from TEMPORAL_* and the temporal.toml profile, then the defaults. */
 export interface TemporalOptions {
   address?: string;
   namespace?: string;
+  profile?: string;
 }
 
-/** Connects to Temporal or fails with exit code 4 and the command that starts the stack. */
-export async function connectClient(opts: TemporalOptions = {}): Promise<{ client: Client; close: () => Promise<void> }> {
-  const address = opts.address ?? DEFAULTS.temporalAddress;
-  const namespace = opts.namespace ?? DEFAULTS.temporalNamespace;
+/** Resolves the connection or fails with exit code 5 naming the setting (a bad profile, certificate or codec key). */
+export function resolveCliConnection(opts: TemporalOptions = {}): ResolvedConnection {
+  try {
+    return resolveConnection({ address: opts.address, namespace: opts.namespace, profile: opts.profile });
+  } catch (err) {
+    if (err instanceof ConnectionConfigError) throw new CliError(err.message, EXIT.invalidInput);
+    throw err;
+  }
+}
+
+/** Connects to Temporal or fails with exit code 4, the setting to fix and the command that starts the stack. */
+export async function connectClient(opts: TemporalOptions = {}): Promise<{ client: Client; close: () => Promise<void>; resolved: ResolvedConnection }> {
+  const resolved = resolveCliConnection(opts);
   let connection: Connection;
   try {
-    connection = await Connection.connect({ address, connectTimeout: '3s' });
+    connection = await Connection.connect({ ...resolved.connectionOptions, connectTimeout: '3s' });
   } catch (err) {
-    throw new CliError(`cannot reach Temporal at ${address}: ${(err as Error).message.split('\n')[0]}. ` +
-      'Fix: `ratchet up` (or `bash infra/temporal.sh start`), or set TEMPORAL_ADDRESS.', EXIT.stackUnavailable);
+    throw new CliError(await explainConnectFailure(err, resolved.settings), EXIT.stackUnavailable);
   }
-  return { client: new Client({ connection, namespace }), close: () => connection.close() };
+  const client = new Client({ connection, namespace: resolved.settings.namespace, dataConverter: resolved.dataConverter });
+  return { client, close: () => connection.close(), resolved };
 }
 
 /** Maps "workflow not found" to exit code 3 with the id, leaving other errors alone. */

@@ -4,6 +4,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
 import Docker from 'dockerode';
+import { describeSettingsLine, explainConnectError, explainConnectFailure, resolveConnection, type ResolvedConnection } from '../connection';
 import { DEFAULTS, paths, REPO_ROOT } from '../shared/paths';
 
 const run = promisify(execFile);
@@ -17,8 +18,10 @@ export interface CheckResult {
 }
 
 export interface DoctorOptions {
+  /** Unset: TEMPORAL_ADDRESS, the temporal.toml profile, then 127.0.0.1:7233 (same for namespace). */
   temporalAddress?: string;
   namespace?: string;
+  profile?: string;
   inferenceUrl?: string;
   servedModel?: string;
 }
@@ -33,19 +36,33 @@ async function fetchJson(url: string, init?: RequestInit, timeoutMs = 60_000): P
   return { status: res.status, body };
 }
 
-const checkTemporal: Check = async ({ temporalAddress, namespace }) => {
+const checkTemporal: Check = async ({ temporalAddress, namespace, profile }) => {
+  let resolved: ResolvedConnection;
+  try {
+    resolved = resolveConnection({ address: temporalAddress || undefined, namespace: namespace || undefined, profile: profile || undefined });
+  } catch (err) {
+    return { ok: false, detail: (err as Error).message.replace(/ Fix: .*$/, ''), fix: (err as Error).message.match(/Fix: (.*)$/)?.[1] ?? 'see docs/connections.md' };
+  }
+  const { settings } = resolved;
+  // Shown on success and failure alike: which cluster, namespace, TLS and profile are in use (never a secret).
+  const using = `${describeSettingsLine(settings)}; payload codec ${resolved.codec ? `AES-256-GCM, key id ${resolved.codec.keyId}` : 'off'}`;
   let connection: Connection | undefined;
   try {
-    connection = await Connection.connect({ address: temporalAddress, connectTimeout: '3s' });
-    await connection.workflowService.describeNamespace({ namespace });
-    return { ok: true, detail: `${temporalAddress}, namespace "${namespace}" exists (Web UI ${DEFAULTS.temporalUi})` };
+    try {
+      connection = await Connection.connect({ ...resolved.connectionOptions, connectTimeout: '3s' });
+    } catch (err) {
+      const msg = await explainConnectFailure(err, settings);
+      return { ok: false, detail: `${msg.replace(/ Fix: .*$/, '')}\n      using ${using}`, fix: msg.match(/Fix: (.*)$/)?.[1] ?? 'bash infra/temporal.sh start   (or: ratchet up)' };
+    }
+    await connection.workflowService.describeNamespace({ namespace: settings.namespace });
+    return { ok: true, detail: `${using}; namespace exists (Web UI ${DEFAULTS.temporalUi})` };
   } catch (err) {
     const msg = (err as Error).message;
     const missingNs = /namespace/i.test(msg) && /not found/i.test(msg);
     return {
       ok: false,
-      detail: missingNs ? `namespace "${namespace}" does not exist on ${temporalAddress}` : `cannot reach ${temporalAddress}: ${msg.split('\n')[0]}`,
-      fix: missingNs ? `${paths.temporalBin()} operator namespace create --namespace ${namespace}` : 'bash infra/temporal.sh start   (or: ratchet up)',
+      detail: `${missingNs ? `namespace "${settings.namespace}" does not exist on ${settings.address}` : explainConnectError(err, settings).replace(/ Fix: .*$/, '')}\n      using ${using}`,
+      fix: missingNs ? `${paths.temporalBin()} operator namespace create --namespace ${settings.namespace}` : 'bash infra/temporal.sh start   (or: ratchet up)',
     };
   } finally {
     await connection?.close();
@@ -188,8 +205,9 @@ export const CHECKS: [string, Check][] = [
 
 export async function runDoctor(opts: DoctorOptions = {}): Promise<CheckResult[]> {
   const o: Required<DoctorOptions> = {
-    temporalAddress: opts.temporalAddress ?? DEFAULTS.temporalAddress,
-    namespace: opts.namespace ?? DEFAULTS.temporalNamespace,
+    temporalAddress: opts.temporalAddress ?? '',
+    namespace: opts.namespace ?? '',
+    profile: opts.profile ?? '',
     inferenceUrl: opts.inferenceUrl ?? DEFAULTS.inferenceUrl,
     servedModel: opts.servedModel ?? DEFAULTS.servedModel,
   };

@@ -7,7 +7,7 @@ import { Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { LocalArtifactStore } from '../artifacts/store';
 import { componentLogger } from '../shared/logger';
-import { DEFAULTS, TASK_QUEUES } from '../shared/paths';
+import { TASK_QUEUES } from '../shared/paths';
 import { connectWorker } from './connect';
 import { startWorkerTelemetry } from './telemetry';
 
@@ -15,18 +15,19 @@ const log = componentLogger('worker-main');
 
 export async function runMainWorker(): Promise<void> {
   const telemetry = await startWorkerTelemetry('main', log);
-  const connection = await connectWorker(log);
+  const { connection, namespace, dataConverter } = await connectWorker(log);
   const store = new LocalArtifactStore();
   const worker = await Worker.create({
     connection,
-    namespace: DEFAULTS.temporalNamespace,
+    namespace,
+    dataConverter,
     taskQueue: TASK_QUEUES.main,
     workflowsPath: require.resolve('../workflows'),
     activities: createActivities({ store, logger: componentLogger('activities') }),
     // Light activities only: batch building is the heaviest, and the machine may be small.
     maxConcurrentActivityTaskExecutions: Number(process.env.RATCHET_MAIN_ACTIVITY_SLOTS ?? 8),
   });
-  log.info({ taskQueue: TASK_QUEUES.main, address: DEFAULTS.temporalAddress, artifacts: store.root }, 'main worker started');
+  log.info({ taskQueue: TASK_QUEUES.main, namespace, artifacts: store.root }, 'main worker started');
   try {
     await worker.run();
   } finally {

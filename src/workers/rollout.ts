@@ -9,7 +9,7 @@ import { createRolloutActivities } from '../activities/rollout';
 import { LocalArtifactStore } from '../artifacts/store';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
 import { componentLogger } from '../shared/logger';
-import { DEFAULTS, TASK_QUEUES } from '../shared/paths';
+import { TASK_QUEUES } from '../shared/paths';
 import { observeSandboxes } from '../metrics';
 import { connectWorker } from './connect';
 import { startWorkerTelemetry } from './telemetry';
@@ -18,6 +18,8 @@ const log = componentLogger('worker-rollout');
 
 export async function runRolloutWorker(): Promise<void> {
   const telemetry = await startWorkerTelemetry('rollout', log);
+  // First: a bad connection setting fails here, before any sandbox is touched.
+  const { connection, namespace, dataConverter } = await connectWorker(log);
   const sandboxes = new SandboxManager();
   observeSandboxes(() => sandboxes.stats());
   // Containers of an earlier worker that was killed -9 would otherwise hold memory until the janitor's next pass.
@@ -25,12 +27,12 @@ export async function runRolloutWorker(): Promise<void> {
   log.info({ removed: swept.removed.length, kept: swept.kept }, 'swept sandboxes left by dead workers');
   const janitor = startJanitor(sandboxes.docker, { log });
 
-  const connection = await connectWorker(log);
   const store = new LocalArtifactStore();
   const slots = Number(process.env.RATCHET_ROLLOUT_SLOTS ?? 4);
   const worker = await Worker.create({
     connection,
-    namespace: DEFAULTS.temporalNamespace,
+    namespace,
+    dataConverter,
     taskQueue: TASK_QUEUES.rollout,
     activities: createRolloutActivities({ store, sandboxes }),
     // Each slot is a sandbox plus an agent loop: size it to the host's cores and memory.

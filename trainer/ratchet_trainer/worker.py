@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from temporalio import activity
-from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
+from . import connection
 from .core.artifacts import ArtifactError, check_ref
 from .core.batch import BatchError, load_batch
 from .core.checkpoint import CheckpointError, read_checkpoint_state, restore_checkpoint, save_checkpoint
@@ -232,9 +232,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-async def run_worker(address: str, namespace: str, artifacts_root: Path, ready_file: Path | None = None,
-                     shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None) -> None:
-    client = await Client.connect(address, namespace=namespace, **({"runtime": runtime} if runtime else {}))
+async def run_worker(address: str | None, namespace: str | None, artifacts_root: Path, ready_file: Path | None = None,
+                     shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None, profile: str | None = None) -> None:
+    # address/namespace/profile: flags over TEMPORAL_* over temporal.toml (ratchet_trainer/connection.py).
+    conn = connection.resolve(address, namespace, profile)
+    client = await connection.connect_client(conn, **({"runtime": runtime} if runtime else {}))
+    address = conn.address
     acts = TrainerActivities(artifacts_root, shared_queue=shared_queue)
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
@@ -250,8 +253,9 @@ async def run_worker(address: str, namespace: str, artifacts_root: Path, ready_f
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="Ratchet trainer: Temporal activity worker")
-    ap.add_argument("--address", default=os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
-    ap.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE", "default"))
+    ap.add_argument("--address", default=None, help="default: TEMPORAL_ADDRESS, the temporal.toml profile, or 127.0.0.1:7233")
+    ap.add_argument("--namespace", default=None, help="default: TEMPORAL_NAMESPACE, the profile, or default")
+    ap.add_argument("--profile", default=None, help="temporal.toml profile (default: TEMPORAL_PROFILE, or default)")
     ap.add_argument("--artifacts", type=Path, default=_default_artifacts(), help="artifact store root (local)")
     ap.add_argument("--ready-file", type=Path, default=None, help="write {task_queue, worker_id} here once polling")
     ap.add_argument("--shared-queue", default=SHARED_QUEUE, help="queue polled for trainer.announce (tests isolate with their own)")
@@ -262,9 +266,16 @@ def main() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level, handlers=[handler])
+    try:  # bad connection settings or codec key: fail before anything starts
+        connection.resolve(args.address, args.namespace, args.profile)
+    except connection.ConnectionConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     runtime = telemetry_runtime(args.metrics_port)
     log.info("Prometheus metrics", extra={"url": f"http://127.0.0.1:{args.metrics_port}/metrics" if runtime else "off"})
-    asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime))
+    try:
+        asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime, args.profile))
+    except ConnectionError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":
