@@ -11,7 +11,8 @@ import { runSoak } from '../../src/soak/run';
 describeWithStack('soak (short): a run rides out a seeded fault schedule', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
   test('5 steps, 3 faults: completes with every invariant', async () => {
     if (!distBuilt()) throw new Error('dist/workers is missing: run npm run build first');
-    const report = await runSoak({ steps: 5, faults: 3, seed: 1, hangS: 60, baseline: false, logger: componentLogger('soak-test') });
+    // Seed 56: a Temporal restart during rollouts, kill -9 of the workflow worker during trainer.save, a trainer hung mid-step.
+    const report = await runSoak({ steps: 5, faults: 3, seed: 56, hangS: 60, baseline: false, logger: componentLogger('soak-test') });
     const injected = report.faults.filter((f) => f.hitAt);
     expect(report.violations).toEqual([]);
     expect(injected.length).toBe(3);
