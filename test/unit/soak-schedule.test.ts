@@ -31,6 +31,11 @@ describe('soak fault schedule', () => {
     expect(new Set(plan.map((f) => f.kind)).size).toBe(3);
   });
 
+  test("CI's soak (seed 56) hangs the trainer mid-step and kills the workflow worker in trainer.save", () => {
+    expect(planFaults({ seed: 56, faults: 3, steps: 5 }).map((f) => `${f.kind}@${f.step}:${f.phase}`))
+      .toEqual(['restart-temporal@1:rollouts', 'kill-main@2:saving', 'hang-trainer@3:training']);
+  });
+
   test('bad options are refused with the flag named', () => {
     expect(() => planFaults({ seed: 1, faults: 3, steps: 1 })).toThrow(/--steps/);
     expect(() => planFaults({ seed: 1, faults: -1, steps: 5 })).toThrow(/--faults/);
