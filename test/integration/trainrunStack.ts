@@ -8,10 +8,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, existsSync, promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import type { StepRecord } from '../../src/activities/metrics';
-import { verifyRef } from '../../src/artifacts/store';
-import { verifyDirectoryArtifact } from '../../src/activities/weightSync';
 import { REPO, STATE } from '../helpers/stack';
-import { adapterName } from '../../src/shared/adapters';
+import { checkRun } from '../../src/soak/invariants';
 import { workerSpecs } from '../../src/stack';
 import { serviceStatus, startService, stopService } from '../../src/stack/processes';
 
@@ -83,29 +81,9 @@ export async function takeOverStackWorkers(): Promise<() => Promise<void>> {
   };
 }
 
-/** The run invariants: complete, exact rollout counts, each step applied once, hashes match, vLLM serves the trainer's version. */
+/** The run invariants (src/soak/invariants.ts, shared with the soak): any violation fails the test with its text. */
 export async function checkInvariants(p: { artifacts: string; runId: string; maxSteps: number; rolloutsPerStep: number; inferenceUrl: string }): Promise<StepRecord[]> {
-  const runDir = path.join(p.artifacts, 'runs', p.runId);
-  const records = (await fs.readFile(path.join(runDir, 'metrics.jsonl'), 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l) as StepRecord);
-  expect(records.map((r) => r.step)).toEqual(Array.from({ length: p.maxSteps }, (_, i) => i));
-  for (const r of records) expect(r.rollouts).toBe(p.rolloutsPerStep);
-  const last = records[records.length - 1]!;
-  expect(last.policy_version).toBe(p.maxSteps);
-  for (const r of records) {
-    const b = r.batch as { batch: Parameters<typeof verifyRef>[0]; manifest: Parameters<typeof verifyRef>[0] };
-    await verifyRef(b.batch);
-    await verifyRef(b.manifest);
-    await verifyDirectoryArtifact(r.checkpoint as Parameters<typeof verifyRef>[0]);
-    await verifyDirectoryArtifact(r.adapter as Parameters<typeof verifyRef>[0]);
-  }
-  // The trainer's ledger: every step applied exactly once.
-  const ckptDir = new URL((last.checkpoint as { uri: string }).uri).pathname;
-  const ledger = JSON.parse(await fs.readFile(path.join(ckptDir, 'ledger.json'), 'utf8')) as Record<string, unknown>;
-  expect(Object.keys(ledger).map(Number).sort((a, b) => a - b)).toEqual(records.map((r) => r.step));
-  // The optimiser's own count of updates, carried through every checkpoint: a step applied twice shows here.
-  const state = JSON.parse(await fs.readFile(path.join(ckptDir, 'trainer_state.json'), 'utf8')) as { optimizer_steps: number };
-  expect(state.optimizer_steps).toBe(p.maxSteps);
-  const models = (await (await fetch(`${p.inferenceUrl}/models`)).json()) as { data: { id: string }[] };
-  expect(models.data.map((m) => m.id)).toContain(adapterName(p.runId, last.policy_version));
+  const { violations, records } = await checkRun({ runId: p.runId, artifactsRoot: p.artifacts, maxSteps: p.maxSteps, rolloutsPerStep: p.rolloutsPerStep, inferenceUrl: p.inferenceUrl });
+  expect(violations).toEqual([]);
   return records;
 }

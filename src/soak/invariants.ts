@@ -1,0 +1,135 @@
+/**
+ * What must hold after a run, however many faults it rode out: the checks the
+ * fault tests and the soak share. Each returns the violations it found (an empty
+ * list is a pass), so a test can assert on them and the soak can print them.
+ */
+import { execFile } from 'node:child_process';
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import { promisify } from 'node:util';
+import type { StepRecord } from '../activities/metrics';
+import { verifyDirectoryArtifact } from '../activities/weightSync';
+import type { ArtifactRef } from '../artifacts/ref';
+import { LocalArtifactStore, uriToPath, verifyRef } from '../artifacts/store';
+import { runKeys } from '../activities/config';
+import { adapterName, adapterVersion } from '../shared/adapters';
+import { workerSpecs } from '../stack';
+import { readPid } from '../stack/processes';
+
+const run = promisify(execFile);
+
+export interface RunExpectation {
+  runId: string;
+  artifactsRoot: string;
+  maxSteps: number;
+  rolloutsPerStep: number;
+  inferenceUrl: string;
+}
+
+export interface RunCheck {
+  violations: string[];
+  records: StepRecord[];
+}
+
+/** Every step record the metrics activity wrote, in file order: a step written twice shows as a violation. */
+async function readStepRecords(artifactsRoot: string, runId: string): Promise<StepRecord[]> {
+  const file = new LocalArtifactStore(artifactsRoot).localPath(runKeys.metrics(runId));
+  const lines = (await fs.readFile(file, 'utf8')).split('\n').filter((l) => l.trim());
+  return lines.map((l) => JSON.parse(l) as StepRecord);
+}
+
+const trained = (r: StepRecord): boolean => !(r.trainer as { skipped?: boolean }).skipped;
+
+/**
+ * The run invariants: every step recorded once, each with the full rollout count;
+ * each trained step applied exactly once by the optimizer (ledger and counter);
+ * every artifact matches its sha256; the final version was served.
+ */
+export async function checkRun(e: RunExpectation): Promise<RunCheck> {
+  const violations: string[] = [];
+  const records = await readStepRecords(e.artifactsRoot, e.runId);
+  const steps = records.map((r) => r.step);
+  const expected = Array.from({ length: e.maxSteps }, (_, i) => i);
+  if (JSON.stringify(steps) !== JSON.stringify(expected)) violations.push(`step records ${JSON.stringify(steps)}, expected ${JSON.stringify(expected)}`);
+  for (const r of records) {
+    if (r.rollouts !== e.rolloutsPerStep) violations.push(`step ${r.step}: ${r.rollouts} rollouts, expected ${e.rolloutsPerStep}`);
+  }
+  const trainedSteps = records.filter(trained).map((r) => r.step);
+  const last = records[records.length - 1];
+  if (!last) return { violations: [...violations, 'no step record'], records };
+  if (last.policy_version !== trainedSteps.length) {
+    violations.push(`final policy version ${last.policy_version}, but ${trainedSteps.length} steps were trained`);
+  }
+
+  for (const r of records.filter(trained)) {
+    const b = r.batch as { batch: ArtifactRef; manifest: ArtifactRef };
+    const refs: [string, ArtifactRef, (ref: ArtifactRef) => Promise<unknown>][] = [
+      ['batch', b.batch, verifyRef], ['manifest', b.manifest, verifyRef],
+      ['checkpoint', r.checkpoint as ArtifactRef, verifyDirectoryArtifact], ['adapter', r.adapter as ArtifactRef, verifyDirectoryArtifact],
+    ];
+    for (const [what, ref, verify] of refs) {
+      try {
+        await verify(ref);
+      } catch (err) {
+        violations.push(`step ${r.step} ${what}: ${(err as Error).message}`);
+      }
+    }
+  }
+
+  const lastTrained = records.filter(trained).pop();
+  if (lastTrained) {
+    const ckptDir = uriToPath((lastTrained.checkpoint as ArtifactRef).uri);
+    const ledger = JSON.parse(await fs.readFile(path.join(ckptDir, 'ledger.json'), 'utf8')) as Record<string, unknown>;
+    const ledgerSteps = Object.keys(ledger).map(Number).sort((a, b) => a - b);
+    if (JSON.stringify(ledgerSteps) !== JSON.stringify(trainedSteps)) {
+      violations.push(`trainer ledger has steps ${JSON.stringify(ledgerSteps)}, the records trained ${JSON.stringify(trainedSteps)}`);
+    }
+    // The optimizer's own count, carried through every checkpoint: a step applied twice shows here.
+    const state = JSON.parse(await fs.readFile(path.join(ckptDir, 'trainer_state.json'), 'utf8')) as { optimizer_steps: number };
+    if (state.optimizer_steps !== trainedSteps.length) {
+      violations.push(`optimizer took ${state.optimizer_steps} steps for ${trainedSteps.length} trained steps`);
+    }
+    const synced = last.weight_sync as { policyVersion?: number } | undefined;
+    if (trained(last) && synced?.policyVersion !== last.policy_version) {
+      violations.push(`the last step's weight sync served version ${synced?.policyVersion}, the trainer is at ${last.policy_version}`);
+    }
+    violations.push(...(await servedViolations(e, last.policy_version)));
+  }
+  return { violations, records };
+}
+
+/** vLLM serves the final version, or none of the run's adapters once the run has released them; never an older one alone. */
+async function servedViolations(e: RunExpectation, finalVersion: number): Promise<string[]> {
+  let ids: string[];
+  try {
+    const body = (await (await fetch(`${e.inferenceUrl}/models`)).json()) as { data: { id: string }[] };
+    ids = body.data.map((m) => m.id);
+  } catch (err) {
+    return [`vLLM at ${e.inferenceUrl} did not answer /models: ${(err as Error).message}`];
+  }
+  const mine = ids.filter((id) => adapterVersion(e.runId, id) !== undefined);
+  if (mine.length > 0 && !mine.includes(adapterName(e.runId, finalVersion))) {
+    return [`vLLM serves ${JSON.stringify(mine)} of run ${e.runId} but not its final version ${finalVersion}`];
+  }
+  return [];
+}
+
+/** Sandboxes of the run still present (by name: ratchet-<run>-s<step>-...). */
+export async function leftoverSandboxes(runId: string): Promise<string[]> {
+  const { stdout } = await run('docker', ['ps', '-a', '--format', '{{.Names}}', '--filter', `name=ratchet-${runId}-s`]);
+  return stdout.split('\n').filter(Boolean);
+}
+
+/**
+ * Worker processes beyond the supervised ones: a restart that left the old process
+ * running (or a second copy started by a race) shows up here.
+ */
+export async function strayWorkers(): Promise<string[]> {
+  const supervised = new Set(workerSpecs().map((s) => readPid(s.name)).filter((p): p is number => p !== undefined));
+  const { stdout } = await run('ps', ['-eo', 'pid=,args=']);
+  return stdout.split('\n')
+    .map((l) => l.trim())
+    .filter((l) => /dist\/workers\/(main|rollout)\.js|ratchet_trainer\.worker/.test(l))
+    .filter((l) => !supervised.has(Number(l.split(/\s+/)[0])))
+    .map((l) => `stray worker process: ${l.slice(0, 160)}`);
+}

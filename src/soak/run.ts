@@ -1,0 +1,201 @@
+/**
+ * One soak: a TrainRun on the real local stack while the seeded schedule injects
+ * faults at chosen phases of chosen steps; afterwards the run invariants, no
+ * sandbox and no stray worker left. Optionally a fault-free run of the same config
+ * first, in the same soak, as the wall-time baseline.
+ */
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { WorkflowFailedError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { parse, stringify } from 'smol-toml';
+import { connectClient } from '../cli/temporal';
+import { progressQuery } from '../workflows/messages';
+import type { TrainRun } from '../workflows/trainRun';
+import type { Progress, TrainRunInput, TrainRunResult } from '../workflows/types';
+import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
+import type { Logger } from '../shared/logger';
+import { injectFault } from './faults';
+import { checkRun, leftoverSandboxes, strayWorkers } from './invariants';
+import { comparePoints, missed, planFaults, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
+
+export const SOAK_CONFIG = path.join(REPO_ROOT, 'configs', 'swe-grep', 'soak.toml');
+
+export interface SoakOptions {
+  steps: number;
+  faults: number;
+  seed: number;
+  hangS: number;
+  /** Run the same config without faults first, for the wall-time ratio. */
+  baseline: boolean;
+  kinds?: readonly FaultKind[];
+  /** How long the run may take to move on after one fault before the soak calls it stuck. */
+  recoverTimeoutS?: number;
+  logger: Logger;
+}
+
+export interface FaultOutcome extends PlannedFault {
+  /** Where the run was when the fault hit; undefined if the run ended first. */
+  hitAt?: RunPoint;
+  /** Seconds from injection until the run moved past that point. */
+  recoveryS?: number;
+  error?: string;
+}
+
+export interface SoakReport {
+  runId: string;
+  steps: number;
+  seed: number;
+  hangS: number;
+  wallS: number;
+  baselineWallS?: number;
+  faults: FaultOutcome[];
+  violations: string[];
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const POLL_MS = 150;
+
+/** The soak config with this soak's step count: a copy in a temp dir, the committed file unchanged. */
+function configFor(steps: number): string {
+  const doc = parse(readFileSync(SOAK_CONFIG, 'utf8')) as { orchestrator: Record<string, unknown> };
+  doc.orchestrator.max_steps = steps;
+  const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'ratchet-soak-')), 'soak.toml');
+  writeFileSync(file, stringify(doc));
+  return file;
+}
+
+function rolloutsPerStep(configPath: string): number {
+  const o = (parse(readFileSync(configPath, 'utf8')) as { orchestrator: { batch_size: number; rollouts_per_example: number } }).orchestrator;
+  return o.batch_size * o.rollouts_per_example;
+}
+
+/** The run's progress, or undefined while the server or the main worker is away. */
+async function pointOf(handle: WorkflowHandle<typeof TrainRun>): Promise<Progress | undefined> {
+  try {
+    return await handle.query(progressQuery);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The run's result, riding out moments with no server. */
+async function resultOf(handle: WorkflowHandle<typeof TrainRun>): Promise<TrainRunResult> {
+  for (;;) {
+    try {
+      return await handle.result();
+    } catch (err) {
+      if (err instanceof WorkflowFailedError) throw err;
+      await sleep(2000);
+    }
+  }
+}
+
+async function startRun(client: Client, configPath: string, label: string): Promise<{ runId: string; handle: WorkflowHandle<typeof TrainRun> }> {
+  const runId = `soak-${label}-${Date.now().toString(36)}`;
+  // A dead trainer is noticed in 30 s instead of the CPU defaults' minutes, as in the fault tests.
+  const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
+  const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input] });
+  return { runId, handle };
+}
+
+/** Drives the schedule against the live run: waits for each fault's phase, injects it, waits for the run to move on. */
+async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: PlannedFault[], opts: SoakOptions): Promise<FaultOutcome[]> {
+  const outcomes: FaultOutcome[] = [];
+  let finished = false;
+  void handle.result().then(() => { finished = true; }, () => { finished = true; });
+  for (const planned of plan) {
+    const f: FaultOutcome = { ...planned };
+    outcomes.push(f);
+    // Wait for the fault's step and phase; a phase that went by unseen moves the fault to the next step.
+    let p: Progress | undefined;
+    for (;;) {
+      if (finished) break;
+      p = await pointOf(handle);
+      if (p && p.step >= p.maxSteps) break;
+      // Too late for this step's phase: aim at the next step's.
+      if (p && missed(f, p)) f.step = missed({ step: p.step, phase: f.phase }, p) ? p.step + 1 : p.step;
+      if (p && p.step === f.step && p.phase === f.phase) break;
+      await sleep(POLL_MS);
+    }
+    if (!p || finished || p.step >= p.maxSteps || p.step !== f.step || p.phase !== f.phase) {
+      f.error = 'the run ended before the fault\'s phase came round';
+      continue;
+    }
+    f.hitAt = { step: p.step, phase: p.phase, rolloutsDone: p.rolloutsDone };
+    const t0 = Date.now();
+    try {
+      await injectFault(f.kind, { hangMs: opts.hangS * 1000, restartDelayMs: 3000, logger: opts.logger });
+    } catch (err) {
+      f.error = `injection failed: ${(err as Error).message}`;
+      continue;
+    }
+    const deadline = t0 + (opts.recoverTimeoutS ?? 900) * 1000;
+    for (;;) {
+      const now = await pointOf(handle);
+      if (finished || (now && comparePoints({ step: now.step, phase: now.phase, rolloutsDone: now.rolloutsDone }, f.hitAt) > 0)) {
+        f.recoveryS = (Date.now() - t0) / 1000;
+        break;
+      }
+      if (Date.now() > deadline) {
+        f.error = `the run did not move past ${JSON.stringify(f.hitAt)} within ${opts.recoverTimeoutS ?? 900} s`;
+        break;
+      }
+      await sleep(POLL_MS);
+    }
+    opts.logger.info({ fault: f }, 'fault done');
+  }
+  return outcomes;
+}
+
+export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
+  const configPath = configFor(opts.steps);
+  const plan = planFaults({ seed: opts.seed, faults: opts.faults, steps: opts.steps, kinds: opts.kinds });
+  const { client, close } = await connectClient();
+  try {
+    let baselineWallS: number | undefined;
+    if (opts.baseline) {
+      const t0 = Date.now();
+      const { runId, handle } = await startRun(client, configPath, 'baseline');
+      opts.logger.info({ runId, steps: opts.steps }, 'fault-free baseline run');
+      await resultOf(handle);
+      baselineWallS = (Date.now() - t0) / 1000;
+    }
+
+    const t0 = Date.now();
+    const { runId, handle } = await startRun(client, configPath, `s${opts.seed}`);
+    opts.logger.info({ runId, steps: opts.steps, faults: plan.length }, 'soak run with faults');
+    const faults = await driveFaults(handle, plan, opts);
+    const violations: string[] = [];
+    let result: TrainRunResult | undefined;
+    try {
+      result = await resultOf(handle);
+    } catch (err) {
+      violations.push(`the run failed: ${(err as Error).message}`);
+    }
+    const wallS = (Date.now() - t0) / 1000;
+    if (result && (result.stopped !== 'completed' || result.stepsCompleted !== opts.steps)) {
+      violations.push(`the run ended ${result.stopped} after ${result.stepsCompleted} of ${opts.steps} steps`);
+    }
+    if (result) {
+      const checked = await checkRun({ runId, artifactsRoot: paths.artifacts(), maxSteps: opts.steps, rolloutsPerStep: rolloutsPerStep(configPath), inferenceUrl: DEFAULTS.inferenceUrl });
+      violations.push(...checked.violations);
+    }
+    // The janitor sweeps on its own schedule: give it a minute before calling a sandbox left over.
+    let left: string[] = [];
+    for (let i = 0; i < 30 && (left = await leftoverSandboxes(runId)).length > 0; i++) await sleep(2000);
+    violations.push(...left.map((n) => `sandbox left over: ${n}`));
+    violations.push(...(await strayWorkers()));
+    for (const f of faults) if (f.error) violations.push(`fault ${f.index} (${f.kind} at step ${f.step} ${f.phase}): ${f.error}`);
+    return { runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, wallS, baselineWallS, faults, violations };
+  } finally {
+    await close();
+  }
+}
+
+/** p-th percentile (nearest rank) of xs; NaN for none. */
+export function percentile(xs: number[], p: number): number {
+  if (xs.length === 0) return Number.NaN;
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}

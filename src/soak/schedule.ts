@@ -1,0 +1,112 @@
+/**
+ * The soak's fault schedule: which fault, in which phase of which step. Pure and
+ * seeded, so a soak that found a bug can be replayed fault for fault.
+ *
+ * Every kind and every phase are covered as soon as there are as many faults as
+ * kinds (resp. phases): each is a round of a seeded shuffle, not a random draw.
+ */
+import type { Phase } from '../workflows/types';
+
+export const FAULT_KINDS = [
+  'kill-main', // kill -9 of the workflow worker
+  'kill-rollout', // kill -9 of the rollout worker (its sandboxes are orphaned)
+  'kill-trainer', // kill -9 of the trainer worker (the model in memory is lost)
+  'hang-vllm', // SIGSTOP of the inference server for a while, then SIGCONT
+  'hang-trainer', // SIGSTOP of the trainer for a while, then SIGCONT
+  'restart-temporal', // the Temporal server stops and starts again
+  'restart-dockerd', // dockerd stops (every sandbox dies with it) and starts again
+] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+/** The phases of one step, in the order a step goes through them. */
+export const STEP_PHASES = ['sampling', 'rollouts', 'building-batch', 'training', 'saving', 'weight-sync', 'metrics'] as const satisfies readonly Phase[];
+export type StepPhase = (typeof STEP_PHASES)[number];
+
+/** Phases a fault is aimed at: every phase of a step that lasts long enough to be seen by polling. */
+export const TARGET_PHASES: readonly StepPhase[] = ['rollouts', 'building-batch', 'training', 'saving', 'weight-sync'];
+
+export interface PlannedFault {
+  index: number;
+  kind: FaultKind;
+  step: number;
+  phase: StepPhase;
+}
+
+/** mulberry32: a tiny seeded PRNG, enough to shuffle a schedule reproducibly. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function shuffled<T>(items: readonly T[], rand: () => number): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
+}
+
+/** `n` items drawn round by round from seeded shuffles of `items`: each appears once per round. */
+function rounds<T>(items: readonly T[], n: number, rand: () => number): T[] {
+  const out: T[] = [];
+  while (out.length < n) out.push(...shuffled(items, rand));
+  return out.slice(0, n);
+}
+
+export interface ScheduleOptions {
+  seed: number;
+  faults: number;
+  steps: number;
+  kinds?: readonly FaultKind[];
+  phases?: readonly StepPhase[];
+}
+
+/**
+ * Spreads `faults` over steps 0..steps-2 (the last step is left alone so the run's
+ * end is checked on a settled stack), in step order and, within a step, phase order.
+ */
+export function planFaults({ seed, faults, steps, kinds = FAULT_KINDS, phases = TARGET_PHASES }: ScheduleOptions): PlannedFault[] {
+  if (!Number.isInteger(steps) || steps < 2) throw new Error(`soak: --steps must be an integer >= 2 (got ${steps}); the last step runs without faults`);
+  if (!Number.isInteger(faults) || faults < 0) throw new Error(`soak: --faults must be an integer >= 0 (got ${faults})`);
+  if (kinds.length === 0) throw new Error('soak: no fault kinds to inject');
+  const rand = prng(seed);
+  const faultSteps = steps - 1;
+  const chosenKinds = rounds(kinds, faults, rand);
+  const chosenPhases = rounds(phases, faults, rand);
+  const stepOf = rounds(Array.from({ length: faultSteps }, (_, i) => i), faults, rand);
+  return chosenKinds
+    .map((kind, i) => ({ kind, phase: chosenPhases[i]!, step: stepOf[i]! }))
+    .sort((a, b) => a.step - b.step || STEP_PHASES.indexOf(a.phase) - STEP_PHASES.indexOf(b.phase))
+    .map((f, index) => ({ index, ...f }));
+}
+
+/** Where a run is: comparable, so "has the run moved past the point where the fault hit" is one comparison. */
+export interface RunPoint {
+  step: number;
+  phase: Phase;
+  rolloutsDone: number;
+}
+
+const phaseRank = (phase: Phase): number => {
+  const i = (STEP_PHASES as readonly Phase[]).indexOf(phase);
+  // 'init' and 'idle' come before every phase of the step they show: the run moves to step n+1, then idles.
+  return i >= 0 ? i : -1;
+};
+
+/** -1, 0 or 1 as `a` is before, at or after `b`. */
+export function comparePoints(a: RunPoint, b: RunPoint): number {
+  const d = a.step - b.step || phaseRank(a.phase) - phaseRank(b.phase) || a.rolloutsDone - b.rolloutsDone;
+  return Math.sign(d);
+}
+
+/** Whether the run has gone past the place a planned fault aimed at (so it must wait for the next step). */
+export function missed(fault: Pick<PlannedFault, 'step' | 'phase'>, at: Pick<RunPoint, 'step' | 'phase'>): boolean {
+  return at.step > fault.step || (at.step === fault.step && phaseRank(at.phase) > phaseRank(fault.phase));
+}

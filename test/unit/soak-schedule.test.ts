@@ -1,0 +1,70 @@
+import { comparePoints, FAULT_KINDS, missed, planFaults, STEP_PHASES, TARGET_PHASES } from '../../src/soak/schedule';
+import { percentile } from '../../src/soak/run';
+
+describe('soak fault schedule', () => {
+  test('20 faults over 20 steps cover every kind and every target phase, never the last step', () => {
+    const plan = planFaults({ seed: 1, faults: 20, steps: 20 });
+    expect(plan).toHaveLength(20);
+    expect(new Set(plan.map((f) => f.kind))).toEqual(new Set(FAULT_KINDS));
+    expect(new Set(plan.map((f) => f.phase))).toEqual(new Set(TARGET_PHASES));
+    expect(Math.max(...plan.map((f) => f.step))).toBeLessThan(19);
+    expect(TARGET_PHASES).toEqual(expect.arrayContaining(['saving', 'weight-sync']));
+  });
+
+  test('in step order, then phase order, indexed in that order', () => {
+    const plan = planFaults({ seed: 7, faults: 12, steps: 4 });
+    for (let i = 1; i < plan.length; i++) {
+      const a = plan[i - 1]!;
+      const b = plan[i]!;
+      expect(a.step < b.step || (a.step === b.step && STEP_PHASES.indexOf(a.phase) <= STEP_PHASES.indexOf(b.phase))).toBe(true);
+    }
+    expect(plan.map((f) => f.index)).toEqual(plan.map((_, i) => i));
+  });
+
+  test('the same seed gives the same schedule; another seed another', () => {
+    expect(planFaults({ seed: 3, faults: 10, steps: 10 })).toEqual(planFaults({ seed: 3, faults: 10, steps: 10 }));
+    expect(planFaults({ seed: 3, faults: 10, steps: 10 })).not.toEqual(planFaults({ seed: 4, faults: 10, steps: 10 }));
+  });
+
+  test('a short soak (5 steps, 3 faults) draws 3 different kinds', () => {
+    const plan = planFaults({ seed: 1, faults: 3, steps: 5 });
+    expect(new Set(plan.map((f) => f.kind)).size).toBe(3);
+  });
+
+  test("CI's soak (seed 56) hangs the trainer mid-step and kills the workflow worker in trainer.save", () => {
+    expect(planFaults({ seed: 56, faults: 3, steps: 5 }).map((f) => `${f.kind}@${f.step}:${f.phase}`))
+      .toEqual(['restart-temporal@1:rollouts', 'kill-main@2:saving', 'hang-trainer@3:training']);
+  });
+
+  test('bad options are refused with the flag named', () => {
+    expect(() => planFaults({ seed: 1, faults: 3, steps: 1 })).toThrow(/--steps/);
+    expect(() => planFaults({ seed: 1, faults: -1, steps: 5 })).toThrow(/--faults/);
+  });
+
+  test.each([
+    // [fault step, fault phase, run step, run phase, missed]
+    [2, 'training', 1, 'weight-sync', false],
+    [2, 'training', 2, 'rollouts', false],
+    [2, 'training', 2, 'training', false],
+    [2, 'training', 2, 'saving', true],
+    [2, 'training', 3, 'idle', true],
+    [2, 'rollouts', 2, 'idle', false], // idle at step 2: step 2 has not started
+  ] as const)('missed(step %i %s) at step %i %s is %s', (fs, fp, rs, rp, want) => {
+    expect(missed({ step: fs, phase: fp }, { step: rs, phase: rp })).toBe(want);
+  });
+
+  test('the run has moved on once step, phase or finished rollouts advance', () => {
+    const at = { step: 1, phase: 'rollouts' as const, rolloutsDone: 1 };
+    expect(comparePoints({ ...at, rolloutsDone: 2 }, at)).toBe(1);
+    expect(comparePoints({ ...at, phase: 'building-batch' }, at)).toBe(1);
+    expect(comparePoints({ step: 2, phase: 'idle', rolloutsDone: 0 }, at)).toBe(1);
+    expect(comparePoints(at, at)).toBe(0);
+    expect(comparePoints({ ...at, phase: 'sampling' }, at)).toBe(-1);
+  });
+
+  test('percentile is nearest-rank', () => {
+    expect(percentile([5, 1, 3, 2, 4], 50)).toBe(3);
+    expect(percentile([5, 1, 3, 2, 4], 95)).toBe(5);
+    expect(percentile([], 50)).toBeNaN();
+  });
+});
