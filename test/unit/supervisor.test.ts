@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { isAlive } from '../../src/stack/processes';
+import { staleAfterMs } from '../../src/stack/supervise';
 import { Supervisor, type Supervised } from '../../src/stack/supervisor';
 import { logger } from '../../src/shared/logger';
 
@@ -102,5 +103,13 @@ describe('Supervisor', () => {
     const e2 = { ...e, startedAt: () => Date.now() - 2_000 };
     expect(await new Supervisor([e2], { log: quiet }).checkOnce()).toEqual([expect.objectContaining({ reason: 'stale' })]);
     expect(restarts).toBe(1);
+  });
+});
+
+describe('RATCHET_SUPERVISOR_STALE_S', () => {
+  test('defaults to 60 s; out of bounds is refused naming the variable and the fix', () => {
+    expect(staleAfterMs(undefined)).toBe(60_000);
+    expect(staleAfterMs('120')).toBe(120_000);
+    for (const bad of ['5', 'soon', '100000']) expect(() => staleAfterMs(bad)).toThrow(/RATCHET_SUPERVISOR_STALE_S=.*\[15, 3600\].*Fix:/);
   });
 });
