@@ -90,6 +90,8 @@ describeWithStack('a hung (SIGSTOP) trainer is detected and replaced', ['tempora
         last = await handle.query(progressQuery);
         if (pred(last)) return last;
       } catch { /* no worker right now */ }
+      const { status } = await handle.describe();
+      if (status.name !== 'RUNNING') throw new Error(`the run ended (${status.name}) while waiting for ${what}; last progress: ${JSON.stringify(last)}`);
       await sleep(500);
     }
     throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
