@@ -20,6 +20,8 @@ import { paths } from '../shared/paths';
 import { loadTasks, TaskLoadError } from '../tasks/load';
 import { goldFiles, type Task } from '../tasks/schema';
 import { evalEpisodesTotal } from '../metrics';
+import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
+import { withLiveness, type Liveness } from './liveness';
 
 export interface EvalSweepInput {
   runId: string;
@@ -59,6 +61,8 @@ export interface EvalPlan {
   inferenceBaseUrl: string;
   servedModel: string;
   seed: number;
+  /** The run's [liveness] windows; absent in plans recorded before the section existed. */
+  liveness?: LivenessWindows;
   /** Each planned version's adapter (version > 0), served before its episodes run. */
   adapters: Record<string, ArtifactRef>;
 }
@@ -332,6 +336,7 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
         inferenceBaseUrl: config.inference.base_urls[0],
         servedModel: config.inference.served_model,
         seed: config.orchestrator.seed,
+        liveness: livenessOf(config),
         adapters: Object.fromEntries(versions.filter((v) => v > 0 && adapterOf.get(v)).map((v) => [String(v), adapterOf.get(v)!])),
       };
       logger.info({ runId, taskset: plan.taskset, k, versions, skipped }, 'eval sweep planned');
@@ -340,39 +345,46 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
 
     /** Scores one version's episodes and writes runs/<run>/evals/<version>/<hash>.json. Idempotent. */
     async evalRecord(input: RecordEvalInput): Promise<EvalVersionSummary> {
-      const { plan, version } = input;
-      const ts = await loadEvalTaskset(plan.taskset.path);
-      if (ts.hash !== plan.taskset.hash) {
-        throw ApplicationFailure.nonRetryable(`task set ${plan.taskset.path} changed during the sweep (hash ${plan.taskset.hash} → ${ts.hash}). ` +
-          'Fix: do not edit a task set while it is evaluated; trigger the sweep again.', 'TaskSetChanged');
-      }
-      const tasks = new Map(ts.tasks.map((t) => [t.instance_id, t]));
-      const scored: ScoredEpisode[] = [];
-      for (const e of input.episodes) {
-        if (!e.summary) continue;
-        // The final answer (predicted files...) lives only in the trajectory: claim check, verified.
-        const traj = await store.getJson<Trajectory>(e.summary.trajectory);
-        scored.push({ instanceId: e.instanceId, summary: e.summary, final: traj.final ?? {}, promptTokens: traj.stats?.prompt_tokens ?? 0 });
-      }
-      const errors = input.episodes.filter((e) => !e.summary).length;
-      const result = scoreEval({ plan, version, episodes: scored, errors, tasks, startedAt: input.startedAt, finishedAt: input.finishedAt, workflowId: input.workflowId });
-      const key = evalKey(plan.runId, version, plan.taskset.hash);
-      await store.putJson(key, result);
-      evalEpisodesTotal.inc(result.episodes);
-      logger.info({ runId: plan.runId, version, key, passAt: result.pass_at, reward: result.reward.mean, errors }, 'eval recorded');
-      return {
-        version,
-        key,
-        passAt1: result.pass_at?.['1'] ?? null,
-        passAtK: result.pass_at?.[String(plan.k)] ?? null,
-        meanReward: result.reward.mean,
-        fileF1: result.localization.file?.f1 ?? null,
-        functionF1: result.localization.function?.f1 ?? null,
-        episodes: result.episodes,
-        errors,
-      };
+      const w = forActivity(livenessOf(input.plan), 'rollout');
+      return withLiveness({ name: 'evalRecord', heartbeatEveryMs: w.heartbeat_every_s * 1000, stallMs: w.stall_s * 1000, logger },
+        (live) => recordVersion(input, live));
     },
   };
+
+  async function recordVersion(input: RecordEvalInput, live: Liveness): Promise<EvalVersionSummary> {
+    const { plan, version } = input;
+    const ts = await loadEvalTaskset(plan.taskset.path);
+    if (ts.hash !== plan.taskset.hash) {
+      throw ApplicationFailure.nonRetryable(`task set ${plan.taskset.path} changed during the sweep (hash ${plan.taskset.hash} → ${ts.hash}). ` +
+        'Fix: do not edit a task set while it is evaluated; trigger the sweep again.', 'TaskSetChanged');
+    }
+    const tasks = new Map(ts.tasks.map((t) => [t.instance_id, t]));
+    const scored: ScoredEpisode[] = [];
+    for (const e of input.episodes) {
+      if (!e.summary) continue;
+      // The final answer (predicted files...) lives only in the trajectory: claim check, verified.
+      const traj = await store.getJson<Trajectory>(e.summary.trajectory);
+      scored.push({ instanceId: e.instanceId, summary: e.summary, final: traj.final ?? {}, promptTokens: traj.stats?.prompt_tokens ?? 0 });
+      live.progress({ phase: 'reading trajectories', read: scored.length, of: input.episodes.length });
+    }
+    const errors = input.episodes.filter((e) => !e.summary).length;
+    const result = scoreEval({ plan, version, episodes: scored, errors, tasks, startedAt: input.startedAt, finishedAt: input.finishedAt, workflowId: input.workflowId });
+    const key = evalKey(plan.runId, version, plan.taskset.hash);
+    await store.putJson(key, result);
+    evalEpisodesTotal.inc(result.episodes);
+    logger.info({ runId: plan.runId, version, key, passAt: result.pass_at, reward: result.reward.mean, errors }, 'eval recorded');
+    return {
+      version,
+      key,
+      passAt1: result.pass_at?.['1'] ?? null,
+      passAtK: result.pass_at?.[String(plan.k)] ?? null,
+      meanReward: result.reward.mean,
+      fileF1: result.localization.file?.f1 ?? null,
+      functionF1: result.localization.function?.f1 ?? null,
+      episodes: result.episodes,
+      errors,
+    };
+  }
 }
 
 export type EvalActivities = ReturnType<typeof createEvalActivities>;

@@ -1,6 +1,5 @@
 import { performance } from 'node:perf_hooks';
 import * as path from 'node:path';
-import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { runAgent, type AgentResult } from '../agent/loop';
@@ -18,6 +17,8 @@ import { EVAL_STEP } from '../shared/steps';
 import { loadTask, resolveDataset } from '../tasks/load';
 import { Task } from '../tasks/schema';
 import { runTestsWithDiff } from './scoring';
+import { withLiveness, type Liveness } from './liveness';
+import { LIVENESS_DEFAULTS } from '../shared/liveness';
 import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from '../metrics';
 
 const log = componentLogger('rollout');
@@ -49,6 +50,8 @@ export const RolloutInput = z.object({
   sandbox: RunConfig.shape.sandbox.removeDefault(),
   inferenceBaseUrl: z.string().url(),
   seed: z.number().int().optional(),
+  /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
+  liveness: z.object({ heartbeat_every_s: z.number().positive(), stall_s: z.number().positive() }).strict().optional(),
 });
 export type RolloutInput = z.input<typeof RolloutInput>;
 
@@ -62,15 +65,6 @@ export interface RolloutDeps {
 export function trajectoryKey(runId: string, step: number, groupId: string, rolloutIndex: number): string {
   if (step === EVAL_STEP) return `runs/${runId}/evals/trajectories/${groupId}/${rolloutIndex}.json`;
   return `runs/${runId}/steps/${step}/rollouts/${groupId}/${rolloutIndex}.json`;
-}
-
-/** Temporal's context when running as an activity; undefined in plain calls (benchmarks, scripts). */
-function activityContext(): Context | undefined {
-  try {
-    return Context.current();
-  } catch {
-    return undefined;
-  }
 }
 
 export function createRolloutActivities(deps: RolloutDeps) {
@@ -110,9 +104,17 @@ export function createRolloutActivities(deps: RolloutDeps) {
       throw ApplicationFailure.nonRetryable(`invalid rollout input: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, 'InvalidRolloutInput');
     }
     const input = parsed.data;
+    const windows = input.liveness ?? { heartbeat_every_s: LIVENESS_DEFAULTS.heartbeat_every_s, stall_s: LIVENESS_DEFAULTS.rollout_stall_s };
+    return withLiveness(
+      { name: 'rollout', heartbeatEveryMs: windows.heartbeat_every_s * 1000, stallMs: windows.stall_s * 1000, logger: log },
+      (live) => runEpisode(input, live),
+    );
+  }
+
+  async function runEpisode(input: z.output<typeof RolloutInput>, live: Liveness): Promise<RolloutSummary> {
     const started = performance.now();
-    const ctx = activityContext();
-    const signal = ctx?.cancellationSignal;
+    // Cancelled by Temporal, or one heartbeat timeout after the watchdog saw no progress.
+    const signal = live.signal;
     // A bad env id or a missing task fails the same way on every retry: say so once.
     const env = await nonRetryable(async () => getEnvironment(input.envId));
     const task = 'instance_id' in input.task
@@ -131,8 +133,10 @@ export function createRolloutActivities(deps: RolloutDeps) {
 
     let sandboxMs = 0;
     let t = performance.now();
+    live.progress({ phase: 'acquiring sandbox' });
     const sandbox: Sandbox = await deps.sandboxes.acquire(acquire);
     sandboxMs += performance.now() - t;
+    live.progress({ phase: 'sandbox acquired' });
 
     let result: AgentResult;
     let final: Record<string, unknown> = {};
@@ -153,7 +157,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
         ctx: toolCtx,
         signal,
         log: rlog,
-        heartbeat: (info) => ctx?.heartbeat(info),
+        heartbeat: (info) => live.progress({ phase: 'agent', ...info }),
+        progress: (e) => live.progress({ phase: 'agent', ...e }),
       });
       if (result.stop_reason !== 'error') {
         t = performance.now();
@@ -177,6 +182,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       score = zeroScore(env.rubric, input.rubric);
     } else {
       if (env.needsTests) {
+        live.progress({ phase: 'scoring test run' });
         try {
           const out = await runTestsWithDiff({
             sandboxes: deps.sandboxes,
@@ -188,6 +194,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
           });
           tests = out.evidence;
           sandboxMs += out.sandboxMs;
+          live.progress({ phase: 'scored' });
         } catch (err) {
           if (signal?.aborted) throw err;
           tests = { applied: false, ran: false, results: {}, note: `test run failed: ${(err as Error).message}` };

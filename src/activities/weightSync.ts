@@ -1,11 +1,12 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
-import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import { ArtifactIntegrityError, sha256, uriToPath } from '../artifacts/store';
 import { adapterName, adapterVersion } from '../shared/adapters';
 import type { Logger } from '../shared/logger';
+import { LIVENESS_DEFAULTS, type ActivityLivenessInput } from '../shared/liveness';
+import { withLiveness, type Liveness } from './liveness';
 
 export interface WeightSyncDeps {
   logger: Logger;
@@ -23,6 +24,8 @@ export interface SyncWeightsInput {
   adapter?: ArtifactRef;
   /** Versions below this are unloaded (newest − async_level − 1, so in-flight rollouts keep theirs). */
   keepFromVersion: number;
+  /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
+  liveness?: ActivityLivenessInput;
 }
 
 export interface SyncWeightsResult {
@@ -61,34 +64,39 @@ class ReplicaDown extends Error {}
  * (status `waiting-for-inference`) and trying again, never by failing the run.
  */
 export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, replicaRetryMs = 20_000, sleep = (ms) => new Promise((r) => setTimeout(r, ms)) }: WeightSyncDeps) {
-  async function call(url: string, init?: RequestInit): Promise<{ status: number; text: string }> {
+  async function call(live: Liveness, url: string, init?: RequestInit): Promise<{ status: number; text: string }> {
     let res: Response;
+    let text: string;
     try {
-      res = await fetchFn(url, { ...init, signal: AbortSignal.timeout(30_000) });
+      res = await fetchFn(url, { ...init, signal: AbortSignal.any([AbortSignal.timeout(30_000), live.signal]) });
+      text = await res.text();
     } catch (err) {
+      if (live.signal.aborted) throw err;
+      live.progress({ phase: 'http error', url });
       throw new ReplicaDown(`${url}: ${(err as Error).message}`);
     }
-    const text = await res.text();
+    // Any answer, even an error status, is progress: the replica is there and talking.
+    live.progress({ phase: 'http response', url, status: res.status });
     if (res.status >= 500) throw new ReplicaDown(`${url}: HTTP ${res.status} ${text.slice(0, 200)}`);
     return { status: res.status, text };
   }
 
-  async function servedModels(baseUrl: string): Promise<string[]> {
-    const { status, text } = await call(`${baseUrl}/models`);
+  async function servedModels(live: Liveness, baseUrl: string): Promise<string[]> {
+    const { status, text } = await call(live, `${baseUrl}/models`);
     if (status !== 200) throw new ReplicaDown(`${baseUrl}/models: HTTP ${status} ${text.slice(0, 200)}`);
     const body = JSON.parse(text) as { data?: { id: string }[] };
     return (body.data ?? []).map((m) => m.id);
   }
 
   // The load/unload endpoints live beside /v1/models: <base>/load_lora_adapter.
-  async function syncReplica(baseUrl: string, input: SyncWeightsInput, adapterDir: string | undefined, out: SyncWeightsResult): Promise<void> {
-    const models = await servedModels(baseUrl);
+  async function syncReplica(live: Liveness, baseUrl: string, input: SyncWeightsInput, adapterDir: string | undefined, out: SyncWeightsResult): Promise<void> {
+    const models = await servedModels(live, baseUrl);
     const want = adapterName(input.runId, input.policyVersion);
     if (input.policyVersion > 0) {
       if (models.includes(want)) {
         out.alreadyLoaded.push(`${baseUrl}#${want}`);
       } else {
-        const { status, text } = await call(`${baseUrl}/load_lora_adapter`, {
+        const { status, text } = await call(live, `${baseUrl}/load_lora_adapter`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ lora_name: want, lora_path: adapterDir }),
@@ -106,7 +114,7 @@ export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, rep
     for (const name of models) {
       const v = adapterVersion(input.runId, name);
       if (v === undefined || v >= input.keepFromVersion || v === input.policyVersion) continue;
-      const { status, text } = await call(`${baseUrl}/unload_lora_adapter`, {
+      const { status, text } = await call(live, `${baseUrl}/unload_lora_adapter`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ lora_name: name }),
@@ -118,48 +126,45 @@ export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, rep
 
   return {
     async syncWeights(input: SyncWeightsInput): Promise<SyncWeightsResult> {
-      const started = Date.now();
-      if (input.policyVersion > 0 && !input.adapter) {
-        throw ApplicationFailure.nonRetryable(`policy version ${input.policyVersion} has no adapter to serve (trainer.mode = "full"?); runtime weight sync supports LoRA adapters only`, 'WeightSyncRefused');
-      }
-      const adapterDir = input.adapter ? await verifyDirectoryArtifact(input.adapter) : undefined;
-      const out: SyncWeightsResult = { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 };
-      const down: string[] = [];
-      for (const baseUrl of input.baseUrls) {
-        const url = baseUrl.replace(/\/+$/, '');
-        let delay = 500;
-        const deadline = Date.now() + replicaRetryMs;
-        for (;;) {
-          try {
-            await syncReplica(url, input, adapterDir, out);
-            break;
-          } catch (err) {
-            if (!(err instanceof ReplicaDown)) throw err;
-            if (Date.now() + delay > deadline) {
-              down.push(err.message);
-              break;
-            }
-            logger.warn({ baseUrl: url, err: err.message, retryInMs: delay }, 'inference replica is down; retrying');
-            heartbeatIfActivity({ waitingFor: url });
-            await sleep(delay);
-            delay = Math.min(delay * 2, 5_000);
-          }
-        }
-      }
-      if (down.length) {
-        throw ApplicationFailure.nonRetryable(`inference replica(s) down: ${down.join('; ')}`, 'InferenceUnavailable', { down });
-      }
-      out.ms = Date.now() - started;
-      logger.info({ runId: input.runId, ...out }, 'weights synced');
-      return out;
+      const w = input.liveness ?? { heartbeat_every_s: LIVENESS_DEFAULTS.heartbeat_every_s, stall_s: LIVENESS_DEFAULTS.weight_sync_stall_s };
+      return withLiveness({ name: 'syncWeights', heartbeatEveryMs: w.heartbeat_every_s * 1000, stallMs: w.stall_s * 1000, logger },
+        (live) => syncWeights(live, input));
     },
   };
-}
 
-function heartbeatIfActivity(details: unknown): void {
-  try {
-    Context.current().heartbeat(details);
-  } catch {
-    // Called outside an activity (a benchmark or a unit test): nothing to heartbeat.
+  async function syncWeights(live: Liveness, input: SyncWeightsInput): Promise<SyncWeightsResult> {
+    const started = Date.now();
+    if (input.policyVersion > 0 && !input.adapter) {
+      throw ApplicationFailure.nonRetryable(`policy version ${input.policyVersion} has no adapter to serve (trainer.mode = "full"?); runtime weight sync supports LoRA adapters only`, 'WeightSyncRefused');
+    }
+    const adapterDir = input.adapter ? await verifyDirectoryArtifact(input.adapter) : undefined;
+    const out: SyncWeightsResult = { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 };
+    const down: string[] = [];
+    for (const baseUrl of input.baseUrls) {
+      const url = baseUrl.replace(/\/+$/, '');
+      let delay = 500;
+      const deadline = Date.now() + replicaRetryMs;
+      for (;;) {
+        try {
+          await syncReplica(live, url, input, adapterDir, out);
+          break;
+        } catch (err) {
+          if (!(err instanceof ReplicaDown)) throw err;
+          if (Date.now() + delay > deadline) {
+            down.push(err.message);
+            break;
+          }
+          logger.warn({ baseUrl: url, err: err.message, retryInMs: delay }, 'inference replica is down; retrying');
+          await sleep(delay);
+          delay = Math.min(delay * 2, 5_000);
+        }
+      }
+    }
+    if (down.length) {
+      throw ApplicationFailure.nonRetryable(`inference replica(s) down: ${down.join('; ')}`, 'InferenceUnavailable', { down });
+    }
+    out.ms = Date.now() - started;
+    logger.info({ runId: input.runId, ...out }, 'weights synced');
+    return out;
   }
 }

@@ -23,6 +23,12 @@ export interface HeartbeatInfo {
   tool_calls: number;
 }
 
+export interface ProgressEvent {
+  event: 'model-response' | 'tool-result';
+  turn: number;
+  tool?: string;
+}
+
 export interface AgentRunInput {
   model: ModelClient;
   modelName: string;
@@ -34,6 +40,8 @@ export interface AgentRunInput {
   sampling: TurnSampling;
   ctx: ToolContext;
   heartbeat?: (info: HeartbeatInfo) => void;
+  /** Called on every unit of progress (a model response, a tool result): the liveness watchdog's clock. */
+  progress?: (event: ProgressEvent) => void;
   signal?: AbortSignal;
   log?: Logger;
 }
@@ -99,6 +107,7 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       if (err instanceof ContextLengthError) { stop = 'context_length'; break; }
       throw err;
     }
+    input.progress?.({ event: 'model-response', turn: turns.length + 1 });
     const turnModelMs = performance.now() - t0;
     modelMs += turnModelMs;
     stats.prompt_tokens += completion.prompt_tokens;
@@ -119,6 +128,7 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       if (stats.tool_calls >= limits.max_tool_calls) { stop = 'max_tool_calls'; break; }
       stats.tool_calls += 1;
       const outcome = await runToolCall(call, byName, ctx, stats);
+      input.progress?.({ event: 'tool-result', turn: turns.length + 1, tool: call.function.name });
       if (outcome.fatal !== undefined) { stop = 'error'; error = outcome.fatal; break; }
       messages.push({ role: 'tool', tool_call_id: call.id, name: call.function.name, content: outcome.content });
       if (outcome.answer) { answer = outcome.answer; stop = 'completed'; break; }

@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { ZodError } from 'zod';
 import { REPO_ROOT } from '../shared/paths';
-import { RunConfig } from './schema';
+import { crossFieldIssues, RunConfig } from './schema';
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -29,6 +29,10 @@ export function parseRunConfig(text: string, file: string): RunConfig {
   const parsed = RunConfig.safeParse(raw);
   if (!parsed.success) {
     throw new ConfigError(`invalid run config\n${describeZodError(file, parsed.error)}\nFix the keys above; configs/README.md lists every key.`);
+  }
+  const cross = crossFieldIssues(parsed.data);
+  if (cross.length) {
+    throw new ConfigError(`invalid run config\n${cross.map((i) => `${file}: ${i.path.join('.')}: ${i.message}`).join('\n')}\nFix the keys above; configs/README.md lists every key.`);
   }
   return parsed.data;
 }

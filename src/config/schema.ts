@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
 
 /**
  * The run config (`configs/<env>/<name>.toml`). Sections mirror prime-rl's
@@ -109,6 +110,23 @@ const SandboxConfig = z.object({
   warm_pool_size: z.number().int().min(0).default(2),
 }).strict();
 
+/**
+ * Heartbeats measure liveness; these windows measure progress (src/activities/liveness.ts,
+ * trainer/ratchet_trainer/liveness.py). No progress within a window stops the activity's
+ * heartbeat, so Temporal's heartbeat timeout (1 minute) retries it elsewhere. The defaults
+ * are sized for the CPU stack, where one trainer micro-batch took over 2 minutes.
+ */
+const LivenessSection = z.object({
+  /** How often a long activity heartbeats: at most a third of the 1-minute heartbeat timeout. */
+  heartbeat_every_s: z.number().min(1).max(20).default(LD.heartbeat_every_s),
+  /** Rollout and eval episode: no sandbox, model response, tool result or test run outcome for this long. */
+  rollout_stall_s: z.number().min(30).max(24 * 3600).default(LD.rollout_stall_s),
+  /** trainer.step/load/save: no micro-batch (or load/save phase) for this long. */
+  trainer_stall_s: z.number().min(60).max(24 * 3600).default(LD.trainer_stall_s),
+  /** Weight sync: no HTTP response from a vLLM replica for this long. */
+  weight_sync_stall_s: z.number().min(45).max(3600).default(LD.weight_sync_stall_s),
+}).strict();
+
 export const RunConfig = z.object({
   name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'use letters, digits, ".", "_" and "-" only').optional(),
   model: z.object({
@@ -123,10 +141,29 @@ export const RunConfig = z.object({
   sandbox: SandboxConfig.default({}),
   env: z.array(EnvConfig).nonempty('add at least one [[env]] section, e.g. [[env]] id = "swe-grep"'),
   artifacts: z.object({ root: z.string().optional() }).strict().default({}),
+  liveness: LivenessSection.default({}),
 }).strict();
+
+/**
+ * Checks across sections, which zod's object schema cannot express without losing `.shape`:
+ * a stall window shorter than a call's own timeout reads a slow, healthy call as a hang.
+ */
+export function crossFieldIssues(c: z.infer<typeof RunConfig>): { path: string[]; message: string }[] {
+  const issues: { path: string[]; message: string }[] = [];
+  const slowest = Math.max(c.inference.request_timeout_s, c.sandbox.exec_timeout_s * 3, 60);
+  if (c.liveness.rollout_stall_s <= slowest) {
+    issues.push({
+      path: ['liveness', 'rollout_stall_s'],
+      message: `${c.liveness.rollout_stall_s} must exceed the slowest single call of an episode (${slowest} s: inference.request_timeout_s, ` +
+        `or 3 x sandbox.exec_timeout_s for the test run). Fix: raise liveness.rollout_stall_s above ${slowest}, or lower those timeouts`,
+    });
+  }
+  return issues;
+}
 
 export type RunConfig = z.infer<typeof RunConfig>;
 export type EnvConfig = z.infer<typeof EnvConfig>;
 export type SandboxConfig = z.infer<typeof SandboxConfig>;
 export type TrainerConfig = z.infer<typeof TrainerConfig>;
 export type OrchestratorConfig = z.infer<typeof OrchestratorConfig>;
+export type LivenessConfig = z.infer<typeof LivenessSection>;

@@ -4,6 +4,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { paths, REPO_ROOT } from '../shared/paths';
 import { logFile, serviceStatus, ServiceSpec, ServiceStartError, startService, stopService } from './processes';
+import { livenessFileOf, STALE_ENV } from './supervisor';
 
 export { formatDoctor, runDoctor } from './doctor';
 export type { CheckResult } from './doctor';
@@ -26,18 +27,31 @@ export function workerSpecs(): ServiceSpec[] {
   const node = process.execPath;
   const dist = path.join(REPO_ROOT, 'dist', 'workers');
   return [
-    { name: 'worker-main', command: node, args: [path.join(dist, 'main.js')], cwd: REPO_ROOT, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
-    { name: 'worker-rollout', command: node, args: [path.join(dist, 'rollout.js')], cwd: REPO_ROOT, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
+    { name: 'worker-main', command: node, args: [path.join(dist, 'main.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-main') }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
+    { name: 'worker-rollout', command: node, args: [path.join(dist, 'rollout.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-rollout') }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
     {
       name: 'worker-trainer',
       command: path.join(paths.venv('trainer'), 'bin', 'python'),
       args: ['-m', 'ratchet_trainer.worker'],
       cwd: path.join(REPO_ROOT, 'trainer'),
-      env: { PYTHONUNBUFFERED: '1' },
+      env: { PYTHONUNBUFFERED: '1', RATCHET_LIVENESS_FILE: livenessFileOf('worker-trainer') },
       minUptimeMs: 8_000,
       readyTimeoutMs: 120_000,
     },
   ];
+}
+
+/** Replaces a worker that died or whose liveness went stale (src/stack/supervisor.ts); started after the workers. */
+export function supervisorSpec(): ServiceSpec {
+  return {
+    name: 'supervisor',
+    command: process.execPath,
+    args: [path.join(REPO_ROOT, 'dist', 'stack', 'supervise.js')],
+    cwd: REPO_ROOT,
+    env: process.env[STALE_ENV] ? { [STALE_ENV]: process.env[STALE_ENV] } : {},
+    minUptimeMs: 2_000,
+    readyTimeoutMs: 20_000,
+  };
 }
 
 export interface UpEvent {
@@ -70,13 +84,16 @@ export async function stackUp(onEvent: (e: UpEvent) => void = () => {}): Promise
     const state = await startService(spec);
     emit({ component: spec.name, state, log: logFile(spec.name) });
   }
+  const sup = supervisorSpec();
+  emit({ component: sup.name, state: await startService(sup), log: logFile(sup.name) });
   return events;
 }
 
 /** Stops the workers, inference and Temporal (its SQLite file stays). dockerd keeps running. */
 export async function stackDown(onEvent: (e: UpEvent) => void = () => {}): Promise<UpEvent[]> {
   const events: UpEvent[] = [];
-  for (const spec of [...workerSpecs()].reverse()) {
+  // The supervisor first: it would otherwise restart the workers as they stop.
+  for (const spec of [supervisorSpec(), ...[...workerSpecs()].reverse()]) {
     const state = await stopService(spec.name);
     const e = { component: spec.name, state, log: logFile(spec.name) };
     events.push(e); onEvent(e);
@@ -91,5 +108,5 @@ export async function stackDown(onEvent: (e: UpEvent) => void = () => {}): Promi
 }
 
 export function workerStatus(): { name: string; running: boolean; pid?: number; log: string }[] {
-  return workerSpecs().map((s) => ({ name: s.name, ...serviceStatus(s.name) }));
+  return [...workerSpecs(), supervisorSpec()].map((s) => ({ name: s.name, ...serviceStatus(s.name) }));
 }

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
 import { paths } from '../shared/paths';
@@ -128,6 +128,10 @@ export async function stopService(name: string, graceMs = 10_000): Promise<'stop
     rmSync(pidFile(name), { force: true });
     return 'not-running';
   }
+  // Off the books first: the supervisor (src/stack/supervisor.ts) restarts a service that has a pid file
+  // and no process, and this one is meant to stop.
+  const stopping = `${pidFile(name)}.stopping`;
+  renameSync(pidFile(name), stopping);
   const signalGroup = (sig: NodeJS.Signals) => {
     try {
       process.kill(-pid!, sig);
@@ -139,7 +143,7 @@ export async function stopService(name: string, graceMs = 10_000): Promise<'stop
   const deadline = Date.now() + graceMs;
   while (isAlive(pid) && Date.now() < deadline) await sleep(200);
   if (isAlive(pid)) signalGroup('SIGKILL');
-  rmSync(pidFile(name), { force: true });
+  rmSync(stopping, { force: true });
   return 'stopped';
 }
 

@@ -10,10 +10,12 @@ import { componentLogger } from '../shared/logger';
 import { TASK_QUEUES } from '../shared/paths';
 import { connectWorker } from './connect';
 import { startWorkerTelemetry } from './telemetry';
+import { startLivenessFile } from './livenessFile';
 
 const log = componentLogger('worker-main');
 
 export async function runMainWorker(): Promise<void> {
+  const stopLiveness = startLivenessFile(log);
   const telemetry = await startWorkerTelemetry('main', log);
   const { connection, namespace, dataConverter } = await connectWorker(log);
   const store = new LocalArtifactStore();
@@ -33,6 +35,7 @@ export async function runMainWorker(): Promise<void> {
   } finally {
     await connection.close();
     await telemetry.close();
+    stopLiveness();
   }
 }
 

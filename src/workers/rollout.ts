@@ -13,10 +13,12 @@ import { TASK_QUEUES } from '../shared/paths';
 import { observeSandboxes } from '../metrics';
 import { connectWorker } from './connect';
 import { startWorkerTelemetry } from './telemetry';
+import { startLivenessFile } from './livenessFile';
 
 const log = componentLogger('worker-rollout');
 
 export async function runRolloutWorker(): Promise<void> {
+  const stopLiveness = startLivenessFile(log);
   const telemetry = await startWorkerTelemetry('rollout', log);
   // First: a bad connection setting fails here, before any sandbox is touched.
   const { connection, namespace, dataConverter } = await connectWorker(log);
@@ -47,6 +49,7 @@ export async function runRolloutWorker(): Promise<void> {
     janitor.stop();
     await connection.close();
     await telemetry.close();
+    stopLiveness();
   }
 }
 

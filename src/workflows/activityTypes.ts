@@ -8,6 +8,7 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { EnvConfig, OrchestratorConfig, RunConfig, SandboxConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
+import type { ActivityLivenessInput } from '../shared/liveness';
 
 export interface RolloutInput {
   runId: string;
@@ -26,6 +27,7 @@ export interface RolloutInput {
   sandbox: SandboxConfig;
   inferenceBaseUrl: string;
   seed: number;
+  liveness?: ActivityLivenessInput;
 }
 
 export interface RolloutActivities {
@@ -70,7 +72,7 @@ export interface TrainerStepMetrics {
 /** Python activities, names as registered by the trainer worker (explicit `name=`). */
 export interface TrainerActivities {
   'trainer.announce'(input: Record<string, never>): Promise<{ task_queue: string; worker_id: string }>;
-  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
-  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef }): Promise<TrainerStepMetrics>;
-  'trainer.save'(input: { run_id: string; step: number }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
+  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
+  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; liveness?: ActivityLivenessInput }): Promise<TrainerStepMetrics>;
+  'trainer.save'(input: { run_id: string; step: number; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
 }

@@ -10,12 +10,15 @@ import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersion
 import type { MainActivities } from '../activities';
 import { adapterName } from '../shared/adapters';
 import { EVAL_STEP } from '../shared/steps';
+import { forActivity, livenessOf } from '../shared/liveness';
 import type { RolloutActivities, RolloutInput } from './activityTypes';
 
 export type { EvalSweepInput } from '../activities/eval';
 
 const { evalPlan, evalRecord } = proxyActivities<EvalActivities>({
   startToCloseTimeout: '10 minutes',
+  // evalRecord reads every episode's trajectory and heartbeats on a timer meanwhile.
+  heartbeatTimeout: '1 minute',
   retry: { maximumAttempts: 3 },
 });
 
@@ -23,7 +26,7 @@ const { rollout } = proxyActivities<RolloutActivities>({
   // A literal: src/shared/paths imports node:path, which the workflow sandbox refuses.
   taskQueue: 'ratchet-rollout',
   startToCloseTimeout: '30 minutes',
-  heartbeatTimeout: '2 minutes',
+  heartbeatTimeout: '1 minute',
   retry: { maximumAttempts: 3, nonRetryableErrorTypes: ['TaskNotFound', 'InvalidInput'] },
 });
 
@@ -72,6 +75,7 @@ export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: st
     sandbox: plan.sandbox,
     inferenceBaseUrl: plan.inferenceBaseUrl,
     seed: (plan.seed * 1_000_003 + version * 7919 + taskIndex * 131 + sample) >>> 0,
+    liveness: forActivity(livenessOf(plan), 'rollout'),
   };
 }
 
@@ -90,7 +94,7 @@ export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult>
       const adapter = plan.adapters[String(version)];
       if (!adapter) throw ApplicationFailure.nonRetryable(`run ${plan.runId} has no adapter recorded for policy v${version}; it cannot be served`, 'VersionNotFound');
       // Load only (keepFromVersion 0 unloads nothing): a run training on the same server keeps its adapters.
-      await syncWeights({ runId: plan.runId, baseUrls: [plan.inferenceBaseUrl], policyVersion: version, adapter, keepFromVersion: 0 });
+      await syncWeights({ runId: plan.runId, baseUrls: [plan.inferenceBaseUrl], policyVersion: version, adapter, keepFromVersion: 0, liveness: forActivity(livenessOf(plan), 'weight_sync') });
     }
     const episodes = await slidingWindow(jobs, input.maxConcurrent ?? 4, async ({ t, ti, s }): Promise<EvalEpisode> => {
       try {

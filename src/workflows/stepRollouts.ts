@@ -18,6 +18,7 @@ import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { MainActivities } from '../activities';
 import type { RolloutActivities, RolloutInput } from './activityTypes';
+import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
 import type { SampledTask } from './types';
 
@@ -30,7 +31,7 @@ export interface StepRolloutsInput {
   adapter?: ArtifactRef;
   keepFromVersion: number;
   tasks: SampledTask[];
-  config: Pick<RunConfig, 'sampling' | 'env' | 'sandbox' | 'inference' | 'orchestrator'>;
+  config: Pick<RunConfig, 'sampling' | 'env' | 'sandbox' | 'inference' | 'orchestrator'> & { liveness?: LivenessWindows };
   taskSetDir: string;
   seed: number;
   /** Workflow id to send progress to; absent when run on its own (benchmarks). */
@@ -40,7 +41,7 @@ export interface StepRolloutsInput {
 const { rollout } = proxyActivities<RolloutActivities>({
   taskQueue: 'ratchet-rollout',
   startToCloseTimeout: '30 minutes',
-  // Rollouts heartbeat every turn: a killed rollout worker is noticed in a minute.
+  // Rollouts heartbeat every ~10 s and stop when stalled (src/activities/liveness.ts): a dead or hung attempt is noticed in a minute.
   heartbeatTimeout: '1 minute',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 });
@@ -63,6 +64,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
   const total = input.tasks.length * perTask;
   const window = Math.min(input.config.orchestrator.max_concurrent_rollouts, 1000, total);
   const baseUrls = input.config.inference.base_urls;
+  const windows = livenessOf(input.config);
   const results: (RolloutSummary | undefined)[] = new Array(total);
   const doneInGroup = new Array<number>(input.tasks.length).fill(0);
   let done = 0;
@@ -104,6 +106,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
       // Spread rollouts over the replicas; a group's rollouts share none on purpose (no cache skew).
       inferenceBaseUrl: baseUrls[i % baseUrls.length]!,
       seed: rolloutSeed(input.seed, input.step, g, k),
+      liveness: forActivity(windows, 'rollout'),
     };
   };
 
@@ -124,7 +127,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
   const ensureServed = async (): Promise<void> => {
     for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
       try {
-        await syncWeights({ runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion });
+        await syncWeights({ runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion, liveness: forActivity(windows, 'weight_sync') });
         if (waitingForInference) {
           waitingForInference = false;
           await report();

@@ -25,6 +25,7 @@ import {
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import { adapterName } from '../shared/adapters';
+import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { MainActivities } from '../activities';
@@ -62,23 +63,28 @@ const announcer = proxyActivities<TrainerActivities>({
   retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds' },
 });
 
-/** The trainer's own queue: a dead trainer shows up as a schedule-to-start or heartbeat timeout, not a hang. */
+/**
+ * The trainer's own queue: a dead trainer shows up as a schedule-to-start or heartbeat timeout, not a hang.
+ * The trainer heartbeats every ~10 s from a liveness thread however slow a micro-batch is, and stops when
+ * its watchdog sees no progress (trainer/ratchet_trainer/liveness.py): a hung trainer times out too.
+ */
 function trainerOn(taskQueue: string, t: TrainerTimeouts = {}) {
   return proxyActivities<TrainerActivities>({
     taskQueue,
     scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
     startToCloseTimeout: '2 hours',
-    heartbeatTimeout: t.heartbeat ?? '2 minutes',
+    heartbeatTimeout: t.heartbeat ?? '1 minute',
     retry: { maximumAttempts: 2 },
   });
 }
 
-// Loading a checkpoint and saving one do not heartbeat; they may take a while on CPU.
+// Loading a checkpoint and saving one heartbeat the same way; they may take a while on CPU.
 function trainerIoOn(taskQueue: string, t: TrainerTimeouts = {}) {
   return proxyActivities<TrainerActivities>({
     taskQueue,
     scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
     startToCloseTimeout: '20 minutes',
+    heartbeatTimeout: t.heartbeat ?? '1 minute',
     retry: { maximumAttempts: 2 },
   });
 }
@@ -221,6 +227,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     lastStep = { step: step - 1, meanReward: resume.lastMeanReward, components: {}, rollouts: 0, dropped: 0, policyVersion };
   }
   const asyncLevel = orch.async_level;
+  const windows = livenessOf(config);
   const canEvery = input.continueAsNewEvery ?? orch.continue_as_new_every;
   let taskSetDir = '';
   const keepFrom = () => Math.max(1, policyVersion - asyncLevel - 1);
@@ -232,7 +239,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   async function syncUntilServed(): Promise<{ ms: number } | undefined> {
     for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
       try {
-        const r = await sync.syncWeights({ runId, baseUrls: config.inference.base_urls, policyVersion, adapter, keepFromVersion: keepFrom() });
+        const r = await sync.syncWeights({ runId, baseUrls: config.inference.base_urls, policyVersion, adapter, keepFromVersion: keepFrom(), liveness: forActivity(windows, 'weight_sync') });
         if (waitingForInference) {
           waitingForInference = false;
           publish();
@@ -257,7 +264,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     waitingForTrainer = true;
     publish();
     const { task_queue, worker_id } = await announcer['trainer.announce']({});
-    const loadedState = await trainerIoOn(task_queue, input.trainerTimeouts)['trainer.load']({ run_id: runId, trainer_config: toTrainerConfig(config), checkpoint });
+    const loadedState = await trainerIoOn(task_queue, input.trainerTimeouts)['trainer.load']({ run_id: runId, trainer_config: toTrainerConfig(config), checkpoint, liveness: forActivity(windows, 'trainer') });
     if (loadedState.policy_version !== policyVersion) {
       throw ApplicationFailure.nonRetryable(
         `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? 'the base model'}, but the run is at version ${policyVersion}`,
@@ -275,9 +282,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       try {
         const q = await ensureTrainer();
         phase = 'training';
-        const metrics = await trainerOn(q, input.trainerTimeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest });
+        const metrics = await trainerOn(q, input.trainerTimeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest, liveness: forActivity(windows, 'trainer') });
         phase = 'saving';
-        const saved = await trainerIoOn(q, input.trainerTimeouts)['trainer.save']({ run_id: runId, step: s });
+        const saved = await trainerIoOn(q, input.trainerTimeouts)['trainer.save']({ run_id: runId, step: s, liveness: forActivity(windows, 'trainer') });
         return { metrics, saved, restarts };
       } catch (err) {
         if (!isTrainerGone(err) || restarts >= 20) throw err;
@@ -316,7 +323,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     taskSetDir = sampled.taskSetDir;
     const childInput: StepRolloutsInput = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(), tasks,
-      config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch },
+      config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch, liveness: windows },
       taskSetDir, seed, parentWorkflowId: info.workflowId,
     };
     rolloutCounts.set(s, { done: 0, total: tasks.length * orch.rollouts_per_example });

@@ -40,7 +40,7 @@ export interface TrainRunInput {
 export interface TrainerTimeouts {
   /** A trainer.* task nobody picks up within this is a dead trainer (default "1 minute"). */
   scheduleToStart?: Duration;
-  /** trainer.step heartbeats per micro-batch (default "2 minutes"). */
+  /** trainer.* heartbeat every ~10 s; a dead or hung trainer is noticed after this (default "1 minute"). */
   heartbeat?: Duration;
 }
 

@@ -56,7 +56,7 @@ describe('rollout activity', () => {
     expect(t.messages[2]!.tool_calls![0]!.function.name).toBe('bash');
     expect(t.messages[3]!.content).toMatch(/pkg\/calc.py:1:def add/);
     expect(t.turns.every((turn) => turn.completion_token_ids!.length > 0 && turn.policy_version === 1)).toBe(true);
-    expect(beats).toHaveLength(2);
+    expect(beats[0]).toEqual({ phase: 'started' }); // then on a timer (src/activities/liveness.ts), not per turn
     expect(sandboxes.acquired[0]).toMatchObject({ labels: { run: 'run1', step: 2, rollout: 'g0-1' }, repo: { hostPath: '/tasks/repos/calc.git', baseCommit: 'HEAD' } });
     expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
     expect(model.requests[0]).toMatchObject({ model: 'policy-v1', sampling: { seed: 7, max_tokens: 64 } });

@@ -38,6 +38,7 @@ from .core.batch import BatchError, load_batch
 from .core.checkpoint import CheckpointError, read_checkpoint_state, restore_checkpoint, save_checkpoint
 from .core.config import ConfigError, parse_trainer_config
 from .core.trainer import StepOrderError, Trainer
+from .liveness import LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
 
 log = logging.getLogger("ratchet_trainer.worker")
 
@@ -46,7 +47,8 @@ SHARED_QUEUE = "ratchet-trainer"
 DEFAULT_METRICS_PORT = 9468
 # Fault injection for the recovery tests: after each micro-batch of step
 # RATCHET_TRAINER_FAULT_STEP (any step if unset), touch RATCHET_TRAINER_FAULT_MARKER
-# and sleep RATCHET_TRAINER_FAULT_SLEEP_S seconds, still heartbeating.
+# and sleep RATCHET_TRAINER_FAULT_SLEEP_S seconds: a slow micro-batch, during which
+# the step thread reports nothing (only the liveness thread heartbeats).
 FAULT_SLEEP_ENV = "RATCHET_TRAINER_FAULT_SLEEP_S"
 FAULT_STEP_ENV = "RATCHET_TRAINER_FAULT_STEP"
 FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
@@ -96,8 +98,10 @@ def activity_cancelled(step: int) -> Exception:
 class TrainerActivities:
     """Holds at most one run's trainer; activities on it are serialised by a lock."""
 
-    def __init__(self, artifacts_root: Path, worker_id: str | None = None, shared_queue: str = SHARED_QUEUE):
+    def __init__(self, artifacts_root: Path, worker_id: str | None = None, shared_queue: str = SHARED_QUEUE,
+                 liveness: ProcessLiveness | None = None):
         self.artifacts_root = artifacts_root
+        self.liveness = liveness
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.task_queue = f"{shared_queue}-{self.worker_id}"
         self.trainer: Trainer | None = None
@@ -116,6 +120,14 @@ class TrainerActivities:
             )
         return self.trainer
 
+    def _live(self, name: str, req: dict[str, Any]):
+        """Timer heartbeats + the stall watchdog for one activity; the window comes with the request."""
+        try:
+            cfg = LivenessConfig.parse(req.get("liveness"), f"{name} liveness")
+        except ConfigError as e:
+            raise self._fail(e) from e
+        return activity_liveness(name, cfg, self.liveness)
+
     @activity.defn(name="trainer.announce")
     async def announce(self, _: dict[str, Any] | None = None) -> dict[str, str]:
         return {"task_queue": self.task_queue, "worker_id": self.worker_id}
@@ -125,7 +137,8 @@ class TrainerActivities:
         run_id = req.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
-        with self._lock:
+        with self._live("trainer.load", req) as live, self._lock:
+            live.progress({"phase": "loading", "run_id": run_id})
             try:
                 cfg = parse_trainer_config(req.get("trainer_config") or {})
                 ckpt = req.get("checkpoint")
@@ -133,12 +146,14 @@ class TrainerActivities:
                     check_ref(ckpt, "checkpoint")
                     # Verify before building: a bad checkpoint must leave the current trainer as it is.
                     read_checkpoint_state(ckpt, run_id, cfg.model_fingerprint())
+                    live.progress({"phase": "checkpoint verified", "run_id": run_id})
                 current = self.trainer
                 if current is not None and current.run_id == run_id and current.cfg == cfg and ckpt is not None:
                     restore_checkpoint(current, ckpt)
                     new = current
                 else:
                     new = Trainer(run_id, cfg)
+                    live.progress({"phase": "model built", "run_id": run_id})
                     if ckpt is not None:
                         restore_checkpoint(new, ckpt)
             except _NON_RETRYABLE as e:
@@ -150,7 +165,8 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.step", no_thread_cancel_exception=True)
     def step(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._lock:
+        with self._live("trainer.step", req) as live, self._lock:
+            live.progress({"phase": "lock acquired", "step": req.get("step")})
             trainer = self._trainer_for(req.get("run_id"))
             step = req.get("step")
             if not isinstance(step, int) or step < 0:
@@ -165,16 +181,14 @@ class TrainerActivities:
             def heartbeat(progress: dict[str, Any]) -> None:
                 # Cancellation is checked here, between micro-batches, never injected into torch mid-kernel
                 # (an exception raised inside autograd's checkpoint hooks corrupts its thread state).
+                # The liveness thread's heartbeats bring the cancellation in.
                 if activity.is_cancelled():
                     raise activity_cancelled(step)
-                activity.heartbeat(progress)
+                live.progress(progress)
                 if fault_sleep and progress["micro_batch"] > 0:
                     if os.environ.get(FAULT_MARKER_ENV):
                         Path(os.environ[FAULT_MARKER_ENV]).write_text(json.dumps(progress))
-                    end = time.monotonic() + fault_sleep
-                    while time.monotonic() < end:
-                        time.sleep(0.2)
-                        activity.heartbeat(progress)
+                    time.sleep(fault_sleep)  # a slow micro-batch: no progress, no heartbeat from this thread
 
             try:
                 batch = load_batch(req.get("batch"), req.get("manifest"))
@@ -189,8 +203,9 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.save", no_thread_cancel_exception=True)
     def save(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._lock:
+        with self._live("trainer.save", req) as live, self._lock:
             trainer = self._trainer_for(req.get("run_id"))
+            live.progress({"phase": "saving", "step": req.get("step")})
             try:
                 return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)))
             except _NON_RETRYABLE as e:
@@ -233,12 +248,16 @@ class JsonFormatter(logging.Formatter):
 
 
 async def run_worker(address: str | None, namespace: str | None, artifacts_root: Path, ready_file: Path | None = None,
-                     shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None, profile: str | None = None) -> None:
+                     shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None, profile: str | None = None,
+                     liveness_file: Path | None = None) -> None:
     # address/namespace/profile: flags over TEMPORAL_* over temporal.toml (ratchet_trainer/connection.py).
     conn = connection.resolve(address, namespace, profile)
     client = await connection.connect_client(conn, **({"runtime": runtime} if runtime else {}))
     address = conn.address
-    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue)
+    # Touched every few seconds while the process runs and no activity is stalled; the stack's supervisor
+    # kill -9s and restarts a trainer whose file goes stale (frozen, wedged): it cannot do that itself.
+    liveness = ProcessLiveness(liveness_file).start()
+    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness)
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     shared = Worker(client, task_queue=shared_queue, activities=[acts.announce])
@@ -259,6 +278,8 @@ def main() -> None:
     ap.add_argument("--artifacts", type=Path, default=_default_artifacts(), help="artifact store root (local)")
     ap.add_argument("--ready-file", type=Path, default=None, help="write {task_queue, worker_id} here once polling")
     ap.add_argument("--shared-queue", default=SHARED_QUEUE, help="queue polled for trainer.announce (tests isolate with their own)")
+    ap.add_argument("--liveness-file", type=Path, default=liveness_file_from_env(),
+                    help="touched every 5 s while this trainer is live (default $RATCHET_LIVENESS_FILE; none if unset)")
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--metrics-port", default=os.environ.get("RATCHET_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
                     help=f"Prometheus endpoint on 127.0.0.1 (SDK runtime + ratchet_trainer_*), default {DEFAULT_METRICS_PORT}; off disables")
@@ -273,7 +294,8 @@ def main() -> None:
     runtime = telemetry_runtime(args.metrics_port)
     log.info("Prometheus metrics", extra={"url": f"http://127.0.0.1:{args.metrics_port}/metrics" if runtime else "off"})
     try:
-        asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime, args.profile))
+        asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime, args.profile,
+                               args.liveness_file))
     except ConnectionError as e:
         raise SystemExit(f"error: {e}") from None
 

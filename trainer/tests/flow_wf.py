@@ -32,10 +32,11 @@ class TrainerRecoveryTestFlow:
             b = a["batches"][step]
             try:
                 m = await workflow.execute_activity(
-                    "trainer.step", {"run_id": a["run_id"], "step": step, "batch": b[0], "manifest": b[1]},
+                    "trainer.step", {"run_id": a["run_id"], "step": step, "batch": b[0], "manifest": b[1],
+                                     **({"liveness": a["liveness"]} if a.get("liveness") else {})},
                     task_queue=queue, start_to_close_timeout=timedelta(minutes=5),
                     schedule_to_start_timeout=timedelta(seconds=60),
-                    heartbeat_timeout=timedelta(seconds=60), retry_policy=ONCE)
+                    heartbeat_timeout=timedelta(seconds=a.get("step_heartbeat_timeout_s", 60)), retry_policy=ONCE)
                 saved = await workflow.execute_activity(
                     "trainer.save", {"run_id": a["run_id"], "step": step}, task_queue=queue,
                     start_to_close_timeout=timedelta(minutes=2), retry_policy=ONCE)

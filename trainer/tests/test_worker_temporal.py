@@ -114,3 +114,44 @@ def test_worker_killed_mid_step_recovers_from_checkpoint(tmp_path):
     adapter = load_file(str(uri_to_path(r1["saved"]["adapter"]["uri"]) / "adapter_model.safetensors"))
     for k, v in want_w.items():
         torch.testing.assert_close(adapter[k], v, rtol=1e-4, atol=1e-6)
+
+
+def test_micro_batch_slower_than_the_heartbeat_timeout_does_not_fail_the_step(tmp_path):
+    """The CPU stack's bug: one micro-batch took longer than the heartbeat timeout and the step was
+    redone from scratch. The fault hook sleeps 15 s after a micro-batch without heartbeating from the
+    step thread; the step's heartbeat timeout is 5 s. The timer heartbeats must carry it through on
+    its first and only attempt (retry policy: once)."""
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+    from flow_wf import TrainerRecoveryTestFlow
+
+    cfg = make_cfg("tiny", micro_batch_tokens=24)
+    ref = Trainer("run", cfg)
+    b0 = on_policy_batch(ref, tmp_path, make_samples(ref.vocab_size), 0)
+    del ref
+    shared = f"ratchet-trainer-test-{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "fault.marker"
+    a, _ = _worker(tmp_path, "slow", shared, {"RATCHET_TRAINER_FAULT_SLEEP_S": "15", "RATCHET_TRAINER_FAULT_STEP": "0",
+                                              "RATCHET_TRAINER_FAULT_MARKER": str(marker), "RATCHET_METRICS_PORT": "off"})
+    try:
+        async def drive():
+            client = await Client.connect(TEMPORAL_ADDRESS)
+            wf_queue = f"{shared}-wf"
+            async with Worker(client, task_queue=wf_queue, workflows=[TrainerRecoveryTestFlow]):
+                handle = await client.start_workflow(
+                    TrainerRecoveryTestFlow.run,
+                    {"shared_queue": shared, "run_id": "run", "trainer_config": cfg.to_dict(), "batches": [b0],
+                     "step_heartbeat_timeout_s": 5, "liveness": {"heartbeat_every_s": 1, "stall_s": 60}},
+                    id=f"trainer-slow-mb-{uuid.uuid4().hex[:8]}", task_queue=wf_queue)
+                return await asyncio.wait_for(handle.result(), timeout=300)
+
+        t0 = time.monotonic()
+        out = asyncio.run(drive())
+        took = time.monotonic() - t0
+    finally:
+        a.send_signal(signal.SIGTERM)
+        a.wait(30)
+    assert marker.exists(), "the fault hook never ran: the test proved nothing"
+    assert took > 15
+    assert out["recoveries"] == 0, (tmp_path / "slow.log").read_text()[-3000:]
+    assert out["results"][0]["metrics"]["applied"] is True

@@ -1,0 +1,120 @@
+/**
+ * Heartbeats that measure liveness, and a watchdog that stops them when progress stops.
+ *
+ * Every long activity (rollout, weight sync, eval) runs its work inside
+ * `withLiveness`: the activity heartbeats on a timer, whatever the work is doing
+ * (one slow model call, a long test run), with the newest progress as details.
+ * The work reports progress (a model response, a tool result, an HTTP response)
+ * with `live.progress(...)`. When none came for `stallMs`, the heartbeat stops and
+ * the stall is logged, so Temporal's heartbeat timeout fires and the attempt is
+ * retried: a hung activity, not only a dead worker, is replaced. One heartbeat
+ * timeout later the work's `signal` aborts, so the hung attempt frees its slot and
+ * its sandbox on this worker (its result would be ignored anyway).
+ *
+ * The Python trainer does the same in trainer/ratchet_trainer/liveness.py.
+ */
+import { Context } from '@temporalio/activity';
+import type { LivenessConfig } from '../config/schema';
+import { componentLogger, type Logger } from '../shared/logger';
+
+export interface LivenessOptions {
+  /** The activity, for the log line. */
+  name: string;
+  heartbeatEveryMs: number;
+  /** No progress for this long is a stall. */
+  stallMs: number;
+  logger?: Logger;
+}
+
+/** What the work sees. */
+export interface Liveness {
+  /** Record progress; `details` replace what the next heartbeats carry. */
+  progress(details?: Record<string, unknown>): void;
+  /** Aborts when the activity is cancelled, or one heartbeat timeout after a stall. */
+  readonly signal: AbortSignal;
+  /** Whether the watchdog has given up on this attempt. */
+  readonly stalled: boolean;
+}
+
+export class StalledError extends Error {
+  constructor(name: string, stallMs: number, details: unknown) {
+    super(`${name}: no progress for ${Math.round(stallMs / 1000)} s (last: ${JSON.stringify(details)}); heartbeats stopped and Temporal retries the attempt`);
+    this.name = 'StalledError';
+  }
+}
+
+const defaultLog = componentLogger('liveness');
+
+/** The options for one activity kind, from the run config's `[liveness]` section. */
+export function livenessOptions(name: string, cfg: Pick<LivenessConfig, 'heartbeat_every_s'>, stallS: number, logger?: Logger): LivenessOptions {
+  return { name, heartbeatEveryMs: cfg.heartbeat_every_s * 1000, stallMs: stallS * 1000, logger };
+}
+
+function currentContext(): Context | undefined {
+  try {
+    return Context.current();
+  } catch {
+    return undefined; // a plain call (benchmark, script): the watchdog still runs, nothing to heartbeat
+  }
+}
+
+/**
+ * Runs `work` with timer heartbeats and a stall watchdog. Outside an activity the
+ * watchdog still aborts a stalled `work` (there is no heartbeat to stop).
+ */
+export async function withLiveness<T>(opts: LivenessOptions, work: (live: Liveness) => Promise<T>): Promise<T> {
+  const ctx = currentContext();
+  const log = opts.logger ?? defaultLog;
+  const stallAbort = new AbortController();
+  const signal = ctx ? AbortSignal.any([ctx.cancellationSignal, stallAbort.signal]) : stallAbort.signal;
+  let details: Record<string, unknown> = { phase: 'started' };
+  let last = Date.now();
+  let stalled = false;
+  let abortTimer: NodeJS.Timeout | undefined;
+
+  const beat = () => {
+    try {
+      ctx?.heartbeat(details);
+    } catch (err) {
+      log.warn({ activity: opts.name, err: (err as Error).message }, 'heartbeat failed; the next tick tries again');
+    }
+  };
+  const tick = () => {
+    if (stalled) return;
+    const idleMs = Date.now() - last;
+    if (idleMs > opts.stallMs) {
+      stalled = true;
+      clearInterval(timer);
+      log.error({ activity: opts.name, stall_s: opts.stallMs / 1000, idle_s: Math.round(idleMs / 1000), last_progress: details },
+        'no progress within the stall window; heartbeats stop so Temporal retries this activity');
+      // Temporal has retried the attempt once its heartbeat timeout passes: then stop the hung work here.
+      const graceMs = ctx?.info.heartbeatTimeoutMs ?? 0;
+      abortTimer = setTimeout(() => stallAbort.abort(new StalledError(opts.name, opts.stallMs, details)), graceMs);
+      return;
+    }
+    beat();
+  };
+  const timer = setInterval(tick, opts.heartbeatEveryMs);
+  beat();
+
+  const live: Liveness = {
+    progress(next) {
+      if (stalled) return; // the verdict stands: the attempt is being retried elsewhere
+      last = Date.now();
+      if (next) details = next;
+    },
+    signal,
+    get stalled() { return stalled; },
+  };
+  // A hung await that ignores the signal must not hold the slot: the abort ends the attempt either way.
+  const aborted = new Promise<never>((_, reject) => {
+    stallAbort.signal.addEventListener('abort', () => reject(stallAbort.signal.reason as Error), { once: true });
+  });
+  aborted.catch(() => { /* observed through the race below */ });
+  try {
+    return await Promise.race([work(live), aborted]);
+  } finally {
+    clearInterval(timer);
+    if (abortTimer) clearTimeout(abortTimer);
+  }
+}

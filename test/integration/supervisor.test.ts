@@ -1,0 +1,55 @@
+/**
+ * The supervisor that `ratchet up` starts (src/stack/supervise.ts), on the real
+ * stack's workers: one frozen with SIGSTOP is kill -9ed and started again once its
+ * liveness file is stale; one killed -9 is started again.
+ */
+import { existsSync, statSync } from 'node:fs';
+import { describeWithStack } from '../helpers/stack';
+import { isAlive, readPid, serviceStatus } from '../../src/stack/processes';
+import { livenessFileOf } from '../../src/stack/supervisor';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function replaced(name: string, old: number, timeoutMs: number): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const pid = readPid(name);
+    if (pid !== undefined && pid !== old && isAlive(pid)) return pid;
+    if (Date.now() > deadline) throw new Error(`${name} (pid ${old}) was not replaced within ${timeoutMs / 1000} s; see .ratchet/logs/supervisor.log`);
+    await sleep(500);
+  }
+}
+
+describeWithStack('ratchet up supervises its workers', ['temporalServer'], () => {
+  beforeAll(() => {
+    if (!serviceStatus('supervisor').running || !serviceStatus('worker-rollout').running || !serviceStatus('worker-main').running) {
+      throw new Error('the stack\'s supervisor and workers are not running. Fix: bin/ratchet up');
+    }
+  });
+
+  test('every worker touches its liveness file', () => {
+    for (const name of ['worker-main', 'worker-rollout', 'worker-trainer']) {
+      const file = livenessFileOf(name);
+      expect([name, existsSync(file)]).toEqual([name, true]);
+      expect(Date.now() - statSync(file).mtimeMs).toBeLessThan(15_000);
+    }
+  });
+
+  test('a frozen (SIGSTOP) rollout worker is killed -9 and started again', async () => {
+    const old = readPid('worker-rollout')!;
+    process.kill(old, 'SIGSTOP');
+    try {
+      // Stale after RATCHET_SUPERVISOR_STALE_S (60 s by default), checked every 5 s, then a start of up to 60 s.
+      await replaced('worker-rollout', old, 200_000);
+    } finally {
+      try { process.kill(old, 'SIGCONT'); } catch { /* killed, as it should be */ }
+    }
+    expect(isAlive(old)).toBe(false);
+  }, 240_000);
+
+  test('a worker killed -9 is started again', async () => {
+    const old = readPid('worker-main')!;
+    process.kill(old, 'SIGKILL');
+    await replaced('worker-main', old, 90_000);
+  }, 120_000);
+});

@@ -1,0 +1,188 @@
+"""Heartbeats on a timer and the stall watchdog (ratchet_trainer.liveness), through the SDK's
+ActivityEnvironment (the real activity context, heartbeats captured) and the worker's real
+trainer.step activity with a stand-in model whose micro-batch is slow or hangs."""
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from ratchet_trainer import worker as worker_mod
+from ratchet_trainer.core.config import ConfigError
+from ratchet_trainer.liveness import LivenessConfig, ProcessLiveness, Watchdog, activity_liveness
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_watchdog_stalls_after_the_window_and_the_verdict_stands():
+    clock = FakeClock()
+    wd = Watchdog("trainer.step", stall_s=60, clock=clock)
+    clock.t += 59
+    assert not wd.stalled()
+    wd.progress({"micro_batch": 1})
+    clock.t += 60
+    assert not wd.stalled()  # 60 s since the last progress: not past the window yet
+    clock.t += 1
+    assert wd.stalled()
+    wd.progress({"micro_batch": 2})  # late progress cannot revive an attempt Temporal has given up on
+    assert wd.stalled()
+    assert wd.details == {"micro_batch": 1}
+
+
+@pytest.mark.parametrize("raw,key", [
+    ({"heartbeat_every_s": 0}, "heartbeat_every_s"),
+    ({"heartbeat_every_s": 60}, "heartbeat_every_s"),
+    ({"stall_s": "10"}, "stall_s"),
+    ({"stall_s": 0.05}, "stall_s"),
+    ({"heartbeat_every_s": 10, "stall_s": 15}, "stall_s"),
+    ({"stal_s": 10}, "unknown key"),
+])
+def test_liveness_config_rejects_out_of_bounds_naming_the_key(raw, key):
+    with pytest.raises(ConfigError, match=key):
+        LivenessConfig.parse(raw, "trainer.step liveness")
+
+
+def test_liveness_config_defaults_fit_the_cpu_stack():
+    cfg = LivenessConfig.parse(None)
+    assert cfg.heartbeat_every_s == 10 and cfg.stall_s == 900
+    assert LivenessConfig.parse({"stall_s": 30}).stall_s == 30
+
+
+def _beats(env: ActivityEnvironment) -> list[tuple[float, object, str]]:
+    beats: list[tuple[float, object, str]] = []
+    env.on_heartbeat = lambda *d: beats.append((time.monotonic(), d[0] if d else None, threading.current_thread().name))
+    return beats
+
+
+def test_heartbeats_keep_coming_while_the_work_sends_none():
+    env = ActivityEnvironment()
+    beats = _beats(env)
+
+    def work() -> None:
+        with activity_liveness("trainer.step", LivenessConfig(heartbeat_every_s=0.05, stall_s=5)) as live:
+            live.progress({"micro_batch": 1})
+            time.sleep(0.6)  # one long micro-batch: the activity thread says nothing
+
+    env.run(work)
+    assert len(beats) >= 8, beats
+    assert beats[-1][1] == {"micro_batch": 1}  # the latest progress rides on every beat
+    assert all(name != threading.current_thread().name for _, _, name in beats[1:])
+
+
+def test_heartbeats_stop_once_no_progress_came_within_the_stall_window():
+    env = ActivityEnvironment()
+    beats = _beats(env)
+    liveness = ProcessLiveness(None)
+    seen_unhealthy = []
+
+    def work() -> None:
+        with activity_liveness("trainer.step", LivenessConfig(heartbeat_every_s=0.05, stall_s=0.3), liveness) as live:
+            t0 = time.monotonic()
+            live.progress({"micro_batch": 1})
+            time.sleep(1.2)  # hung: no progress
+            seen_unhealthy.append(not liveness.healthy())
+            return t0
+
+    t0 = env.run(work)
+    after_stall = [b for b in beats if b[0] > t0 + 0.3 + 0.15]
+    assert len(beats) >= 3 and after_stall == [], beats
+    assert seen_unhealthy == [True]
+    assert liveness.healthy()  # the stalled activity ended: the process is live again
+
+
+def test_liveness_file_is_touched_only_while_no_activity_is_stalled(tmp_path: Path):
+    f = tmp_path / "trainer.alive"
+    clock = FakeClock()
+    liveness = ProcessLiveness(f)
+    assert liveness.beat() and f.exists()
+    wd = Watchdog("trainer.step", stall_s=10, clock=clock)
+    liveness.register(wd)
+    f.unlink()
+    clock.t += 5
+    assert liveness.beat() and f.exists()
+    f.unlink()
+    clock.t += 6
+    assert not liveness.beat() and not f.exists()
+    liveness.unregister(wd)
+    assert liveness.beat() and f.exists()
+
+
+class SlowTrainer:
+    """Stands in for the model: micro-batch 1 takes `slow_s`, reporting nothing meanwhile."""
+
+    def __init__(self, slow_s: float) -> None:
+        self.run_id = "run"
+        self.ledger: dict[int, dict] = {}
+        self.slow_s = slow_s
+
+    def step(self, step, batch, heartbeat=None):
+        heartbeat({"step": step, "micro_batch": 0, "micro_batches": 2})
+        time.sleep(self.slow_s)
+        heartbeat({"step": step, "micro_batch": 1, "micro_batches": 2})
+        heartbeat({"step": step, "micro_batch": 2, "micro_batches": 2})
+        return {"step": step, "applied": False}
+
+
+def _acts(tmp_path: Path, monkeypatch, slow_s: float):
+    monkeypatch.setattr(worker_mod, "load_batch", lambda *_: SimpleNamespace())
+    acts = worker_mod.TrainerActivities(tmp_path, worker_id="test", liveness=ProcessLiveness(None))
+    acts.trainer = SlowTrainer(slow_s)
+    return acts
+
+
+def test_trainer_step_heartbeats_through_a_slow_micro_batch(tmp_path, monkeypatch):
+    """The bug seen on the CPU: a micro-batch longer than the heartbeat timeout failed the step.
+    Heartbeats must keep coming while the micro-batch runs."""
+    acts = _acts(tmp_path, monkeypatch, slow_s=1.0)
+    env = ActivityEnvironment()
+    beats = _beats(env)
+    t0 = time.monotonic()
+    env.run(acts.step, {"run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.1, "stall_s": 5}})
+    during = [b for b in beats if t0 + 0.2 < b[0] < t0 + 0.9]
+    assert len(during) >= 4, beats
+    assert during[-1][1]["micro_batch"] == 0
+
+
+def test_trainer_step_fault_sleep_is_a_slow_micro_batch_that_heartbeats_from_the_timer(tmp_path, monkeypatch):
+    acts = _acts(tmp_path, monkeypatch, slow_s=0)
+    marker = tmp_path / "marker"
+    monkeypatch.setenv(worker_mod.FAULT_SLEEP_ENV, "0.8")
+    monkeypatch.setenv(worker_mod.FAULT_MARKER_ENV, str(marker))
+    env = ActivityEnvironment()
+    beats = _beats(env)
+    step_thread = []
+    orig = acts.trainer.step
+    acts.trainer.step = lambda *a, **k: (step_thread.append(threading.current_thread().name), orig(*a, **k))[1]
+    env.run(acts.step, {"run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.1, "stall_s": 5}})
+    assert marker.exists()
+    from_step_thread = [b for b in beats if b[2] == step_thread[0]]
+    assert len(beats) >= 6 and len(from_step_thread) <= 1, beats
+
+
+def test_trainer_step_that_hangs_stops_heartbeating_and_marks_the_process_not_live(tmp_path, monkeypatch):
+    acts = _acts(tmp_path, monkeypatch, slow_s=1.2)
+    env = ActivityEnvironment()
+    beats = _beats(env)
+    healthy_during = []
+    threading.Timer(0.9, lambda: healthy_during.append(acts.liveness.healthy())).start()
+    t0 = time.monotonic()
+    env.run(acts.step, {"run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.05, "stall_s": 0.4}})
+    assert [b for b in beats if b[0] > t0 + 0.4 + 0.15] == []
+    assert healthy_during == [False]
+
+
+def test_trainer_step_rejects_a_bad_liveness_window(tmp_path, monkeypatch):
+    from temporalio.exceptions import ApplicationError
+
+    acts = _acts(tmp_path, monkeypatch, slow_s=0)
+    with pytest.raises(ApplicationError, match="stall_s"):
+        ActivityEnvironment().run(acts.step, {"run_id": "run", "step": 0, "liveness": {"stall_s": -1}})
