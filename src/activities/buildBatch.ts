@@ -2,7 +2,10 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { ArtifactRef } from '../artifacts/ref';
+import { ArtifactsFields } from '../config/schema';
 import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
+import type { StoreSettings } from '../artifacts/settings';
+import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { RolloutSummary, type Trajectory } from '../rollouts/trajectory';
 import { buildBatchFromTrajectories, type BatchStats, type BuilderInput } from '../samples/builder';
 import { BatchBuildError } from '../samples/errors';
@@ -42,6 +45,8 @@ export const BuildBatchActivityInput = z.object({
   /** The run's [orchestrator] section; only the builder's keys are read. */
   orchestrator: BuilderOrchestratorConfig.passthrough(),
   modelPath: z.string().min(1),
+  /** The run's [artifacts] store; absent: the worker's default store. */
+  artifacts: ArtifactsFields.optional(),
 });
 export type BuildBatchActivityInput = z.input<typeof BuildBatchActivityInput>;
 
@@ -72,10 +77,10 @@ export function batchKeys(runId: string, step: number): { batch: string; manifes
 export function createBatchActivities(deps: BatchActivityDeps) {
   const log = deps.logger ?? componentLogger('batch-builder');
 
-  async function readTrajectory(ref: ArtifactRef): Promise<Trajectory> {
+  async function readTrajectory(ref: ArtifactRef, settings: StoreSettings | undefined): Promise<Trajectory> {
     let buf: Buffer;
     try {
-      buf = await deps.store.get(ref);
+      buf = await storeForRef(ref, settings, deps.store).get(ref);
     } catch (err) {
       if (err instanceof ArtifactIntegrityError) fail('CorruptArtifact', `trajectory ${err.message}`, err);
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
@@ -99,6 +104,10 @@ export function createBatchActivities(deps: BatchActivityDeps) {
   }
 
   async function buildBatch(rawInput: BuildBatchActivityInput): Promise<BuildBatchResult> {
+    return withStoreErrors(() => buildBatchIn(rawInput));
+  }
+
+  async function buildBatchIn(rawInput: BuildBatchActivityInput): Promise<BuildBatchResult> {
     const inputParsed = BuildBatchActivityInput.safeParse(rawInput);
     if (!inputParsed.success) {
       const issue = inputParsed.error.issues[0]!;
@@ -117,7 +126,7 @@ export function createBatchActivities(deps: BatchActivityDeps) {
 
     const inputs: BuilderInput[] = await Promise.all(input.trajectories.map(async (x): Promise<BuilderInput> => {
       const ref = isSummary(x) ? x.trajectory : x;
-      const trajectory = await readTrajectory(ref);
+      const trajectory = await readTrajectory(ref, input.artifacts);
       return {
         trajectory, label: ref.uri, sha256: ref.sha256,
         reward: isSummary(x) ? { total: x.reward, components: x.components } : undefined,
@@ -145,8 +154,9 @@ export function createBatchActivities(deps: BatchActivityDeps) {
 
     const keys = batchKeys(input.runId, input.step);
     const batchBytes = writeSafetensors(tensors, { format: manifest.format });
-    const batch = await deps.store.put(keys.batch, batchBytes);
-    const manifestRef = await deps.store.put(keys.manifest, JSON.stringify(manifest));
+    const runStore = storeFor(input.artifacts, deps.store);
+    const batch = await runStore.put(keys.batch, batchBytes);
+    const manifestRef = await runStore.put(keys.manifest, JSON.stringify(manifest));
     log.info({
       run_id: input.runId, step: input.step, samples: stats.samples, tokens: stats.tokens, trainable_tokens: stats.trainable_tokens,
       dropped: stats.dropped, non_prefix_breaks: stats.non_prefix_breaks, read_ms: tRead - t0, build_ms: Date.now() - tRead,

@@ -25,7 +25,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createConfigActivities(deps),
     ...createDatasetActivities({ logger: deps.logger }),
     ...createBatchActivities({ store: deps.store, logger: deps.logger.child({ component: 'batch-builder' }) }),
-    ...createWeightSyncActivities({ logger: deps.logger, ...deps.weightSync }),
+    ...createWeightSyncActivities({ logger: deps.logger, store: deps.store, ...deps.weightSync }),
     ...createMetricsActivities(deps),
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
   };

@@ -1,6 +1,5 @@
-import { promises as fs } from 'node:fs';
-import * as path from 'node:path';
 import type { ArtifactStore } from '../artifacts/store';
+import { storeFor, withStoreErrors } from '../artifacts/stores';
 import type { Logger } from '../shared/logger';
 import type { StepSummary } from '../workflows/types';
 import { runKeys, type RunStateFile } from './config';
@@ -59,14 +58,9 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
      * the resumed run redoes the step and finds the record already written.
      */
     async recordStep({ record, state }: RecordStepInput): Promise<StepSummary> {
-      const file = store.localPath(runKeys.metrics(record.run_id));
-      await fs.mkdir(path.dirname(file), { recursive: true });
-      let existing = '';
-      try {
-        existing = await fs.readFile(file, 'utf8');
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      }
+      return withStoreErrors(async () => {
+      const runStore = storeFor(state.artifacts, store);
+      const existing = (await runStore.read(runKeys.metrics(record.run_id)))?.toString('utf8') ?? '';
       const already = existing.split('\n').some((l) => {
         if (!l.trim()) return false;
         try {
@@ -77,13 +71,14 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
       });
       if (!already) {
         // A torn last line (crash mid-append) gets its own line so later ones stay parseable.
+        // The whole file is rewritten atomically (S3 has no append), so a crash never leaves half a line.
         const sep = existing && !existing.endsWith('\n') ? '\n' : '';
-        await fs.appendFile(file, `${sep}${JSON.stringify(record)}\n`);
+        await runStore.put(runKeys.metrics(record.run_id), `${existing}${sep}${JSON.stringify(record)}\n`);
         stepsTotal.inc();
         trainerStepSeconds.observe((record.timing_ms.train_and_save ?? 0) / 1000);
       }
       lastMeanReward.set({ run: record.run_id }, record.mean_reward);
-      await store.putJson(runKeys.state(record.run_id), state);
+      await runStore.putJson(runKeys.state(record.run_id), state);
       logger.info({ runId: record.run_id, step: record.step, meanReward: record.mean_reward, components: record.reward_components, policyVersion: record.policy_version }, 'step recorded');
       return {
         step: record.step,
@@ -93,23 +88,19 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
         dropped: Object.values(record.dropped).reduce((a, b) => a + b, 0),
         policyVersion: record.policy_version,
       };
+      });
     },
   };
 }
 
 /** Reads every step record of a run (the CLI's report and follow use this). */
 export async function readStepRecords(store: ArtifactStore, runId: string): Promise<StepRecord[]> {
-  try {
-    const text = await fs.readFile(store.localPath(runKeys.metrics(runId)), 'utf8');
-    return text.split('\n').filter((l) => l.trim()).flatMap((l) => {
-      try {
-        return [JSON.parse(l) as StepRecord];
-      } catch {
-        return [];
-      }
-    });
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw err;
-  }
+  const text = (await store.read(runKeys.metrics(runId)))?.toString('utf8') ?? '';
+  return text.split('\n').filter((l) => l.trim()).flatMap((l) => {
+    try {
+      return [JSON.parse(l) as StepRecord];
+    } catch {
+      return [];
+    }
+  });
 }

@@ -6,7 +6,8 @@ import { runAgent, type AgentResult } from '../agent/loop';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import { toolSpec, type ToolContext } from '../agent/tool';
 import type { ArtifactStore } from '../artifacts/store';
-import { RunConfig } from '../config/schema';
+import { storeFor } from '../artifacts/stores';
+import { ArtifactsFields, RunConfig } from '../config/schema';
 import { getEnvironment } from '../envs/registry';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
@@ -52,6 +53,8 @@ export const RolloutInput = z.object({
   seed: z.number().int().optional(),
   /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
   liveness: z.object({ heartbeat_every_s: z.number().positive(), stall_s: z.number().positive() }).strict().optional(),
+  /** The run's [artifacts] store; absent: the worker's default store. */
+  artifacts: ArtifactsFields.optional(),
 });
 export type RolloutInput = z.input<typeof RolloutInput>;
 
@@ -224,7 +227,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       stats: result.stats,
       timing: { model_ms: result.model_ms, tools_ms: result.tools_ms, sandbox_ms: sandboxMs, total_ms: performance.now() - started },
     });
-    const ref = await deps.store.putJson(trajectoryKey(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
+    const ref = await storeFor(input.artifacts, deps.store).putJson(trajectoryKey(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
     rlog.info({ reward: score.total, stop: result.stop_reason, turns: result.turns.length, tool_calls: result.stats.tool_calls, ms: Math.round(trajectory.timing.total_ms) }, 'rollout done');
 
     return RolloutSummary.parse({

@@ -26,6 +26,11 @@ export function parseRunConfig(text: string, file: string): RunConfig {
   } catch (err) {
     throw new ConfigError(`${file}: not valid TOML: ${(err as Error).message}`);
   }
+  const secrets = credentialKeys(raw);
+  if (secrets.length) {
+    throw new ConfigError(`${file}: artifacts.${secrets[0]}: credentials never go in the run config (it is stored with the run and shown in its history). ` +
+      'Fix: remove it and give every host AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in its environment.');
+  }
   const parsed = RunConfig.safeParse(raw);
   if (!parsed.success) {
     throw new ConfigError(`invalid run config\n${describeZodError(file, parsed.error)}\nFix the keys above; configs/README.md lists every key.`);
@@ -47,4 +52,11 @@ export async function loadRunConfig(configPath: string): Promise<{ config: RunCo
       'Fix: pass a path like configs/swe-grep/smoke.toml, relative to the repository root or absolute.');
   }
   return { config: parseRunConfig(text, configPath), absPath, text };
+}
+
+/** Keys of [artifacts] that look like credentials: refused with their own message, not "unrecognized key". */
+function credentialKeys(raw: unknown): string[] {
+  const a = (raw as { artifacts?: unknown } | undefined)?.artifacts;
+  if (!a || typeof a !== 'object') return [];
+  return Object.keys(a).filter((k) => /key|secret|token|password|credential/i.test(k));
 }

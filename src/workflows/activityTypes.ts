@@ -6,6 +6,7 @@
  * TypeScript implementations against these at compile time.
  */
 import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
 import type { EnvConfig, OrchestratorConfig, RunConfig, SandboxConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { ActivityLivenessInput } from '../shared/liveness';
@@ -28,6 +29,7 @@ export interface RolloutInput {
   inferenceBaseUrl: string;
   seed: number;
   liveness?: ActivityLivenessInput;
+  artifacts?: StoreSettings;
 }
 
 export interface RolloutActivities {
@@ -42,6 +44,7 @@ export interface BuildBatchInput {
   trajectories: RolloutSummary[];
   orchestrator: OrchestratorConfig;
   modelPath: string;
+  artifacts?: StoreSettings;
 }
 
 export interface BuildBatchOutput {
@@ -72,7 +75,8 @@ export interface TrainerStepMetrics {
 /** Python activities, names as registered by the trainer worker (explicit `name=`). */
 export interface TrainerActivities {
   'trainer.announce'(input: Record<string, never>): Promise<{ task_queue: string; worker_id: string }>;
-  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
-  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; liveness?: ActivityLivenessInput }): Promise<TrainerStepMetrics>;
-  'trainer.save'(input: { run_id: string; step: number; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
+  // `store`: the run's [artifacts] settings; the trainer reads s3:// refs and writes checkpoints there (no shared disk).
+  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
+  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<TrainerStepMetrics>;
+  'trainer.save'(input: { run_id: string; step: number; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
 }

@@ -14,6 +14,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { MainActivities } from '../activities';
@@ -36,6 +37,8 @@ export interface StepRolloutsInput {
   seed: number;
   /** Workflow id to send progress to; absent when run on its own (benchmarks). */
   parentWorkflowId?: string;
+  /** The run's [artifacts] store (absent: the workers' default). */
+  artifacts?: StoreSettings;
 }
 
 const { rollout } = proxyActivities<RolloutActivities>({
@@ -107,6 +110,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
       inferenceBaseUrl: baseUrls[i % baseUrls.length]!,
       seed: rolloutSeed(input.seed, input.step, g, k),
       liveness: forActivity(windows, 'rollout'),
+      ...(input.artifacts ? { artifacts: input.artifacts } : {}),
     };
   };
 
@@ -127,7 +131,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
   const ensureServed = async (): Promise<void> => {
     for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
       try {
-        await syncWeights({ runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion, liveness: forActivity(windows, 'weight_sync') });
+        await syncWeights({ runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion, liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts });
         if (waitingForInference) {
           waitingForInference = false;
           await report();

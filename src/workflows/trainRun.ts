@@ -24,6 +24,7 @@ import {
   isCancellation,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
+import { storeSettings } from '../artifacts/settings';
 import { adapterName } from '../shared/adapters';
 import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
@@ -119,6 +120,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   let stopRequested = false;
   const rolloutCounts = new Map<number, { done: number; total: number }>();
   let waitingForInference = false;
+  let waitingForStore = false;
   let prefetchedStep: number | undefined;
 
   // Derived, never assigned: whatever the run is doing, the flags say it.
@@ -126,6 +128,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     if (finalStatus) return finalStatus;
     if (stopRequested) return 'stopping';
     if (pauseRequested) return 'paused';
+    if (waitingForStore) return 'waiting-for-store';
     if (waitingForInference) return 'waiting-for-inference';
     if (waitingForTrainer) return 'waiting-for-trainer';
     return started ? 'running' : 'starting';
@@ -204,18 +207,48 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     }));
   }
 
+  /**
+   * Runs an activity call; while the artifact store is unreachable (StoreUnavailable)
+   * the run waits with status `waiting-for-store` and tries again, never failing
+   * and losing nothing (every write is atomic and keyed, so a retry redoes it whole).
+   * With the store up this adds no command: replay of older histories is unchanged.
+   */
+  async function untilStore<T>(call: () => Promise<T>): Promise<T> {
+    for (let wait = 2; ; wait = Math.min(wait * 2, 30)) {
+      try {
+        const r = await call();
+        if (waitingForStore) {
+          waitingForStore = false;
+          publish();
+          log.info('the artifact store is back; the run goes on');
+        }
+        return r;
+      } catch (err) {
+        if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'StoreUnavailable')) throw err;
+        if (!waitingForStore) {
+          waitingForStore = true;
+          publish();
+          log.warn('the artifact store is unreachable; the run waits for it', { error: err.cause.message });
+        }
+        await sleep(`${wait} seconds`);
+      }
+    }
+  }
+
   // ---- open the run: config (validated, stored, hashed) and where to start ----
   let loaded: LoadedConfig;
   let resume: ResumeState | undefined = input.resume;
   if (resume) {
-    const config = await light.readConfig(resume.configRef);
+    const settings = resume.artifacts;
+    const config = await untilStore(() => light.readConfig(resume!.configRef, settings));
     loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
   } else {
-    const opened = await light.openRun({ configPath: input.configPath, runId });
+    const opened = await untilStore(() => light.openRun({ configPath: input.configPath, runId }));
     loaded = opened.loaded;
     resume = opened.resume;
   }
   const config: RunConfig = loaded.config;
+  const artifacts = storeSettings(config.artifacts);
   const orch = config.orchestrator;
   maxSteps = orch.max_steps;
   step = resume?.nextStep ?? 0;
@@ -239,7 +272,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   async function syncUntilServed(): Promise<{ ms: number } | undefined> {
     for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
       try {
-        const r = await sync.syncWeights({ runId, baseUrls: config.inference.base_urls, policyVersion, adapter, keepFromVersion: keepFrom(), liveness: forActivity(windows, 'weight_sync') });
+        const r = await untilStore(() => sync.syncWeights({ runId, baseUrls: config.inference.base_urls, policyVersion, adapter, keepFromVersion: keepFrom(), artifacts, liveness: forActivity(windows, 'weight_sync') }));
         if (waitingForInference) {
           waitingForInference = false;
           publish();
@@ -264,7 +297,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     waitingForTrainer = true;
     publish();
     const { task_queue, worker_id } = await announcer['trainer.announce']({});
-    const loadedState = await trainerIoOn(task_queue, input.trainerTimeouts)['trainer.load']({ run_id: runId, trainer_config: toTrainerConfig(config), checkpoint, liveness: forActivity(windows, 'trainer') });
+    const loadedState = await untilStore(() => trainerIoOn(task_queue, input.trainerTimeouts)['trainer.load']({ run_id: runId, trainer_config: toTrainerConfig(config), checkpoint, store: artifacts, liveness: forActivity(windows, 'trainer') }));
     if (loadedState.policy_version !== policyVersion) {
       throw ApplicationFailure.nonRetryable(
         `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? 'the base model'}, but the run is at version ${policyVersion}`,
@@ -282,9 +315,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       try {
         const q = await ensureTrainer();
         phase = 'training';
-        const metrics = await trainerOn(q, input.trainerTimeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest, liveness: forActivity(windows, 'trainer') });
+        const metrics = await untilStore(() => trainerOn(q, input.trainerTimeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest, store: artifacts, liveness: forActivity(windows, 'trainer') }));
         phase = 'saving';
-        const saved = await trainerIoOn(q, input.trainerTimeouts)['trainer.save']({ run_id: runId, step: s, liveness: forActivity(windows, 'trainer') });
+        const saved = await untilStore(() => trainerIoOn(q, input.trainerTimeouts)['trainer.save']({ run_id: runId, step: s, store: artifacts, liveness: forActivity(windows, 'trainer') }));
         return { metrics, saved, restarts };
       } catch (err) {
         if (!isTrainerGone(err) || restarts >= 20) throw err;
@@ -302,9 +335,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
    */
   async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[]) {
     try {
-      const built = await light.buildBatch({
-        runId, step: s, trainerPolicyVersion: policyVersion, trajectories: rollouts, orchestrator: orch, modelPath: config.model.path,
-      });
+      const built = await untilStore(() => light.buildBatch({
+        runId, step: s, trainerPolicyVersion: policyVersion, trajectories: rollouts, orchestrator: orch, modelPath: config.model.path, artifacts,
+      }));
       return { built, emptyBatch: undefined };
     } catch (err) {
       if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'EmptyBatch')) throw err;
@@ -324,7 +357,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const childInput: StepRolloutsInput = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(), tasks,
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch, liveness: windows },
-      taskSetDir, seed, parentWorkflowId: info.workflowId,
+      taskSetDir, seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
     };
     rolloutCounts.set(s, { done: 0, total: tasks.length * orch.rollouts_per_example });
     const scope = new CancellationScope();
@@ -439,8 +472,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       configRef: loaded.configRef,
       seed,
       lastMeanReward: stats.meanReward,
+      ...(artifacts ? { artifacts } : {}),
     };
-    lastStep = await light.recordStep({ record, state: nextState });
+    lastStep = await untilStore(() => light.recordStep({ record, state: nextState }));
     rolloutCounts.delete(step);
     step++;
     phase = 'idle';
