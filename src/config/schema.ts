@@ -141,7 +141,7 @@ export const ArtifactsFields = z.object({
   /** Legacy spelling of a file:// url: a local directory. */
   root: z.string().optional(),
   /** S3 endpoint for a non-AWS store, e.g. "http://minio-host:9000" (AWS: leave unset). */
-  endpoint: z.string().url('must be a URL like "http://minio-host:9000"').optional(),
+  endpoint: z.string().regex(/^https?:\/\/[^/\s]+/, 'must be a URL like "http://minio-host:9000"').optional(),
   /** S3 region (default: AWS_REGION / the profile's region, else us-east-1). */
   region: z.string().min(1).optional(),
   /** Path-style bucket addressing (http://host/bucket/key): MinIO needs it; default true when endpoint is set. */

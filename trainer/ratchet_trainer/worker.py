@@ -37,6 +37,7 @@ from .core.artifacts import ArtifactError, check_ref
 from .core.batch import BatchError, load_batch
 from .core.checkpoint import CheckpointError, read_checkpoint_state, restore_checkpoint, save_checkpoint
 from .core.config import ConfigError, parse_trainer_config
+from .core.store import StoreConfigError, StoreUnavailable, store_for
 from .core.trainer import StepOrderError, Trainer
 from .liveness import LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
 
@@ -56,7 +57,7 @@ FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 # The activities that touch the model run in a thread and opt out of the SDK's
 # thread-injected cancel exception (see the heartbeat in step).
 # Input errors: retrying the same payload cannot succeed, so fail the activity at once.
-_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, ArtifactError)
+_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, ArtifactError, StoreConfigError, StoreUnavailable)
 
 
 @functools.cache
@@ -108,7 +109,15 @@ class TrainerActivities:
         self._lock = threading.Lock()
 
     def _fail(self, e: Exception) -> ApplicationError:
+        # StoreUnavailable keeps its type: the workflow waits for the store (waiting-for-store) and calls again.
         return ApplicationError(str(e), type=type(e).__name__, non_retryable=True)
+
+    def _store(self, req: dict[str, Any]):
+        """The run's S3 store from the activity's `store` settings; None for file:// runs."""
+        try:
+            return store_for(req.get("store"), self.artifacts_root / ".cache" / "s3")
+        except Exception as e:  # noqa: BLE001 - a bad setting is the caller's to fix
+            raise ApplicationError(f"store settings {req.get('store')!r}: {e}", type="StoreConfigError", non_retryable=True) from e
 
     def _trainer_for(self, run_id: str) -> Trainer:
         if self.trainer is None or self.trainer.run_id != run_id:
@@ -137,6 +146,7 @@ class TrainerActivities:
         run_id = req.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
+        store = self._store(req)
         with self._live("trainer.load", req) as live, self._lock:
             live.progress({"phase": "loading", "run_id": run_id})
             try:
@@ -145,17 +155,17 @@ class TrainerActivities:
                 if ckpt is not None:
                     check_ref(ckpt, "checkpoint")
                     # Verify before building: a bad checkpoint must leave the current trainer as it is.
-                    read_checkpoint_state(ckpt, run_id, cfg.model_fingerprint())
+                    read_checkpoint_state(ckpt, run_id, cfg.model_fingerprint(), store)
                     live.progress({"phase": "checkpoint verified", "run_id": run_id})
                 current = self.trainer
                 if current is not None and current.run_id == run_id and current.cfg == cfg and ckpt is not None:
-                    restore_checkpoint(current, ckpt)
+                    restore_checkpoint(current, ckpt, store)
                     new = current
                 else:
                     new = Trainer(run_id, cfg)
                     live.progress({"phase": "model built", "run_id": run_id})
                     if ckpt is not None:
-                        restore_checkpoint(new, ckpt)
+                        restore_checkpoint(new, ckpt, store)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
             self.trainer = new
@@ -191,7 +201,7 @@ class TrainerActivities:
                     time.sleep(fault_sleep)  # a slow micro-batch: no progress, no heartbeat from this thread
 
             try:
-                batch = load_batch(req.get("batch"), req.get("manifest"))
+                batch = load_batch(check_ref(req.get("batch"), "batch"), check_ref(req.get("manifest"), "batch manifest"), self._store(req))
                 metrics = trainer.step(step, batch, heartbeat=heartbeat)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
@@ -207,7 +217,7 @@ class TrainerActivities:
             trainer = self._trainer_for(req.get("run_id"))
             live.progress({"phase": "saving", "step": req.get("step")})
             try:
-                return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)))
+                return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)), self._store(req))
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
 
