@@ -6,7 +6,7 @@
  */
 import { Worker } from '@temporalio/worker';
 import { createRolloutActivities } from '../activities/rollout';
-import { LocalArtifactStore } from '../artifacts/store';
+import { defaultStore } from '../artifacts/stores';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
 import { componentLogger } from '../shared/logger';
 import { TASK_QUEUES } from '../shared/paths';
@@ -29,7 +29,7 @@ export async function runRolloutWorker(): Promise<void> {
   log.info({ removed: swept.removed.length, kept: swept.kept }, 'swept sandboxes left by dead workers');
   const janitor = startJanitor(sandboxes.docker, { log });
 
-  const store = new LocalArtifactStore();
+  const store = defaultStore();
   const slots = Number(process.env.RATCHET_ROLLOUT_SLOTS ?? 4);
   const worker = await Worker.create({
     connection,
