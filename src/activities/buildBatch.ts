@@ -6,6 +6,7 @@ import { ArtifactsFields } from '../config/schema';
 import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
 import type { StoreSettings } from '../artifacts/settings';
 import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
+import { readRolloutSummaries } from './rolloutSummaries';
 import { RolloutSummary, type Trajectory } from '../rollouts/trajectory';
 import { buildBatchFromTrajectories, type BatchStats, type BuilderInput } from '../samples/builder';
 import { BatchBuildError } from '../samples/errors';
@@ -41,7 +42,9 @@ export const BuildBatchActivityInput = z.object({
   step: z.number().int().nonnegative(),
   trainerPolicyVersion: z.number().int().nonnegative(),
   /** Rollout summaries (their reward is the scored one), or bare trajectory references. */
-  trajectories: z.array(z.union([RolloutSummary, ArtifactRef])),
+  trajectories: z.array(z.union([RolloutSummary, ArtifactRef])).default([]),
+  /** The step's summaries as one artifact (StepRollouts' result): read here, never inline in a payload. */
+  summaries: ArtifactRef.optional(),
   /** The run's [orchestrator] section; only the builder's keys are read. */
   orchestrator: BuilderOrchestratorConfig.passthrough(),
   modelPath: z.string().min(1),
@@ -124,7 +127,8 @@ export function createBatchActivities(deps: BatchActivityDeps) {
       throw err;
     }
 
-    const inputs: BuilderInput[] = await Promise.all(input.trajectories.map(async (x): Promise<BuilderInput> => {
+    const listed = input.summaries ? await readRolloutSummaries(deps.store, input.summaries, input.artifacts) : input.trajectories;
+    const inputs: BuilderInput[] = await Promise.all(listed.map(async (x): Promise<BuilderInput> => {
       const ref = isSummary(x) ? x.trajectory : x;
       const trajectory = await readTrajectory(ref, input.artifacts);
       return {
@@ -147,7 +151,7 @@ export function createBatchActivities(deps: BatchActivityDeps) {
     if (stats.trainable_tokens === 0) {
       const causes = Object.entries(stats.dropped).filter(([, n]) => n > 0).map(([c, n]) => `${c}: ${n}`).join(', ') || 'no rollouts';
       fail('EmptyBatch', `step ${input.step} of run ${input.runId}: no sample has a trainable token, so there is nothing to train on ` +
-        `(${input.trajectories.length} rollouts; dropped samples by cause: ${causes}). ` +
+        `(${listed.length} rollouts; dropped samples by cause: ${causes}). ` +
         'Fix: look at the causes: stale -> raise orchestrator.async_level; truncated_masked -> raise seq_len or sampling.max_tokens; ' +
         'uniform_group -> set advantage.drop_uniform_groups = false or make the tasks less uniform');
     }

@@ -12,6 +12,7 @@ import { createDatasetActivities } from './dataset';
 import { createEvalActivities } from './eval';
 import { createMetricsActivities } from './metrics';
 import type { createRolloutActivities } from './rollout';
+import { createRolloutSummaryActivities } from './rolloutSummaries';
 import { createWeightSyncActivities, type WeightSyncDeps } from './weightSync';
 
 export interface ActivityDeps {
@@ -27,6 +28,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createBatchActivities({ store: deps.store, logger: deps.logger.child({ component: 'batch-builder' }) }),
     ...createWeightSyncActivities({ logger: deps.logger, store: deps.store, ...deps.weightSync }),
     ...createMetricsActivities(deps),
+    ...createRolloutSummaryActivities(deps),
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
   };
 }

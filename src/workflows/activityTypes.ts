@@ -41,7 +41,9 @@ export interface BuildBatchInput {
   step: number;
   /** The version the trainer holds when it trains this batch: staleness = it − sample's version. */
   trainerPolicyVersion: number;
-  trajectories: RolloutSummary[];
+  trajectories?: RolloutSummary[];
+  /** The step's summaries as one artifact (StepRollouts' result since the summaries-by-ref patch). */
+  summaries?: ArtifactRef;
   orchestrator: OrchestratorConfig;
   modelPath: string;
   artifacts?: StoreSettings;

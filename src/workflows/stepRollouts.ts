@@ -9,6 +9,7 @@ import {
   ApplicationFailure,
   getExternalWorkflowHandle,
   log,
+  patched,
   proxyActivities,
   sleep,
   workflowInfo,
@@ -49,6 +50,18 @@ const { rollout } = proxyActivities<RolloutActivities>({
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 });
 
+const { storeRolloutSummaries } = proxyActivities<MainActivities>({
+  startToCloseTimeout: '5 minutes',
+  retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
+});
+
+/** Summaries per stored part (src/activities/rolloutSummaries.ts SUMMARIES_PER_PART; workflow code cannot import it). */
+const SUMMARIES_PER_PART = 1000;
+
+/** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
+export const SUMMARIES_BY_REF_PATCH = 'step-rollouts-summaries-by-ref';
+export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number };
+
 const { syncWeights } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
   heartbeatTimeout: '1 minute',
@@ -62,7 +75,7 @@ export function rolloutSeed(seed: number, step: number, group: number, index: nu
   return (((seed * 1_000_003 + step * 10_007 + group * 101 + index) % 2_147_483_647) + 2_147_483_647) % 2_147_483_647;
 }
 
-export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSummary[]> {
+export async function StepRollouts(input: StepRolloutsInput): Promise<StepRolloutsResult> {
   const perTask = input.config.orchestrator.rollouts_per_example;
   const total = input.tasks.length * perTask;
   const window = Math.min(input.config.orchestrator.max_concurrent_rollouts, 1000, total);
@@ -161,5 +174,16 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
 
   await Promise.all(Array.from({ length: window }, lane));
   log.info('step rollouts done', { step: input.step, total, historyLength: workflowInfo().historyLength });
-  return results as RolloutSummary[];
+  const all = results as RolloutSummary[];
+  if (!patched(SUMMARIES_BY_REF_PATCH)) return all;
+  // One artifact, written in parts that each fit a payload: the parent never holds the summaries.
+  const common = { runId: input.runId, step: input.step, ...(input.artifacts ? { artifacts: input.artifacts } : {}) };
+  if (all.length <= SUMMARIES_PER_PART) {
+    return { summaries: await storeRolloutSummaries({ ...common, summaries: all }), count: all.length };
+  }
+  const parts: ArtifactRef[] = [];
+  for (let i = 0; i < all.length; i += SUMMARIES_PER_PART) {
+    parts.push(await storeRolloutSummaries({ ...common, part: parts.length, summaries: all.slice(i, i + SUMMARIES_PER_PART) }));
+  }
+  return { summaries: await storeRolloutSummaries({ ...common, parts }), count: all.length };
 }

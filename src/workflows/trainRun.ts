@@ -42,7 +42,7 @@ import {
   stopAfterCurrentStepUpdate,
 } from './messages';
 import { detailsMarkdown, rolloutStats } from './stats';
-import { StepRollouts, type StepRolloutsInput } from './stepRollouts';
+import { StepRollouts, type StepRolloutsInput, type StepRolloutsResult } from './stepRollouts';
 import { toTrainerConfig } from './trainerConfig';
 import { pickResume, type LoadedConfig, type Phase, type Progress, type ResumeState, type RunStatus, type SampledTask, type StepSummary, type TrainerTimeouts, type TrainRunInput, type TrainRunResult } from './types';
 
@@ -333,10 +333,11 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
    * masked...) is not sent to the trainer: it is recorded with the builder's
    * cause as an error, the policy stays where it is, and the run goes on.
    */
-  async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[]) {
+  async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[] | undefined, summaries: ArtifactRef | undefined) {
     try {
       const built = await untilStore(() => light.buildBatch({
-        runId, step: s, trainerPolicyVersion: policyVersion, trajectories: rollouts, orchestrator: orch, modelPath: config.model.path, artifacts,
+        runId, step: s, trainerPolicyVersion: policyVersion, orchestrator: orch, modelPath: config.model.path, artifacts,
+        ...(summaries ? { summaries } : { trajectories: rollouts }),
       }));
       return { built, emptyBatch: undefined };
     } catch (err) {
@@ -389,11 +390,14 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     prefetchedStep = undefined;
     phase = 'rollouts';
     publish();
-    const rollouts: RolloutSummary[] = await current.handle.result();
+    // Inline summaries (histories from before the summaries-by-ref patch) or one artifact ref.
+    const childResult: StepRolloutsResult = await current.handle.result();
+    const rollouts = Array.isArray(childResult) ? childResult : undefined;
+    const summaries = Array.isArray(childResult) ? undefined : childResult.summaries;
     const tRollouts = Date.now();
 
     phase = 'building-batch';
-    const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts);
+    const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts, summaries);
     const tBatch = Date.now();
 
     // Overlap: the next step's rollouts run on the current policy while this step trains.
@@ -422,7 +426,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const tSync = Date.now();
 
     phase = 'metrics';
-    const stats = rolloutStats(rollouts, trainerVersionBefore);
+    const stats = rollouts
+      ? { ...rolloutStats(rollouts, trainerVersionBefore), rollouts: rollouts.length }
+      : await untilStore(() => light.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: trainerVersionBefore, artifacts }));
     const dropped = (built?.summary.dropped ?? {}) as Record<string, number>;
     const record: StepRecord = {
       format: 'ratchet.step/v1',
@@ -433,7 +439,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       mean_reward: stats.meanReward,
       reward_std: stats.rewardStd,
       reward_components: stats.components,
-      rollouts: rollouts.length,
+      rollouts: stats.rollouts,
       samples: built ? built.summary.samples : 0,
       dropped,
       stop_reasons: stats.stopReasons,

@@ -42,3 +42,10 @@ describe('[artifacts]: the run chooses its store', () => {
     expect(() => parseRunConfig(`${env}[artifacts]\n${section}\n`, 'x.toml')).toThrow(message);
   });
 });
+
+test('a step with more rollouts than StepRollouts can hold is refused with the numbers and the fix', () => {
+  const env = '[[env]]\nid = "swe-grep"\n';
+  expect(parseRunConfig(`${env}[orchestrator]\nbatch_size = 1000\nrollouts_per_example = 10\n`, 'x.toml').orchestrator.batch_size).toBe(1000);
+  expect(() => parseRunConfig(`${env}[orchestrator]\nbatch_size = 1001\nrollouts_per_example = 10\n`, 'x.toml'))
+    .toThrow(/x.toml: orchestrator.batch_size × orchestrator.rollouts_per_example = 1001 × 10 = 10010 rollouts per step, over the 10000.*Fix: lower batch_size/);
+});
