@@ -167,3 +167,14 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
     return out;
   }
 }
+
+/**
+ * An inference host's activities (src/workers/inference.ts): syncWeights against this
+ * host's own vLLM replicas. The workflow sends no URLs to a host's queue.
+ */
+export function createInferenceHostActivities(localBaseUrls: string[], deps: WeightSyncDeps) {
+  const { syncWeights } = createWeightSyncActivities(deps);
+  return {
+    syncWeights: (input: SyncWeightsInput) => syncWeights({ ...input, baseUrls: input.baseUrls.length ? input.baseUrls : localBaseUrls }),
+  };
+}

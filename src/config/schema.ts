@@ -46,6 +46,13 @@ const InferenceConfig = z.object({
   base_urls: z.array(z.string().url()).nonempty().default(['http://127.0.0.1:8000/v1']),
   served_model: z.string().default('smollm2-135m'),
   request_timeout_s: z.number().positive().default(300),
+  /**
+   * Inference hosts that share no disk with the trainer: each runs a `ratchet-inference`
+   * worker (src/workers/inference.ts) on its own task queue, which pulls each new adapter
+   * from the artifact store into a local cache and loads it into that host's vLLM.
+   * Empty: weight sync hands vLLM the adapter path directly (one machine, or a shared disk).
+   */
+  sync_task_queues: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a task queue name: letters, digits, ".", "_" and "-"')).default([]),
 }).strict();
 
 const SamplingConfig = z.object({

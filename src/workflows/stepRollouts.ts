@@ -144,7 +144,11 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   const ensureServed = async (): Promise<void> => {
     for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
       try {
-        await syncWeights({ runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion, liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts });
+        const req = { runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion, liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts };
+        const hosts = input.config.inference.sync_task_queues ?? [];
+        // Hosts without a shared disk pull the adapter themselves (src/workers/inference.ts).
+        if (hosts.length) await Promise.all(hosts.map((taskQueue) => proxyActivities<MainActivities>({ taskQueue, scheduleToStartTimeout: '2 minutes', startToCloseTimeout: '10 minutes', retry: { maximumAttempts: 3 } }).syncWeights({ ...req, baseUrls: [] })));
+        else await syncWeights(req);
         if (waitingForInference) {
           waitingForInference = false;
           await report();

@@ -57,6 +57,17 @@ const sync = proxyActivities<MainActivities>({
   retry: { maximumAttempts: 3 },
 });
 
+/** An inference host's worker (src/workers/inference.ts): a host that is down is noticed by schedule-to-start. */
+function syncOn(taskQueue: string) {
+  return proxyActivities<MainActivities>({
+    taskQueue,
+    scheduleToStartTimeout: '2 minutes',
+    startToCloseTimeout: '10 minutes',
+    heartbeatTimeout: '1 minute',
+    retry: { maximumAttempts: 3 },
+  });
+}
+
 /** Only `trainer.announce` goes to the shared queue; it waits as long as it takes for a trainer to appear. */
 const announcer = proxyActivities<TrainerActivities>({
   taskQueue: 'ratchet-trainer',
@@ -268,22 +279,35 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   started = true;
   publish();
 
+  /**
+   * Weight sync: by the main worker (vLLM reads the adapter path: one machine or a shared
+   * disk), or, with inference.sync_task_queues, by each inference host's own worker,
+   * which pulls the adapter from the store into its cache first. Slowest host's time.
+   */
+  async function syncAllHosts(req: Parameters<MainActivities['syncWeights']>[0]): Promise<{ ms: number }> {
+    const queues = config.inference.sync_task_queues ?? [];
+    if (queues.length === 0) return sync.syncWeights(req);
+    const results = await Promise.all(queues.map((q) => syncOn(q).syncWeights({ ...req, baseUrls: [] })));
+    return { ...results[0]!, ms: Math.max(...results.map((r) => r.ms)) };
+  }
+
   // Weight sync that waits out a down inference server instead of failing the run.
   async function syncUntilServed(): Promise<{ ms: number } | undefined> {
     for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
       try {
-        const r = await untilStore(() => sync.syncWeights({ runId, baseUrls: config.inference.base_urls, policyVersion, adapter, keepFromVersion: keepFrom(), artifacts, liveness: forActivity(windows, 'weight_sync') }));
+        const r = await untilStore(() => syncAllHosts({ runId, baseUrls: config.inference.base_urls, policyVersion, adapter, keepFromVersion: keepFrom(), artifacts, liveness: forActivity(windows, 'weight_sync') }));
         if (waitingForInference) {
           waitingForInference = false;
           publish();
         }
         return r;
       } catch (err) {
-        if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'InferenceUnavailable')) throw err;
+        const hostDown = err instanceof ActivityFailure && err.cause instanceof TimeoutFailure && (config.inference.sync_task_queues ?? []).length > 0;
+        if (!hostDown && !(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'InferenceUnavailable')) throw err;
         if (!waitingForInference) {
           waitingForInference = true;
           publish();
-          log.warn('inference is down; the run waits for it', { error: err.cause.message });
+          log.warn('inference is down; the run waits for it', { error: String(err.cause?.message ?? err) });
         }
         await sleep(`${wait} seconds`);
       }
