@@ -22,13 +22,14 @@ export function inferenceQueue(): string {
 }
 
 export async function runInferenceWorker(): Promise<void> {
-  const connection = await connectWorker(log);
+  const { connection, namespace, dataConverter } = await connectWorker(log);
   const taskQueue = inferenceQueue();
   const baseUrls = (process.env.RATCHET_INFERENCE_URL ?? DEFAULTS.inferenceUrl).split(',').map((u) => u.trim()).filter(Boolean);
   const store = defaultStore();
   const worker = await Worker.create({
     connection,
-    namespace: DEFAULTS.temporalNamespace,
+    namespace,
+    dataConverter,
     taskQueue,
     activities: createInferenceHostActivities(baseUrls, { store, logger: log }),
     maxConcurrentActivityTaskExecutions: 2,
