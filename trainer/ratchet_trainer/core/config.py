@@ -47,6 +47,8 @@ class ModelConfig:
     # weights in the optimiser; float32: adapters compute in fp32 (peft's default, slower).
     # Not part of the model fingerprint: it changes arithmetic, not the checkpoint's tensors.
     lora_dtype: str = "auto"
+    # torch.compile each decoder layer (BENCHMARKS.md says whether it pays).
+    compile: bool = False
     ac: AcConfig = field(default_factory=AcConfig)
     lora: LoraConfig | None = field(default_factory=LoraConfig)
 
@@ -171,6 +173,8 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     _choice(m, "dtype", "model", _DTYPES)
     _choice(m, "attn_implementation", "model", _ATTN)
     _choice(m, "lora_dtype", "model", _LORA_DTYPES)
+    if "compile" in m and not isinstance(m["compile"], bool):
+        raise ConfigError(f"trainer_config.model.compile must be true or false, got {m['compile']!r}")
     ac = _take(m.get("ac", {}) or {}, AcConfig, "model.ac")
     _num(ac, "freq", "model.ac", int, lo=0)
     m["ac"] = AcConfig(**ac)

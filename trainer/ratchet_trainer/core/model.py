@@ -112,6 +112,19 @@ def apply_activation_checkpointing(model: nn.Module, freq: int) -> int:
     return sum(1 for layer in layers if layer.gradient_checkpointing)
 
 
+def compile_layers(model: nn.Module) -> int:
+    """torch.compile every decoder layer in place (the layers repeat, so one graph serves all)."""
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
+def uncompile_layers(model: nn.Module) -> None:
+    for layer in decoder_layers(model):
+        layer._compiled_call_impl = None
+
+
 def build_model(cfg: TrainerConfig, device: torch.device, attn: str | None = None) -> nn.Module:
     """The trainable model: base weights, then (if configured) a fresh LoRA adapter.
 
