@@ -96,7 +96,7 @@ def flops_per_step(model_conf: dict, n_nonembed: int, n_lora: int, tokens: int, 
 
 # Today's (pre-issue-15) settings, for baselines measured in the same run.
 BASELINE = {"lora_dtype": "float32", "logprob_chunk_tokens": 0, "attn": "sdpa", "compile": False}
-CURRENT = {"lora_dtype": "auto", "logprob_chunk_tokens": 1024, "attn": "auto", "compile": False}
+CURRENT = {"lora_dtype": "auto", "logprob_chunk_tokens": 1024, "attn": "auto", "compile": "auto"}
 
 
 def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, samples: int, steps: int,
@@ -120,11 +120,13 @@ def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, sample
         torch.cuda.reset_peak_memory_stats()
     model = None
     trainer = None
+    trainer_compiled = False
     try:
         apply_activation_checkpointing(base, cfg.model.ac.freq)
         model = make_trainable(base, cfg)
         trainer = Trainer("bench", cfg, device=device, model=model)
         rec["attn"] = trainer.attn_implementation
+        rec["compiled"] = trainer_compiled = trainer.compiled
         n_lora = sum(p.numel() for p in trainer.params) if lora else 0
         n_embed = base.get_input_embeddings().weight.numel()
         n_nonembed = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n) - n_embed
@@ -161,7 +163,7 @@ def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, sample
         if trainer.master is not None:
             trainer.master.remove()
         del trainer
-    if opts["compile"]:
+    if trainer_compiled:
         uncompile_layers(base)
         torch._dynamo.reset()
     if lora is not None and model is not None and hasattr(model, "unload"):
@@ -184,8 +186,9 @@ def logprob_memory(seq: int, hidden_size: int, vocab: int, device, chunk: int) -
     sel = torch.zeros(1, seq - 1, dtype=torch.bool, device=device)
     sel[:, seq // 8 :] = True
     out = []
+    h0 = torch.randn(1, seq, hidden_size, device=device, generator=g).to(torch.bfloat16)
     for name in ("full_logits", "chunked"):
-        hidden = torch.randn(1, seq, hidden_size, device=device, generator=g).to(torch.bfloat16).requires_grad_(True)
+        hidden = h0.clone().requires_grad_(True)  # the same inputs for both paths
         times = []
         for rep in range(3):
             hidden.grad = None
@@ -238,6 +241,8 @@ def main() -> None:
                     help="LoRA r=16, seq 4k, no checkpointing: each issue-15 change on top of the previous")
     ap.add_argument("--logprob-memory", action="store_true", help="memory of the logprob computation at --seqs")
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--layouts", default="padded,packed-sdpa,packed-flex", help="--packing: which layouts")
+    ap.add_argument("--compile", action="store_true", help="--packing: torch.compile the decoder layers in every run")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -290,11 +295,13 @@ def main() -> None:
         for seq in seqs:
             lg = torch.Generator().manual_seed(seq)
             lengths = torch.randint(max(2, seq // 8), seq + 1, (samples,), generator=lg).tolist()
-            for label, packing, attn in (("padded", False, "sdpa"), ("packed sdpa", True, "sdpa"),
-                                         ("packed flex", True, "flex_attention")):
+            layouts = {"padded": (False, "sdpa"), "packed-sdpa": (True, "sdpa"), "packed-flex": (True, "flex_attention")}
+            for label in args.layouts.split(","):
+                packing, attn = layouts[label]
                 record(run_one(base, model_conf, "lora", args.rank, seq, True, samples, args.steps, device, peak, gen,
                                packing=packing, lengths=lengths, micro_batch_tokens=max(4096, seq),
-                               opts={"attn": attn}, label=label))
+                               opts={"attn": attn, "compile": args.compile},
+                               label=label + (" +compile" if args.compile else "")))
         print_table(results["runs"])
         return
 

@@ -37,7 +37,7 @@ def step(dtype: str, packing: bool, attn: str, chunk: int, lengths: list[int]) -
         "optim": {"lr": 1e-3, "max_grad_norm": 0.0}, "seq_len": 2048, "micro_batch_tokens": 2048, "packing": packing,
         "logprob_chunk_tokens": chunk, "device": "cuda", "seed": 0,
     })
-    tr = Trainer("check", cfg)
+    tr = Trainer("bench", cfg)  # make_batch writes run_id "bench"
     batch = make_batch(len(lengths), max(lengths), SMALL["vocab_size"], torch.Generator().manual_seed(1), lengths)
     grads: dict[int, torch.Tensor] = {}
 

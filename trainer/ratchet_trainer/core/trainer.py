@@ -18,8 +18,8 @@ from .batch import (Batch, BatchError, MicroBatch, check_batch_fits, make_micro_
 from .config import TrainerConfig
 from .logprobs import HeadInput
 from .loss import LossStats, Normalizer, micro_batch_loss
-from .model import (build_model, check_kernel_support, compile_layers, chunked_head_supported, resolve_attn_implementation,
-                    resolve_device, resolve_dtype, set_attn_implementation, vocab_size)
+from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers,
+                    resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation, vocab_size)
 from .precision import MasterWeights
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ class Trainer:
         else:
             set_attn_implementation(model, self.attn_implementation)
         self.model = model
-        if cfg.model.compile:
+        self.compiled = cfg.model.compile is True or (cfg.model.compile == "auto" and self.device.type == "cuda")
+        if self.compiled:
             compile_layers(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # Logprobs from hidden states in chunks, unless the model post-processes its logits.
