@@ -74,8 +74,9 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int) -> dict[s
 def _write(trainer: Trainer, d: Path, step: int) -> None:
     model = trainer.model
     if trainer.cfg.model.lora is not None:
-        # peft's own writer: the layout vLLM's /v1/load_lora_adapter reads.
-        model.save_pretrained(str(d / "adapter"), safe_serialization=True)
+        # peft's own writer: the layout vLLM's /v1/load_lora_adapter reads; fp32 masters, not bf16 copies.
+        with trainer.master_weights():
+            model.save_pretrained(str(d / "adapter"), safe_serialization=True)
         write_manifest(d / "adapter")
     else:
         (d / "model").mkdir()
@@ -146,7 +147,8 @@ def restore_checkpoint(trainer: Trainer, ref: ArtifactRef) -> dict[str, Any]:
         if trainer.cfg.model.lora is not None:
             from peft import set_peft_model_state_dict
 
-            set_peft_model_state_dict(trainer.model, weights)
+            with trainer.master_weights():  # into the fp32 masters; bf16 copies re-rounded on exit
+                set_peft_model_state_dict(trainer.model, weights)
         else:
             trainer.model.load_state_dict(weights, strict=True)
     trainer.optimizer.load_state_dict(optim)

@@ -41,7 +41,15 @@ class ModelConfig:
     # An HF config dict to build a randomly initialised model (tests, benchmarks).
     config: Mapping[str, Any] | None = None
     dtype: str = "auto"  # auto = bfloat16 on cuda, float32 on cpu
-    attn_implementation: str = "sdpa"
+    # auto: FlexAttention (document mask) for packed rows on CUDA, SDPA otherwise.
+    attn_implementation: str = "auto"
+    # LoRA compute precision. auto: the base model's dtype (bf16 on GPU) with fp32 master
+    # weights in the optimiser; float32: adapters compute in fp32 (peft's default, slower).
+    # Not part of the model fingerprint: it changes arithmetic, not the checkpoint's tensors.
+    lora_dtype: str = "auto"
+    # torch.compile each decoder layer. auto: on CUDA (1.4-1.6x on an H100, BENCHMARKS.md),
+    # off on the CPU (compiling costs more than it saves on small test models).
+    compile: bool | str = "auto"
     ac: AcConfig = field(default_factory=AcConfig)
     lora: LoraConfig | None = field(default_factory=LoraConfig)
 
@@ -82,6 +90,9 @@ class TrainerConfig:
     # "auto": packed on CUDA, padded on the CPU, where SDPA's math kernel computes a
     # packed row's full [L, L] scores (measured slower than padding; BENCHMARKS.md).
     packing: bool | str = "auto"
+    # Logprobs from the last hidden states, this many tokens at a time, without
+    # materialising [tokens x vocab] logits; 0 = from the model's full logits.
+    logprob_chunk_tokens: int = 1024
     device: str = "auto"
     seed: int = 0
 
@@ -106,6 +117,8 @@ _LOSS_TYPES = ("grpo", "gspo")
 _NORMALIZATIONS = ("token", "dr_grpo", "sequence_mean")
 _DTYPES = ("auto", "bfloat16", "float16", "float32")
 _DEVICES = ("auto", "cpu", "cuda")
+_ATTN = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
+_LORA_DTYPES = ("auto", "float32")
 
 
 def _key(where: str, key: str = "") -> str:
@@ -159,6 +172,10 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     if m.get("path") is not None and not isinstance(m["path"], str):
         raise ConfigError(f"trainer_config.model.path must be a string, got {m['path']!r}")
     _choice(m, "dtype", "model", _DTYPES)
+    _choice(m, "attn_implementation", "model", _ATTN)
+    _choice(m, "lora_dtype", "model", _LORA_DTYPES)
+    if "compile" in m and not (isinstance(m["compile"], bool) or m["compile"] == "auto"):
+        raise ConfigError(f"trainer_config.model.compile must be true, false or \"auto\", got {m['compile']!r}")
     ac = _take(m.get("ac", {}) or {}, AcConfig, "model.ac")
     _num(ac, "freq", "model.ac", int, lo=0)
     m["ac"] = AcConfig(**ac)
@@ -202,6 +219,7 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
 
     _num(top, "seq_len", "", int, lo=2)
     _num(top, "micro_batch_tokens", "", int, lo=1)
+    _num(top, "logprob_chunk_tokens", "", int, lo=0)
     _num(top, "seed", "", int, lo=0)
     if "packing" in top and not (isinstance(top["packing"], bool) or top["packing"] == "auto"):
         raise ConfigError(f"trainer_config.packing must be true, false or \"auto\", got {top['packing']!r}")

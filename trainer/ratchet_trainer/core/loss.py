@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from .batch import MicroBatch
 from .config import LossConfig
+from .logprobs import HeadInput, token_logprobs
 
 
 @dataclass
@@ -56,39 +56,26 @@ class LossStats:
         return out
 
 
-def selected_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprobs (fp32) of the selected target tokens, and the fp32 logits rows they came from.
-
-    Only trainable positions are upcast and normalised, so long prompts cost no
-    vocab-sized fp32 memory.
-    """
-    rows = logits[:, :-1, :][sel].float()  # [N, V]
-    tgt = input_ids[:, 1:][sel]
-    return -F.cross_entropy(rows, tgt, reduction="none"), rows
-
-
-@torch.no_grad()
-def _entropy(rows: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-    out = []
-    for i in range(0, rows.shape[0], chunk):
-        lp = torch.log_softmax(rows[i : i + chunk].detach(), dim=-1)
-        out.append(-(lp.exp() * lp).sum(-1))
-    return torch.cat(out) if out else rows.new_zeros(0)
-
-
 def micro_batch_loss(
-    logits: torch.Tensor,
+    out: torch.Tensor | HeadInput,
     mb: MicroBatch,
     cfg: LossConfig,
     norm: Normalizer,
     stats: LossStats,
-    ref_logits: torch.Tensor | None = None,
+    ref_out: torch.Tensor | HeadInput | None = None,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
-    """This micro-batch's share of the batch loss (call backward on it); updates stats."""
+    """This micro-batch's share of the batch loss (call backward on it); updates stats.
+
+    `out` is the model's logits [B, L, V] or its last hidden states with the
+    output projection (HeadInput: logprobs chunked, no [tokens x vocab] logits);
+    `temperature` divides the logits as the sampler did (logprobs.py).
+    """
     sel = mb.loss_mask[:, 1:]
     if not bool(sel.any()):
-        return logits.sum() * 0.0  # keeps the graph connected; contributes nothing
-    logp, rows = selected_logprobs(logits, mb.input_ids, sel)
+        t = out.hidden if isinstance(out, HeadInput) else out
+        return t.sum() * 0.0  # keeps the graph connected; contributes nothing
+    logp, ent = token_logprobs(out, mb.input_ids, sel, temperature)
     inf_lp = mb.inference_logprobs[:, 1:][sel]
     adv = mb.advantages[:, 1:][sel]
     # The sample each selected token belongs to (rows are samples when padded,
@@ -125,8 +112,8 @@ def micro_batch_loss(
         loss = (per_tok * w).sum()
         stats.clipped += int((clipped < unclipped).sum())
 
-    if ref_logits is not None and cfg.kl_coef > 0:
-        ref_lp, _ = selected_logprobs(ref_logits, mb.input_ids, sel)
+    if ref_out is not None and cfg.kl_coef > 0:
+        ref_lp, _ = token_logprobs(ref_out, mb.input_ids, sel, temperature)
         d = ref_lp - logp
         k3 = torch.exp(d) - d - 1.0  # unbiased, non-negative estimate of KL(pi || ref)
         loss = loss + cfg.kl_coef * (k3 * w).sum()
@@ -135,7 +122,7 @@ def micro_batch_loss(
     with torch.no_grad():
         r = ratio.detach()
         stats.tokens += int(sel.sum())
-        stats.entropy_sum += float(_entropy(rows).sum())
+        stats.entropy_sum += float(ent.sum())
         stats.abs_ratio_dev_sum += float((r - 1.0).abs().sum())
         # k3 estimate of KL(pi_inference || pi_trainer) on the sampled tokens.
         stats.mismatch_k3_sum += float(((r - 1.0) - log_ratio.detach()).sum())

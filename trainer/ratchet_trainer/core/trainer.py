@@ -16,8 +16,12 @@ import torch
 from .batch import (Batch, BatchError, MicroBatch, check_batch_fits, make_micro_batch, make_packed_micro_batch,
                     plan_micro_batches, plan_packed_micro_batches)
 from .config import TrainerConfig
+from .distributed import all_reduce_sums, local_tensor, rank_samples, reduce_replicated_grads, shard_model, world
+from .logprobs import HeadInput
 from .loss import LossStats, Normalizer, micro_batch_loss
-from .model import build_model, resolve_device, vocab_size
+from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers, decoder_layers,
+                    resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation, vocab_size)
+from .precision import MasterWeights
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +46,39 @@ class Trainer:
         self.cfg = cfg
         self.device = device or resolve_device(cfg)
         self.packing = cfg.packing if isinstance(cfg.packing, bool) else self.device.type == "cuda"
-        self.model = model if model is not None else build_model(cfg, self.device)
+        # Kernel options are checked before any model is built or touched.
+        self.attn_implementation = resolve_attn_implementation(cfg, self.device, self.packing)
+        check_kernel_support(cfg, self.device, self.attn_implementation)
+        if model is None:
+            model = build_model(cfg, self.device, self.attn_implementation)
+        else:
+            set_attn_implementation(model, self.attn_implementation)
+        self.model = model
+        self.compiled = cfg.model.compile is True or (cfg.model.compile == "auto" and self.device.type == "cuda")
+        if self.compiled:
+            compile_layers(self.model)
+        self.rank, self.world_size = world()
+        compute = resolve_dtype(cfg, self.device)
+        if self.world_size > 1:
+            # FSDP2's mixed precision is the master-weight scheme across ranks: fp32 shards, bf16 compute.
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    p.data = p.data.float()
+            causal = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+            shard_model(self.model, decoder_layers(self.model), causal.get_decoder(),
+                        compute if compute != torch.float32 else None)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        # Logprobs from hidden states in chunks, unless the model post-processes its logits.
+        self.logprob_chunk_tokens = cfg.logprob_chunk_tokens if chunked_head_supported(self.model) else 0
+        # bf16 LoRA: the model computes with bf16 adapters, the optimiser steps fp32 masters.
+        self.master: MasterWeights | None = None
+        if (self.world_size == 1 and cfg.model.lora is not None and cfg.model.lora_dtype == "auto"
+                and compute != torch.float32):
+            self.master = MasterWeights(self.params, compute)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
-            fused=self.device.type == "cuda",
+            self.master.masters if self.master else self.params, lr=o.lr, betas=o.betas, eps=o.eps,
+            weight_decay=o.weight_decay, fused=self.device.type == "cuda",
         )
         self.ref_model = None
         if cfg.loss.kl_coef > 0 and cfg.model.lora is None:
@@ -75,12 +106,19 @@ class Trainer:
         counts = [int(st["step"]) for st in self.optimizer.state.values() if "step" in st]
         return max(counts) if counts else 0
 
+    def master_weights(self):
+        """Context in which the model's trainable parameters are the fp32 masters (checkpoint I/O)."""
+        import contextlib
+
+        return self.master.masters_in_place() if self.master else contextlib.nullcontext()
+
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """The tensors a checkpoint must hold: the adapter, or all weights for full fine-tuning."""
+        """The tensors a checkpoint must hold: the adapter (fp32 masters), or all weights for full fine-tuning."""
         if self.cfg.model.lora is not None:
             from peft import get_peft_model_state_dict
 
-            return get_peft_model_state_dict(self.model)
+            with self.master_weights():
+                return get_peft_model_state_dict(self.model)
         return self.model.state_dict()
 
     # -- one optimiser step ----------------------------------------------------
@@ -95,6 +133,7 @@ class Trainer:
                 "applied; steps apply in order. Fix: resume from a checkpoint taken before this step"
             )
         check_batch_fits(batch, self.vocab_size, self.cfg.seq_len, run_id=self.run_id, step=step)
+        mine = rank_samples(batch.num_samples, self.world_size, self.rank)  # before any GPU work
         t0 = time.monotonic()
         torch.manual_seed(step_seed(self.cfg.seed, step))
         if self.device.type == "cuda":
@@ -102,7 +141,13 @@ class Trainer:
 
         lengths = batch.sample_lengths()
         plan = plan_packed_micro_batches if self.packing else plan_micro_batches
-        groups = plan(lengths, self.cfg.micro_batch_tokens)
+        groups = [[mine[i] for i in g] for g in plan([lengths[i] for i in mine], self.cfg.micro_batch_tokens)]
+        # Every rank runs as many passes as the busiest one (each pass is a collective).
+        passes = len(groups)
+        if self.world_size > 1:
+            for r in range(self.world_size):
+                theirs = rank_samples(batch.num_samples, self.world_size, r)
+                passes = max(passes, len(plan([lengths[i] for i in theirs], self.cfg.micro_batch_tokens)))
         forward_tokens = 0
         tps = torch.zeros(batch.num_samples, dtype=torch.long)
         off = batch.sample_offsets
@@ -120,28 +165,45 @@ class Trainer:
         if heartbeat is not None:
             heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
         try:
-            for k, ids in enumerate(groups):
-                mb = self._micro_batch(batch, ids)
+            for k in range(passes):
+                if k < len(groups):
+                    mb = self._micro_batch(batch, groups[k])
+                else:  # an empty pass in lockstep with the other ranks: every token masked
+                    mb = self._micro_batch(batch, groups[-1])
+                    mb.loss_mask = torch.zeros_like(mb.loss_mask)
                 forward_tokens += mb.input_ids.numel()
-                ref_logits = self._ref_logits(mb) if self.cfg.loss.kl_coef > 0 else None
-                logits = self.model(**self._forward_args(mb)).logits
-                loss = micro_batch_loss(logits, mb, self.cfg.loss, norm, stats, ref_logits)
-                loss.backward()
-                del logits, loss, ref_logits
+                ref_out = self._ref_output(mb) if self.cfg.loss.kl_coef > 0 else None
+                out = self._policy_output(self.model, mb)
+                loss = micro_batch_loss(out, mb, self.cfg.loss, norm, stats, ref_out)
+                # Ranks' gradients are averaged (FSDP): scaled by the world size, the average is the sum.
+                (loss * self.world_size if self.world_size > 1 else loss).backward()
+                del out, loss, ref_out
                 if heartbeat is not None:
                     heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": len(groups)})
+            if self.world_size > 1:
+                reduce_replicated_grads(self.params)
+                sums = all_reduce_sums([stats.loss, stats.tokens, stats.entropy_sum, stats.clipped,
+                                        stats.abs_ratio_dev_sum, stats.mismatch_k3_sum, stats.kl_ref_sum,
+                                        stats.seq_clipped, stats.seqs, forward_tokens])
+                (stats.loss, stats.tokens, stats.entropy_sum, stats.clipped, stats.abs_ratio_dev_sum,
+                 stats.mismatch_k3_sum, stats.kl_ref_sum, stats.seq_clipped, stats.seqs, forward_tokens) = sums
+                stats.ratio_max = all_reduce_sums([stats.ratio_max], torch.distributed.ReduceOp.MAX)[0]
             grad_norm = self._clip_grads()
             if not torch.isfinite(torch.tensor(grad_norm)):
                 raise FloatingPointError(f"step {step}: gradient norm is {grad_norm}; the update was skipped")
             self.optimizer.step()
+            if self.master is not None:
+                self.master.sync()
         finally:
             # Whatever happened, no half-accumulated gradient survives into the next step.
             self.optimizer.zero_grad(set_to_none=True)
+            for p in self.params:
+                p.grad = None
 
         metrics = stats.metrics(self.cfg.loss.type)
         metrics.update(
             step=step, grad_norm=grad_norm, tokens=total, total_tokens=int(batch.input_ids.numel()),
-            samples=batch.num_samples, micro_batches=len(groups), lr=self.cfg.optim.lr,
+            samples=batch.num_samples, micro_batches=passes, lr=self.cfg.optim.lr,
             padding_frac=1.0 - int(batch.input_ids.numel()) / max(forward_tokens, 1),
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
@@ -170,19 +232,29 @@ class Trainer:
             kw["attention_mask"] = mb.attention_mask
         return kw
 
-    def _ref_logits(self, mb: MicroBatch) -> torch.Tensor:
+    def _policy_output(self, model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor | HeadInput:
+        """Logits [B, L, V], or (chunked logprobs) the last hidden states with the output projection."""
+        kw = self._forward_args(mb)
+        if not self.logprob_chunk_tokens:
+            return model(**kw).logits
+        causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+        hidden = causal.get_decoder()(**kw).last_hidden_state
+        head = causal.get_output_embeddings()
+        return HeadInput(hidden, head.weight, head.bias, chunk_tokens=self.logprob_chunk_tokens)
+
+    def _ref_output(self, mb: MicroBatch) -> torch.Tensor | HeadInput:
         with torch.no_grad():
-            kw = self._forward_args(mb)
             if self.ref_model is not None:
-                return self.ref_model(**kw).logits
+                return self._policy_output(self.ref_model, mb)
             with self.model.disable_adapter():
-                return self.model(**kw).logits
+                return self._policy_output(self.model, mb)
 
     def _clip_grads(self) -> float:
         max_norm = self.cfg.optim.max_grad_norm
+        params = self.master.masters if self.master else self.params
         if max_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        grads = [p.grad.detach().float().norm() for p in self.params if p.grad is not None]
+            return float(local_tensor(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+        grads = [local_tensor(p.grad.detach()).float().norm() for p in params if p.grad is not None]
         return float(torch.stack(grads).norm()) if grads else 0.0
 
     # -- helpers for tests and the benchmark -----------------------------------
