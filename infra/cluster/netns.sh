@@ -10,9 +10,10 @@
 #
 # A command run on a host sees its own loopback and address, the others' addresses over
 # the bridge, and the root namespace at the gateway address. Its file system is the
-# machine's, except: /tmp and $RATCHET_HOME/artifacts are empty tmpfs of its own, and of
-# $RATCHET_NETNS_DIR it sees only its own directory. So a file written on one host by a
-# path that should have gone through the artifact store is not there on another.
+# machine's, except: /tmp and $RATCHET_HOME/artifacts are the host's own (tmp/ and
+# artifacts/ in its directory), and of $RATCHET_NETNS_DIR it sees only its own directory.
+# So a file written on one host by a path that should have gone through the artifact
+# store is not there on another.
 # dockerd stays in the root namespace: rollout hosts reach it through its unix socket.
 source "$(dirname "$0")/../lib.sh"
 
@@ -87,7 +88,9 @@ run_on() {
   ip netns list | grep -qw "$n" || die "host $h is not up. Fix: bash infra/cluster/netns.sh up"
   local own="$HOSTS_DIR/$h"
   mkdir -p "$own" "$RATCHET_HOME/artifacts"
+  mkdir -p "$own/tmp" "$own/artifacts"; chmod 1777 "$own/tmp"
   # The mounts live only in this command's mount namespace and go with its last process.
+  # Every command on one host binds the same directories, so they share /tmp as on one machine.
   exec ip netns exec "$n" unshare --mount --propagation private -- bash -c '
     set -e
     own=$1 hosts=$2 artifacts=$3; shift 3
@@ -97,8 +100,8 @@ run_on() {
     mkdir -p "$own"
     mount --move "$keep" "$own"
     rmdir "$keep"
-    mount -t tmpfs -o size=2g,mode=1777 tmp /tmp
-    mount -t tmpfs -o size=2g,mode=755 artifacts "$artifacts"
+    mount --bind "$own/tmp" /tmp
+    mount --bind "$own/artifacts" "$artifacts"
     exec "$@"
   ' ratchet-host "$own" "$HOSTS_DIR" "$RATCHET_HOME/artifacts" \
     env RATCHET_HOST_NAME="$h" RATCHET_HOST_DIR="$own" "$@"
