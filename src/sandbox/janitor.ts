@@ -10,8 +10,6 @@ export interface JanitorOptions {
   selfId?: string;
   /** Containers older than this go whoever made them: the backstop for a lease that lies. */
   maxAgeMs?: number;
-  /** A container whose worker has no lease at all goes once it is older than this. */
-  noLeaseGraceMs?: number;
   now?: () => number;
   log?: Logger;
 }
@@ -24,7 +22,6 @@ export type WorkerState = LeaseState | 'unknown';
 export interface RemovalContext {
   now: number;
   maxAgeMs: number;
-  noLeaseGraceMs: number;
   selfId?: string;
   workerState: (workerId: string) => WorkerState;
 }
@@ -43,9 +40,9 @@ export function removalReason(labels: Record<string, string>, ctx: RemovalContex
     case 'expired':
       return 'worker lease expired';
     case 'missing':
-      // A worker writes its lease before its first container; none at all means a worker
-      // of an older Ratchet or a store that was wiped. Give it one lease's time anyway.
-      return age > ctx.noLeaseGraceMs ? 'worker has no lease' : null;
+      // A worker writes its lease before its first container, so none at all means a worker
+      // this janitor cannot judge: an older Ratchet mid-upgrade, or another deployment with
+      // its own store on the same Docker daemon. Only max age removes those.
     case 'alive':
     case 'unknown':
       return null;
@@ -75,7 +72,6 @@ export async function sweep(docker: Docker, opts: JanitorOptions): Promise<{ rem
   const ctx: RemovalContext = {
     now,
     maxAgeMs: opts.maxAgeMs ?? DEFAULT_MAX_AGE_MS,
-    noLeaseGraceMs: opts.noLeaseGraceMs ?? DEFAULT_LEASE_TTL_MS,
     selfId: opts.selfId,
     workerState: (w) => states.get(w) ?? 'unknown',
   };

@@ -41,15 +41,15 @@ describe('leaseTimingFromEnv', () => {
 
 describe('janitor removalReason', () => {
   const states: Record<string, WorkerState> = { live: 'alive', dead: 'expired', gone: 'released', nolease: 'missing', unreadable: 'unknown' };
-  const ctx: RemovalContext = { now: T0, maxAgeMs: 3600_000, noLeaseGraceMs: 60_000, selfId: 'me', workerState: (w) => states[w] ?? 'unknown' };
+  const ctx: RemovalContext = { now: T0, maxAgeMs: 3600_000, selfId: 'me', workerState: (w) => states[w] ?? 'unknown' };
   const labels = (worker: string, created = '2025-01-01T02:30:00Z') => ({ [LABELS.worker]: worker, [LABELS.created]: created });
 
   it.each([
     ['a live worker (on any host)', labels('live'), null],
     ['a worker whose lease expired', labels('dead'), 'worker lease expired'],
     ['a worker that shut down', labels('gone'), 'worker shut down'],
-    ['a worker with no lease, past the grace', labels('nolease'), 'worker has no lease'],
-    ['a worker with no lease, within the grace', labels('nolease', '2025-01-01T02:59:30Z'), null],
+    ['a worker with no lease (another deployment, an older Ratchet): left to max age', labels('nolease'), null],
+    ['a worker with no lease, past max age', labels('nolease', '2025-01-01T01:00:00Z'), 'older than max age'],
     ['a worker whose lease cannot be read', labels('unreadable'), null],
     ['this worker, whatever its lease says', labels('me'), null],
     ['too old even with a live worker', labels('live', '2025-01-01T01:00:00Z'), 'older than max age'],
@@ -92,7 +92,7 @@ describe('worker leases in the artifact store', () => {
     await expect(keeper.start()).rejects.toThrow(/renew at least twice per ttl/);
   });
 
-  it('sweep removes the containers of expired, released and lease-less workers, whichever host made them', async () => {
+  it('sweep removes the containers of expired and released workers, whichever host made them', async () => {
     await leases.write(lease({ workerId: 'rollout-a:1:aaaaaa', renewedAt: new Date(T0 - 5_000).toISOString() }));
     await leases.write(lease({ workerId: 'rollout-b:2:bbbbbb', renewedAt: new Date(T0 - 120_000).toISOString() }));
     await leases.write(lease({ workerId: 'rollout-b:3:cccccc', releasedAt: new Date(T0 - 1000).toISOString() }));
@@ -110,9 +110,9 @@ describe('worker leases in the artifact store', () => {
       getContainer: (id: string) => ({ remove: async () => { removedIds.push(id); } }),
     } as unknown as Docker;
     const { removed, kept } = await sweep(docker, { leases, selfId: 'me:4:dddddd', now: () => T0, log });
-    expect(removed.sort()).toEqual(['expired', 'pid-era', 'released']);
+    expect(removed.sort()).toEqual(['expired', 'released']);
     expect(removedIds.sort()).toEqual(removed);
-    expect(kept).toBe(2);
+    expect(kept).toBe(3);
   });
 
   it('sweep keeps everything when the store cannot be read', async () => {
