@@ -144,17 +144,29 @@ start() {
   die "the Temporal server did not become healthy in 90 s. See $LOGFILE"
 }
 
+# retry SECONDS CMD... : a new namespace reaches the frontend's cache some seconds after it is created.
+retry() {
+  local deadline=$(( $(date +%s) + $1 )); shift
+  until "$@" >/dev/null 2>"$CLUSTER_DIR/last-error"; do
+    [ "$(date +%s)" -lt "$deadline" ] || { cat "$CLUSTER_DIR/last-error" >&2; return 1; }
+    sleep 1
+  done
+}
+
 register_namespace() {
   local t=("$TEMPORAL_CLI" --address "$ADDRESS")
   if ! "${t[@]}" operator namespace describe --namespace "$NAMESPACE" >/dev/null 2>&1; then
     "${t[@]}" operator namespace create --namespace "$NAMESPACE" --retention "$RETENTION" >/dev/null
     log "namespace $NAMESPACE created (retention $RETENTION)"
   fi
-  local existing; existing=$("${t[@]}" operator search-attribute list --namespace "$NAMESPACE" 2>/dev/null || true)
+  retry 60 "${t[@]}" operator search-attribute list --namespace "$NAMESPACE" \
+    || die "namespace $NAMESPACE is not usable 60 s after it was created. See $LOGFILE"
+  local existing; existing=$("${t[@]}" operator search-attribute list --namespace "$NAMESPACE")
   for pair in $SEARCH_ATTRIBUTES; do
     local name="${pair%%:*}" type="${pair##*:}"
     grep -q "$name" <<<"$existing" && continue
-    "${t[@]}" operator search-attribute create --namespace "$NAMESPACE" --name "$name" --type "$type" >/dev/null
+    retry 30 "${t[@]}" operator search-attribute create --namespace "$NAMESPACE" --name "$name" --type "$type" \
+      || die "could not register search attribute $name on namespace $NAMESPACE. See $LOGFILE"
   done
   log "temporal server ready at $ADDRESS (namespace $NAMESPACE, search attributes registered)"
 }

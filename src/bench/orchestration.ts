@@ -118,12 +118,12 @@ async function postgresServer(): Promise<Server> {
     ...process.env,
     RATCHET_HOME: ratchetHome(),
     RATCHET_CLUSTER_DIR: path.join(ratchetHome(), 'cluster-bench'),
-    RATCHET_CLUSTER_TEMPORAL_PORT: '17333',
-    RATCHET_PG_PORT: '15434',
+    RATCHET_CLUSTER_TEMPORAL_PORT: '27333',
+    RATCHET_PG_PORT: '25434',
   };
   const ctl = (verb: string) => execFileSync('bash', [path.join(REPO_ROOT, 'infra', 'cluster', 'temporal-server.sh'), verb], { env, stdio: ['ignore', 'ignore', 'inherit'], timeout: 900_000 });
   ctl('start');
-  const connection = await NativeConnection.connect({ address: '127.0.0.1:17333' });
+  const connection = await NativeConnection.connect({ address: '127.0.0.1:27333' });
   const client = new Client({ connection });
   return {
     name: 'Temporal server on PostgreSQL (infra/cluster)',

@@ -13,7 +13,7 @@ export interface ClusterSpec {
   pgPort: number;
 }
 
-export const TEST_CLUSTER: ClusterSpec = { dir: path.join(STATE, 'cluster-it'), host: '127.0.0.1', temporalPort: 17233, pgPort: 15433 };
+export const TEST_CLUSTER: ClusterSpec = { dir: path.join(STATE, 'cluster-it'), host: '127.0.0.1', temporalPort: 27233, pgPort: 25433 };
 
 export function clusterEnv(c: ClusterSpec): NodeJS.ProcessEnv {
   return {
