@@ -228,7 +228,10 @@ async function main(): Promise<void> {
           perServer[server.name]![n] = o.over;
           table.push(`| ${server.name} | ${n.toLocaleString('en-US')} | ${o.wall.toFixed(0)} | ${o.over.toFixed(0)} | ${(o.over / n).toFixed(2)} | ${o.parentEvents.toFixed(0)} | ${o.childEvents.toFixed(0)} | ${loadBefore.toFixed(1)} |`);
         } catch (err) {
-          table.push(`| ${server.name} | ${n.toLocaleString('en-US')} | failed: ${String(err).split('\n')[0]!.replace(/\|/g, '/').slice(0, 160)} | | | | | ${loadBefore.toFixed(1)} |`);
+          // The workflow's own failure (e.g. a payload over the server's limit) is the cause, not the wrapper.
+          let why = String(err);
+          for (let e = err as { message?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) why = e.message ?? why;
+          table.push(`| ${server.name} | ${n.toLocaleString('en-US')} | failed: ${why.split('\n')[0]!.replace(/\|/g, '/').slice(0, 200)} | | | | | ${loadBefore.toFixed(1)} |`);
         }
         console.log(table[table.length - 1]);
       }
