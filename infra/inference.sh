@@ -22,6 +22,9 @@
 #   RATCHET_VLLM_MAX_LORA_RANK   largest LoRA rank accepted [64]
 #   RATCHET_VLLM_START_TIMEOUT   seconds to wait for /health at start [300]
 #   RATCHET_VLLM_EXTRA_ARGS      extra flags for the vLLM server (word-split)
+#   RATCHET_RUN_DIR              pid and port files [$RATCHET_HOME/run]; a second server (another host
+#                                on this machine, infra/cluster/netns.sh) uses its own
+#   RATCHET_VLLM_LOG             log file [$RATCHET_HOME/logs/vllm.log]
 #   VLLM_CPU_KVCACHE_SPACE       GiB of RAM for the KV cache [2]
 #   VLLM_CPU_OMP_THREADS_BIND    vLLM's CPU thread binding [auto]
 #
@@ -39,10 +42,10 @@ HOST="${RATCHET_VLLM_HOST:-127.0.0.1}"
 PORT="${RATCHET_VLLM_PORT:-8000}"
 MODEL_NAME="${RATCHET_VLLM_MODEL_NAME:-smollm2-135m}"
 MODEL_DIR="$RATCHET_MODELS/SmolLM2-135M-Instruct"
-RUN_DIR="$RATCHET_HOME/run"
+RUN_DIR="${RATCHET_RUN_DIR:-$RATCHET_HOME/run}"
 PID_FILE="$RUN_DIR/vllm.pid"
 PORT_FILE="$RUN_DIR/vllm.port"   # the port the running server was started on
-LOG_FILE="$RATCHET_LOGS/vllm.log"
+LOG_FILE="${RATCHET_VLLM_LOG:-$RATCHET_LOGS/vllm.log}"
 CACHE_DIR="$RATCHET_HOME/cache/inference"
 mkdir -p "$RUN_DIR" "$CACHE_DIR"
 

@@ -10,6 +10,8 @@ import { truncationMarker } from '../../src/sandbox/output';
 import { HOST_SLACK_MS } from '../../src/sandbox/exec';
 import { paths } from '../../src/shared/paths';
 import { baseCommitTar } from '../../src/sandbox/snapshot';
+import { LeaseStore } from '../../src/sandbox/lease';
+import { LocalArtifactStore } from '../../src/artifacts/store';
 
 /** Real dockerd, real image. Skips loudly when either is missing, fails under RATCHET_REQUIRE_STACK=1. */
 function dockerProblem(): string | null {
@@ -238,12 +240,20 @@ describeDocker('sandbox (real dockerd)', () => {
       await sb.release();
     });
 
-    it("removes the containers of a dead worker and keeps a live worker's", async () => {
-      const dead = spawnSync('true').pid!; // a pid that just exited
-      const ghost = new SandboxManager({ docker, log, workerId: `${os.hostname()}:${dead}` });
+    it("removes the containers of a worker whose lease expired and keeps a live worker's", async () => {
+      // The store every worker of this machine writes its lease to: the stack's own
+      // rollout worker's lease is there too, so its sandboxes stay.
+      const leases = new LeaseStore(new LocalArtifactStore(paths.artifacts()));
+      const now = Date.now();
+      const lease = (workerId: string, renewedAt: number) =>
+        leases.write({ workerId, host: os.hostname(), pid: process.pid, startedAt: new Date(now - 600_000).toISOString(), renewedAt: new Date(renewedAt).toISOString(), ttlMs: 60_000 });
+      const ghostId = `ghost-${process.pid}:1:${now.toString(16).slice(-6)}`;
+      await lease(ghostId, now - 120_000); // last renewed two minutes ago: its worker is gone
+      await lease(manager.workerId, now);
+      const ghost = new SandboxManager({ docker, log, workerId: ghostId });
       const orphan = await ghost.acquire({ labels, limits });
       const mine = await acquire();
-      const { removed } = await sweep(docker, { log });
+      const { removed } = await sweep(docker, { leases, log });
       expect(removed).toContain(orphan.id);
       expect(removed).not.toContain(mine.id);
       await expect(docker.getContainer(orphan.id).inspect()).rejects.toMatchObject({ statusCode: 404 });
@@ -252,7 +262,8 @@ describeDocker('sandbox (real dockerd)', () => {
 
     it('removes containers older than the max age', async () => {
       const sb = await acquire();
-      const { removed } = await sweep(docker, { log, now: () => Date.now() + 10 * 3600_000 });
+      const leases = new LeaseStore(new LocalArtifactStore(paths.artifacts()));
+      const { removed } = await sweep(docker, { leases, log, now: () => Date.now() + 10 * 3600_000 });
       expect(removed).toContain(sb.id);
     });
   });
