@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Temporal server and its SQL schema tool from Temporal's Go module
 # (go.temporal.io/server, via the Go module proxy) into .ratchet/bin, stamped so a
-# rerun with the same version and flags does nothing. ~10 min and ~2 GB of Go caches
-# (under .ratchet/go) on 2 cores the first time; seconds after that.
+# rerun with the same version and flags does nothing. ~10 min and ~3.5 GB of Go's own
+# caches on 2 cores the first time; about a minute in a fresh clone once Go's caches are warm.
 #   infra/cluster/build.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -22,14 +22,14 @@ go_binary() {
     local minor; minor=$("$go" env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
     [ -n "$minor" ] && [ "$minor" -ge 21 ] && { printf '%s' "$go"; return 0; }
   done
-  local dir="$GOPATH/toolchain/go$GO_TOOLCHAIN_VERSION"
+  local dir="$RATCHET_GO_DIR/toolchain/go$GO_TOOLCHAIN_VERSION"
   if [ ! -x "$dir/bin/go" ]; then
     local mod="v0.0.1-go$GO_TOOLCHAIN_VERSION.linux-amd64"
     local url="${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/$mod.zip"
     log "no Go >= 1.21 found; fetching the Go $GO_TOOLCHAIN_VERSION toolchain module from $url"
     apt_install curl unzip
-    mkdir -p "$GOPATH/toolchain"
-    local zip="$GOPATH/toolchain/$mod.zip"
+    mkdir -p "$RATCHET_GO_DIR/toolchain"
+    local zip="$RATCHET_GO_DIR/toolchain/$mod.zip"
     curl -fsSL --retry 3 -o "$zip" "$url" || die "could not download the Go toolchain from $url. Fix: install Go >= 1.21 (https://go.dev/dl) or make the Go module proxy reachable (GOPROXY_URL)"
     rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
     unzip -q "$zip" -d "$dir.tmp"
@@ -48,8 +48,8 @@ build() {
   fi
   need_free_disk 4 "$RATCHET_HOME"
   local go; go=$(go_binary)
-  mkdir -p "$RATCHET_BIN" "$GOPATH/bin"
-  local gobin; gobin=$(mktemp -d "$GOPATH/bin/build.XXXXXX")
+  mkdir -p "$RATCHET_BIN" "$RATCHET_GO_DIR/bin"
+  local gobin; gobin=$(mktemp -d "$RATCHET_GO_DIR/bin/build.XXXXXX")
   log "building Temporal server $TEMPORAL_SERVER_VERSION and its SQL tool from go.temporal.io/server with $("$go" version) (~10 min on 2 cores the first time; log $RATCHET_LOGS/temporal-server-build.log)"
   # Heavy: other builds on a shared machine wait for this lock rather than compete for cores.
   if ! GOBIN="$gobin" GOTOOLCHAIN=auto flock /tmp/ratchet-build.lock \
@@ -63,11 +63,6 @@ build() {
   mv "$gobin/server" "$TEMPORAL_SERVER_BIN"
   mv "$gobin/sql" "$TEMPORAL_SQL_TOOL_BIN"
   rmdir "$gobin"
-  # Build objects (~2 GB) and module sources (~1.5 GB) only serve a rebuild, which a new
-  # version needs anyway: a CI cache of .ratchet carries the two binaries (~190 MB) and the
-  # stamp instead. The schema files are inside the SQL tool.
-  "$go" clean -cache >/dev/null 2>&1 || true
-  "$go" clean -modcache >/dev/null 2>&1 || true
   log "built $TEMPORAL_SERVER_BIN ($(du -h "$TEMPORAL_SERVER_BIN" | cut -f1)) and $TEMPORAL_SQL_TOOL_BIN"
   stamp_write temporal-server-build "$STAMP_HASH"
 }

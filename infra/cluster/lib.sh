@@ -10,11 +10,11 @@ GO_TOOLCHAIN_VERSION="1.26.8"
 RATCHET_BIN="$RATCHET_HOME/bin"
 TEMPORAL_SERVER_BIN="$RATCHET_BIN/temporal-server-$TEMPORAL_SERVER_VERSION"
 TEMPORAL_SQL_TOOL_BIN="$RATCHET_BIN/temporal-sql-tool-$TEMPORAL_SERVER_VERSION"
-# Go's module, build and toolchain caches stay under .ratchet so reruns (and CI with a
-# cached .ratchet) skip the ~10 min build, and nothing lands in ~/go or ~/.cache.
-export GOPATH="$RATCHET_HOME/go"
-export GOMODCACHE="$GOPATH/pkg/mod"
-export GOCACHE="$GOPATH/cache"
+# Go's module and build caches stay where Go keeps them (~/go/pkg/mod, ~/.cache/go-build),
+# machine-wide like pip's and npm's caches: a fresh clone on a machine that built once
+# relinks in about a minute instead of compiling for ~10. The binaries themselves are
+# cached under .ratchet/bin (stamped), so a rerun in the same clone skips even that.
+RATCHET_GO_DIR="$RATCHET_HOME/go"
 export GOFLAGS="-modcacherw"
 
 # One cluster's state: PostgreSQL's data dir, the server's config, pid files and logs.
