@@ -6,19 +6,26 @@
  * it) carries only ResumeState; everything large lives in the artifact store.
  *
  * The parts live beside it: runControl.ts (status, progress, pause/resume/stop),
- * trainerSession.ts (the run's trainer), inferenceWait.ts (weight sync that
- * waits out a down server), stepRecord.ts (what a finished step writes),
- * proxies.ts (activity timeouts and retries).
+ * trainerSession.ts (the run's leased trainer), inferenceWait.ts (weight sync
+ * that waits out a down server), stepRecord.ts (what a finished step writes),
+ * proxies.ts (activity timeouts and retries), patches.ts (behaviour changes
+ * behind patched(), so runs started on older code replay).
+ *
+ * However the run ends (completed, stopped, failed, cancelled), it releases its
+ * trainer and unloads its adapters from inference; a terminated run's trainer
+ * comes free when its lease expires.
  */
 import {
   ActivityFailure,
   ApplicationFailure,
   CancellationScope,
   ChildWorkflowHandle,
+  ContinueAsNew,
   condition,
   continueAsNew,
   isCancellation,
   log,
+  patched,
   startChild,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -26,13 +33,24 @@ import type { ArtifactRef } from '../artifacts/ref';
 import { adapterName } from '../shared/adapters';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
-import { syncUntilServed } from './inferenceWait';
+import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
+import { PATCHES } from './patches';
 import { light } from './proxies';
 import { RunControl } from './runControl';
 import { StepRollouts, type StepRolloutsInput } from './stepRollouts';
 import { runStateAfter, stepRecord } from './stepRecord';
-import { TrainerSession, type TrainedStep } from './trainerSession';
+import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
 import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type TrainRunInput, type TrainRunResult } from './types';
+
+/** Cancels rollouts started ahead whose results are not needed (stop, or continue-as-new mid-wait). */
+async function cancelPending(pending: PendingRollouts): Promise<void> {
+  pending.scope.cancel();
+  try {
+    await pending.handle.result();
+  } catch (err) {
+    if (!isCancellation(err)) log.warn('prefetched rollouts ended with an error after cancel', { error: String(err) });
+  }
+}
 
 interface PendingRollouts {
   step: number;
@@ -78,12 +96,33 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   let taskSetDir = '';
   const keepFrom = () => Math.max(1, run.policyVersion - asyncLevel - 1);
   const modelFor = (v: number) => (v === 0 ? config.inference.served_model : adapterName(runId, v));
-  const trainer = new TrainerSession(run, config, input.trainerTimeouts);
+  const trainer = new TrainerSession(run, config, input.trainerTimeouts, input.resume?.trainerQueue);
   const serveCurrent = () => syncUntilServed(run, () => ({
     runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter, keepFromVersion: keepFrom(),
-  }));
+  }), input.inferenceWaitsPerExecution);
+  if (input.resume?.paused && patched(PATCHES.pauseCarried)) run.pauseRequested = true;
   run.started = true;
   run.publish();
+
+  /** Continue as new from `state`: the pause and the leased trainer go along; nothing large does. */
+  const continueFrom = (state: ResumeState) => continueAsNew<typeof TrainRun>({
+    ...input, runId,
+    resume: {
+      ...pickResume(state),
+      ...(run.pauseRequested ? { paused: true } : {}),
+      ...(trainer.heldQueue ? { trainerQueue: trainer.heldQueue } : {}),
+    },
+  });
+
+  /** However the run ended: the trainer goes back to the pool and its adapters leave inference. */
+  async function releaseRun(): Promise<void> {
+    await trainer.release();
+    try {
+      await light.unloadRunAdapters({ runId, baseUrls: config.inference.base_urls });
+    } catch (err) {
+      log.warn('could not unload the run\'s adapters', { error: String(err) });
+    }
+  }
 
   /**
    * A step whose rollouts leave no trainable token (all stale, all truncated and
@@ -127,98 +166,116 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     return { step: s, policyVersion, tasks, handle, scope, startedAt: Date.now() };
   }
 
-  // After a restart of anything, inference may have lost the current adapter: serve it before rolling out.
-  if (run.policyVersion > 0) await serveCurrent();
+  /** The steps from where the run stands to its end (or to continue-as-new, which throws). */
+  async function runSteps(): Promise<TrainRunResult> {
+    // After a restart of anything, inference may have lost the current adapter: serve it before rolling out.
+    if (run.policyVersion > 0 && (await serveCurrent()) === CONTINUE_AS_NEW) {
+      await continueFrom(resume!);
+    }
 
-  let pending: PendingRollouts | undefined;
-  let stepsThisExecution = 0;
-  while (run.step < run.maxSteps) {
-    if (run.pauseRequested) {
+    let pending: PendingRollouts | undefined;
+    let stepsThisExecution = 0;
+    while (run.step < run.maxSteps) {
+      if (run.pauseRequested) {
+        run.phase = 'idle';
+        run.publish();
+        await condition(() => !run.pauseRequested || run.stopRequested);
+      }
+      if (run.stopRequested) break;
+      run.publish();
+      const step = run.step;
+      const t0 = Date.now();
+
+      const current = pending && pending.step === step ? pending : await startRollouts(step);
+      pending = undefined;
+      run.prefetchedStep = undefined;
+      run.phase = 'rollouts';
+      run.publish();
+      const rollouts: RolloutSummary[] = await current.handle.result();
+      const tRollouts = Date.now();
+
+      run.phase = 'building-batch';
+      const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts);
+      const tBatch = Date.now();
+
+      // Overlap: the next step's rollouts run on the current policy while this step trains.
+      stepsThisExecution++;
+      const willContinueAsNew = stepsThisExecution >= canEvery || workflowInfo().continueAsNewSuggested;
+      if (built && asyncLevel >= 1 && step + 1 < run.maxSteps && !run.stopRequested && !run.pauseRequested && !willContinueAsNew) {
+        pending = await startRollouts(step + 1);
+        run.prefetchedStep = step + 1;
+      }
+
+      const versionBefore = run.policyVersion;
+      let trained: TrainedStep | undefined;
+      let synced: { ms: number } | undefined;
+      let error = emptyBatch ? { type: 'EmptyBatch', message: emptyBatch } : undefined;
+      let syncDeferred = false;
+      if (built) {
+        const outcome = await trainer.trainAndSave(step, built.batch, built.manifest, checkpoint);
+        if (isStepFault(outcome)) {
+          error = outcome.fault;
+        } else {
+          trained = outcome;
+          run.policyVersion = trained.saved.policy_version;
+          checkpoint = trained.saved.checkpoint;
+          adapter = trained.saved.adapter;
+        }
+      }
+      const tTrain = Date.now();
+      if (trained) {
+        run.phase = 'weight-sync';
+        run.publish();
+        const served = await serveCurrent();
+        // Trained and saved, not yet served: the step is recorded, and the next execution serves first.
+        if (served === CONTINUE_AS_NEW) syncDeferred = true;
+        else synced = served;
+      }
+      const tSync = Date.now();
+
+      run.phase = 'metrics';
+      const record = stepRecord({
+        runId, step, versionBefore, policyVersion: run.policyVersion, rollouts, built, trained, synced, error, checkpoint, adapter,
+        times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },
+      });
+      const nextState = runStateAfter(record, loaded, seed);
+      run.lastStep = await light.recordStep({ record, state: nextState });
+      run.rolloutCounts.delete(step);
+      run.step++;
       run.phase = 'idle';
       run.publish();
-      await condition(() => !run.pauseRequested || run.stopRequested);
-    }
-    if (run.stopRequested) break;
-    run.publish();
-    const step = run.step;
-    const t0 = Date.now();
 
-    const current = pending && pending.step === step ? pending : await startRollouts(step);
-    pending = undefined;
-    run.prefetchedStep = undefined;
-    run.phase = 'rollouts';
-    run.publish();
-    const rollouts: RolloutSummary[] = await current.handle.result();
-    const tRollouts = Date.now();
-
-    run.phase = 'building-batch';
-    const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts);
-    const tBatch = Date.now();
-
-    // Overlap: the next step's rollouts run on the current policy while this step trains.
-    stepsThisExecution++;
-    const willContinueAsNew = stepsThisExecution >= canEvery || workflowInfo().continueAsNewSuggested;
-    if (built && asyncLevel >= 1 && step + 1 < run.maxSteps && !run.stopRequested && !run.pauseRequested && !willContinueAsNew) {
-      pending = await startRollouts(step + 1);
-      run.prefetchedStep = step + 1;
+      if ((willContinueAsNew || syncDeferred) && run.step < run.maxSteps && !run.stopRequested) {
+        if (pending) await cancelPending(pending);
+        await continueFrom(nextState);
+      }
     }
 
-    const versionBefore = run.policyVersion;
-    let trained: TrainedStep | undefined;
-    let synced: { ms: number } | undefined;
-    if (built) {
-      trained = await trainer.trainAndSave(step, built.batch, built.manifest, checkpoint);
-      run.policyVersion = trained.saved.policy_version;
-      checkpoint = trained.saved.checkpoint;
-      adapter = trained.saved.adapter;
-    }
-    const tTrain = Date.now();
-    if (trained) {
-      run.phase = 'weight-sync';
-      run.publish();
-      synced = await serveCurrent();
-    }
-    const tSync = Date.now();
+    // A stop request can leave the next step's rollouts running: cancel them, their results are not needed.
+    if (pending) await cancelPending(pending);
 
-    run.phase = 'metrics';
-    const record = stepRecord({
-      runId, step, versionBefore, policyVersion: run.policyVersion, rollouts, built, trained, synced,
-      error: emptyBatch ? { type: 'EmptyBatch', message: emptyBatch } : undefined,
-      checkpoint, adapter,
-      times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },
-    });
-    const nextState = runStateAfter(record, loaded, seed);
-    run.lastStep = await light.recordStep({ record, state: nextState });
-    run.rolloutCounts.delete(step);
-    run.step++;
+    run.finalStatus = run.stopRequested && run.step < run.maxSteps ? 'stopped' : 'completed';
     run.phase = 'idle';
     run.publish();
-
-    if (willContinueAsNew && run.step < run.maxSteps && !run.stopRequested) {
-      await continueAsNew<typeof TrainRun>({ ...input, runId, resume: pickResume(nextState) });
-    }
+    return {
+      runId,
+      stepsCompleted: run.step,
+      policyVersion: run.policyVersion,
+      configSha256: loaded.configSha256,
+      checkpoint,
+      lastMeanReward: run.lastStep?.meanReward,
+      stopped: run.finalStatus === 'stopped' ? 'stopped-by-request' : 'completed',
+    };
   }
 
-  // A stop request can leave the next step's rollouts running: cancel them, their results are not needed.
-  if (pending) {
-    pending.scope.cancel();
-    try {
-      await pending.handle.result();
-    } catch (err) {
-      if (!isCancellation(err)) log.warn('prefetched rollouts ended with an error after stop', { error: String(err) });
+  try {
+    const result = await runSteps();
+    if (patched(PATCHES.releaseAtEnd)) await releaseRun();
+    return result;
+  } catch (err) {
+    if (!(err instanceof ContinueAsNew) && patched(PATCHES.releaseAtEnd)) {
+      await CancellationScope.nonCancellable(releaseRun);
     }
+    throw err;
   }
-
-  run.finalStatus = run.stopRequested && run.step < run.maxSteps ? 'stopped' : 'completed';
-  run.phase = 'idle';
-  run.publish();
-  return {
-    runId,
-    stepsCompleted: run.step,
-    policyVersion: run.policyVersion,
-    configSha256: loaded.configSha256,
-    checkpoint,
-    lastMeanReward: run.lastStep?.meanReward,
-    stopped: run.finalStatus === 'stopped' ? 'stopped-by-request' : 'completed',
-  };
 }

@@ -1,13 +1,15 @@
 /**
- * The run's trainer: a stateful Python worker on its own task queue, found
- * through `trainer.announce` and loaded with the run's last checkpoint. When it
- * dies (a timeout on its queue) it is re-announced and reloaded, so a step is
- * applied exactly once. Workflow code.
+ * The run's trainer: a stateful Python worker on its own task queue, leased to
+ * this run through `trainer.announce` and loaded with the run's last checkpoint.
+ * When it dies (a timeout on its queue) or its lease was taken (the run left it
+ * idle past the lease), it is re-announced and reloaded, so a step is applied
+ * exactly once. Workflow code.
  */
-import { ActivityFailure, ApplicationFailure, TimeoutFailure, log } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RunConfig } from '../config/schema';
 import type { TrainerStepMetrics } from './activityTypes';
+import { PATCHES } from './patches';
 import { announcer, trainerIoOn, trainerOn } from './proxies';
 import type { RunControl } from './runControl';
 import { toTrainerConfig } from './trainerConfig';
@@ -25,20 +27,49 @@ export interface TrainedStep {
   restarts: number;
 }
 
+/** A fault deterministic for this step's batch: nothing was applied, the run records it and goes on. */
+export interface StepFault {
+  fault: { type: string; message: string };
+  restarts: number;
+}
+
 /** How many times one step may lose its trainer before the run gives up. */
 const MAX_TRAINER_RESTARTS = 20;
 
+/** trainer.step's typed errors that the same batch would raise on any trainer (docs/contracts.md). */
+const STEP_FAULTS = ['NonFiniteGradient', 'StepOutOfMemory'];
+
+const appFailureType = (err: unknown): string | undefined =>
+  err instanceof ActivityFailure && err.cause instanceof ApplicationFailure ? err.cause.type ?? undefined : undefined;
+
+/** The trainer process is gone (its queue timed out). */
 export const isTrainerGone = (err: unknown): boolean =>
   err instanceof ActivityFailure && (err.cause instanceof TimeoutFailure);
 
+/** The trainer lives but no longer holds this run: its lease lapsed and another run took it. */
+const isLeaseLost = (err: unknown): boolean => {
+  const t = appFailureType(err);
+  return (t === 'TrainerNotLoaded' || t === 'TrainerBusy') && patched(PATCHES.trainerLease);
+};
+
 export class TrainerSession {
   private queue: string | undefined;
+  /** A trainer this run held before continue-as-new: tried before announcing. */
+  private carried: string | undefined;
 
   constructor(
     private readonly run: RunControl,
     private readonly config: RunConfig,
     private readonly timeouts: TrainerTimeouts | undefined,
-  ) {}
+    carriedQueue?: string,
+  ) {
+    this.carried = carriedQueue;
+  }
+
+  /** The queue of the trainer this run holds, if it has one now (carried across continue-as-new). */
+  get heldQueue(): string | undefined {
+    return this.queue ?? this.carried;
+  }
 
   /** The queue of a trainer that holds this run's model at `checkpoint`; announces and loads one if needed. */
   async ensure(checkpoint: ArtifactRef | undefined): Promise<string> {
@@ -46,7 +77,16 @@ export class TrainerSession {
     const run = this.run;
     run.waitingForTrainer = true;
     run.publish();
-    const { task_queue, worker_id } = await announcer['trainer.announce']({});
+    let task_queue: string | undefined;
+    let worker_id: string | undefined;
+    if (this.carried && patched(PATCHES.trainerKeptAcrossContinueAsNew)) {
+      // The trainer this run held before continue-as-new: its lease is still this run's.
+      task_queue = this.carried;
+      worker_id = this.carried;
+    } else {
+      ({ task_queue, worker_id } = await announcer['trainer.announce']({ run_id: run.runId }));
+    }
+    this.carried = undefined;
     const loadedState = await trainerIoOn(task_queue, this.timeouts)['trainer.load']({
       run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint,
     });
@@ -62,8 +102,11 @@ export class TrainerSession {
     return task_queue;
   }
 
-  /** trainer.step then trainer.save for step `s`, on a live trainer; a trainer that dies meanwhile is replaced. */
-  async trainAndSave(s: number, batch: ArtifactRef, manifest: ArtifactRef, checkpoint: ArtifactRef | undefined): Promise<TrainedStep> {
+  /**
+   * trainer.step then trainer.save for step `s`, on a live trainer; a trainer that dies meanwhile
+   * is replaced. A step fault (non-finite gradient, out of memory twice) comes back as a StepFault.
+   */
+  async trainAndSave(s: number, batch: ArtifactRef, manifest: ArtifactRef, checkpoint: ArtifactRef | undefined): Promise<TrainedStep | StepFault> {
     const runId = this.run.runId;
     for (let restarts = 0; ; restarts++) {
       try {
@@ -74,11 +117,33 @@ export class TrainerSession {
         const saved = await trainerIoOn(q, this.timeouts)['trainer.save']({ run_id: runId, step: s });
         return { metrics, saved, restarts };
       } catch (err) {
-        if (!isTrainerGone(err) || restarts >= MAX_TRAINER_RESTARTS) throw err;
-        // The trainer died: a new one loads the last checkpoint, so this step is applied exactly once.
+        const type = appFailureType(err);
+        if (type && STEP_FAULTS.includes(type) && patched(PATCHES.stepFaultsSkipped)) {
+          const message = (err as ActivityFailure).cause!.message;
+          log.warn('the trainer could not apply this step; recorded as an error, the run goes on', { step: s, type, message });
+          return { fault: { type, message }, restarts };
+        }
+        if (!(isTrainerGone(err) || isLeaseLost(err)) || restarts >= MAX_TRAINER_RESTARTS) throw err;
+        // A new (or re-leased) trainer loads the last checkpoint, so this step is applied exactly once.
         log.warn('trainer is gone; re-announcing and reloading the last checkpoint', { step: s, error: String(err) });
         this.queue = undefined;
+        this.carried = undefined;
       }
     }
   }
+
+  /** The run ended: free the trainer for the next run (a dead one frees itself by lease expiry). */
+  async release(): Promise<void> {
+    const q = this.heldQueue;
+    if (!q) return;
+    this.queue = undefined;
+    this.carried = undefined;
+    try {
+      await trainerIoOn(q, this.timeouts)['trainer.release']({ run_id: this.run.runId });
+    } catch (err) {
+      log.warn('could not release the trainer; its lease expires on its own', { task_queue: q, error: String(err) });
+    }
+  }
 }
+
+export const isStepFault = (r: TrainedStep | StepFault): r is StepFault => 'fault' in r;

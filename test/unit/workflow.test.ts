@@ -165,15 +165,15 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
   });
 
   test('a dead trainer is replaced: re-announce, load the last checkpoint, the step applied once', async () => {
-    await withWorkers({ deadTrainers: ['w2'] }, async (f) => {
-      // w1 trains step 0; then the run is restarted onto a fresh trainer (w2, dead), then w3.
+    await withWorkers({ deadTrainers: ['w1'], deadFromStep: 1 }, async (f) => {
+      // w1 trains step 0; the run continues as new and keeps w1 (its lease), which dies in step 1; w2 takes over.
       const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' }, continueAsNewEvery: 1 });
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
-      // Continue-as-new re-announces; w2 dies, w3 loads step 0's checkpoint and redoes step 1.
       expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([
-        ['w1', null], ['w2', 'file:///fake/ckpt-step-0'], ['w3', 'file:///fake/ckpt-step-0'], ['w4', 'file:///fake/ckpt-step-1'],
+        ['w1', null], ['w1', 'file:///fake/ckpt-step-0'], ['w2', 'file:///fake/ckpt-step-0'], ['w2', 'file:///fake/ckpt-step-1'],
       ]);
+      expect(f.announces()).toBe(2);
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
       expect(f.records[1]!.record.trainer).toMatchObject({ restarts: 1 });
     });
@@ -187,6 +187,80 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(1);
       expect(f.syncs.length).toBe(2);
+    });
+  });
+
+  test('two runs, one trainer: the second waits (waiting-for-trainer) until the first releases it; both ledgers exact', async () => {
+    await withWorkers({ leases: 1, trainMs: 100 }, async (f) => {
+      const a = await start();
+      await waitFor(async () => f.leased.get('w1') === a.workflowId);
+      const b = await start();
+      await waitFor(async () => (await b.query(progressQuery)).status === 'waiting-for-trainer');
+      expect((await b.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-trainer');
+      const [ra, rb] = await Promise.all([a.result(), b.result()]);
+      expect([ra.stepsCompleted, rb.stepsCompleted]).toEqual([3, 3]);
+      for (const run of [a.workflowId, b.workflowId]) {
+        expect([...f.applied.entries()].filter(([k]) => k.startsWith(`${run}/`)).map(([k, n]) => [k.split('/')[1], n])).toEqual([['0', 1], ['1', 1], ['2', 1]]);
+        expect(f.records.filter((r) => r.record.run_id === run).map((r) => r.record.policy_version)).toEqual([1, 2, 3]);
+      }
+      // a released w1 (only then could b have it); each run's adapters left inference at its end.
+      expect(f.releases).toEqual([{ worker: 'w1', runId: a.workflowId }, { worker: 'w1', runId: b.workflowId }]);
+      expect(f.unloads).toEqual([a.workflowId, b.workflowId]);
+      expect(f.leased.size).toBe(0);
+    });
+  });
+
+  test('a failed run still releases its trainer and unloads its adapters', async () => {
+    await withWorkers({ leases: 1, stepFaults: { 1: 'BatchError' } }, async (f) => {
+      const handle = await start();
+      await expect(handle.result()).rejects.toThrow();
+      expect(f.releases).toEqual([{ worker: 'w1', runId: handle.workflowId }]);
+      expect(f.unloads).toEqual([handle.workflowId]);
+    });
+  });
+
+  test('a non-finite gradient or an OOM that survived its retry is recorded on the step and skipped', async () => {
+    await withWorkers({ stepFaults: { 1: 'NonFiniteGradient', 2: 'StepOutOfMemory' }, orchestrator: { max_steps: 4 } }, async (f) => {
+      const result = await (await start()).result();
+      expect(result).toMatchObject({ stepsCompleted: 4, policyVersion: 2, stopped: 'completed' });
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.record.error?.type ?? null, r.record.trainer.skipped ?? false]))
+        .toEqual([[0, 1, null, false], [1, 1, 'NonFiniteGradient', true], [2, 1, 'StepOutOfMemory', true], [3, 2, null, false]]);
+      expect(f.records[1]!.record.error!.message).toMatch(/nothing applied/);
+      // No weight sync for a skipped step: versions 1 and 2 only.
+      expect(f.syncs.map((s) => s.policyVersion)).toEqual([1, 2]);
+    });
+  });
+
+  test('a pause survives continue-as-new, and resume goes on from there', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3 }, trainMs: 500 }, async (f) => {
+      const handle = await start({ continueAsNewEvery: 1 });
+      await waitFor(async () => f.events.some((e) => e.what === 'train-start'));
+      expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
+      // Step 0 finishes, the run continues as new, and the new execution is still paused.
+      await waitFor(async () => (await handle.describe()).runId !== handle.firstExecutionRunId);
+      await waitFor(async () => (await handle.query(progressQuery)).phase === 'idle');
+      await sleep(700);
+      expect(await handle.query(progressQuery)).toMatchObject({ status: 'paused', step: 1 });
+      expect(f.records).toHaveLength(1);
+      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('paused');
+      expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      expect([...f.applied.values()]).toEqual([1, 1, 1]);
+    });
+  });
+
+  test('a long inference outage continues as new instead of growing one history; nothing is trained twice', async () => {
+    await withWorkers({ inferenceDownTimes: 5, orchestrator: { max_steps: 2 } }, async (f) => {
+      const handle = await start({ inferenceWaitsPerExecution: 2, continueAsNewEvery: 100 });
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2 });
+      expect((await handle.describe()).runId).not.toBe(handle.firstExecutionRunId);
+      expect([...f.applied.values()]).toEqual([1, 1]);
+      // Step 0 was recorded trained-but-not-served; the next execution served version 1 before rolling out.
+      expect(f.records[0]!.record).toMatchObject({ step: 0, policy_version: 1 });
+      expect(f.records[0]!.record.weight_sync).toBeUndefined();
+      // 2 failed attempts in each of the first two executions, then served in the third, then step 1's.
+      expect(f.syncs.map((x) => x.policyVersion)).toEqual([1, 1, 1, 1, 1, 1, 2]);
     });
   });
 });
