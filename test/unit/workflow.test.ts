@@ -219,6 +219,22 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  test('a run failed on purpose, restarted under its id, goes on from its last completed step: no double step', async () => {
+    await withWorkers({ stepFaults: { 1: 'BatchError' } }, async (f) => {
+      const first = await start();
+      await expect(first.result()).rejects.toThrow();
+      expect(f.records.map((r) => r.record.step)).toEqual([0]);
+      // What `ratchet restart` does: the same workflow id again; openRun finds the state file.
+      const again = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: first.workflowId, args: [{ configPath: 'configs/fake.toml', runId: first.workflowId }],
+      });
+      expect(await again.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      expect([...f.applied.entries()]).toEqual([[`${first.workflowId}/0`, 1], [`${first.workflowId}/1`, 1], [`${first.workflowId}/2`, 1]]);
+      expect(f.records.map((r) => r.record.step)).toEqual([0, 1, 2]);
+      expect(f.loads.map((l) => l.checkpoint?.uri ?? null)).toEqual([null, 'file:///fake/ckpt-step-0']);
+    });
+  });
+
   test('a non-finite gradient or an OOM that survived its retry is recorded on the step and skipped', async () => {
     await withWorkers({ stepFaults: { 1: 'NonFiniteGradient', 2: 'StepOutOfMemory' }, orchestrator: { max_steps: 4 } }, async (f) => {
       const result = await (await start()).result();

@@ -7,7 +7,7 @@ import { RunConfig } from '../../src/config/schema';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import type { BuildBatchInput, RolloutInput } from '../../src/workflows/activityTypes';
-import type { LoadedConfig, ResumeState, SampledTask, StepSummary } from '../../src/workflows/types';
+import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/workflows/types';
 import type { RecordStepInput } from '../../src/activities/metrics';
 import type { SyncWeightsInput } from '../../src/activities/weightSync';
 
@@ -31,7 +31,7 @@ export interface FakeOptions {
   emptyBatchSteps?: number[];
   /** Existing run state (a resume). */
   resume?: ResumeState;
-  /** trainer.step fails with this typed step fault at these steps (NonFiniteGradient, StepOutOfMemory). */
+  /** trainer.step fails once with this typed error at these steps (NonFiniteGradient, StepOutOfMemory, BatchError...). */
   stepFaults?: Record<number, string>;
   /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
   leases?: number;
@@ -64,7 +64,9 @@ export function makeFakes(opts: FakeOptions = {}) {
   const main = {
     async openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
       events.push({ t: now(), what: 'openRun' });
-      return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 }, resume: opts.resume };
+      // As the real openRun: a run id with a recorded step resumes from its state file.
+      const last = records.filter((r) => r.state.runId === input.runId).at(-1);
+      return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 }, resume: opts.resume ?? (last && pickResume(last.state)) };
     },
     async readConfig(_ref: ArtifactRef) {
       return config;
@@ -156,6 +158,7 @@ export function makeFakes(opts: FakeOptions = {}) {
         events.push({ t: now(), what: 'train-start', step: input.step, worker });
         const fault = opts.stepFaults?.[input.step];
         if (fault) {
+          delete opts.stepFaults![input.step];
           const { ApplicationFailure } = await import('@temporalio/common');
           throw ApplicationFailure.nonRetryable(`step ${input.step}: ${fault} (fake); nothing applied`, fault);
         }
