@@ -2,10 +2,8 @@
  * TrainRun against a real Temporal dev server (the PyPI CLI, never downloaded)
  * with fake activities: the loop, async overlap, control updates, progress,
  * continue-as-new, a dead trainer and a down inference server.
- * Set RATCHET_RECORD_HISTORIES=1 to rewrite test/fixtures/histories/ for the replay test.
+ * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
  */
-import { promises as fs } from 'node:fs';
-import * as path from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
@@ -14,11 +12,9 @@ import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdat
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { TrainRunInput } from '../../src/workflows/types';
 import { makeFakes, type FakeOptions } from './workflowFakes';
-import { historyToObject } from './workflowHistories';
+import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(120_000);
-
-const HISTORIES = path.join(__dirname, '..', 'fixtures', 'histories');
 
 describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
   let env: TestWorkflowEnvironment;
@@ -69,12 +65,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   }
 
-  async function record(handle: WorkflowHandle, name: string): Promise<void> {
-    if (process.env.RATCHET_RECORD_HISTORIES !== '1') return;
-    const history = await handle.fetchHistory();
-    await fs.mkdir(HISTORIES, { recursive: true });
-    await fs.writeFile(path.join(HISTORIES, `${name}.json`), `${JSON.stringify(historyToObject(history), null, 1)}\n`);
-  }
+  const record = (handle: WorkflowHandle, name: string): Promise<void> => recordHistory(handle, name);
 
   test('runs every step: exact rollout counts, one optimizer step each, versions advance, records written', async () => {
     await withWorkers({}, async (f) => {
@@ -100,7 +91,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
 
   test('a step with no trainable token is recorded as an error and skipped; the trainer never sees it', async () => {
     await withWorkers({ emptyBatchSteps: [1], orchestrator: { async_level: 1 } }, async (f) => {
-      const result = await (await start()).result();
+      const handle = await start();
+      const result = await handle.result();
+      await record(handle, 'trainrun-empty-batch');
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 2, stopped: 'completed' });
       expect([...f.applied.keys()].map((k) => k.split('/')[1])).toEqual(['0', '2']);
       const skipped = f.records.find((r) => r.record.step === 1)!.record;
@@ -151,6 +144,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const stepsAtPause = f.records.length;
       await sleep(700);
       expect(f.records.length).toBe(stepsAtPause);
+      await record(handle, 'trainrun-paused');
       expect(paused.status).toBe('paused');
       expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('paused');
       expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
@@ -161,6 +155,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(result.stepsCompleted).toBeLessThan(5);
       expect(f.records).toHaveLength(result.stepsCompleted);
       await expect(handle.executeUpdate(pauseUpdate)).rejects.toThrow();
+      await record(handle, 'trainrun-pause-resume-stop');
     });
   });
 
@@ -176,6 +171,8 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.announces()).toBe(2);
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
       expect(f.records[1]!.record.trainer).toMatchObject({ restarts: 1 });
+      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-trainer-kept-then-replaced-1');
+      await record(handle, 'trainrun-trainer-kept-then-replaced-3');
     });
   });
 
@@ -187,6 +184,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(1);
       expect(f.syncs.length).toBe(2);
+      await record(handle, 'trainrun-inference-wait');
     });
   });
 
@@ -207,6 +205,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.releases).toEqual([{ worker: 'w1', runId: a.workflowId }, { worker: 'w1', runId: b.workflowId }]);
       expect(f.unloads).toEqual([a.workflowId, b.workflowId]);
       expect(f.leased.size).toBe(0);
+      await record(b, 'trainrun-waited-for-trainer');
     });
   });
 
@@ -216,6 +215,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       await expect(handle.result()).rejects.toThrow();
       expect(f.releases).toEqual([{ worker: 'w1', runId: handle.workflowId }]);
       expect(f.unloads).toEqual([handle.workflowId]);
+      await record(handle, 'trainrun-failed-released');
     });
   });
 
@@ -232,12 +232,15 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect([...f.applied.entries()]).toEqual([[`${first.workflowId}/0`, 1], [`${first.workflowId}/1`, 1], [`${first.workflowId}/2`, 1]]);
       expect(f.records.map((r) => r.record.step)).toEqual([0, 1, 2]);
       expect(f.loads.map((l) => l.checkpoint?.uri ?? null)).toEqual([null, 'file:///fake/ckpt-step-0']);
+      await record(again, 'trainrun-restarted');
     });
   });
 
   test('a non-finite gradient or an OOM that survived its retry is recorded on the step and skipped', async () => {
     await withWorkers({ stepFaults: { 1: 'NonFiniteGradient', 2: 'StepOutOfMemory' }, orchestrator: { max_steps: 4 } }, async (f) => {
-      const result = await (await start()).result();
+      const handle = await start();
+      const result = await handle.result();
+      await record(handle, 'trainrun-step-faults');
       expect(result).toMatchObject({ stepsCompleted: 4, policyVersion: 2, stopped: 'completed' });
       expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.record.error?.type ?? null, r.record.trainer.skipped ?? false]))
         .toEqual([[0, 1, null, false], [1, 1, 'NonFiniteGradient', true], [2, 1, 'StepOutOfMemory', true], [3, 2, null, false]]);
@@ -262,6 +265,8 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
       expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
+      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-pause-before-continue-as-new');
+      await record(handle, 'trainrun-pause-after-continue-as-new');
     });
   });
 
@@ -277,6 +282,8 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.records[0]!.record.weight_sync).toBeUndefined();
       // 2 failed attempts in each of the first two executions, then served in the third, then step 1's.
       expect(f.syncs.map((x) => x.policyVersion)).toEqual([1, 1, 1, 1, 1, 1, 2]);
+      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-inference-wait-continue-as-new-1');
+      await record(handle, 'trainrun-inference-wait-continue-as-new-3');
     });
   });
 });
