@@ -120,7 +120,7 @@ class TrainerActivities:
         return ApplicationError(
             f"trainer {self.worker_id} is leased to run {self.lease.holder_now()!r}, not {run_id!r}. "
             "The run waits for a free trainer (status waiting-for-trainer); start another trainer worker "
-            "(infra/trainer.sh) or stop the other run",
+            "(python -m ratchet_trainer.worker, with its own --metrics-port) or stop the other run",
             type="TrainerBusy", non_retryable=not retryable,
         )
 
