@@ -226,7 +226,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       if (trained) {
         run.phase = 'weight-sync';
         run.publish();
-        const served = await serveCurrent();
+        let served = await serveCurrent();
+        // The last step (or a stopping run) has no next execution to serve it: it waits on here.
+        while (served === CONTINUE_AS_NEW && (step + 1 >= run.maxSteps || run.stopRequested)) served = await serveCurrent();
         // Trained and saved, not yet served: the step is recorded, and the next execution serves first.
         if (served === CONTINUE_AS_NEW) syncDeferred = true;
         else synced = served;

@@ -270,6 +270,16 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  test('an outage at the last step waits on in the same run: nothing after it would serve the version', async () => {
+    await withWorkers({ inferenceDownTimes: 3, orchestrator: { max_steps: 1 } }, async (f) => {
+      const handle = await start({ inferenceWaitsPerExecution: 2 });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      expect((await handle.describe()).runId).toBe(handle.firstExecutionRunId);
+      expect(f.records[0]!.record.weight_sync).toMatchObject({ policyVersion: 1 });
+      expect(f.syncs).toHaveLength(4);
+    });
+  });
+
   test('a long inference outage continues as new instead of growing one history; nothing is trained twice', async () => {
     await withWorkers({ inferenceDownTimes: 5, orchestrator: { max_steps: 2 } }, async (f) => {
       const handle = await start({ inferenceWaitsPerExecution: 2, continueAsNewEvery: 100 });
