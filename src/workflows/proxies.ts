@@ -26,23 +26,28 @@ export const announcer = proxyActivities<TrainerActivities>({
   retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds' },
 });
 
-/** The trainer's own queue: a dead trainer shows up as a schedule-to-start or heartbeat timeout, not a hang. */
+/**
+ * The trainer's own queue: a dead trainer shows up as a schedule-to-start or heartbeat timeout, not a hang.
+ * The trainer heartbeats every ~10 s from a liveness thread however slow a micro-batch is, and stops when
+ * its watchdog sees no progress (trainer/ratchet_trainer/liveness.py): a hung trainer times out too.
+ */
 export function trainerOn(taskQueue: string, t: TrainerTimeouts = {}) {
   return proxyActivities<TrainerActivities>({
     taskQueue,
     scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
     startToCloseTimeout: '2 hours',
-    heartbeatTimeout: t.heartbeat ?? '2 minutes',
+    heartbeatTimeout: t.heartbeat ?? '1 minute',
     retry: { maximumAttempts: 2 },
   });
 }
 
-// Loading a checkpoint and saving one do not heartbeat; they may take a while on CPU.
+// Loading a checkpoint and saving one heartbeat the same way; they may take a while on CPU.
 export function trainerIoOn(taskQueue: string, t: TrainerTimeouts = {}) {
   return proxyActivities<TrainerActivities>({
     taskQueue,
     scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
     startToCloseTimeout: '20 minutes',
+    heartbeatTimeout: t.heartbeat ?? '1 minute',
     retry: { maximumAttempts: 2 },
   });
 }

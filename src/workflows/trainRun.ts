@@ -31,6 +31,7 @@ import {
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import { adapterName } from '../shared/adapters';
+import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
@@ -92,13 +93,15 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     run.lastStep = { step: run.step - 1, meanReward: resume.lastMeanReward, components: {}, rollouts: 0, dropped: 0, policyVersion: run.policyVersion };
   }
   const asyncLevel = orch.async_level;
+  const windows = livenessOf(config);
   const canEvery = input.continueAsNewEvery ?? orch.continue_as_new_every;
   let taskSetDir = '';
   const keepFrom = () => Math.max(1, run.policyVersion - asyncLevel - 1);
   const modelFor = (v: number) => (v === 0 ? config.inference.served_model : adapterName(runId, v));
-  const trainer = new TrainerSession(run, config, input.trainerTimeouts, input.resume?.trainerQueue);
+  const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue);
   const serveCurrent = () => syncUntilServed(run, () => ({
     runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter, keepFromVersion: keepFrom(),
+    liveness: forActivity(windows, 'weight_sync'),
   }), input.inferenceWaitsPerExecution);
   if (input.resume?.paused && patched(PATCHES.pauseCarried)) run.pauseRequested = true;
   run.started = true;
@@ -153,7 +156,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const policyVersion = run.policyVersion;
     const childInput: StepRolloutsInput = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(), tasks,
-      config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch },
+      config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch, liveness: windows },
       taskSetDir, seed, parentWorkflowId: info.workflowId,
     };
     run.rolloutCounts.set(s, { done: 0, total: tasks.length * orch.rollouts_per_example });

@@ -8,6 +8,7 @@
 import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RunConfig } from '../config/schema';
+import { forActivity, type LivenessWindows } from '../shared/liveness';
 import type { TrainerStepMetrics } from './activityTypes';
 import { PATCHES } from './patches';
 import { announcer, trainerIoOn, trainerOn } from './proxies';
@@ -61,6 +62,7 @@ export class TrainerSession {
     private readonly run: RunControl,
     private readonly config: RunConfig,
     private readonly timeouts: TrainerTimeouts | undefined,
+    private readonly windows: LivenessWindows,
     carriedQueue?: string,
   ) {
     this.carried = carriedQueue;
@@ -88,7 +90,7 @@ export class TrainerSession {
     }
     this.carried = undefined;
     const loadedState = await trainerIoOn(task_queue, this.timeouts)['trainer.load']({
-      run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint,
+      run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, liveness: forActivity(this.windows, 'trainer'),
     });
     if (loadedState.policy_version !== run.policyVersion) {
       throw ApplicationFailure.nonRetryable(
@@ -112,9 +114,9 @@ export class TrainerSession {
       try {
         const q = await this.ensure(checkpoint);
         this.run.phase = 'training';
-        const metrics = await trainerOn(q, this.timeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest });
+        const metrics = await trainerOn(q, this.timeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest, liveness: forActivity(this.windows, 'trainer') });
         this.run.phase = 'saving';
-        const saved = await trainerIoOn(q, this.timeouts)['trainer.save']({ run_id: runId, step: s });
+        const saved = await trainerIoOn(q, this.timeouts)['trainer.save']({ run_id: runId, step: s, liveness: forActivity(this.windows, 'trainer') });
         return { metrics, saved, restarts };
       } catch (err) {
         const type = appFailureType(err);
