@@ -132,25 +132,25 @@ def test_non_finite_gradient_is_typed_and_leaves_the_weights(tmp_path):
     assert t.ledger == {} and all(torch.equal(w0[k], v) for k, v in snapshot(t).items())
 
 
-class OomAbove(torch.nn.Module):
-    """Wraps a model: a forward over more than `limit` tokens raises the out-of-memory error."""
+class OomAbove:
+    """Fault injection at the micro-batch: one of more than `limit` tokens raises the out-of-memory error."""
 
-    def __init__(self, model: torch.nn.Module, limit: int):
-        super().__init__()
-        self.inner, self.limit, self.calls = model, limit, []
+    def __init__(self, t: Trainer, limit: int):
+        self.limit, self.calls, self.inner = limit, [], t._micro_batch  # noqa: SLF001
 
-    def forward(self, **kw):
-        n = kw["input_ids"].numel()
+    def __call__(self, batch, sample_ids):
+        mb = self.inner(batch, sample_ids)
+        n = mb.input_ids.numel()
         self.calls.append(n)
         if n > self.limit:
             raise torch.OutOfMemoryError(f"CUDA out of memory (fake, {n} tokens)")
-        return self.inner(**kw)
+        return mb
 
 
 def _oom_trainer(limit: int) -> tuple[Trainer, OomAbove]:
     t = Trainer("run", make_cfg("tiny", micro_batch_tokens=64))
-    wrapped = OomAbove(t.model, limit)
-    t.model = wrapped  # type: ignore[assignment]
+    wrapped = OomAbove(t, limit)
+    t._micro_batch = wrapped  # type: ignore[method-assign]  # noqa: SLF001
     return t, wrapped
 
 
