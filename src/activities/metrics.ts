@@ -53,10 +53,11 @@ export interface RecordStepInput {
 export function createMetricsActivities({ store, logger }: MetricsDeps) {
   return {
     /**
-     * Appends the step's record (once: a retried or replayed call finds its line
-     * and leaves the file alone) and then moves the run's state file forward.
-     * The order matters: a crash in between leaves a record without state, and
-     * the resumed run redoes the step and finds the record already written.
+     * Writes the step's record, then moves the run's state file forward. One
+     * line per completed step: a retried call (same batch) finds its line and
+     * leaves the file alone. A crash between the two writes leaves a record
+     * without state; the resumed run redoes the step on another batch, and its
+     * record replaces the earlier attempt's, which no state ever pointed at.
      */
     async recordStep({ record, state }: RecordStepInput): Promise<StepSummary> {
       const file = store.localPath(runKeys.metrics(record.run_id));
@@ -67,15 +68,17 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
       }
-      const already = existing.split('\n').some((l) => {
-        if (!l.trim()) return false;
-        try {
-          return (JSON.parse(l) as { step?: number }).step === record.step;
-        } catch {
-          return false;
-        }
-      });
-      if (!already) {
+      const lines = existing.split('\n');
+      const at = lines.findIndex((l) => parseRecord(l)?.step === record.step);
+      const earlier = at >= 0 ? parseRecord(lines[at]!) : undefined;
+      if (earlier && batchSha(earlier) !== batchSha(record)) {
+        logger.warn({ runId: record.run_id, step: record.step, earlierBatch: batchSha(earlier), batch: batchSha(record) },
+          'the step was redone after a crash; its record replaces the earlier attempt\'s');
+        lines[at] = JSON.stringify(record);
+        const tmp = `${file}.tmp-${process.pid}-${Date.now()}`;
+        await fs.writeFile(tmp, lines.join('\n'));
+        await fs.rename(tmp, file);
+      } else if (!earlier) {
         // A torn last line (crash mid-append) gets its own line so later ones stay parseable.
         const sep = existing && !existing.endsWith('\n') ? '\n' : '';
         await fs.appendFile(file, `${sep}${JSON.stringify(record)}\n`);
@@ -95,6 +98,20 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
       };
     },
   };
+}
+
+function parseRecord(line: string): StepRecord | undefined {
+  if (!line.trim()) return undefined;
+  try {
+    return JSON.parse(line) as StepRecord;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What a step trained on: the batch's sha256, or undefined for a step that trained on nothing. */
+function batchSha(r: StepRecord): string | undefined {
+  return (r.batch as { batch?: { sha256?: string } } | undefined)?.batch?.sha256;
 }
 
 /** Reads every step record of a run (the CLI's report and follow use this). */

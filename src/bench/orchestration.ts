@@ -66,6 +66,7 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
       tasks: Array.from({ length: i.batchSize }, (_, g) => ({ envId: 'swe-grep', envIndex: 0, datasetPath: '/bench/t.jsonl', instanceId: `t${g}`, groupId: `s${i.step}-g${g}` })),
     })),
     syncWeights: timed('sync', async (i: { policyVersion: number; step?: number }) => ({ policyVersion: i.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 })),
+    unloadRunAdapters: async () => ({ unloaded: [], down: [] }),
     buildBatch: timed('batch', async (i: { step: number; trajectories: unknown[] }) => ({ batch: fakeRef('b'), manifest: fakeRef('m'), summary: { samples: i.trajectories.length, dropped: {} } })),
     recordStep: timed('metrics', async (i: { record: { step: number; mean_reward: number; policy_version: number }; step?: number }) => ({
       step: i.record.step, meanReward: i.record.mean_reward, components: {}, rollouts: 0, dropped: 0, policyVersion: i.record.policy_version,
@@ -93,6 +94,7 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
       return { loss: 0, applied: true };
     }),
     'trainer.save': timed('save', async (i: { step: number }) => ({ checkpoint: fakeRef(`c${i.step}`), adapter: fakeRef(`a${i.step}`), policy_version: version })),
+    'trainer.release': async () => ({ released: true, worker_id: 'bench' }),
   };
   return { main, rollout, announce, trainer, intervals };
 }

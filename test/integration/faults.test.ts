@@ -4,7 +4,7 @@
  * middle of a step and started again. Each run must still meet every invariant
  * (checkInvariants): it completes, each step trains on exactly batch x rollouts,
  * no optimiser step is applied twice, every artifact matches its sha256, and
- * vLLM serves the trainer's policy version.
+ * the final version was served (and unloaded when the run ended).
  *
  * Slow by nature (minutes per test on 2 CPUs): each waits out the timeouts that
  * notice a dead part, shortened here through the run input where the run allows.

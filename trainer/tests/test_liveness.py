@@ -124,7 +124,10 @@ class SlowTrainer:
         self.ledger: dict[int, dict] = {}
         self.slow_s = slow_s
 
-    def step(self, step, batch, heartbeat=None):
+    def applied(self, step, batch_sha256):
+        return None  # as Trainer.applied: the step is new
+
+    def step(self, step, batch, heartbeat=None, batch_sha256=None):
         heartbeat({"step": step, "micro_batch": 0, "micro_batches": 2})
         time.sleep(self.slow_s)
         heartbeat({"step": step, "micro_batch": 1, "micro_batches": 2})

@@ -1,13 +1,17 @@
 """Checkpoint I/O, laid out as docs/contracts.md says.
 
-runs/<run_id>/checkpoints/step-<n>/
+runs/<run_id>/checkpoints/step-<n>-<batch sha256, first 16 hex>/
   adapter/            LoRA: peft adapter_model.safetensors + adapter_config.json (+ MANIFEST.sha256)
   model/              full fine-tuning: model.safetensors + config.json (+ MANIFEST.sha256)
   optimizer.pt  rng.pt  ledger.json  trainer_state.json  MANIFEST.sha256
 
 The directory is written under a temporary name and renamed, so a reader sees a
-whole checkpoint or none. A save of a step that is already on disk returns the
-existing refs: the same (run, step) always means the same state.
+whole checkpoint or none. The name carries the batch the step trained on: a
+step redone after a crash (the run resumed before recording it, re-sampled, and
+trained another batch) gets its own directory, never the earlier attempt's. A
+save of a (step, batch) already on disk returns the existing refs: the same
+name always means the same state. Ledgers written before batches were recorded
+(no batch_sha256) keep the old `step-<n>` name.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ class CheckpointError(ValueError):
     """A checkpoint that does not belong to this run or model; nothing was changed."""
 
 
-def checkpoint_dir(artifacts_root: Path, run_id: str, step: int) -> Path:
-    return artifacts_root / "runs" / run_id / "checkpoints" / f"step-{step}"
+def checkpoint_dir(artifacts_root: Path, run_id: str, step: int, batch_sha256: str | None = None) -> Path:
+    name = f"step-{step}" if not batch_sha256 else f"step-{step}-{batch_sha256[:16]}"
+    return artifacts_root / "runs" / run_id / "checkpoints" / name
 
 
 def _rng_state() -> dict[str, Any]:
@@ -50,7 +55,7 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int) -> dict[s
             f"run {trainer.run_id}: asked to save step {step} but the newest applied step is {trainer.last_step}. "
             "Fix: save right after trainer.step for that step"
         )
-    final = checkpoint_dir(artifacts_root, trainer.run_id, step)
+    final = checkpoint_dir(artifacts_root, trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
     if not (final / "MANIFEST.sha256").is_file():
         tmp = tmp_sibling(final)
         tmp.mkdir(parents=True)

@@ -2,7 +2,14 @@
 
 No Temporal here: the worker wraps this, the benchmark and tests drive it directly.
 A step is applied at most once per (run, step): the ledger records each applied
-step's metrics, and a re-delivered step returns them with applied=False.
+step's metrics and the sha256 of the batch it trained on; a re-delivered step
+(same batch) returns them with applied=False, and the same step with another
+batch is refused (StepConflictError), never answered with the other batch's result.
+
+Faults that are deterministic for one step are typed, so the run records the
+step as skipped instead of retrying it forever: a non-finite gradient
+(NonFiniteGradientError, nothing applied) and an out-of-memory error that
+survives one retry with micro-batches of half the tokens (StepOutOfMemoryError).
 """
 
 from __future__ import annotations
@@ -30,6 +37,23 @@ Heartbeat = Callable[[dict[str, Any]], None]
 
 class StepOrderError(ValueError):
     """A step older than the newest applied one that is not in the ledger: it can never be applied."""
+
+
+class StepConflictError(ValueError):
+    """The step is in the ledger, applied from another batch: its result cannot answer this one."""
+
+
+class NonFiniteGradientError(FloatingPointError):
+    """The step's gradient is NaN or infinite; the update was not applied and the weights are unchanged."""
+
+
+class StepOutOfMemoryError(RuntimeError):
+    """The step ran out of memory, and again with micro-batches of half the tokens; nothing was applied."""
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -123,32 +147,31 @@ class Trainer:
 
     # -- one optimiser step ----------------------------------------------------
 
-    def step(self, step: int, batch: Batch, heartbeat: Heartbeat | None = None) -> dict[str, Any]:
-        if step in self.ledger:
-            log.info("step already applied; returning recorded metrics", extra={"run_id": self.run_id, "step": step})
-            return {**self.ledger[step], "applied": False}
+    def applied(self, step: int, batch_sha256: str | None) -> dict[str, Any] | None:
+        """The ledger's answer for a re-delivered step (applied=False), None if the step is new."""
+        done = self.ledger.get(step)
+        if done is None:
+            return None
+        had = done.get("batch_sha256")
+        if batch_sha256 is not None and had is not None and had != batch_sha256:
+            raise StepConflictError(
+                f"run {self.run_id}: step {step} was applied from batch {had[:12]}, now asked with batch {batch_sha256[:12]}. "
+                "Fix: reload the run's last recorded checkpoint (trainer.load) before redoing the step")
+        log.info("step already applied; returning recorded metrics", extra={"run_id": self.run_id, "step": step})
+        return {**done, "applied": False}
+
+    def step(self, step: int, batch: Batch, heartbeat: Heartbeat | None = None, batch_sha256: str | None = None) -> dict[str, Any]:
+        done = self.applied(step, batch_sha256)
+        if done is not None:
+            return done
         if step < self.last_step:
             raise StepOrderError(
                 f"run {self.run_id}: step {step} is older than the newest applied step {self.last_step} and was never "
                 "applied; steps apply in order. Fix: resume from a checkpoint taken before this step"
             )
         check_batch_fits(batch, self.vocab_size, self.cfg.seq_len, run_id=self.run_id, step=step)
-        mine = rank_samples(batch.num_samples, self.world_size, self.rank)  # before any GPU work
+        rank_samples(batch.num_samples, self.world_size, self.rank)  # checks the world size fits, before any GPU work
         t0 = time.monotonic()
-        torch.manual_seed(step_seed(self.cfg.seed, step))
-        if self.device.type == "cuda":
-            torch.cuda.manual_seed(step_seed(self.cfg.seed, step))
-
-        lengths = batch.sample_lengths()
-        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
-        groups = [[mine[i] for i in g] for g in plan([lengths[i] for i in mine], self.cfg.micro_batch_tokens)]
-        # Every rank runs as many passes as the busiest one (each pass is a collective).
-        passes = len(groups)
-        if self.world_size > 1:
-            for r in range(self.world_size):
-                theirs = rank_samples(batch.num_samples, self.world_size, r)
-                passes = max(passes, len(plan([lengths[i] for i in theirs], self.cfg.micro_batch_tokens)))
-        forward_tokens = 0
         tps = torch.zeros(batch.num_samples, dtype=torch.long)
         off = batch.sample_offsets
         for i in range(batch.num_samples):
@@ -159,38 +182,31 @@ class Trainer:
                              "Fix: check the batch builder's masking")
         norm = Normalizer(total_tokens=total, num_samples=int((tps > 0).sum()), tokens_per_sample=tps,
                           max_tokens=self.cfg.loss.max_tokens or self.cfg.seq_len)
-        stats = LossStats()
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        if heartbeat is not None:
-            heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
+        budget = self.cfg.micro_batch_tokens
         try:
-            for k in range(passes):
-                if k < len(groups):
-                    mb = self._micro_batch(batch, groups[k])
-                else:  # an empty pass in lockstep with the other ranks: every token masked
-                    mb = self._micro_batch(batch, groups[-1])
-                    mb.loss_mask = torch.zeros_like(mb.loss_mask)
-                forward_tokens += mb.input_ids.numel()
-                ref_out = self._ref_output(mb) if self.cfg.loss.kl_coef > 0 else None
-                out = self._policy_output(self.model, mb)
-                loss = micro_batch_loss(out, mb, self.cfg.loss, norm, stats, ref_out)
-                # Ranks' gradients are averaged (FSDP): scaled by the world size, the average is the sum.
-                (loss * self.world_size if self.world_size > 1 else loss).backward()
-                del out, loss, ref_out
-                if heartbeat is not None:
-                    heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": len(groups)})
-            if self.world_size > 1:
-                reduce_replicated_grads(self.params)
-                sums = all_reduce_sums([stats.loss, stats.tokens, stats.entropy_sum, stats.clipped,
-                                        stats.abs_ratio_dev_sum, stats.mismatch_k3_sum, stats.kl_ref_sum,
-                                        stats.seq_clipped, stats.seqs, forward_tokens])
-                (stats.loss, stats.tokens, stats.entropy_sum, stats.clipped, stats.abs_ratio_dev_sum,
-                 stats.mismatch_k3_sum, stats.kl_ref_sum, stats.seq_clipped, stats.seqs, forward_tokens) = sums
-                stats.ratio_max = all_reduce_sums([stats.ratio_max], torch.distributed.ReduceOp.MAX)[0]
+            try:
+                stats, passes, forward_tokens = self._accumulate(step, batch, norm, budget, heartbeat)
+            except Exception as e:  # noqa: BLE001 - only out-of-memory is retried, the rest re-raised
+                # Across ranks a retry would desynchronise the collectives: the step fails as a whole there.
+                if not is_out_of_memory(e) or self.world_size > 1:
+                    raise
+                self.optimizer.zero_grad(set_to_none=True)
+                self._free_device_memory()
+                budget = max(1, budget // 2)
+                log.warning("step ran out of memory; retrying once with micro-batches of half the tokens",
+                            extra={"run_id": self.run_id, "step": step, "micro_batch_tokens": budget, "error": str(e)[:300]})
+                try:
+                    stats, passes, forward_tokens = self._accumulate(step, batch, norm, budget, heartbeat)
+                except Exception as e2:  # noqa: BLE001
+                    if not is_out_of_memory(e2):
+                        raise
+                    raise StepOutOfMemoryError(
+                        f"run {self.run_id}: step {step} ran out of memory, and again with micro_batch_tokens={budget}; "
+                        "nothing was applied. Fix: lower trainer.micro_batch_tokens or orchestrator.seq_len") from e2
             grad_norm = self._clip_grads()
             if not torch.isfinite(torch.tensor(grad_norm)):
-                raise FloatingPointError(f"step {step}: gradient norm is {grad_norm}; the update was skipped")
+                raise NonFiniteGradientError(f"run {self.run_id}: step {step}: gradient norm is {grad_norm}; the update was not applied")
             self.optimizer.step()
             if self.master is not None:
                 self.master.sync()
@@ -208,6 +224,10 @@ class Trainer:
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
         )
+        if budget != self.cfg.micro_batch_tokens:
+            metrics["micro_batch_tokens"] = budget
+        if batch_sha256 is not None:
+            metrics["batch_sha256"] = batch_sha256
         if metrics["mismatch_exceeded"]:
             log.warning("inference/trainer logprob mismatch above tolerance",
                         extra={"step": step, "ratio_abs_dev": metrics["ratio_abs_dev"],
@@ -217,6 +237,58 @@ class Trainer:
         self.ledger[step] = metrics
         log.info("step applied", extra={"run_id": self.run_id, **metrics})
         return {**metrics, "applied": True}
+
+    def _accumulate(self, step: int, batch: Batch, norm: Normalizer, budget: int,
+                    heartbeat: Heartbeat | None) -> tuple[LossStats, int, int]:
+        """Forward and backward over this rank's micro-batches of at most `budget` tokens; gradients
+        accumulate (and are reduced across ranks). Returns the stats, the passes and the forward tokens."""
+        # The same randomness on a retry as on the first attempt: the update depends on (seed, step) only.
+        torch.manual_seed(step_seed(self.cfg.seed, step))
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(step_seed(self.cfg.seed, step))
+        mine = rank_samples(batch.num_samples, self.world_size, self.rank)
+        lengths = batch.sample_lengths()
+        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
+        groups = [[mine[i] for i in g] for g in plan([lengths[i] for i in mine], budget)]
+        # Every rank runs as many passes as the busiest one (each pass is a collective).
+        passes = len(groups)
+        if self.world_size > 1:
+            for r in range(self.world_size):
+                theirs = rank_samples(batch.num_samples, self.world_size, r)
+                passes = max(passes, len(plan([lengths[i] for i in theirs], budget)))
+        stats = LossStats()
+        forward_tokens = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        if heartbeat is not None:
+            heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
+        for k in range(passes):
+            if k < len(groups):
+                mb = self._micro_batch(batch, groups[k])
+            else:  # an empty pass in lockstep with the other ranks: every token masked
+                mb = self._micro_batch(batch, groups[-1])
+                mb.loss_mask = torch.zeros_like(mb.loss_mask)
+            forward_tokens += mb.input_ids.numel()
+            ref_out = self._ref_output(mb) if self.cfg.loss.kl_coef > 0 else None
+            out = self._policy_output(self.model, mb)
+            loss = micro_batch_loss(out, mb, self.cfg.loss, norm, stats, ref_out)
+            # Ranks' gradients are averaged (FSDP): scaled by the world size, the average is the sum.
+            (loss * self.world_size if self.world_size > 1 else loss).backward()
+            del out, loss, ref_out
+            if heartbeat is not None:
+                heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": len(groups)})
+        if self.world_size > 1:
+            reduce_replicated_grads(self.params)
+            sums = all_reduce_sums([stats.loss, stats.tokens, stats.entropy_sum, stats.clipped,
+                                    stats.abs_ratio_dev_sum, stats.mismatch_k3_sum, stats.kl_ref_sum,
+                                    stats.seq_clipped, stats.seqs, forward_tokens])
+            (stats.loss, stats.tokens, stats.entropy_sum, stats.clipped, stats.abs_ratio_dev_sum,
+             stats.mismatch_k3_sum, stats.kl_ref_sum, stats.seq_clipped, stats.seqs, forward_tokens) = sums
+            stats.ratio_max = all_reduce_sums([stats.ratio_max], torch.distributed.ReduceOp.MAX)[0]
+        return stats, passes, forward_tokens
+
+    def _free_device_memory(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _micro_batch(self, batch: Batch, sample_ids: list[int]) -> MicroBatch:
         if self.packing:
