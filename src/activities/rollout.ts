@@ -140,6 +140,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
 
     let result: AgentResult;
     let final: Record<string, unknown> = {};
+    // Set when the infrastructure, not the agent, ended or spoiled the episode.
+    let infra: string | undefined;
     try {
       const toolCtx: ToolContext = { sandbox, task, state: {}, execTimeoutMs, signal };
       result = await runAgent({
@@ -160,6 +162,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
         heartbeat: (info) => live.progress({ phase: 'agent', ...info }),
         progress: (e) => live.progress({ phase: 'agent', ...e }),
       });
+      // The loop ends with "error" only when a tool's sandbox call itself failed (a lost container).
+      if (result.stop_reason === 'error') infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
       if (result.stop_reason !== 'error') {
         t = performance.now();
         try {
@@ -197,12 +201,25 @@ export function createRolloutActivities(deps: RolloutDeps) {
           live.progress({ phase: 'scored' });
         } catch (err) {
           if (signal?.aborted) throw err;
-          tests = { applied: false, ran: false, results: {}, note: `test run failed: ${(err as Error).message}` };
+          // Docker failing to run the tests says nothing about the agent's diff.
+          infra = `the scoring test run failed: ${(err as Error).message}`;
         }
       }
       score = scoreRubric(env.rubric, {
         task, final, answered: result.answer !== undefined, stop_reason: result.stop_reason, stats: result.stats, limits, tests,
       }, input.rubric);
+    }
+    if (infra !== undefined) {
+      const attempt = ctx?.info.attempt ?? INFRA_ATTEMPTS;
+      if (attempt < INFRA_ATTEMPTS) {
+        rlog.warn({ attempt, cause: infra }, 'infrastructure failure: retrying the rollout');
+        throw ApplicationFailure.create({ type: 'InfrastructureError', message: `infrastructure failure (attempt ${attempt}): ${infra}` });
+      }
+      // Out of attempts: keep the record, drop the rollout (the batch builder and the step's
+      // reward statistics leave infra_error out).
+      rlog.warn({ attempt, cause: infra }, 'infrastructure failure on every attempt: rollout dropped');
+      result = { ...result, stop_reason: 'infra_error', error: infra };
+      score = zeroScore(env.rubric, input.rubric);
     }
 
     const trajectory = Trajectory.parse({
@@ -251,6 +268,13 @@ export function createRolloutActivities(deps: RolloutDeps) {
 }
 
 export type RolloutActivities = ReturnType<typeof createRolloutActivities>;
+
+/**
+ * Attempts of one rollout activity that an infrastructure failure may use before the
+ * rollout is recorded as dropped (stop_reason infra_error). Below the workflows' own
+ * maximumAttempts (4 for training, 3 for eval), so the last attempt records, not fails.
+ */
+export const INFRA_ATTEMPTS = 3;
 
 async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
   try {

@@ -49,7 +49,17 @@ export const Turn = z.object({
 });
 export type Turn = z.infer<typeof Turn>;
 
-export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error']);
+/**
+ * `error`: the episode ended on a failure the agent caused (e.g. it broke its sandbox) and is scored.
+ * `infra_error`: the infrastructure failed (a lost container, Docker failing while scoring) on
+ * every attempt: the rollout is recorded but dropped, never a reward, never in a group's baseline.
+ */
+export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error', 'infra_error']);
+
+/** Rollouts that carry no reward: the infrastructure, not the policy, decided how they ended. */
+export function isInfrastructureFailure(r: { stop_reason: StopReason }): boolean {
+  return r.stop_reason === 'infra_error';
+}
 export type StopReason = z.infer<typeof StopReason>;
 
 export const Trajectory = z.object({

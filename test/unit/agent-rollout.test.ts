@@ -38,6 +38,61 @@ async function trajectoryOf(store: LocalArtifactStore, ref: { uri: string; sha25
   return Trajectory.parse(await store.getJson(ref));
 }
 
+/** A sandbox manager whose sandboxes die (every exec throws), as a lost container does. */
+class LostContainerManager extends FakeSandboxManager {
+  override async acquire(opts: Parameters<FakeSandboxManager['acquire']>[0]) {
+    const sb = await super.acquire(opts);
+    sb.exec = async () => { throw new Error('Error response from daemon: No such container: ratchet-sbx-1'); };
+    return sb;
+  }
+}
+
+describe('rollout activity: infrastructure failures are never rewards', () => {
+  const turns = (): ScriptedTurn[] => [
+    { tool_calls: [call('bash', { command: 'grep -rn "def add" pkg' })] },
+    { tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] },
+  ];
+  function lostSetup() {
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+    const model = new ScriptedModel(turns());
+    const acts = createRolloutActivities({ store, sandboxes: new LostContainerManager(CALC_FILES), openaiFactory: () => model });
+    return { store, acts };
+  }
+
+  test('a container lost mid-episode is retried (a retryable InfrastructureError), not scored', async () => {
+    const { acts } = lostSetup();
+    const env = new MockActivityEnvironment({ attempt: 1 });
+    await expect(env.run(acts.rollout, input('swe-grep'))).rejects.toMatchObject({ type: 'InfrastructureError', nonRetryable: false });
+  });
+
+  test('on its last attempt it is recorded as infra_error with no reward, for the builder to drop', async () => {
+    const { store, acts } = lostSetup();
+    const env = new MockActivityEnvironment({ attempt: 3 });
+    const summary: RolloutSummary = await env.run(acts.rollout, input('swe-grep'));
+    expect(summary.stop_reason).toBe('infra_error');
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.stop_reason).toBe('infra_error');
+    expect(t.error).toMatch(/sandbox failed mid-episode: .*No such container/);
+  });
+
+  test('Docker failing while scoring is an infrastructure failure, not "tests did not run"', async () => {
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+    class ScoringFails extends FakeSandboxManager {
+      override async acquire(opts: Parameters<FakeSandboxManager['acquire']>[0]) {
+        if (this.acquired.length >= 1) throw new Error('docker: Cannot connect to the Docker daemon');
+        return super.acquire(opts);
+      }
+    }
+    const model = new ScriptedModel([
+      { tool_calls: [call('apply_patch', { path: 'pkg/calc.py', search: 'def add(a, b):\n    return a - b', replace: 'def add(a, b):\n    return a + b' })] },
+      { content: 'Fixed.' },
+    ]);
+    const acts = createRolloutActivities({ store, sandboxes: new ScoringFails(CALC_FILES), openaiFactory: () => model });
+    await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('code-repair')))
+      .rejects.toMatchObject({ type: 'InfrastructureError' });
+  });
+});
+
 describe('rollout activity', () => {
   test('swe-grep: answer scored, trajectory saved at runs/<run>/steps/<step>/rollouts/<group>/<i>.json, sandbox released', async () => {
     const { store, sandboxes, acts, model } = setup([
