@@ -11,7 +11,7 @@ import { getEnvironment } from '../envs/registry';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
 import { scoreRubric, zeroScore, type Score } from '../envs/types';
-import { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { RolloutSummary, samplingRecord, Trajectory } from '../rollouts/trajectory';
 import { componentLogger } from '../shared/logger';
 import { EVAL_STEP } from '../shared/steps';
 import { loadTask, resolveDataset } from '../tasks/load';
@@ -236,6 +236,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       turns: result.turns,
       stop_reason: result.stop_reason,
       ...(result.error !== undefined ? { error: result.error } : {}),
+      sampling: samplingRecord(input.sampling),
       final: { ...final, ...(tests ? { tests } : {}), reward_weights: score.weights },
       reward: { total: score.total, components: score.components },
       stats: result.stats,

@@ -147,6 +147,7 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       prompt_token_ids: completion.prompt_token_ids,
       completion_token_ids: completion.completion_token_ids,
       completion_logprobs: completion.completion_logprobs,
+      ...(completion.completion_logprob_tokens ? { completion_logprob_tokens: completion.completion_logprob_tokens } : {}),
       finish_reason: completion.finish_reason,
       policy_version: input.policyVersion,
       model_ms: turnModelMs,

@@ -29,6 +29,8 @@ export interface Completion {
   prompt_token_ids: number[] | null;
   completion_token_ids: number[] | null;
   completion_logprobs: number[] | null;
+  /** The server's text of each logprob's token (what allow_retokenize pairs by). */
+  completion_logprob_tokens?: string[] | null;
   prompt_tokens: number;
   completion_tokens: number;
 }
@@ -114,6 +116,7 @@ export function parseCompletion(res: OpenAI.Chat.Completions.ChatCompletion): Co
     function: { name: tc.function?.name ?? '', arguments: tc.function?.arguments ?? '' },
   }));
   const logprobs = choice.logprobs?.content?.map((c) => c.logprob) ?? null;
+  const logprobTokens = choice.logprobs?.content?.map((c) => c.token) ?? null;
   const completionIds = extras.token_ids ?? null;
   const finish = choice.finish_reason;
   return {
@@ -123,6 +126,7 @@ export function parseCompletion(res: OpenAI.Chat.Completions.ChatCompletion): Co
     prompt_token_ids: top.prompt_token_ids ?? extras.prompt_token_ids ?? null,
     completion_token_ids: completionIds,
     completion_logprobs: logprobs,
+    completion_logprob_tokens: logprobTokens,
     prompt_tokens: res.usage?.prompt_tokens ?? 0,
     completion_tokens: res.usage?.completion_tokens ?? completionIds?.length ?? 0,
   };

@@ -1,4 +1,4 @@
-import { isInfrastructureFailure, type Trajectory } from '../rollouts/trajectory';
+import { isInfrastructureFailure, type SamplingRecord, type Trajectory } from '../rollouts/trajectory';
 import { advantageRecipe, groupAdvantages, type AdvantageConfig } from './advantages';
 import { assembleTrajectory, type NonPrefixCause, type NonPrefixPolicy } from './assemble';
 import { BatchBuildError } from './errors';
@@ -81,6 +81,8 @@ export interface BatchManifest {
   seq_len: number;
   num_samples: number;
   num_trajectories: number;
+  /** How the rollouts were sampled, and whether the trainer can reproduce that distribution (null: not recorded). */
+  sampling: SamplingRecord | null;
   total_tokens: number;
   trainable_tokens: number;
   advantage: Record<string, unknown>;
@@ -113,6 +115,8 @@ export type BatchStats = {
   components_mean: Record<string, number>;
   mean_staleness: number;
   max_staleness: number;
+  /** "exact", "grammar_constrained" (tool_choice = required: the trainer cannot apply the grammar mask) or "unrecorded". */
+  distribution_match: string;
 };
 
 export interface BuiltBatch {
@@ -237,6 +241,7 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     components_mean: componentsMean,
     mean_staleness: staleness.length ? staleness.reduce((a, b) => a + b, 0) / staleness.length : 0,
     max_staleness: staleness.length ? Math.max(...staleness) : 0,
+    distribution_match: sorted.find((x) => x.trajectory.sampling)?.trajectory.sampling?.distribution_match ?? 'unrecorded',
   };
   const manifest: BatchManifest = {
     format: BATCH_FORMAT,
@@ -251,6 +256,7 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     seq_len: cfg.seq_len,
     num_samples: samples.length,
     num_trajectories: trajectories,
+    sampling: sorted.find((x) => x.trajectory.sampling)?.trajectory.sampling ?? null,
     total_tokens: packed.totalTokens,
     trainable_tokens: packed.trainableTokens,
     advantage: advantageRecipe(cfg.advantage, cfg.seq_len),

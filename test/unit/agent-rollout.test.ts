@@ -115,6 +115,15 @@ describe('rollout activity', () => {
     expect(sandboxes.acquired[0]).toMatchObject({ labels: { run: 'run1', step: 2, rollout: 'g0-1' }, repo: { hostPath: '/tasks/repos/calc.git', baseCommit: 'HEAD' } });
     expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
     expect(model.requests[0]).toMatchObject({ model: 'policy-v1', sampling: { seed: 7, max_tokens: 64 } });
+    expect(t.sampling).toEqual({ temperature: 1, top_p: 1, top_k: 0, tool_choice: 'auto', distribution_match: 'exact' });
+  });
+
+  test('required tool calls are recorded as a grammar-constrained distribution the trainer cannot reproduce', async () => {
+    const { store, acts } = setup([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
+    const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout,
+      input('swe-grep', { sampling: { temperature: 0.8, top_p: 0.95, top_k: 40, max_tokens: 64, tool_choice: 'required' } }));
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.sampling).toEqual({ temperature: 0.8, top_p: 0.95, top_k: 40, tool_choice: 'required', distribution_match: 'grammar_constrained' });
   });
 
   test('an EvalSweep episode (step EVAL_STEP) runs like any other; its trajectory goes under runs/<run>/evals/', async () => {

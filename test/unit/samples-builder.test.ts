@@ -130,7 +130,8 @@ describe('batch builder (Qwen3 tokenizer, single-turn episodes)', () => {
   test('missing token ids: rejected naming the server setting, or re-tokenized (flagged) when allowed', () => {
     const t = single(tok, {});
     const server = t.turns[0]!;
-    t.turns[0] = { ...server, prompt_token_ids: null, completion_token_ids: null };
+    // A server that returns no ids still returns each logprob's token text (OpenAI's logprobs.content[].token).
+    t.turns[0] = { ...server, prompt_token_ids: null, completion_token_ids: null, completion_logprob_tokens: server.completion_token_ids!.map((id) => tok.decode([id])) };
     try {
       buildBatchFromTrajectories([inp(t)], CFG, tok, CTX);
       throw new Error('expected MissingTokenIds');
