@@ -19,7 +19,8 @@ const TrainerConfig = z.object({
   mode: z.enum(['lora', 'full']).default('lora'),
   lora: LoraConfig.default({}),
   optim: z.object({
-    lr: z.number().positive().default(1e-5),
+    /** 0 is allowed: a control run (bench:learn) with every other setting the same. */
+    lr: z.number().min(0).default(1e-5),
     weight_decay: z.number().min(0).default(0),
     max_grad_norm: z.number().positive().default(1.0),
   }).strict().default({}),

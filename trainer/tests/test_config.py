@@ -30,7 +30,7 @@ def test_full_finetune_and_fingerprint_changes_with_lora_shape():
     ({"model": {"path": "/m", "lora": {"target_modules": []}}}, "target_modules must be a non-empty list"),
     ({"model": {"path": "/m"}, "loss": {"type": "ppo"}}, "trainer_config.loss.type must be one of"),
     ({"model": {"path": "/m"}, "loss": {"normalization": "x"}}, "trainer_config.loss.normalization"),
-    ({"model": {"path": "/m"}, "optim": {"lr": 0}}, "trainer_config.optim.lr must be > 0"),
+    ({"model": {"path": "/m"}, "optim": {"lr": -1e-5}}, "trainer_config.optim.lr must be >= 0"),
     ({"model": {"path": "/m", "ac": {"freq": -1}}}, "trainer_config.model.ac.freq must be >= 0"),
     ({"model": {"path": "/m"}, "seq_len": 1}, "trainer_config.seq_len must be >= 2"),
     ({"model": {"path": "/m"}, "packing": "yes"}, 'trainer_config.packing must be true, false or "auto"'),

@@ -221,7 +221,7 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     model = ModelConfig(**m)
 
     o = _take(top.get("optim", {}) or {}, OptimConfig, "optim")
-    _num(o, "lr", "optim", float, lo=0, lo_open=True)
+    _num(o, "lr", "optim", float, lo=0)  # 0: a control run that samples and scores but never moves
     _num(o, "weight_decay", "optim", float, lo=0)
     _num(o, "eps", "optim", float, lo=0, lo_open=True)
     _num(o, "max_grad_norm", "optim", float, lo=0)
