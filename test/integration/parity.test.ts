@@ -5,8 +5,9 @@
  * makes v1, and the comparison is repeated on completions vLLM samples from v1.
  *
  * The step-0 test in batch-to-trainer feeds the trainer its own logprobs and cannot
- * fail; this one compares two programs. Thresholds (docs/training.md, measured on the
- * CPU stack: vLLM 0.32 CPU fp32 vs torch fp32) are PARITY_* below.
+ * fail; this one compares two programs. Thresholds (docs/training.md) are PARITY_*
+ * below: provisional until measured on the CPU stack (vLLM 0.32 CPU fp32 vs torch fp32);
+ * the test prints what it measured.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,7 +21,7 @@ const MODEL_DIR = path.join(STATE, 'models', 'SmolLM2-135M-Instruct');
 const PYTHON = path.join(STATE, 'venvs', 'trainer', 'bin', 'python');
 const TEMPERATURE = 0.7;
 
-/** Measured and documented in docs/training.md ("Parity"); a regression past these fails. */
+/** Documented in docs/training.md ("Parity"); a regression past these fails. */
 export const PARITY_MEAN = 0.01;
 export const PARITY_MAX = 0.25;
 /** Mean |ratio - 1| of the trainer's first step on vLLM-sampled tokens. */
