@@ -346,6 +346,8 @@ def test_gspo_sequence_ratio_spans_the_trajectory():
     stats = LossStats()
     groups = plan_micro_batches(batch.sample_lengths(), 6, batch.trajectory_units())
     assert groups[0] == [0, 1, 2], "a trajectory's segments share a micro-batch"
+    packed = plan_packed_micro_batches(batch.sample_lengths(), 6, batch.trajectory_units())
+    assert [0, 1, 2] in packed and [3] in packed, "packed rows keep a trajectory's segments together too"
     for ids in groups:
         mb = make_micro_batch(batch, ids, torch.device("cpu"))
         micro_batch_loss(torch.zeros(*mb.input_ids.shape, V), mb, norm_cfg, norm, stats)
