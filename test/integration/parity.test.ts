@@ -64,7 +64,8 @@ function trainer(args: Record<string, unknown>, dir: string): Record<string, unk
   const file = path.join(dir, `args-${String(args.mode)}.json`);
   writeFileSync(file, JSON.stringify(args));
   const stdout = execFileSync(PYTHON, [path.join(REPO, 'test', 'fixtures', 'parity', 'trainer_parity.py'), file], {
-    encoding: 'utf8', timeout: 400_000, env: { ...process.env, OMP_NUM_THREADS: '2' },
+    // This checkout's trainer, not the one the venv was installed from.
+    encoding: 'utf8', timeout: 400_000, env: { ...process.env, OMP_NUM_THREADS: '2', PYTHONPATH: path.join(REPO, 'trainer') },
   });
   return JSON.parse(stdout.trim().split('\n').pop()!) as Record<string, unknown>;
 }
