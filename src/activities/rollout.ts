@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import * as path from 'node:path';
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { runAgent, type AgentResult } from '../agent/loop';
@@ -210,7 +211,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       }, input.rubric);
     }
     if (infra !== undefined) {
-      const attempt = ctx?.info.attempt ?? INFRA_ATTEMPTS;
+      const attempt = currentAttempt();
       if (attempt < INFRA_ATTEMPTS) {
         rlog.warn({ attempt, cause: infra }, 'infrastructure failure: retrying the rollout');
         throw ApplicationFailure.create({ type: 'InfrastructureError', message: `infrastructure failure (attempt ${attempt}): ${infra}` });
@@ -276,6 +277,15 @@ export type RolloutActivities = ReturnType<typeof createRolloutActivities>;
  * maximumAttempts (4 for training, 3 for eval), so the last attempt records, not fails.
  */
 export const INFRA_ATTEMPTS = 3;
+
+/** This activity's attempt number; outside an activity (a direct call) there are no retries left. */
+function currentAttempt(): number {
+  try {
+    return Context.current().info.attempt;
+  } catch {
+    return INFRA_ATTEMPTS;
+  }
+}
 
 async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
   try {
