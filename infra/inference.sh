@@ -29,7 +29,10 @@
 #   VLLM_CPU_OMP_THREADS_BIND    vLLM's CPU thread binding [auto]
 #
 # Server flags always set: --enable-auto-tool-choice --tool-call-parser hermes --enable-lora
-# --dtype float32 and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (POST /v1/load_lora_adapter,
+# --dtype float32, --logprobs-mode processed_logprobs (logprobs of the distribution sampled from:
+# after temperature and top-k/top-p, which the trainer's importance ratio needs),
+# --generation-config vllm (the model's generation_config.json never sets sampling defaults;
+# requests carry the run's own) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (POST /v1/load_lora_adapter,
 # /v1/unload_lora_adapter). Requests may set return_token_ids, logprobs, top_logprobs.
 # What was tried to get vLLM running on this CPU: infra/vllm/ATTEMPTS.md.
 source "$(dirname "$0")/lib.sh"
@@ -147,6 +150,7 @@ start() {
       setsid nohup "$RATCHET_VENVS/vllm/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL_DIR" --served-model-name "$MODEL_NAME" \
         --host "$HOST" --port "$PORT" --dtype float32 \
+        --logprobs-mode processed_logprobs --generation-config vllm \
         --max-model-len "${RATCHET_VLLM_MAX_MODEL_LEN:-8192}" \
         --enable-auto-tool-choice --tool-call-parser hermes \
         --enable-lora --max-loras "${RATCHET_VLLM_MAX_LORAS:-4}" \

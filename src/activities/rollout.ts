@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import * as path from 'node:path';
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { runAgent, type AgentResult } from '../agent/loop';
@@ -11,7 +12,7 @@ import { getEnvironment } from '../envs/registry';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
 import { scoreRubric, zeroScore, type Score } from '../envs/types';
-import { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { RolloutSummary, samplingRecord, Trajectory } from '../rollouts/trajectory';
 import { componentLogger } from '../shared/logger';
 import { EVAL_STEP } from '../shared/steps';
 import { loadTask, resolveDataset } from '../tasks/load';
@@ -140,6 +141,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
 
     let result: AgentResult;
     let final: Record<string, unknown> = {};
+    // Set when the infrastructure, not the agent, ended or spoiled the episode.
+    let infra: string | undefined;
     try {
       const toolCtx: ToolContext = { sandbox, task, state: {}, execTimeoutMs, signal };
       result = await runAgent({
@@ -160,6 +163,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
         heartbeat: (info) => live.progress({ phase: 'agent', ...info }),
         progress: (e) => live.progress({ phase: 'agent', ...e }),
       });
+      // The loop ends with "error" only when a tool's sandbox call itself failed (a lost container).
+      if (result.stop_reason === 'error') infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
       if (result.stop_reason !== 'error') {
         t = performance.now();
         try {
@@ -197,12 +202,25 @@ export function createRolloutActivities(deps: RolloutDeps) {
           live.progress({ phase: 'scored' });
         } catch (err) {
           if (signal?.aborted) throw err;
-          tests = { applied: false, ran: false, results: {}, note: `test run failed: ${(err as Error).message}` };
+          // Docker failing to run the tests says nothing about the agent's diff.
+          infra = `the scoring test run failed: ${(err as Error).message}`;
         }
       }
       score = scoreRubric(env.rubric, {
         task, final, answered: result.answer !== undefined, stop_reason: result.stop_reason, stats: result.stats, limits, tests,
       }, input.rubric);
+    }
+    if (infra !== undefined) {
+      const attempt = currentAttempt();
+      if (attempt < INFRA_ATTEMPTS) {
+        rlog.warn({ attempt, cause: infra }, 'infrastructure failure: retrying the rollout');
+        throw ApplicationFailure.create({ type: 'InfrastructureError', message: `infrastructure failure (attempt ${attempt}): ${infra}` });
+      }
+      // Out of attempts: keep the record, drop the rollout (the batch builder and the step's
+      // reward statistics leave infra_error out).
+      rlog.warn({ attempt, cause: infra }, 'infrastructure failure on every attempt: rollout dropped');
+      result = { ...result, stop_reason: 'infra_error', error: infra };
+      score = zeroScore(env.rubric, input.rubric);
     }
 
     const trajectory = Trajectory.parse({
@@ -219,6 +237,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       turns: result.turns,
       stop_reason: result.stop_reason,
       ...(result.error !== undefined ? { error: result.error } : {}),
+      sampling: samplingRecord(input.sampling),
       final: { ...final, ...(tests ? { tests } : {}), reward_weights: score.weights },
       reward: { total: score.total, components: score.components },
       stats: result.stats,
@@ -251,6 +270,22 @@ export function createRolloutActivities(deps: RolloutDeps) {
 }
 
 export type RolloutActivities = ReturnType<typeof createRolloutActivities>;
+
+/**
+ * Attempts of one rollout activity that an infrastructure failure may use before the
+ * rollout is recorded as dropped (stop_reason infra_error). Below the workflows' own
+ * maximumAttempts (4 for training, 3 for eval), so the last attempt records, not fails.
+ */
+export const INFRA_ATTEMPTS = 3;
+
+/** This activity's attempt number; outside an activity (a direct call) there are no retries left. */
+function currentAttempt(): number {
+  try {
+    return Context.current().info.attempt;
+  } catch {
+    return INFRA_ATTEMPTS;
+  }
+}
 
 async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
   try {

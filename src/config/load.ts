@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { ZodError } from 'zod';
 import { REPO_ROOT } from '../shared/paths';
-import { crossFieldIssues, RunConfig } from './schema';
+import { crossCheckRunConfig, crossFieldIssues, RunConfig } from './schema';
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -33,6 +33,10 @@ export function parseRunConfig(text: string, file: string): RunConfig {
   const cross = crossFieldIssues(parsed.data);
   if (cross.length) {
     throw new ConfigError(`invalid run config\n${cross.map((i) => `${file}: ${i.path.join('.')}: ${i.message}`).join('\n')}\nFix the keys above; configs/README.md lists every key.`);
+  }
+  const conflicts = crossCheckRunConfig(raw, parsed.data);
+  if (conflicts.length > 0) {
+    throw new ConfigError(`invalid run config\n${conflicts.map((c) => `${file}: ${c}`).join('\n')}\nconfigs/README.md explains how these settings combine.`);
   }
   return parsed.data;
 }

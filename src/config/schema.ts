@@ -19,7 +19,8 @@ const TrainerConfig = z.object({
   mode: z.enum(['lora', 'full']).default('lora'),
   lora: LoraConfig.default({}),
   optim: z.object({
-    lr: z.number().positive().default(1e-5),
+    /** 0 is allowed: a control run (bench:learn) with every other setting the same. */
+    lr: z.number().min(0).default(1e-5),
     weight_decay: z.number().min(0).default(0),
     max_grad_norm: z.number().positive().default(1.0),
   }).strict().default({}),
@@ -27,18 +28,33 @@ const TrainerConfig = z.object({
   ac: z.object({ freq: z.number().int().min(0).default(0) }).strict().default({}),
   loss: z.object({
     kind: z.enum(['grpo', 'gspo']).default('grpo'),
-    eps_low: z.number().min(0).default(0.2),
-    eps_high: z.number().min(0).default(0.28),
-    /** "token": Dr.GRPO's constant normalizer; "sequence": mean per sequence, then over sequences. */
+    /** Clip range; unset: the loss's own (grpo 0.2/0.28, gspo 3e-4/4e-4: GSPO clips a sequence ratio). */
+    eps_low: z.number().min(0).max(1).optional(),
+    eps_high: z.number().min(0).optional(),
+    /**
+     * Over trajectories (a trajectory split into segments weighs as one):
+     * "token": mean over the batch's trainable tokens (DAPO); "dr_grpo": sum over a
+     * constant, trajectories x seq_len (Dr.GRPO); "sequence": mean per trajectory, then over trajectories.
+     */
     normalization: z.enum(['token', 'sequence', 'dr_grpo']).default('dr_grpo'),
     kl_coef: z.number().min(0).default(0),
+    /**
+     * Bounds the train/inference mismatch: "tis" weighs each token by min(pi_trainer / pi_vllm, tis_cap);
+     * "mask" drops tokens whose |logprob difference| exceeds mask_threshold; "none" leaves it.
+     */
+    correction: z.enum(['tis', 'mask', 'none']).default('tis'),
+    tis_cap: z.number().min(1).default(2),
+    mask_threshold: z.number().positive().default(1),
+    /** Negative advantages: the objective is bounded below by dual_clip x A (0 = off). */
+    dual_clip: z.number().min(0).refine((c) => c === 0 || c > 1, 'must be 0 (off) or > 1').default(3),
   }).strict().default({}),
   /** Tokens per micro-batch; gradient accumulation covers the rest of the batch. */
   micro_batch_tokens: z.number().int().positive().default(4096),
   /** Several samples per row, block-diagonal attention; `auto`: on CUDA only (see trainer/README.md). */
   packing: z.union([z.boolean(), z.literal('auto')]).default('auto'),
   device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),
-  seed: z.number().int().default(0),
+  /** Seeds the trainer's RNG (LoRA init, per-step dropout draws). */
+  seed: z.number().int().min(0).default(0),
 }).strict();
 
 const InferenceConfig = z.object({
@@ -51,12 +67,19 @@ const InferenceConfig = z.object({
 const SamplingConfig = z.object({
   temperature: z.number().min(0).default(1.0),
   top_p: z.number().gt(0).max(1).default(1.0),
+  /**
+   * 0 = off (every token). Always sent, so a model's generation config (Qwen3's
+   * sets top_k = 20) never narrows sampling behind the run's back.
+   */
+  top_k: z.number().int().min(0).default(0),
   /** Tokens per model turn. */
   max_tokens: z.number().int().positive().default(256),
   /**
    * `auto`: the model may answer in text. `required`: the server constrains every
    * turn to a tool call (episodes end through an answer tool or the limits), which
-   * keeps small models acting; the sampled tokens' logprobs are still the model's own.
+   * keeps small models acting. The grammar mask is a distribution the trainer cannot
+   * reproduce: vLLM's (processed) logprobs are of the masked distribution, the trainer's
+   * of the unmasked one; the batch manifest records it (`sampling.distribution_match`).
    */
   tool_choice: z.enum(['auto', 'required']).default('auto'),
 }).strict();
@@ -73,6 +96,7 @@ const OrchestratorConfig = z.object({
   max_concurrent_rollouts: z.number().int().positive().max(1000).default(8),
   advantage: z.object({
     kind: z.enum(['grpo', 'dr_grpo']).default('grpo'),
+    /** GRPO only (Dr.GRPO never divides by the group std); setting it true with dr_grpo is an error. */
     std_normalize: z.boolean().default(true),
     drop_uniform_groups: z.boolean().default(false),
   }).strict().default({}),
@@ -167,3 +191,38 @@ export type SandboxConfig = z.infer<typeof SandboxConfig>;
 export type TrainerConfig = z.infer<typeof TrainerConfig>;
 export type OrchestratorConfig = z.infer<typeof OrchestratorConfig>;
 export type LivenessConfig = z.infer<typeof LivenessSection>;
+
+/**
+ * Settings that are each valid but together cannot be meant. Reads the raw
+ * (pre-default) config to tell a key the user set from a default. Returns
+ * "key.path: problem. Fix: ..." lines; empty when consistent.
+ */
+export function crossCheckRunConfig(raw: unknown, config: RunConfig): string[] {
+  const r = (raw ?? {}) as { trainer?: { loss?: Record<string, unknown> }; orchestrator?: { advantage?: Record<string, unknown> } };
+  const rawLoss = r.trainer?.loss ?? {};
+  const rawAdv = r.orchestrator?.advantage ?? {};
+  const loss = config.trainer.loss;
+  const adv = config.orchestrator.advantage;
+  const out: string[] = [];
+  if (adv.kind === 'dr_grpo' && rawAdv.std_normalize === true) {
+    out.push('orchestrator.advantage.std_normalize: true with kind = "dr_grpo", which never divides by the group std (that is its fix). ' +
+      'Fix: remove std_normalize, or use kind = "grpo"');
+  }
+  if (adv.kind === 'dr_grpo' && loss.normalization === 'sequence') {
+    out.push('trainer.loss.normalization: "sequence" divides each trajectory by its own length, the bias Dr.GRPO removes, but ' +
+      'orchestrator.advantage.kind is "dr_grpo". Fix: normalization = "dr_grpo" (or "token"), or advantage kind = "grpo"');
+  }
+  if (loss.kind === 'gspo' && rawLoss.normalization !== undefined && loss.normalization !== 'sequence') {
+    out.push(`trainer.loss.normalization: "${loss.normalization}" with kind = "gspo", whose loss is a mean over trajectories of a ` +
+      'sequence-level ratio; a token normalization would not be used. Fix: remove normalization or set it to "sequence"');
+  }
+  if (loss.kind === 'gspo' && Math.max(loss.eps_low ?? 0, loss.eps_high ?? 0) > 0.05) {
+    out.push('trainer.loss.eps_low/eps_high: a token-ratio (PPO) range with kind = "gspo", whose sequence ratio moves ~1000x less, ' +
+      'so the clip would never act. Fix: remove them (GSPO defaults 3e-4/4e-4) or set values below 0.05');
+  }
+  if (config.sampling.temperature === 0) {
+    out.push('sampling.temperature: 0 is greedy decoding: a group\'s rollouts are identical and there is no distribution to ' +
+      'train on. Fix: a temperature > 0 (1.0 samples the model as it is)');
+  }
+  return out;
+}

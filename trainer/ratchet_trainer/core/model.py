@@ -125,6 +125,19 @@ def uncompile_layers(model: nn.Module) -> None:
         layer._compiled_call_impl = None
 
 
+def set_training_mode(model: nn.Module) -> None:
+    """Training forward without dropout: the loss's logprobs must be the policy's, the ones vLLM samples from.
+
+    model.train() would turn on LoRA (and attention) dropout, so the ratio against
+    vLLM's logprobs would measure noise. Every module goes to eval mode, and only
+    the decoder layers keep the `training` flag (not recursively): activation
+    checkpointing runs only in training mode, and the layers themselves hold no dropout.
+    """
+    model.eval()
+    for layer in decoder_layers(model):
+        layer.training = True
+
+
 def build_model(cfg: TrainerConfig, device: torch.device, attn: str | None = None) -> nn.Module:
     """The trainable model: base weights, then (if configured) a fresh LoRA adapter.
 

@@ -27,7 +27,8 @@ from .distributed import all_reduce_sums, local_tensor, rank_samples, reduce_rep
 from .logprobs import HeadInput
 from .loss import LossStats, Normalizer, micro_batch_loss
 from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers, decoder_layers,
-                    resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation, vocab_size)
+                    resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation,
+                    set_training_mode, vocab_size)
 from .precision import MasterWeights
 
 log = logging.getLogger(__name__)
@@ -172,17 +173,12 @@ class Trainer:
         check_batch_fits(batch, self.vocab_size, self.cfg.seq_len, run_id=self.run_id, step=step)
         rank_samples(batch.num_samples, self.world_size, self.rank)  # checks the world size fits, before any GPU work
         t0 = time.monotonic()
-        tps = torch.zeros(batch.num_samples, dtype=torch.long)
-        off = batch.sample_offsets
-        for i in range(batch.num_samples):
-            tps[i] = batch.loss_mask[off[i] : off[i + 1]].sum()
-        total = int(tps.sum())
+        norm = Normalizer.for_batch(batch, max_tokens=self.cfg.loss.max_tokens or self.cfg.seq_len)
+        total = norm.total_tokens
         if total == 0:
             raise BatchError(f"batch for step {step} has no trainable tokens (loss_mask is all 0). "
                              "Fix: check the batch builder's masking")
-        norm = Normalizer(total_tokens=total, num_samples=int((tps > 0).sum()), tokens_per_sample=tps,
-                          max_tokens=self.cfg.loss.max_tokens or self.cfg.seq_len)
-        self.model.train()
+        set_training_mode(self.model)
         budget = self.cfg.micro_batch_tokens
         try:
             try:
@@ -219,7 +215,7 @@ class Trainer:
         metrics = stats.metrics(self.cfg.loss.type)
         metrics.update(
             step=step, grad_norm=grad_norm, tokens=total, total_tokens=int(batch.input_ids.numel()),
-            samples=batch.num_samples, micro_batches=passes, lr=self.cfg.optim.lr,
+            samples=batch.num_samples, trajectories=norm.num_trajectories, micro_batches=passes, lr=self.cfg.optim.lr,
             padding_frac=1.0 - int(batch.input_ids.numel()) / max(forward_tokens, 1),
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
@@ -249,7 +245,12 @@ class Trainer:
         mine = rank_samples(batch.num_samples, self.world_size, self.rank)
         lengths = batch.sample_lengths()
         plan = plan_packed_micro_batches if self.packing else plan_micro_batches
-        groups = [[mine[i] for i in g] for g in plan([lengths[i] for i in mine], budget)]
+        # A trajectory's segments stay in one micro-batch: GSPO's ratio spans them. (Across ranks,
+        # rank_samples splits by sample; a trajectory cut at a rank boundary is ratioed per rank.)
+        pos = {g: i for i, g in enumerate(mine)}
+        units = [[pos[i] for i in u if i in pos] for u in batch.trajectory_units()]
+        units = [u for u in units if u]
+        groups = [[mine[i] for i in g] for g in plan([lengths[i] for i in mine], budget, units)]
         # Every rank runs as many passes as the busiest one (each pass is a collective).
         passes = len(groups)
         if self.world_size > 1:
@@ -284,6 +285,9 @@ class Trainer:
             (stats.loss, stats.tokens, stats.entropy_sum, stats.clipped, stats.abs_ratio_dev_sum,
              stats.mismatch_k3_sum, stats.kl_ref_sum, stats.seq_clipped, stats.seqs, forward_tokens) = sums
             stats.ratio_max = all_reduce_sums([stats.ratio_max], torch.distributed.ReduceOp.MAX)[0]
+            (stats.mismatch_tokens, stats.abs_delta_sum, stats.masked, stats.floor, stats.capped) = all_reduce_sums(
+                [stats.mismatch_tokens, stats.abs_delta_sum, stats.masked, stats.floor, stats.capped])
+            stats.abs_delta_max = all_reduce_sums([stats.abs_delta_max], torch.distributed.ReduceOp.MAX)[0]
         return stats, passes, forward_tokens
 
     def _free_device_memory(self) -> None:
@@ -333,15 +337,14 @@ class Trainer:
 
     @torch.no_grad()
     def sample_logprobs(self, batch: Batch) -> list[torch.Tensor]:
-        """Current per-token logprobs of each sample (0 at its first token), in fp32 on CPU."""
+        """Current per-token logprobs of each sample (0 at its first token) at the run's temperature, fp32 on CPU."""
         self.model.eval()
         out = []
         off = batch.sample_offsets.tolist()
         for i in range(batch.num_samples):
             mb = make_micro_batch(batch, [i], self.device)
             logits = self.model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False).logits
-            lp = torch.log_softmax(logits[0, :-1].float(), -1).gather(-1, mb.input_ids[0, 1:, None])[:, 0]
+            lp = torch.log_softmax(logits[0, :-1].float() / self.cfg.loss.temperature, -1).gather(-1, mb.input_ids[0, 1:, None])[:, 0]
             out.append(torch.cat([lp.new_zeros(1), lp]).cpu())
             assert out[-1].numel() == off[i + 1] - off[i]
-        self.model.train()
         return out
