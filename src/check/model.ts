@@ -9,28 +9,31 @@ import type { Task } from '../tasks/schema';
 import { fail, ok, warn, type CheckLine } from './types';
 
 /**
- * A two-turn tool episode, rendered after each turn: the chat template keeps
- * multi-turn prefixes when every turn's rendering starts with the previous
- * one's. When it does not (Qwen3's drops earlier reasoning, for one), each turn
- * becomes its own training sample (non_prefix_policy "split") or the run fails ("fail").
+ * A tool episode, rendered turn by turn as a rollout sees it: the prompt (with
+ * the generation prompt), the assistant's turn as the template renders a
+ * latest turn (what the model was taught to emit), then the next prompt. The
+ * template keeps multi-turn prefixes when each next prompt starts with the
+ * previous prompt plus that turn. When it does not (Qwen3's drops the empty
+ * <think> block of earlier turns, for one), each turn becomes its own training
+ * sample (non_prefix_policy "split") or the run fails ("fail").
  */
 export function templateKeepsPrefixes(tok: Pick<ModelTokenizer, 'render'>, tools: ToolSpec[]): { ok: boolean; at?: number } {
   const call = (id: string, name: string, args: Record<string, unknown>) => ({ id, type: 'function' as const, function: { name, arguments: JSON.stringify(args) } });
   const toolName = tools[0]?.function.name ?? 'bash';
-  const turns: ChatMessage[][] = [
-    [{ role: 'system', content: 'You are a helpful agent.' }, { role: 'user', content: 'Find the bug.' }],
+  const messages: ChatMessage[] = [{ role: 'system', content: 'You are a helpful agent.' }, { role: 'user', content: 'Find the bug.' }];
+  const turns: [ChatMessage, ChatMessage | undefined][] = [
     [{ role: 'assistant', content: '', tool_calls: [call('call_0', toolName, { command: 'ls' })] }, { role: 'tool', tool_call_id: 'call_0', name: toolName, content: 'a.py\nb.py' }],
     [{ role: 'assistant', content: 'Looking at a.py.', tool_calls: [call('call_1', toolName, { command: 'cat a.py' })] }, { role: 'tool', tool_call_id: 'call_1', name: toolName, content: 'x = 1' }],
-    [{ role: 'assistant', content: 'Done.' }, { role: 'user', content: 'Thanks.' }],
+    [{ role: 'assistant', content: 'Done.' }, undefined],
   ];
-  let prev = '';
-  const messages: ChatMessage[] = [];
-  for (const [i, t] of turns.entries()) {
-    messages.push(...t);
-    const text = tok.render(messages, tools, true);
-    if (!text.startsWith(prev)) return { ok: false, at: i };
-    // What a turn is trained on: the prompt so far plus the assistant's own rendering.
-    prev = text;
+  for (const [i, [assistant, observation]] of turns.entries()) {
+    const prompt = tok.render(messages, tools, true);
+    messages.push(assistant);
+    const withTurn = tok.render(messages, tools, false);
+    if (!withTurn.startsWith(prompt)) return { ok: false, at: i };
+    if (!observation) break;
+    messages.push(observation);
+    if (!tok.render(messages, tools, true).startsWith(withTurn)) return { ok: false, at: i + 1 };
   }
   return { ok: true };
 }
