@@ -1,6 +1,7 @@
 import { existsSync, statSync } from 'node:fs';
 import * as path from 'node:path';
-import type { ToolContext } from '../agent/tool';
+import { zodToJsonSchema, type ToolContext } from '../agent/tool';
+import type { z } from 'zod';
 import { REPO_ROOT } from '../shared/paths';
 import type { Task } from '../tasks/schema';
 import { ENVIRONMENTS } from './registry';
@@ -117,7 +118,15 @@ export function validateEnvironment(raw: unknown, module: string, id: string): E
       else if (names.has(tool.name)) problems.push(`${label}: two tools have this name`);
       else names.add(tool.name);
       if (typeof tool.description !== 'string' || tool.description.trim() === '') problems.push(`${label}: missing \`description\``);
-      if (!isZodObject(tool.args)) problems.push(`${label}: no schema: \`args\` must be a zod object (z.object({...})), from which the model's JSON schema is derived`);
+      if (!isZodObject(tool.args)) {
+        problems.push(`${label}: no schema: \`args\` must be a zod object (z.object({...})), from which the model's JSON schema is derived`);
+      } else {
+        try {
+          zodToJsonSchema(tool.args as z.ZodTypeAny);
+        } catch (err) {
+          problems.push(`${label}: its schema cannot be sent to the model: ${(err as Error).message}`);
+        }
+      }
       if (!isFn(tool.run)) problems.push(`${label}: missing \`run(args, ctx)\``);
     });
   }
