@@ -5,6 +5,10 @@ import type { Logger } from '../shared/logger';
 import type { StepSummary } from '../workflows/types';
 import { runKeys, type RunStateFile } from './config';
 import { lastMeanReward, stepsTotal, trainerStepSeconds } from '../metrics';
+import { RunConfig } from '../config/schema';
+import { REPO_ROOT } from '../shared/paths';
+import { stepScalars } from '../metrics/sinks/scalars';
+import { writeTensorBoardStep } from '../metrics/sinks/tensorboard';
 
 export interface MetricsDeps {
   store: ArtifactStore;
@@ -51,6 +55,26 @@ export interface RecordStepInput {
 }
 
 export function createMetricsActivities({ store, logger }: MetricsDeps) {
+  /**
+   * The run's configured sinks (the [metrics] section of its stored config). A
+   * sink that fails is logged, never fatal: the step is recorded either way.
+   */
+  async function exportStep(record: StepRecord): Promise<void> {
+    const ref = await store.exists(runKeys.config(record.run_id));
+    if (!ref) return;
+    const parsed = RunConfig.shape.metrics.safeParse((await store.getJson<{ metrics?: unknown }>(ref)).metrics ?? {});
+    const tb = parsed.success ? parsed.data.tensorboard : undefined;
+    if (!tb) return;
+    const base = tb.dir ? (path.isAbsolute(tb.dir) ? tb.dir : path.join(REPO_ROOT, tb.dir)) : store.localPath(`runs/${record.run_id}/tensorboard`);
+    const dir = tb.dir ? path.join(base, record.run_id) : base;
+    try {
+      const file = await writeTensorBoardStep(dir, record.step, Date.parse(record.time) / 1000, stepScalars(record));
+      logger.info({ runId: record.run_id, step: record.step, file }, 'step written to TensorBoard');
+    } catch (err) {
+      logger.warn({ runId: record.run_id, step: record.step, err: (err as Error).message }, 'TensorBoard sink failed; the step is recorded in metrics.jsonl');
+    }
+  }
+
   return {
     /**
      * Writes the step's record, then moves the run's state file forward. One
@@ -82,6 +106,7 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
         // A torn last line (crash mid-append) gets its own line so later ones stay parseable.
         const sep = existing && !existing.endsWith('\n') ? '\n' : '';
         await fs.appendFile(file, `${sep}${JSON.stringify(record)}\n`);
+        await exportStep(record);
         stepsTotal.inc();
         trainerStepSeconds.observe((record.timing_ms.train_and_save ?? 0) / 1000);
       }

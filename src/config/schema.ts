@@ -181,6 +181,15 @@ const LivenessSection = z.object({
   weight_sync_stall_s: z.number().min(45).max(3600).default(LD.weight_sync_stall_s),
 }).strict();
 
+/** Where step metrics go besides runs/<run>/metrics.jsonl, the HTML report and Prometheus. */
+const MetricsConfig = z.object({
+  /** TensorBoard event files: `tensorboard --logdir <dir>`. Relative dirs resolve against the repository root. */
+  tensorboard: z.object({
+    /** Default: <artifacts>/runs/<run>/tensorboard. Each run writes its own subdirectory <dir>/<run>. */
+    dir: z.string().min(1).optional(),
+  }).strict().optional(),
+}).strict();
+
 export const RunConfig = z.object({
   name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'use letters, digits, ".", "_" and "-" only').optional(),
   model: z.object({
@@ -196,6 +205,7 @@ export const RunConfig = z.object({
   env: z.array(EnvConfig).nonempty('add at least one [[env]] section, e.g. [[env]] id = "swe-grep"'),
   artifacts: z.object({ root: z.string().optional() }).strict().default({}),
   liveness: LivenessSection.default({}),
+  metrics: MetricsConfig.default({}),
 }).strict();
 
 /**
