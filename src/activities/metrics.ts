@@ -9,6 +9,7 @@ import { RunConfig } from '../config/schema';
 import { REPO_ROOT } from '../shared/paths';
 import { stepScalars } from '../metrics/sinks/scalars';
 import { writeTensorBoardStep } from '../metrics/sinks/tensorboard';
+import { writeWandbStep } from '../metrics/sinks/wandb';
 
 export interface MetricsDeps {
   store: ArtifactStore;
@@ -63,15 +64,27 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
     const ref = await store.exists(runKeys.config(record.run_id));
     if (!ref) return;
     const parsed = RunConfig.shape.metrics.safeParse((await store.getJson<{ metrics?: unknown }>(ref)).metrics ?? {});
-    const tb = parsed.success ? parsed.data.tensorboard : undefined;
-    if (!tb) return;
-    const base = tb.dir ? (path.isAbsolute(tb.dir) ? tb.dir : path.join(REPO_ROOT, tb.dir)) : store.localPath(`runs/${record.run_id}/tensorboard`);
-    const dir = tb.dir ? path.join(base, record.run_id) : base;
-    try {
-      const file = await writeTensorBoardStep(dir, record.step, Date.parse(record.time) / 1000, stepScalars(record));
-      logger.info({ runId: record.run_id, step: record.step, file }, 'step written to TensorBoard');
-    } catch (err) {
-      logger.warn({ runId: record.run_id, step: record.step, err: (err as Error).message }, 'TensorBoard sink failed; the step is recorded in metrics.jsonl');
+    if (!parsed.success) return;
+    const { tensorboard: tb, wandb } = parsed.data;
+    const dirFor = (configured: string | undefined, sink: string): string => (configured
+      ? path.join(path.isAbsolute(configured) ? configured : path.join(REPO_ROOT, configured), record.run_id)
+      : store.localPath(`runs/${record.run_id}/${sink}`));
+    const scalars = stepScalars(record);
+    if (tb) {
+      try {
+        const file = await writeTensorBoardStep(dirFor(tb.dir, 'tensorboard'), record.step, Date.parse(record.time) / 1000, scalars);
+        logger.info({ runId: record.run_id, step: record.step, file }, 'step written to TensorBoard');
+      } catch (err) {
+        logger.warn({ runId: record.run_id, step: record.step, err: (err as Error).message }, 'TensorBoard sink failed; the step is recorded in metrics.jsonl');
+      }
+    }
+    if (wandb) {
+      try {
+        const dir = await writeWandbStep({ ...wandb, dir: dirFor(wandb.dir, 'wandb'), runId: record.run_id, step: record.step, scalars });
+        logger.info({ runId: record.run_id, step: record.step, dir, mode: wandb.mode }, 'step written to W&B');
+      } catch (err) {
+        logger.warn({ runId: record.run_id, step: record.step, err: (err as Error).message }, 'W&B sink failed; the step is recorded in metrics.jsonl');
+      }
     }
   }
 

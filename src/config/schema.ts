@@ -188,6 +188,17 @@ const MetricsConfig = z.object({
     /** Default: <artifacts>/runs/<run>/tensorboard. Each run writes its own subdirectory <dir>/<run>. */
     dir: z.string().min(1).optional(),
   }).strict().optional(),
+  /**
+   * Weights & Biases, through a small Python sink (src/metrics/sinks/wandb_sink.py,
+   * installed by infra/metrics-env.sh). "offline" needs no network; sync later with `wandb sync`.
+   */
+  wandb: z.object({
+    project: z.string().min(1).default('ratchet'),
+    entity: z.string().min(1).optional(),
+    mode: z.enum(['offline', 'online']).default('offline'),
+    /** Default: <artifacts>/runs/<run>/wandb. */
+    dir: z.string().min(1).optional(),
+  }).strict().optional(),
 }).strict();
 
 export const RunConfig = z.object({

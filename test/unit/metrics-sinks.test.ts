@@ -1,11 +1,11 @@
 /**
- * The TensorBoard sink writes what a step recorded: recordStep on a run whose
+ * The TensorBoard and W&B sinks write what a step recorded: recordStep on a run whose
  * config has [metrics.tensorboard], then the events file is read back by an
  * independent reader (test/fixtures/metrics/read_tfevents.py: its own crc32c
  * and protobuf decoding, no Ratchet code).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { createMetricsActivities, type StepRecord } from '../../src/activities/metrics';
@@ -13,6 +13,7 @@ import { LocalArtifactStore } from '../../src/artifacts/store';
 import { componentLogger } from '../../src/shared/logger';
 import { crc32c } from '../../src/metrics/sinks/tensorboard';
 import { stepScalars } from '../../src/metrics/sinks/scalars';
+import { wandbPython } from '../../src/metrics/sinks/wandb';
 
 const READER = path.join(__dirname, '..', 'fixtures', 'metrics', 'read_tfevents.py');
 
@@ -66,3 +67,22 @@ test('no [metrics.tensorboard]: nothing is written', async () => {
   await createMetricsActivities({ store, logger: componentLogger('test') }).recordStep({ record: record(0, 1), state: { completedStep: 0 } as never });
   expect(readdirSync(path.join(root, 'runs', 'tb-run'))).not.toContain('tensorboard');
 });
+
+const wandbPy = wandbPython();
+const wandbProblem = existsSync(wandbPy) ? null : `${wandbPy} is missing (fix: bash infra/metrics-env.sh)`;
+if (wandbProblem) console.warn(`SKIPPING the W&B sink test: ${wandbProblem}`);
+(wandbProblem ? test.skip : test)('recordStep logs each step to W&B offline (no network); the offline run read back holds every scalar at its step', async () => {
+  const root = mkdtempSync(path.join(tmpdir(), 'ratchet-wandb-'));
+  const store = new LocalArtifactStore(root);
+  await store.putJson('runs/tb-run/config.json', { metrics: { wandb: { project: 'ratchet-test', mode: 'offline' } } });
+  const acts = createMetricsActivities({ store, logger: componentLogger('test') });
+  await acts.recordStep({ record: record(0, 0.5), state: { completedStep: 0 } as never });
+  await acts.recordStep({ record: record(1, -0.25), state: { completedStep: 1 } as never });
+  const rows = JSON.parse(execFileSync(wandbPy, [path.join(__dirname, '..', 'fixtures', 'metrics', 'read_wandb.py'), path.join(root, 'runs', 'tb-run', 'wandb')],
+    { encoding: 'utf8', env: { ...process.env, WANDB_SILENT: 'true' } })) as { run_id: string; step: number; values: Record<string, number> }[];
+  expect(rows.map((r) => [r.run_id, r.step])).toEqual([['tb-run', 0], ['tb-run', 1]]);
+  for (const [i, row] of rows.entries()) {
+    const want = stepScalars(record(i, i === 0 ? 0.5 : -0.25));
+    for (const [tag, v] of Object.entries(want)) expect(row.values[tag]).toBeCloseTo(v, 9);
+  }
+}, 180_000);
