@@ -5,7 +5,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import { ConfigError, loadRunConfig } from '../config/load';
 import { RunConfig } from '../config/schema';
 import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
-import { REPO_ROOT } from '../shared/paths';
+import { resolveConfigPath } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
 import { pickResume, type LoadedConfig, type ResumeState } from '../workflows/types';
@@ -29,9 +29,7 @@ export interface RunStateFile extends ResumeState {
   completedStep: number;
 }
 
-function resolveRepoPath(p: string): string {
-  return path.isAbsolute(p) ? p : path.join(REPO_ROOT, p);
-}
+const resolveRepoPath = resolveConfigPath;
 
 export function createConfigActivities({ store, logger }: ConfigDeps) {
   /** Reads the state file of a run, if it has completed a step. */

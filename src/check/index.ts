@@ -1,8 +1,7 @@
-import * as path from 'node:path';
 import { ConfigError, loadRunConfig } from '../config/load';
 import type { RunConfig } from '../config/schema';
 import { EnvironmentError, resolveEnvSections } from '../envs/load';
-import { paths, REPO_ROOT } from '../shared/paths';
+import { paths, resolveConfigPath } from '../shared/paths';
 import { checkDatasets, checkEnvironments } from './data';
 import { checkHostLimits, hostCapacity, type HostCapacity } from './host';
 import { checkModel } from './model';
@@ -43,7 +42,7 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
     return { lines, ok: false };
   }
   lines.push(ok('config', `${configPath}: every key within bounds and consistent`));
-  if (!path.isAbsolute(config.model.path)) config.model.path = path.join(REPO_ROOT, config.model.path);
+  config.model.path = resolveConfigPath(config.model.path);
   try {
     resolveEnvSections(config.env);
   } catch (err) {
