@@ -1,10 +1,11 @@
-import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { ConfigError, loadRunConfig } from '../config/load';
 import { RunConfig } from '../config/schema';
-import { REPO_ROOT } from '../shared/paths';
+import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
+import { resolveConfigPath } from '../shared/paths';
+import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
 import { pickResume, type LoadedConfig, type ResumeState } from '../workflows/types';
 
@@ -27,9 +28,7 @@ export interface RunStateFile extends ResumeState {
   completedStep: number;
 }
 
-function resolveRepoPath(p: string): string {
-  return path.isAbsolute(p) ? p : path.join(REPO_ROOT, p);
-}
+const resolveRepoPath = resolveConfigPath;
 
 export function createConfigActivities({ store, logger }: ConfigDeps) {
   /** Reads the state file of a run, if it has completed a step. */
@@ -63,6 +62,7 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
       }
       config.model.path = resolveRepoPath(config.model.path);
       if (config.artifacts.root) config.artifacts.root = resolveRepoPath(config.artifacts.root);
+      await checkEnvironmentModules(config);
       const configRef = await store.putJson(runKeys.config(input.runId), config);
       logger.info({ runId: input.runId, configPath: input.configPath, sha256: configRef.sha256 }, 'run config validated and stored');
       return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 } };
@@ -73,4 +73,25 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
       return RunConfig.parse(await store.getJson(ref));
     },
   };
+}
+
+/**
+ * Environments from modules are loaded and tried here, once, before any
+ * rollout: a missing export, a tool without a schema or a reward that is not a
+ * number fails the run now, naming the module, instead of every rollout later.
+ * Their module and dataset paths become absolute in the stored config.
+ */
+async function checkEnvironmentModules(config: RunConfig): Promise<void> {
+  try {
+    resolveEnvSections(config.env);
+    for (const e of config.env) {
+      if (e.module === undefined) continue;
+      const env = loadEnvironment({ id: e.id, module: e.module });
+      const first = (await loadTasks(e.dataset)).tasks[0];
+      if (!first) throw new EnvironmentError(e.module, [`its dataset ${e.dataset} has no tasks`]);
+      probeEnvironment(env, first, e.module);
+    }
+  } catch (err) {
+    throw ApplicationFailure.nonRetryable((err as Error).message, err instanceof EnvironmentError ? 'EnvironmentError' : 'ConfigError');
+  }
 }

@@ -5,6 +5,11 @@ import type { Logger } from '../shared/logger';
 import type { StepSummary } from '../workflows/types';
 import { runKeys, type RunStateFile } from './config';
 import { lastMeanReward, stepsTotal, trainerStepSeconds } from '../metrics';
+import { RunConfig } from '../config/schema';
+import { REPO_ROOT } from '../shared/paths';
+import { stepScalars } from '../metrics/sinks/scalars';
+import { writeTensorBoardStep } from '../metrics/sinks/tensorboard';
+import { writeWandbStep } from '../metrics/sinks/wandb';
 
 export interface MetricsDeps {
   store: ArtifactStore;
@@ -51,6 +56,38 @@ export interface RecordStepInput {
 }
 
 export function createMetricsActivities({ store, logger }: MetricsDeps) {
+  /**
+   * The run's configured sinks (the [metrics] section of its stored config). A
+   * sink that fails is logged, never fatal: the step is recorded either way.
+   */
+  async function exportStep(record: StepRecord): Promise<void> {
+    const ref = await store.exists(runKeys.config(record.run_id));
+    if (!ref) return;
+    const parsed = RunConfig.shape.metrics.safeParse((await store.getJson<{ metrics?: unknown }>(ref)).metrics ?? {});
+    if (!parsed.success) return;
+    const { tensorboard: tb, wandb } = parsed.data;
+    const dirFor = (configured: string | undefined, sink: string): string => (configured
+      ? path.join(path.isAbsolute(configured) ? configured : path.join(REPO_ROOT, configured), record.run_id)
+      : store.localPath(`runs/${record.run_id}/${sink}`));
+    const scalars = stepScalars(record);
+    if (tb) {
+      try {
+        const file = await writeTensorBoardStep(dirFor(tb.dir, 'tensorboard'), record.step, Date.parse(record.time) / 1000, scalars);
+        logger.info({ runId: record.run_id, step: record.step, file }, 'step written to TensorBoard');
+      } catch (err) {
+        logger.warn({ runId: record.run_id, step: record.step, err: (err as Error).message }, 'TensorBoard sink failed; the step is recorded in metrics.jsonl');
+      }
+    }
+    if (wandb) {
+      try {
+        const dir = await writeWandbStep({ ...wandb, dir: dirFor(wandb.dir, 'wandb'), runId: record.run_id, step: record.step, scalars });
+        logger.info({ runId: record.run_id, step: record.step, dir, mode: wandb.mode }, 'step written to W&B');
+      } catch (err) {
+        logger.warn({ runId: record.run_id, step: record.step, err: (err as Error).message }, 'W&B sink failed; the step is recorded in metrics.jsonl');
+      }
+    }
+  }
+
   return {
     /**
      * Writes the step's record, then moves the run's state file forward. One
@@ -82,6 +119,7 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
         // A torn last line (crash mid-append) gets its own line so later ones stay parseable.
         const sep = existing && !existing.endsWith('\n') ? '\n' : '';
         await fs.appendFile(file, `${sep}${JSON.stringify(record)}\n`);
+        await exportStep(record);
         stepsTotal.inc();
         trainerStepSeconds.observe((record.timing_ms.train_and_save ?? 0) / 1000);
       }

@@ -8,7 +8,10 @@ import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import { toolSpec, type ToolContext } from '../agent/tool';
 import type { ArtifactStore } from '../artifacts/store';
 import { RunConfig } from '../config/schema';
-import { getEnvironment } from '../envs/registry';
+import { runKeys } from './config';
+import { loadEnvironment } from '../envs/load';
+import { ENVIRONMENTS } from '../envs/registry';
+import type { Environment } from '../envs/types';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
 import { scoreRubric, zeroScore, type Score } from '../envs/types';
@@ -85,6 +88,25 @@ export function createRolloutActivities(deps: RolloutDeps) {
    * Whatever the agent does in its sandbox ends in a penalty, never a crash;
    * infrastructure failures (inference down, Docker gone) throw so Temporal retries.
    */
+  /** Environments from modules, per run: the run's stored config says which module an id names. */
+  const runEnvModules = new Map<string, Promise<Map<string, string>>>();
+  async function environmentFor(runId: string, envId: string): Promise<Environment> {
+    const builtin = (ENVIRONMENTS as Record<string, Environment>)[envId];
+    let modules = runEnvModules.get(runId);
+    if (!modules) {
+      modules = (async () => {
+        const ref = await deps.store.exists(runKeys.config(runId));
+        const config = ref ? RunConfig.parse(await deps.store.getJson(ref)) : undefined;
+        return new Map((config?.env ?? []).flatMap((e) => (e.module ? [[e.id, e.module] as [string, string]] : [])));
+      })();
+      runEnvModules.set(runId, modules);
+      modules.catch(() => runEnvModules.delete(runId));
+    }
+    const module = (await modules).get(envId);
+    if (module === undefined && builtin) return builtin;
+    return loadEnvironment({ id: envId, module });
+  }
+
   async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
     const t0 = performance.now();
     try {
@@ -117,14 +139,14 @@ export function createRolloutActivities(deps: RolloutDeps) {
     // Cancelled by Temporal, or one heartbeat timeout after the watchdog saw no progress.
     const signal = live.signal;
     // A bad env id or a missing task fails the same way on every retry: say so once.
-    const env = await nonRetryable(async () => getEnvironment(input.envId));
+    const env = await nonRetryable(() => environmentFor(input.runId, input.envId));
     const task = 'instance_id' in input.task
       ? (input.task as Task)
       : await nonRetryable(() => loadTask(resolveDataset((input.task as { datasetPath: string }).datasetPath, input.taskSetDir), (input.task as { instanceId: string }).instanceId));
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: task.instance_id });
 
     const acquire: AcquireOptions = {
-      ...sandboxSource(task, input.taskSetDir),
+      ...(task.source || env.needsRepository !== false ? sandboxSource(task, input.taskSetDir) : {}),
       labels: { run: input.runId, step: input.step, rollout: `${input.groupId}-${input.rolloutIndex}` },
       limits: input.sandbox,
       signal,
@@ -145,6 +167,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
     let infra: string | undefined;
     try {
       const toolCtx: ToolContext = { sandbox, task, state: {}, execTimeoutMs, signal };
+      // A setup that fails is the environment's bug or the task's, the same on every retry.
+      if (env.setup) await nonRetryable(() => env.setup!(toolCtx));
       result = await runAgent({
         model: clientFor(input.inferenceBaseUrl),
         modelName: input.modelName,

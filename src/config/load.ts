@@ -3,7 +3,8 @@ import * as path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { ZodError } from 'zod';
 import { REPO_ROOT } from '../shared/paths';
-import { crossCheckRunConfig, crossFieldIssues, RunConfig } from './schema';
+import { crossCheck } from './crossChecks';
+import { BUILTIN_ENV_IDS, crossCheckRunConfig, crossFieldIssues, RunConfig } from './schema';
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -30,9 +31,13 @@ export function parseRunConfig(text: string, file: string): RunConfig {
   if (!parsed.success) {
     throw new ConfigError(`invalid run config\n${describeZodError(file, parsed.error)}\nFix the keys above; configs/README.md lists every key.`);
   }
-  const cross = crossFieldIssues(parsed.data);
-  if (cross.length) {
-    throw new ConfigError(`invalid run config\n${cross.map((i) => `${file}: ${i.path.join('.')}: ${i.message}`).join('\n')}\nFix the keys above; configs/README.md lists every key.`);
+  const issues = [
+    ...unknownEnvIssues(parsed.data),
+    ...crossFieldIssues(parsed.data).map((i) => ({ key: i.path.join('.'), message: i.message })),
+    ...crossCheck(parsed.data),
+  ];
+  if (issues.length > 0) {
+    throw new ConfigError(`invalid run config\n${issues.map((i) => `${file}: ${i.key}: ${i.message}`).join('\n')}\nFix the keys above; configs/README.md lists every key.`);
   }
   const conflicts = crossCheckRunConfig(raw, parsed.data);
   if (conflicts.length > 0) {
@@ -51,4 +56,13 @@ export async function loadRunConfig(configPath: string): Promise<{ config: RunCo
       'Fix: pass a path like configs/swe-grep/smoke.toml, relative to the repository root or absolute.');
   }
   return { config: parseRunConfig(text, configPath), absPath, text };
+}
+
+/** An id that is neither built in nor loaded from a module names nothing. */
+function unknownEnvIssues(c: RunConfig): { key: string; message: string }[] {
+  return c.env.flatMap((e, i) => (e.module !== undefined || (BUILTIN_ENV_IDS as readonly string[]).includes(e.id) ? [] : [{
+    key: `env.${i}.id`,
+    message: `unknown environment "${e.id}"; built in: ${BUILTIN_ENV_IDS.join(', ')}. ` +
+      'Fix: use one of those, or add env.module = "<path or package>" for your own (docs/environments.md)',
+  }]));
 }

@@ -1,5 +1,5 @@
 /**
- * TrainRun: the durable RL loop of DESIGN.md. Each step: sample → rollouts
+ * TrainRun: the durable RL loop of docs/architecture.md. Each step: sample → rollouts
  * (StepRollouts child) → build batch → trainer step → save → weight sync →
  * metrics. Steps overlap by `async_level`: the next step's rollouts start before
  * this step trains. Continue-as-new every K steps (or when the server suggests

@@ -191,6 +191,52 @@ describeDocker('sandbox (real dockerd)', () => {
     });
   });
 
+  describe('background processes end with the command that started them', () => {
+    /** Processes in the sandbox whose command line contains marker, seen from a later exec. */
+    const survivors = async (sb: Sandbox, marker: string): Promise<number> =>
+      Number((await sb.exec(`ps -eo args= | grep -F -- ${JSON.stringify(marker)} | grep -vc grep || true`)).stdout.trim());
+
+    it.each([
+      ['nohup ... &', 'nohup sh -c "while :; do :; done; echo nohup-loop" >/dev/null 2>&1 & echo started', 'nohup-loop'],
+      ['setsid (a new session)', 'setsid sh -c "while :; do :; done; echo setsid-loop" </dev/null >/dev/null 2>&1 & echo started', 'setsid-loop'],
+      ['a double fork', '( ( exec -a double-fork-sleep sleep 1000 </dev/null >/dev/null 2>&1 & ) & ) ; echo started', 'double-fork-sleep'],
+      ['setsid + nohup + disown', 'setsid nohup bash -c "exec -a disowned-sleep sleep 1000" </dev/null >/dev/null 2>&1 & disown; echo started', 'disowned-sleep'],
+    ])('%s: the command returns at once and nothing of it runs afterwards', async (_name, cmd, marker) => {
+      const sb = await acquire();
+      const t0 = Date.now();
+      const res = await sb.exec(cmd, { timeoutMs: 10_000 });
+      expect(res).toMatchObject({ exitCode: 0, stdout: 'started\n', timedOut: false });
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      expect(await survivors(sb, marker)).toBe(0);
+      // No core held: a later command gets its CPU time at once.
+      const load = await sb.exec('ps -eo pcpu=,args= | sort -rn | head -1');
+      expect(load.stdout).not.toMatch(/while|sleep 1000/);
+      await sb.release();
+      await expectManagerHealthy();
+    });
+
+    it('a detached fork bomb does not break later commands', async () => {
+      const sb = await acquire();
+      const res = await sb.exec('setsid bash -c \':(){ :|:& };:\' </dev/null >/dev/null 2>&1 & sleep 1; echo started', { timeoutMs: 10_000 });
+      expect(res.stdout).toBe('started\n');
+      for (let i = 0; i < 3; i++) {
+        const next = await sb.exec('echo alive; ps -e --no-headers | wc -l');
+        expect(next.exitCode).toBe(0);
+        const [alive, count] = next.stdout.trim().split('\n');
+        expect(alive).toBe('alive');
+        expect(Number(count)).toBeLessThan(10);
+      }
+      await sb.release();
+      await expectManagerHealthy();
+    });
+
+    it('the keeper survives the sweep: the sandbox stays up across many execs', async () => {
+      const sb = await acquire();
+      for (let i = 0; i < 5; i++) expect((await sb.exec(`sleep 0.1 & echo ${i}`)).stdout).toBe(`${i}\n`);
+      await sb.release();
+    });
+  });
+
   describe('cancellation', () => {
     it('aborting an exec rejects promptly', async () => {
       const sb = await acquire();

@@ -12,7 +12,7 @@ describe('run config', () => {
   test.each([
     ['unknown key', '[[env]]\nid = "swe-grep"\n[orchestrator]\nbatchsize = 4\n', /x\.toml: orchestrator: Unrecognized key\(s\) in object: 'batchsize'/],
     ['wrong type', '[[env]]\nid = "swe-grep"\n[orchestrator]\nbatch_size = "four"\n', /x\.toml: orchestrator\.batch_size: Expected number, received string/],
-    ['unknown env', '[[env]]\nid = "chess"\n', /x\.toml: env\.0\.id: Invalid enum value/],
+    ['unknown env', '[[env]]\nid = "chess"\n', /x\.toml: env\.0\.id: unknown environment "chess"/],
     ['no env', '[orchestrator]\nbatch_size = 4\n', /x\.toml: env: Required/],
     ['bad toml', '[[env]\nid = 1', /x\.toml: not valid TOML/],
     ['too much fan-out', '[[env]]\nid = "debug"\n[orchestrator]\nmax_concurrent_rollouts = 5000\n', /max_concurrent_rollouts: Number must be less than or equal to 1000/],

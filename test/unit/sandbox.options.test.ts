@@ -81,7 +81,7 @@ describe('wrapArgv', () => {
     const argv = wrapArgv(['bash', '-lc', 'echo hi'], 1500);
     expect(argv.slice(0, 2)).toEqual(['bash', '-c']);
     expect(argv[2]).toContain('timeout -s KILL "$1" "${@:2}"');
-    expect(argv[2]).toContain('kill -KILL -- -"$p"');
+    expect(argv[2]).toContain('kill -$sig "$p"'); // after the command, every leftover process of the sandbox is swept
     expect(argv.slice(3)).toEqual(['ratchet-exec', '1.500', 'bash', '-lc', 'echo hi']);
   });
 
