@@ -4,7 +4,7 @@ module.exports = {
   projects: [
     {
       displayName: 'unit',
-      testMatch: ['<rootDir>/test/unit/**/*.test.ts'],
+      testMatch: ['<rootDir>/test/unit/**/*.test.ts', '<rootDir>/examples/**/*.test.ts'],
       transform: { '^.+\\.ts$': tsJest },
       testEnvironment: 'node',
     },

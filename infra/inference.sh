@@ -22,11 +22,17 @@
 #   RATCHET_VLLM_MAX_LORA_RANK   largest LoRA rank accepted [64]
 #   RATCHET_VLLM_START_TIMEOUT   seconds to wait for /health at start [300]
 #   RATCHET_VLLM_EXTRA_ARGS      extra flags for the vLLM server (word-split)
+#   RATCHET_RUN_DIR              pid and port files [$RATCHET_HOME/run]; a second server (another host
+#                                on this machine, infra/cluster/netns.sh) uses its own
+#   RATCHET_VLLM_LOG             log file [$RATCHET_HOME/logs/vllm.log]
 #   VLLM_CPU_KVCACHE_SPACE       GiB of RAM for the KV cache [2]
 #   VLLM_CPU_OMP_THREADS_BIND    vLLM's CPU thread binding [auto]
 #
 # Server flags always set: --enable-auto-tool-choice --tool-call-parser hermes --enable-lora
-# --dtype float32 and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (POST /v1/load_lora_adapter,
+# --dtype float32, --logprobs-mode processed_logprobs (logprobs of the distribution sampled from:
+# after temperature and top-k/top-p, which the trainer's importance ratio needs),
+# --generation-config vllm (the model's generation_config.json never sets sampling defaults;
+# requests carry the run's own) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (POST /v1/load_lora_adapter,
 # /v1/unload_lora_adapter). Requests may set return_token_ids, logprobs, top_logprobs.
 # What was tried to get vLLM running on this CPU: infra/vllm/ATTEMPTS.md.
 source "$(dirname "$0")/lib.sh"
@@ -39,10 +45,10 @@ HOST="${RATCHET_VLLM_HOST:-127.0.0.1}"
 PORT="${RATCHET_VLLM_PORT:-8000}"
 MODEL_NAME="${RATCHET_VLLM_MODEL_NAME:-smollm2-135m}"
 MODEL_DIR="$RATCHET_MODELS/SmolLM2-135M-Instruct"
-RUN_DIR="$RATCHET_HOME/run"
+RUN_DIR="${RATCHET_RUN_DIR:-$RATCHET_HOME/run}"
 PID_FILE="$RUN_DIR/vllm.pid"
 PORT_FILE="$RUN_DIR/vllm.port"   # the port the running server was started on
-LOG_FILE="$RATCHET_LOGS/vllm.log"
+LOG_FILE="${RATCHET_VLLM_LOG:-$RATCHET_LOGS/vllm.log}"
 CACHE_DIR="$RATCHET_HOME/cache/inference"
 mkdir -p "$RUN_DIR" "$CACHE_DIR"
 
@@ -144,6 +150,7 @@ start() {
       setsid nohup "$RATCHET_VENVS/vllm/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL_DIR" --served-model-name "$MODEL_NAME" \
         --host "$HOST" --port "$PORT" --dtype float32 \
+        --logprobs-mode processed_logprobs --generation-config vllm \
         --max-model-len "${RATCHET_VLLM_MAX_MODEL_LEN:-8192}" \
         --enable-auto-tool-choice --tool-call-parser hermes \
         --enable-lora --max-loras "${RATCHET_VLLM_MAX_LORAS:-4}" \

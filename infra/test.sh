@@ -9,6 +9,11 @@ cd "$RATCHET_ROOT"
 if [ "${CI:-}" = "true" ]; then export RATCHET_REQUIRE_STACK=1; fi
 
 bash infra/setup.sh
+# The self-hosted cluster's parts, which only the tests need (infra/main.sh's single-machine
+# run does not): the Temporal server built from its Go module (~10 min once, then stamped and
+# skipped) and Debian's PostgreSQL. See infra/cluster/README.md.
+timed temporal-server-build bash infra/cluster/build.sh
+timed postgres bash infra/cluster/postgres.sh install
 # Only the tests need a browser: the report test renders the HTML report in headless Chromium.
 apt_install chromium
 bin/ratchet up

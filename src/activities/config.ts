@@ -1,4 +1,3 @@
-import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
@@ -6,7 +5,9 @@ import { type StoreSettings, storeSettings } from '../artifacts/settings';
 import { checkStore, storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { ConfigError, loadRunConfig } from '../config/load';
 import { type ArtifactsConfig, RunConfig } from '../config/schema';
-import { REPO_ROOT } from '../shared/paths';
+import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
+import { resolveConfigPath } from '../shared/paths';
+import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
 import { pickResume, type LoadedConfig, type ResumeState } from '../workflows/types';
 
@@ -29,9 +30,7 @@ export interface RunStateFile extends ResumeState {
   completedStep: number;
 }
 
-function resolveRepoPath(p: string): string {
-  return path.isAbsolute(p) ? p : path.join(REPO_ROOT, p);
-}
+const resolveRepoPath = resolveConfigPath;
 
 export function createConfigActivities({ store, logger }: ConfigDeps) {
   /** Reads the state file of a run, if it has completed a step. */
@@ -73,6 +72,7 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
         if (!config) throw ApplicationFailure.nonRetryable(configError!.message, 'ConfigError');
         config.model.path = resolveRepoPath(config.model.path);
         config.artifacts = resolveArtifactPaths(config.artifacts);
+        await checkEnvironmentModules(config);
         const configRef = await runStore.putJson(runKeys.config(input.runId), config);
         logger.info({ runId: input.runId, configPath: input.configPath, sha256: configRef.sha256, store: runStore.url }, 'run config validated and stored');
         return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 } };
@@ -88,4 +88,25 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
 
 function resolveArtifactPaths(a: ArtifactsConfig): ArtifactsConfig {
   return a.root ? { ...a, root: resolveRepoPath(a.root) } : a;
+}
+
+/**
+ * Environments from modules are loaded and tried here, once, before any
+ * rollout: a missing export, a tool without a schema or a reward that is not a
+ * number fails the run now, naming the module, instead of every rollout later.
+ * Their module and dataset paths become absolute in the stored config.
+ */
+async function checkEnvironmentModules(config: RunConfig): Promise<void> {
+  try {
+    resolveEnvSections(config.env);
+    for (const e of config.env) {
+      if (e.module === undefined) continue;
+      const env = loadEnvironment({ id: e.id, module: e.module });
+      const first = (await loadTasks(e.dataset)).tasks[0];
+      if (!first) throw new EnvironmentError(e.module, [`its dataset ${e.dataset} has no tasks`]);
+      probeEnvironment(env, first, e.module);
+    }
+  } catch (err) {
+    throw ApplicationFailure.nonRetryable((err as Error).message, err instanceof EnvironmentError ? 'EnvironmentError' : 'ConfigError');
+  }
 }

@@ -1,18 +1,22 @@
 import { performance } from 'node:perf_hooks';
 import * as path from 'node:path';
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { runAgent, type AgentResult } from '../agent/loop';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import { toolSpec, type ToolContext } from '../agent/tool';
 import type { ArtifactStore } from '../artifacts/store';
-import { storeFor } from '../artifacts/stores';
+import { storeFor, type StoreSettings } from '../artifacts/stores';
 import { ArtifactsFields, RunConfig } from '../config/schema';
-import { getEnvironment } from '../envs/registry';
+import { runKeys } from './config';
+import { loadEnvironment } from '../envs/load';
+import { ENVIRONMENTS } from '../envs/registry';
+import type { Environment } from '../envs/types';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
 import { scoreRubric, zeroScore, type Score } from '../envs/types';
-import { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { RolloutSummary, samplingRecord, Trajectory } from '../rollouts/trajectory';
 import { componentLogger } from '../shared/logger';
 import { EVAL_STEP } from '../shared/steps';
 import { loadTask, resolveDataset } from '../tasks/load';
@@ -87,6 +91,27 @@ export function createRolloutActivities(deps: RolloutDeps) {
    * Whatever the agent does in its sandbox ends in a penalty, never a crash;
    * infrastructure failures (inference down, Docker gone) throw so Temporal retries.
    */
+  /** Environments from modules, per run: the run's stored config says which module an id names. */
+  const runEnvModules = new Map<string, Promise<Map<string, string>>>();
+  async function environmentFor(runId: string, envId: string, artifacts?: StoreSettings): Promise<Environment> {
+    const builtin = (ENVIRONMENTS as Record<string, Environment>)[envId];
+    let modules = runEnvModules.get(runId);
+    if (!modules) {
+      modules = (async () => {
+        // The config lives in the run's own store (an s3:// run shares no disk with this worker).
+        const runStore = storeFor(artifacts, deps.store);
+        const ref = await runStore.exists(runKeys.config(runId));
+        const config = ref ? RunConfig.parse(await runStore.getJson(ref)) : undefined;
+        return new Map((config?.env ?? []).flatMap((e) => (e.module ? [[e.id, e.module] as [string, string]] : [])));
+      })();
+      runEnvModules.set(runId, modules);
+      modules.catch(() => runEnvModules.delete(runId));
+    }
+    const module = (await modules).get(envId);
+    if (module === undefined && builtin) return builtin;
+    return loadEnvironment({ id: envId, module });
+  }
+
   async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
     const t0 = performance.now();
     try {
@@ -119,14 +144,14 @@ export function createRolloutActivities(deps: RolloutDeps) {
     // Cancelled by Temporal, or one heartbeat timeout after the watchdog saw no progress.
     const signal = live.signal;
     // A bad env id or a missing task fails the same way on every retry: say so once.
-    const env = await nonRetryable(async () => getEnvironment(input.envId));
+    const env = await nonRetryable(() => environmentFor(input.runId, input.envId, input.artifacts));
     const task = 'instance_id' in input.task
       ? (input.task as Task)
       : await nonRetryable(() => loadTask(resolveDataset((input.task as { datasetPath: string }).datasetPath, input.taskSetDir), (input.task as { instanceId: string }).instanceId));
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: task.instance_id });
 
     const acquire: AcquireOptions = {
-      ...sandboxSource(task, input.taskSetDir),
+      ...(task.source || env.needsRepository !== false ? sandboxSource(task, input.taskSetDir) : {}),
       labels: { run: input.runId, step: input.step, rollout: `${input.groupId}-${input.rolloutIndex}` },
       limits: input.sandbox,
       signal,
@@ -143,8 +168,12 @@ export function createRolloutActivities(deps: RolloutDeps) {
 
     let result: AgentResult;
     let final: Record<string, unknown> = {};
+    // Set when the infrastructure, not the agent, ended or spoiled the episode.
+    let infra: string | undefined;
     try {
       const toolCtx: ToolContext = { sandbox, task, state: {}, execTimeoutMs, signal };
+      // A setup that fails is the environment's bug or the task's, the same on every retry.
+      if (env.setup) await nonRetryable(() => env.setup!(toolCtx));
       result = await runAgent({
         model: clientFor(input.inferenceBaseUrl),
         modelName: input.modelName,
@@ -163,6 +192,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
         heartbeat: (info) => live.progress({ phase: 'agent', ...info }),
         progress: (e) => live.progress({ phase: 'agent', ...e }),
       });
+      // The loop ends with "error" only when a tool's sandbox call itself failed (a lost container).
+      if (result.stop_reason === 'error') infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
       if (result.stop_reason !== 'error') {
         t = performance.now();
         try {
@@ -200,12 +231,25 @@ export function createRolloutActivities(deps: RolloutDeps) {
           live.progress({ phase: 'scored' });
         } catch (err) {
           if (signal?.aborted) throw err;
-          tests = { applied: false, ran: false, results: {}, note: `test run failed: ${(err as Error).message}` };
+          // Docker failing to run the tests says nothing about the agent's diff.
+          infra = `the scoring test run failed: ${(err as Error).message}`;
         }
       }
       score = scoreRubric(env.rubric, {
         task, final, answered: result.answer !== undefined, stop_reason: result.stop_reason, stats: result.stats, limits, tests,
       }, input.rubric);
+    }
+    if (infra !== undefined) {
+      const attempt = currentAttempt();
+      if (attempt < INFRA_ATTEMPTS) {
+        rlog.warn({ attempt, cause: infra }, 'infrastructure failure: retrying the rollout');
+        throw ApplicationFailure.create({ type: 'InfrastructureError', message: `infrastructure failure (attempt ${attempt}): ${infra}` });
+      }
+      // Out of attempts: keep the record, drop the rollout (the batch builder and the step's
+      // reward statistics leave infra_error out).
+      rlog.warn({ attempt, cause: infra }, 'infrastructure failure on every attempt: rollout dropped');
+      result = { ...result, stop_reason: 'infra_error', error: infra };
+      score = zeroScore(env.rubric, input.rubric);
     }
 
     const trajectory = Trajectory.parse({
@@ -222,6 +266,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       turns: result.turns,
       stop_reason: result.stop_reason,
       ...(result.error !== undefined ? { error: result.error } : {}),
+      sampling: samplingRecord(input.sampling),
       final: { ...final, ...(tests ? { tests } : {}), reward_weights: score.weights },
       reward: { total: score.total, components: score.components },
       stats: result.stats,
@@ -254,6 +299,22 @@ export function createRolloutActivities(deps: RolloutDeps) {
 }
 
 export type RolloutActivities = ReturnType<typeof createRolloutActivities>;
+
+/**
+ * Attempts of one rollout activity that an infrastructure failure may use before the
+ * rollout is recorded as dropped (stop_reason infra_error). Below the workflows' own
+ * maximumAttempts (4 for training, 3 for eval), so the last attempt records, not fails.
+ */
+export const INFRA_ATTEMPTS = 3;
+
+/** This activity's attempt number; outside an activity (a direct call) there are no retries left. */
+function currentAttempt(): number {
+  try {
+    return Context.current().info.attempt;
+  } catch {
+    return INFRA_ATTEMPTS;
+  }
+}
 
 async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
   try {

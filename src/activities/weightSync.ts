@@ -1,3 +1,4 @@
+import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
@@ -75,11 +76,22 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
     return { status: res.status, text };
   }
 
-  async function servedModels(live: Liveness, baseUrl: string): Promise<string[]> {
+  /** Served model names, each with the directory it was loaded from (vLLM's `root`; the base model's is its path). */
+  async function servedModels(live: Liveness, baseUrl: string): Promise<Map<string, string | undefined>> {
     const { status, text } = await call(live, `${baseUrl}/models`);
     if (status !== 200) throw new ReplicaDown(`${baseUrl}/models: HTTP ${status} ${text.slice(0, 200)}`);
-    const body = JSON.parse(text) as { data?: { id: string }[] };
-    return (body.data ?? []).map((m) => m.id);
+    const body = JSON.parse(text) as { data?: { id: string; root?: string }[] };
+    return new Map((body.data ?? []).map((m) => [m.id, m.root]));
+  }
+
+  async function unload(live: Liveness, baseUrl: string, name: string): Promise<boolean> {
+    const { status, text } = await call(live, `${baseUrl}/unload_lora_adapter`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ lora_name: name }),
+    });
+    if (status !== 200) logger.warn({ baseUrl, adapter: name, status, body: text.slice(0, 200) }, 'could not unload an adapter; it only costs memory');
+    return status === 200;
   }
 
   // The load/unload endpoints live beside /v1/models: <base>/load_lora_adapter.
@@ -87,7 +99,15 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
     const models = await servedModels(live, baseUrl);
     const want = adapterName(input.runId, input.policyVersion);
     if (input.policyVersion > 0) {
-      if (models.includes(want)) {
+      const servedFrom = models.get(want);
+      // A step redone after a crash saves its adapter under a new directory (keyed by its batch): a
+      // replica still serving the name from the earlier attempt serves weights the trainer does not hold.
+      const stale = models.has(want) && servedFrom !== undefined && adapterDir !== undefined && path.resolve(servedFrom) !== path.resolve(adapterDir);
+      if (stale) {
+        logger.warn({ baseUrl, adapter: want, servedFrom, adapterDir }, 'replica serves this version from another directory (an earlier attempt of the step); reloading');
+        await unload(live, baseUrl, want);
+      }
+      if (models.has(want) && !stale) {
         out.alreadyLoaded.push(`${baseUrl}#${want}`);
       } else {
         const { status, text } = await call(live, `${baseUrl}/load_lora_adapter`, {
@@ -105,20 +125,39 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
         }
       }
     }
-    for (const name of models) {
+    for (const name of models.keys()) {
       const v = adapterVersion(input.runId, name);
       if (v === undefined || v >= input.keepFromVersion || v === input.policyVersion) continue;
-      const { status, text } = await call(live, `${baseUrl}/unload_lora_adapter`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ lora_name: name }),
-      });
-      if (status === 200) out.unloaded.push(`${baseUrl}#${name}`);
-      else logger.warn({ baseUrl, adapter: name, status, body: text.slice(0, 200) }, 'could not unload an old adapter; it only costs memory');
+      if (await unload(live, baseUrl, name)) out.unloaded.push(`${baseUrl}#${name}`);
     }
   }
 
   return {
+    /**
+     * The run ended: every adapter of this run leaves every replica (other runs' stay). A replica
+     * that is down is skipped: a restarted vLLM serves no adapter anyway.
+     */
+    async unloadRunAdapters(input: { runId: string; baseUrls: string[] }): Promise<{ unloaded: string[]; down: string[] }> {
+      return withLiveness({
+        name: 'unloadRunAdapters', heartbeatEveryMs: LIVENESS_DEFAULTS.heartbeat_every_s * 1000, stallMs: LIVENESS_DEFAULTS.weight_sync_stall_s * 1000, logger,
+      }, async (live) => {
+        const out = { unloaded: [] as string[], down: [] as string[] };
+        for (const baseUrl of input.baseUrls) {
+          const url = baseUrl.replace(/\/+$/, '');
+          try {
+            for (const name of (await servedModels(live, url)).keys()) {
+              if (adapterVersion(input.runId, name) !== undefined && await unload(live, url, name)) out.unloaded.push(`${url}#${name}`);
+            }
+          } catch (err) {
+            if (!(err instanceof ReplicaDown)) throw err;
+            out.down.push(err.message);
+          }
+        }
+        logger.info({ runId: input.runId, ...out }, 'run ended: its adapters unloaded from inference');
+        return out;
+      });
+    },
+
     async syncWeights(input: SyncWeightsInput): Promise<SyncWeightsResult> {
       const w = input.liveness ?? { heartbeat_every_s: LIVENESS_DEFAULTS.heartbeat_every_s, stall_s: LIVENESS_DEFAULTS.weight_sync_stall_s };
       return withLiveness({ name: 'syncWeights', heartbeatEveryMs: w.heartbeat_every_s * 1000, stallMs: w.stall_s * 1000, logger },

@@ -100,7 +100,13 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
         model: input.modelName,
         messages,
         tools: specs,
-        sampling: { ...input.sampling, max_tokens: Math.min(input.sampling.max_tokens, remaining) },
+        sampling: {
+          ...input.sampling,
+          max_tokens: Math.min(input.sampling.max_tokens, remaining),
+          // One seed per turn: the same seed every turn would replay the same random draws at
+          // each turn, correlating the turns of an episode.
+          ...(input.sampling.seed !== undefined ? { seed: turnSeed(input.sampling.seed, turns.length) } : {}),
+        },
         signal: input.signal,
       });
     } catch (err) {
@@ -141,6 +147,7 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       prompt_token_ids: completion.prompt_token_ids,
       completion_token_ids: completion.completion_token_ids,
       completion_logprobs: completion.completion_logprobs,
+      ...(completion.completion_logprob_tokens ? { completion_logprob_tokens: completion.completion_logprob_tokens } : {}),
       finish_reason: completion.finish_reason,
       policy_version: input.policyVersion,
       model_ms: turnModelMs,
@@ -200,4 +207,9 @@ function exampleArgs(tool: Tool): string {
 function firstWord(command: string): string {
   const word = command.trim().split(/\s+/)[0] ?? '';
   return word.split('/').pop() ?? word;
+}
+
+/** The seed of turn `turn` of an episode seeded `seed`: the episode's own at turn 0, distinct per turn after. */
+export function turnSeed(seed: number, turn: number): number {
+  return (((seed + turn * 104_729) % 2_147_483_647) + 2_147_483_647) % 2_147_483_647;
 }

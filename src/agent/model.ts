@@ -5,6 +5,8 @@ import type { ChatMessage, ToolCall, ToolSpec } from '../rollouts/trajectory';
 export interface TurnSampling {
   temperature: number;
   top_p: number;
+  /** 0 = off. Sent on every request, so the model's generation config cannot set its own. */
+  top_k?: number;
   max_tokens: number;
   seed?: number;
   /** Default `auto`; `required` makes the server constrain the turn to a tool call. */
@@ -27,6 +29,8 @@ export interface Completion {
   prompt_token_ids: number[] | null;
   completion_token_ids: number[] | null;
   completion_logprobs: number[] | null;
+  /** The server's text of each logprob's token (what allow_retokenize pairs by). */
+  completion_logprob_tokens?: string[] | null;
   prompt_tokens: number;
   completion_tokens: number;
 }
@@ -76,6 +80,12 @@ export class OpenAIModelClient implements ModelClient {
       ...(req.tools.length > 0 ? { tools: req.tools, tool_choice: req.sampling.tool_choice ?? 'auto', parallel_tool_calls: true } : {}),
       temperature: req.sampling.temperature,
       top_p: req.sampling.top_p,
+      // vLLM extensions, always explicit: a model's generation_config.json (Qwen3: top_k 20,
+      // min_p 0) would otherwise narrow the sampling distribution behind the run's back.
+      // -1 is "off" in every vLLM version (0 is rejected by older ones).
+      top_k: (req.sampling.top_k ?? 0) > 0 ? req.sampling.top_k : -1,
+      min_p: 0,
+      repetition_penalty: 1,
       max_tokens: req.sampling.max_tokens,
       ...(this.sendSeed && req.sampling.seed !== undefined ? { seed: req.sampling.seed } : {}),
       logprobs: true,
@@ -106,6 +116,7 @@ export function parseCompletion(res: OpenAI.Chat.Completions.ChatCompletion): Co
     function: { name: tc.function?.name ?? '', arguments: tc.function?.arguments ?? '' },
   }));
   const logprobs = choice.logprobs?.content?.map((c) => c.logprob) ?? null;
+  const logprobTokens = choice.logprobs?.content?.map((c) => c.token) ?? null;
   const completionIds = extras.token_ids ?? null;
   const finish = choice.finish_reason;
   return {
@@ -115,6 +126,7 @@ export function parseCompletion(res: OpenAI.Chat.Completions.ChatCompletion): Co
     prompt_token_ids: top.prompt_token_ids ?? extras.prompt_token_ids ?? null,
     completion_token_ids: completionIds,
     completion_logprobs: logprobs,
+    completion_logprob_tokens: logprobTokens,
     prompt_tokens: res.usage?.prompt_tokens ?? 0,
     completion_tokens: res.usage?.completion_tokens ?? completionIds?.length ?? 0,
   };

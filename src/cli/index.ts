@@ -3,12 +3,14 @@ import { Command, CommanderError } from 'commander';
 import { DEFAULTS } from '../shared/paths';
 import { CliError, EXIT, EXIT_HELP } from './exit';
 import { c } from './term';
+import * as check from './check';
 import * as codecServer from './codecServer';
 import * as doctor from './doctor';
 import * as down from './down';
 import * as evalCmd from './eval';
 import * as pause from './pause';
 import * as report from './report';
+import * as restart from './restart';
 import * as resume from './resume';
 import * as schedule from './schedule';
 import * as status from './status';
@@ -24,8 +26,8 @@ export function buildProgram(): Command {
     .option('--profile <name>', 'temporal.toml profile (default: TEMPORAL_PROFILE, or "default"); see docs/connections.md')
     .showHelpAfterError('(add --help for usage and examples)')
     .addHelpText('after', `\nExamples:\n  $ ratchet up && ratchet doctor\n  $ ratchet train configs/swe-grep/smoke.toml --run-id smoke-1 --wait\n` +
-      `  $ ratchet status smoke-1\n  $ ratchet schedule eval --run smoke-1 --every 30m\n  $ ratchet report smoke-1\n\n${EXIT_HELP}\n\nWeb UI: ${DEFAULTS.temporalUi}`);
-  for (const m of [up, down, doctor, train, status, pause, resume, stop, evalCmd, schedule, report, codecServer]) m.register(program);
+      `  $ ratchet status smoke-1\n  $ ratchet restart smoke-1   # a failed or terminated run, from its last completed step\n  $ ratchet schedule eval --run smoke-1 --every 30m\n  $ ratchet report smoke-1\n\n${EXIT_HELP}\n\nWeb UI: ${DEFAULTS.temporalUi}`);
+  for (const m of [up, down, doctor, check, train, status, pause, resume, stop, restart, evalCmd, schedule, report, codecServer]) m.register(program);
   // Every subcommand: usage errors exit 2, and --help exits 0, instead of process.exit inside commander.
   const exitOverride = (cmd: Command) => {
     cmd.exitOverride();

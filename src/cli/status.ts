@@ -25,11 +25,13 @@ export function register(program: Command): void {
           let n = 0;
           const limit = Number(opts.limit) || 20;
           for await (const wf of client.workflow.list({ query: "WorkflowType = 'TrainRun'" })) {
-            if (n++ === 0) console.log(c.dim(`${'run'.padEnd(28)} ${'status'.padEnd(11)} ${'step'.padStart(5)} ${'policy'.padStart(6)} ${'reward'.padStart(8)}  started`));
+            if (n++ === 0) console.log(c.dim(`${'run'.padEnd(28)} ${'status'.padEnd(21)} ${'step'.padStart(5)} ${'policy'.padStart(6)} ${'reward'.padStart(8)}  started`));
             const attrs = wf.searchAttributes as Record<string, unknown>;
             const st = wf.status.name;
-            const paint = st === 'RUNNING' ? c.green : st === 'COMPLETED' ? c.blue : st === 'FAILED' || st === 'TERMINATED' ? c.red : c.yellow;
-            console.log(`${wf.workflowId.padEnd(28)} ${paint(st.padEnd(11))} ${String(sa(attrs, 'RatchetStep') ?? '—').padStart(5)} ` +
+            // A running run says what it is doing: running, paused, waiting-for-inference, waiting-for-trainer...
+            const shown = st === 'RUNNING' ? String(sa(attrs, 'RatchetStatus') ?? st) : st;
+            const paint = shown === 'running' || shown === 'RUNNING' ? c.green : st === 'COMPLETED' ? c.blue : st === 'FAILED' || st === 'TERMINATED' ? c.red : c.yellow;
+            console.log(`${wf.workflowId.padEnd(28)} ${paint(shown.padEnd(21))} ${String(sa(attrs, 'RatchetStep') ?? '—').padStart(5)} ` +
               `${String(sa(attrs, 'RatchetPolicyVersion') ?? '—').padStart(6)} ${fmtReward(sa(attrs, 'RatchetMeanReward') as number | undefined).padStart(8)}  ${wf.startTime.toISOString()}`);
             if (n >= limit) break;
           }
@@ -38,8 +40,10 @@ export function register(program: Command): void {
         }
         const res = await followRun(client, run, { once: opts.once });
         if (res.status !== 'RUNNING') {
-          console.log(`${c.bold(run)} ${res.status.toLowerCase()} · ${workflowUiUrl(run)} · report: ratchet report ${run}`);
-          if (res.status === 'FAILED' || res.status === 'TERMINATED' || res.status === 'TIMED_OUT') process.exitCode = EXIT.failure;
+          const ended = res.status === 'FAILED' || res.status === 'TERMINATED' || res.status === 'TIMED_OUT' || res.status === 'CANCELLED';
+          console.log(`${c.bold(run)} ${res.status.toLowerCase()} · ${workflowUiUrl(run)} · report: ratchet report ${run}` +
+            (ended ? ` · restart from its last completed step: ratchet restart ${run}` : ''));
+          if (ended && res.status !== 'CANCELLED') process.exitCode = EXIT.failure;
         }
       } finally {
         await close();

@@ -1,8 +1,9 @@
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import type { Command } from 'commander';
-import { ConfigError, loadRunConfig } from '../config/load';
 import { TASK_QUEUES } from '../shared/paths';
 import type { TrainRunInput } from '../workflows/types';
+import { ConfigError, loadRunConfig } from '../config/load';
+import { checkOrThrow } from './check';
 import { CliError, EXIT } from './exit';
 import { followRun } from './follow';
 import { connectClient, workflowUiUrl } from './temporal';
@@ -19,19 +20,25 @@ export function register(program: Command): void {
     .argument('<config>', 'run config, e.g. configs/swe-grep/smoke.toml')
     .option('--run-id <id>', 'workflow id of the run (default: <config name>-<UTC time>); an existing id with a finished step resumes')
     .option('--wait', 'follow the run: one line per step with reward and components, then the Web UI URL')
+    .option('--no-check', 'skip `ratchet check` (config, environments, datasets, model, host, stack) before starting')
     .addHelpText('after', '\nExamples:\n  $ ratchet train configs/swe-grep/smoke.toml\n  $ ratchet train configs/swe-grep/smoke.toml --run-id smoke-1 --wait\n\n' +
       'Same as: temporal workflow start --type TrainRun --task-queue ratchet --input \'{"configPath": "..."}\'')
-    .action(async (configPath: string, opts: { runId?: string; wait?: boolean }, cmd: Command) => {
+    .action(async (configPath: string, opts: { runId?: string; wait?: boolean; check: boolean }, cmd: Command) => {
+      const g = cmd.optsWithGlobals<{ address?: string; namespace?: string }>();
+      if (opts.runId !== undefined && !/^[A-Za-z0-9._-]+$/.test(opts.runId)) throw new CliError(`--run-id "${opts.runId}": use letters, digits, ".", "_" and "-" only`, EXIT.usage);
+      // The same checks as `ratchet check`: a run that would fail on its config, data or model never starts.
       let name: string | undefined;
-      try {
-        name = (await loadRunConfig(configPath)).config.name;
-      } catch (err) {
-        if (err instanceof ConfigError) throw new CliError(err.message, EXIT.invalidInput);
-        throw err;
+      if (opts.check) {
+        name = (await checkOrThrow(configPath, { ...g, stack: true, quiet: true })).config?.name;
+      } else {
+        try {
+          name = (await loadRunConfig(configPath)).config.name;
+        } catch (err) {
+          if (err instanceof ConfigError) throw new CliError(err.message, EXIT.invalidInput);
+          throw err;
+        }
       }
       const runId = opts.runId ?? defaultRunId(name);
-      if (!/^[A-Za-z0-9._-]+$/.test(runId)) throw new CliError(`--run-id "${runId}": use letters, digits, ".", "_" and "-" only`, EXIT.usage);
-      const g = cmd.optsWithGlobals<{ address?: string; namespace?: string }>();
       const { client, close } = await connectClient(g);
       try {
         const input: TrainRunInput = { configPath, runId };

@@ -3,7 +3,8 @@ import * as path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { ZodError } from 'zod';
 import { REPO_ROOT } from '../shared/paths';
-import { crossFieldIssues, RunConfig } from './schema';
+import { crossCheck } from './crossChecks';
+import { BUILTIN_ENV_IDS, crossCheckRunConfig, crossFieldIssues, RunConfig } from './schema';
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -35,9 +36,17 @@ export function parseRunConfig(text: string, file: string): RunConfig {
   if (!parsed.success) {
     throw new ConfigError(`invalid run config\n${describeZodError(file, parsed.error)}\nFix the keys above; configs/README.md lists every key.`);
   }
-  const cross = crossFieldIssues(parsed.data);
-  if (cross.length) {
-    throw new ConfigError(`invalid run config\n${cross.map((i) => `${file}: ${i.path.join('.')}: ${i.message}`).join('\n')}\nFix the keys above; configs/README.md lists every key.`);
+  const issues = [
+    ...unknownEnvIssues(parsed.data),
+    ...crossFieldIssues(parsed.data).map((i) => ({ key: i.path.join('.'), message: i.message })),
+    ...crossCheck(parsed.data),
+  ];
+  if (issues.length > 0) {
+    throw new ConfigError(`invalid run config\n${issues.map((i) => `${file}: ${i.key}: ${i.message}`).join('\n')}\nFix the keys above; configs/README.md lists every key.`);
+  }
+  const conflicts = crossCheckRunConfig(raw, parsed.data);
+  if (conflicts.length > 0) {
+    throw new ConfigError(`invalid run config\n${conflicts.map((c) => `${file}: ${c}`).join('\n')}\nconfigs/README.md explains how these settings combine.`);
   }
   const o = parsed.data.orchestrator;
   const perStep = o.batch_size * o.rollouts_per_example;
@@ -72,4 +81,13 @@ function credentialKeys(raw: unknown): string[] {
   const a = (raw as { artifacts?: unknown } | undefined)?.artifacts;
   if (!a || typeof a !== 'object') return [];
   return Object.keys(a).filter((k) => /key|secret|token|password|credential/i.test(k));
+}
+
+/** An id that is neither built in nor loaded from a module names nothing. */
+function unknownEnvIssues(c: RunConfig): { key: string; message: string }[] {
+  return c.env.flatMap((e, i) => (e.module !== undefined || (BUILTIN_ENV_IDS as readonly string[]).includes(e.id) ? [] : [{
+    key: `env.${i}.id`,
+    message: `unknown environment "${e.id}"; built in: ${BUILTIN_ENV_IDS.join(', ')}. ` +
+      'Fix: use one of those, or add env.module = "<path or package>" for your own (docs/environments.md)',
+  }]));
 }

@@ -7,10 +7,25 @@ import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
  * Pure: workflow code imports the types.
  */
 
+/**
+ * Bounds: every numeric setting has a range the validator enforces, chosen so
+ * that a value inside it cannot break a part of the stack by itself (Node's
+ * timers, the worker's memory, Docker's limits, Temporal's payloads). Settings
+ * that depend on each other are checked together in crossChecks.ts; limits that
+ * depend on the host (Docker's CPUs and memory) in src/check/host.ts.
+ */
+
+/** Node's setTimeout holds a signed 32-bit millisecond count: anything longer fires at once. */
+export const MAX_TIMER_S = Math.floor((2 ** 31 - 1) / 1000);
+/** Seeds travel to vLLM and torch as unsigned 32-bit ints. */
+const Seed = z.number().int().min(0).max(2 ** 32 - 1);
+/** The longest context any supported model has; larger is a typo. */
+export const MAX_SEQ_LEN = 131_072;
+
 const LoraConfig = z.object({
-  rank: z.number().int().positive().default(8),
-  alpha: z.number().positive().default(16),
-  dropout: z.number().min(0).max(1).default(0),
+  rank: z.number().int().positive().max(1024).default(8),
+  alpha: z.number().positive().max(65_536).default(16),
+  dropout: z.number().min(0).lt(1).default(0),
   target_modules: z.array(z.string()).nonempty().default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']),
 }).strict();
 
@@ -19,33 +34,49 @@ const TrainerConfig = z.object({
   mode: z.enum(['lora', 'full']).default('lora'),
   lora: LoraConfig.default({}),
   optim: z.object({
-    lr: z.number().positive().default(1e-5),
-    weight_decay: z.number().min(0).default(0),
-    max_grad_norm: z.number().positive().default(1.0),
+    /** 0 is allowed: a control run (bench:learn) with every other setting the same. */
+    lr: z.number().min(0).max(1).default(1e-5),
+    weight_decay: z.number().min(0).max(1).default(0),
+    max_grad_norm: z.number().positive().max(1e6).default(1.0),
   }).strict().default({}),
   /** Gradient checkpointing: every `freq` layers (0 = off), as prime-rl's [model.ac]. */
-  ac: z.object({ freq: z.number().int().min(0).default(0) }).strict().default({}),
+  ac: z.object({ freq: z.number().int().min(0).max(1024).default(0) }).strict().default({}),
   loss: z.object({
     kind: z.enum(['grpo', 'gspo']).default('grpo'),
-    eps_low: z.number().min(0).default(0.2),
-    eps_high: z.number().min(0).default(0.28),
-    /** "token": Dr.GRPO's constant normalizer; "sequence": mean per sequence, then over sequences. */
+    /** Clip range; unset: the loss's own (grpo 0.2/0.28, gspo 3e-4/4e-4: GSPO clips a sequence ratio). */
+    eps_low: z.number().min(0).max(1).optional(),
+    eps_high: z.number().min(0).max(10).optional(),
+    /**
+     * Over trajectories (a trajectory split into segments weighs as one):
+     * "token": mean over the batch's trainable tokens (DAPO); "dr_grpo": sum over a
+     * constant, trajectories x seq_len (Dr.GRPO); "sequence": mean per trajectory, then over trajectories.
+     */
     normalization: z.enum(['token', 'sequence', 'dr_grpo']).default('dr_grpo'),
-    kl_coef: z.number().min(0).default(0),
+    kl_coef: z.number().min(0).max(100).default(0),
+    /**
+     * Bounds the train/inference mismatch: "tis" weighs each token by min(pi_trainer / pi_vllm, tis_cap);
+     * "mask" drops tokens whose |logprob difference| exceeds mask_threshold; "none" leaves it.
+     */
+    correction: z.enum(['tis', 'mask', 'none']).default('tis'),
+    tis_cap: z.number().min(1).max(1000).default(2),
+    mask_threshold: z.number().positive().max(100).default(1),
+    /** Negative advantages: the objective is bounded below by dual_clip x A (0 = off). */
+    dual_clip: z.number().min(0).max(1000).refine((c) => c === 0 || c > 1, 'must be 0 (off) or > 1').default(3),
   }).strict().default({}),
   /** Tokens per micro-batch; gradient accumulation covers the rest of the batch. */
-  micro_batch_tokens: z.number().int().positive().default(4096),
+  micro_batch_tokens: z.number().int().positive().max(4 * MAX_SEQ_LEN).default(4096),
   /** Several samples per row, block-diagonal attention; `auto`: on CUDA only (see trainer/README.md). */
   packing: z.union([z.boolean(), z.literal('auto')]).default('auto'),
   device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),
-  seed: z.number().int().default(0),
+  /** Seeds the trainer's RNG (LoRA init, per-step dropout draws). */
+  seed: Seed.default(0),
 }).strict();
 
 const InferenceConfig = z.object({
   /** One or more OpenAI-compatible servers (vLLM); rollouts are spread over them. */
   base_urls: z.array(z.string().url()).nonempty().default(['http://127.0.0.1:8000/v1']),
   served_model: z.string().default('smollm2-135m'),
-  request_timeout_s: z.number().positive().default(300),
+  request_timeout_s: z.number().positive().max(MAX_TIMER_S).default(300),
   /**
    * Inference hosts that share no disk with the trainer: each runs a `ratchet-inference`
    * worker (src/workers/inference.ts) on its own task queue, which pulls each new adapter
@@ -56,65 +87,88 @@ const InferenceConfig = z.object({
 }).strict();
 
 const SamplingConfig = z.object({
-  temperature: z.number().min(0).default(1.0),
+  temperature: z.number().min(0).max(10).default(1.0),
   top_p: z.number().gt(0).max(1).default(1.0),
+  /**
+   * 0 = off (every token). Always sent, so a model's generation config (Qwen3's
+   * sets top_k = 20) never narrows sampling behind the run's back.
+   */
+  top_k: z.number().int().min(0).default(0),
   /** Tokens per model turn. */
-  max_tokens: z.number().int().positive().default(256),
+  max_tokens: z.number().int().positive().max(MAX_SEQ_LEN).default(256),
   /**
    * `auto`: the model may answer in text. `required`: the server constrains every
    * turn to a tool call (episodes end through an answer tool or the limits), which
-   * keeps small models acting; the sampled tokens' logprobs are still the model's own.
+   * keeps small models acting. The grammar mask is a distribution the trainer cannot
+   * reproduce: vLLM's (processed) logprobs are of the masked distribution, the trainer's
+   * of the unmasked one; the batch manifest records it (`sampling.distribution_match`).
    */
   tool_choice: z.enum(['auto', 'required']).default('auto'),
 }).strict();
 
 const OrchestratorConfig = z.object({
-  batch_size: z.number().int().positive().default(2),
-  rollouts_per_example: z.number().int().positive().default(4),
-  seq_len: z.number().int().positive().default(2048),
-  max_steps: z.number().int().positive().default(3),
+  batch_size: z.number().int().positive().max(10_000).default(2),
+  rollouts_per_example: z.number().int().positive().max(1024).default(4),
+  seq_len: z.number().int().min(64).max(MAX_SEQ_LEN).default(2048),
+  max_steps: z.number().int().positive().max(1_000_000).default(3),
   mask_truncated_completions: z.boolean().default(false),
   /** How many policy versions a rollout may lag the trainer (prime-rl's async_level). */
-  async_level: z.number().int().min(0).default(0),
+  async_level: z.number().int().min(0).max(8).default(0),
   /** In-flight rollouts at once, far below Temporal's 2,000 pending-activity limit. */
   max_concurrent_rollouts: z.number().int().positive().max(1000).default(8),
   advantage: z.object({
     kind: z.enum(['grpo', 'dr_grpo']).default('grpo'),
+    /** GRPO only (Dr.GRPO never divides by the group std); setting it true with dr_grpo is an error. */
     std_normalize: z.boolean().default(true),
     drop_uniform_groups: z.boolean().default(false),
   }).strict().default({}),
   /** What to do when a chat template breaks multi-turn prefixes: one sample per turn, or fail. */
   non_prefix_policy: z.enum(['split', 'fail']).default('split'),
   allow_retokenize: z.boolean().default(false),
-  continue_as_new_every: z.number().int().positive().default(50),
-  seed: z.number().int().default(0),
+  continue_as_new_every: z.number().int().positive().max(1000).default(50),
+  seed: Seed.default(0),
 }).strict();
 
+/** The environments that ship in src/envs; any other id needs `module`. */
+export const BUILTIN_ENV_IDS = ['swe-grep', 'code-repair', 'debug'] as const;
+
 const EnvConfig = z.object({
-  id: z.enum(['swe-grep', 'code-repair', 'debug']),
+  /** A built-in environment, or the name of the one `module` exports. */
+  id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'use letters, digits, ".", "_" and "-" only'),
+  /**
+   * An environment outside this repository (docs/environments.md): a local
+   * module path (relative to the repository root, or absolute) or an installed
+   * npm package name, exporting an environment definition named by `id`.
+   */
+  module: z.string().min(1).optional(),
   /** A JSONL or Parquet task file; relative paths resolve against the task set dir. */
   dataset: z.string().default('train.jsonl'),
-  weight: z.number().positive().default(1),
+  weight: z.number().positive().max(1e6).default(1),
   args: z.object({
-    max_tokens: z.number().int().positive().default(2048),
-    max_tool_calls: z.number().int().positive().default(10),
-    max_turns: z.number().int().positive().default(12),
+    max_tokens: z.number().int().positive().max(MAX_SEQ_LEN).default(2048),
+    max_tool_calls: z.number().int().positive().max(1000).default(10),
+    max_turns: z.number().int().positive().max(1000).default(12),
     /** Show the environment's worked example episode before the task (helps small models use the tools). */
     few_shot: z.boolean().default(false),
   }).passthrough().default({}),
   /** Reward component weights, by component name; missing ones use the environment's defaults. */
-  rubric: z.record(z.number()).default({}),
+  rubric: z.record(z.number().min(-1e6).max(1e6)).default({}),
 }).strict();
 
 const SandboxConfig = z.object({
   image: z.string().optional(),
-  memory_mb: z.number().int().positive().default(512),
-  cpus: z.number().positive().default(1),
-  pids_limit: z.number().int().positive().default(128),
-  disk_mb: z.number().int().positive().default(256),
-  exec_timeout_s: z.number().positive().default(20),
-  output_limit_bytes: z.number().int().positive().default(16_384),
-  warm_pool_size: z.number().int().min(0).default(2),
+  /** Docker refuses less than 6 MiB; git and python in the sandbox need far more. The host's memory is the upper bound (ratchet check). */
+  memory_mb: z.number().int().min(64).max(1_048_576).default(512),
+  /** Docker's --cpus granularity is 0.01; the host's CPU count is the upper bound (ratchet check). */
+  cpus: z.number().min(0.01).max(1024).default(1),
+  /** Below 16 a shell, git and pytest cannot start together. */
+  pids_limit: z.number().int().min(16).max(32_768).default(128),
+  disk_mb: z.number().int().min(16).max(1_048_576).default(256),
+  /** An hour at most: one tool call longer than that is a hang; past MAX_TIMER_S Node's timer fires at once. */
+  exec_timeout_s: z.number().positive().max(3600).default(20),
+  /** Held in the worker's memory per exec and sent to the model: 1 MiB at most. */
+  output_limit_bytes: z.number().int().min(256).max(1_048_576).default(16_384),
+  warm_pool_size: z.number().int().min(0).max(64).default(2),
 }).strict();
 
 /**
@@ -165,6 +219,26 @@ export const ArtifactsConfig = ArtifactsFields.superRefine((a, ctx) => {
 });
 export type ArtifactsConfig = z.infer<typeof ArtifactsConfig>;
 
+/** Where step metrics go besides runs/<run>/metrics.jsonl, the HTML report and Prometheus. */
+const MetricsConfig = z.object({
+  /** TensorBoard event files: `tensorboard --logdir <dir>`. Relative dirs resolve against the repository root. */
+  tensorboard: z.object({
+    /** Default: <artifacts>/runs/<run>/tensorboard. Each run writes its own subdirectory <dir>/<run>. */
+    dir: z.string().min(1).optional(),
+  }).strict().optional(),
+  /**
+   * Weights & Biases, through a small Python sink (src/metrics/sinks/wandb_sink.py,
+   * installed by infra/metrics-env.sh). "offline" needs no network; sync later with `wandb sync`.
+   */
+  wandb: z.object({
+    project: z.string().min(1).default('ratchet'),
+    entity: z.string().min(1).optional(),
+    mode: z.enum(['offline', 'online']).default('offline'),
+    /** Default: <artifacts>/runs/<run>/wandb. */
+    dir: z.string().min(1).optional(),
+  }).strict().optional(),
+}).strict();
+
 export const RunConfig = z.object({
   name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'use letters, digits, ".", "_" and "-" only').optional(),
   model: z.object({
@@ -180,6 +254,7 @@ export const RunConfig = z.object({
   env: z.array(EnvConfig).nonempty('add at least one [[env]] section, e.g. [[env]] id = "swe-grep"'),
   artifacts: ArtifactsConfig.default({}),
   liveness: LivenessSection.default({}),
+  metrics: MetricsConfig.default({}),
 }).strict();
 
 /**
@@ -205,3 +280,38 @@ export type SandboxConfig = z.infer<typeof SandboxConfig>;
 export type TrainerConfig = z.infer<typeof TrainerConfig>;
 export type OrchestratorConfig = z.infer<typeof OrchestratorConfig>;
 export type LivenessConfig = z.infer<typeof LivenessSection>;
+
+/**
+ * Settings that are each valid but together cannot be meant. Reads the raw
+ * (pre-default) config to tell a key the user set from a default. Returns
+ * "key.path: problem. Fix: ..." lines; empty when consistent.
+ */
+export function crossCheckRunConfig(raw: unknown, config: RunConfig): string[] {
+  const r = (raw ?? {}) as { trainer?: { loss?: Record<string, unknown> }; orchestrator?: { advantage?: Record<string, unknown> } };
+  const rawLoss = r.trainer?.loss ?? {};
+  const rawAdv = r.orchestrator?.advantage ?? {};
+  const loss = config.trainer.loss;
+  const adv = config.orchestrator.advantage;
+  const out: string[] = [];
+  if (adv.kind === 'dr_grpo' && rawAdv.std_normalize === true) {
+    out.push('orchestrator.advantage.std_normalize: true with kind = "dr_grpo", which never divides by the group std (that is its fix). ' +
+      'Fix: remove std_normalize, or use kind = "grpo"');
+  }
+  if (adv.kind === 'dr_grpo' && loss.normalization === 'sequence') {
+    out.push('trainer.loss.normalization: "sequence" divides each trajectory by its own length, the bias Dr.GRPO removes, but ' +
+      'orchestrator.advantage.kind is "dr_grpo". Fix: normalization = "dr_grpo" (or "token"), or advantage kind = "grpo"');
+  }
+  if (loss.kind === 'gspo' && rawLoss.normalization !== undefined && loss.normalization !== 'sequence') {
+    out.push(`trainer.loss.normalization: "${loss.normalization}" with kind = "gspo", whose loss is a mean over trajectories of a ` +
+      'sequence-level ratio; a token normalization would not be used. Fix: remove normalization or set it to "sequence"');
+  }
+  if (loss.kind === 'gspo' && Math.max(loss.eps_low ?? 0, loss.eps_high ?? 0) > 0.05) {
+    out.push('trainer.loss.eps_low/eps_high: a token-ratio (PPO) range with kind = "gspo", whose sequence ratio moves ~1000x less, ' +
+      'so the clip would never act. Fix: remove them (GSPO defaults 3e-4/4e-4) or set values below 0.05');
+  }
+  if (config.sampling.temperature === 0) {
+    out.push('sampling.temperature: 0 is greedy decoding: a group\'s rollouts are identical and there is no distribution to ' +
+      'train on. Fix: a temperature > 0 (1.0 samples the model as it is)');
+  }
+  return out;
+}

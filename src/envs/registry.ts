@@ -3,7 +3,8 @@ import { debug } from './debug';
 import { sweGrep } from './swe-grep';
 import type { Environment } from './types';
 
-export const ENVIRONMENTS: Record<Environment['id'], Environment> = {
+/** The environments that ship with Ratchet; others come from modules (src/envs/load.ts). */
+export const ENVIRONMENTS: Record<'swe-grep' | 'code-repair' | 'debug', Environment> = {
   'swe-grep': sweGrep,
   'code-repair': codeRepair,
   debug,
@@ -11,6 +12,6 @@ export const ENVIRONMENTS: Record<Environment['id'], Environment> = {
 
 export function getEnvironment(id: string): Environment {
   const env = (ENVIRONMENTS as Record<string, Environment>)[id];
-  if (!env) throw new Error(`unknown environment "${id}"; known: ${Object.keys(ENVIRONMENTS).join(', ')} (set [[env]].id in the run config)`);
+  if (!env) throw new Error(`unknown environment "${id}"; known: ${Object.keys(ENVIRONMENTS).join(', ')} (set [[env]].id in the run config, or env.module for your own)`);
   return env;
 }

@@ -32,7 +32,8 @@ export interface RewardFn {
  * final answer, and the rubric. The agent loop and the rollout activity are shared.
  */
 export interface Environment {
-  id: 'swe-grep' | 'code-repair' | 'debug';
+  /** The built-ins' ids are swe-grep, code-repair and debug; an environment from a module has its own. */
+  id: string;
   systemPrompt: string;
   userPrompt(task: Task): string;
   /** A worked example episode on a made-up task, shown before the task when `few_shot = true`. */
@@ -43,6 +44,15 @@ export interface Environment {
   /** Whether scoring runs the task's tests against the final diff in a fresh sandbox. */
   needsTests: boolean;
   rubric: RewardFn[];
+  /**
+   * Whether every task must bring a repository (`source`). Environments from a
+   * module may say false: a task without one gets an empty /work sandbox.
+   */
+  needsRepository?: boolean;
+  /** Runs in the sandbox before the first model turn (e.g. writes the task's files). */
+  setup?(ctx: ToolContext): Promise<void>;
+  /** Where it came from: "built-in" or the resolved module file. */
+  origin?: string;
 }
 
 export interface Score {

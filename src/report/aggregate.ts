@@ -38,6 +38,12 @@ export interface ReportData {
   tools: [string, number][];
   shell: [string, number][];
   staleness: [string, number][];
+  /**
+   * Train/inference mismatch per step, from the trainer's metrics: mean and max
+   * |logprob_trainer - logprob_vllm| on the sampled tokens, and the share of tokens the
+   * loss's correction masked or capped. null where a step has no trainer metrics.
+   */
+  mismatch: { absMean: (number | null)[]; absMax: (number | null)[]; maskedFrac: (number | null)[]; cappedFrac: (number | null)[] };
   evals: EvalSeries[];
 }
 
@@ -57,6 +63,12 @@ export interface EvalSeries {
 
 function stepWallMs(r: StepRecord): number {
   return Math.max(0, Date.parse(r.finished_at) - Date.parse(r.started_at));
+}
+
+function trainerMetric(r: StepRecord, key: string): number | null {
+  const t = (r as { trainer?: unknown }).trainer;
+  const v = t && typeof t === 'object' ? (t as Record<string, unknown>)[key] : undefined;
+  return typeof v === 'number' && Number.isFinite(v) ? v : null;
 }
 
 function episodesOf(r: StepRecord): number {
@@ -137,6 +149,12 @@ export function buildReportData(runId: string, records: StepRecord[], evals: Eva
     tools: byCountDesc(tools),
     shell: byCountDesc(shell).slice(0, 20),
     staleness: [...staleness.entries()].sort((a, b) => Number(a[0]) - Number(b[0])),
+    mismatch: {
+      absMean: sorted.map((r) => trainerMetric(r, 'mismatch_abs_mean')),
+      absMax: sorted.map((r) => trainerMetric(r, 'mismatch_abs_max')),
+      maskedFrac: sorted.map((r) => trainerMetric(r, 'mismatch_masked_frac')),
+      cappedFrac: sorted.map((r) => trainerMetric(r, 'mismatch_capped_frac')),
+    },
     evals: buildEvalSeries(evals),
   };
 }

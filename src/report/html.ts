@@ -157,6 +157,17 @@ const CLIENT_JS = String.raw`
     return { label: name, data: D.components[name], borderColor: PALETTE[i % PALETTE.length], backgroundColor: PALETTE[i % PALETTE.length], borderWidth: 2, pointRadius: 0, tension: 0.25, spanGaps: true };
   }) }, options: { interaction: { mode: 'index', intersect: false }, scales: { x: stepAxis, y: { title: { display: true, text: 'component mean' } } } } });
 
+  if (D.mismatch && D.mismatch.absMean.some(function (x) { return x !== null; })) {
+    make('chart-mismatch', { type: 'line', data: { labels: labels, datasets: [
+      { label: 'mean |Δ logprob|', data: D.mismatch.absMean, borderColor: '#3b5bdb', backgroundColor: '#3b5bdb', borderWidth: 2, pointRadius: 2, yAxisID: 'y', spanGaps: true },
+      { label: 'max |Δ logprob|', data: D.mismatch.absMax, borderColor: '#e8590c', backgroundColor: '#e8590c', borderWidth: 2, pointRadius: 2, yAxisID: 'y', spanGaps: true },
+      { label: 'tokens masked', data: D.mismatch.maskedFrac, borderColor: '#ae3ec9', backgroundColor: '#ae3ec9', borderDash: [4, 3], borderWidth: 2, pointRadius: 0, yAxisID: 'y1', spanGaps: true },
+      { label: 'tokens capped', data: D.mismatch.cappedFrac, borderColor: '#12b886', backgroundColor: '#12b886', borderDash: [4, 3], borderWidth: 2, pointRadius: 0, yAxisID: 'y1', spanGaps: true }
+    ] }, options: { interaction: { mode: 'index', intersect: false }, scales: { x: stepAxis,
+      y: { position: 'left', type: 'logarithmic', title: { display: true, text: '|Δ logprob| (nats)' } },
+      y1: { position: 'right', beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: 'share of tokens' } } } } });
+  }
+
   make('chart-throughput', { type: 'line', data: { labels: labels, datasets: [
     { label: 'episodes / hour', data: D.throughput.episodesPerHour, borderColor: '#12b886', backgroundColor: rgba('#12b886', 0.15), fill: true, borderWidth: 2, pointRadius: 0, yAxisID: 'y' },
     { label: 'tokens / second', data: D.throughput.tokensPerSecond, borderColor: '#e8590c', backgroundColor: '#e8590c', borderWidth: 2, pointRadius: 0, yAxisID: 'y1' }
@@ -230,6 +241,8 @@ ${latestEvalCard(data)}
 <div class="grid">
 ${section('reward', 'Reward per step', 'Mean over the step\'s rollouts; bands show ± one standard deviation and the min–max range.', canvas('chart-reward', 300), true)}
 ${section('components', 'Reward components', 'Each rubric component\'s mean, logged on its own.', Object.keys(data.components).length ? canvas('chart-components') : none('reward components'))}
+${section('mismatch', 'Train/inference mismatch', 'How far the trainer\'s logprobs of the sampled tokens are from vLLM\'s, and the share of tokens the loss\'s correction masked (floor logprobs, or over the threshold) or capped (truncated importance weight).',
+    data.mismatch.absMean.some((x) => x !== null) ? canvas('chart-mismatch') : none('trainer mismatch metrics'))}
 ${section('throughput', 'Throughput', 'Finished episodes per hour and tokens per second, per step wall time.', canvas('chart-throughput'))}
 ${section('phases', 'Compute and wall time per phase', 'Summed over steps. With async_level ≥ 1 phases overlap, so shares are of summed phase time, not of wall time.',
     `<div style="display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:12px;align-items:center">${phaseTable(data)}${canvas('chart-phases', 200)}</div>`, true)}

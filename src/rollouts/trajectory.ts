@@ -41,6 +41,8 @@ export const Turn = z.object({
   /** Ids the server sampled (vLLM `token_ids`); null if the server did not return them. */
   completion_token_ids: z.array(z.number().int().nonnegative()).nullable(),
   completion_logprobs: z.array(z.number()).nullable(),
+  /** The server's text of each token it gave a logprob for: lets a re-tokenized turn pair logprobs by content. */
+  completion_logprob_tokens: z.array(z.string()).nullable().optional(),
   finish_reason: z.enum(['stop', 'length', 'tool_calls', 'content_filter', 'error']),
   /** Which policy produced this turn: 0 is the base model, N the adapter after N optimizer steps. */
   policy_version: z.number().int().nonnegative(),
@@ -49,8 +51,43 @@ export const Turn = z.object({
 });
 export type Turn = z.infer<typeof Turn>;
 
-export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error']);
+/**
+ * `error`: the episode ended on a failure the agent caused (e.g. it broke its sandbox) and is scored.
+ * `infra_error`: the infrastructure failed (a lost container, Docker failing while scoring) on
+ * every attempt: the rollout is recorded but dropped, never a reward, never in a group's baseline.
+ */
+export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error', 'infra_error']);
+
+/** Rollouts that carry no reward: the infrastructure, not the policy, decided how they ended. */
+export function isInfrastructureFailure(r: { stop_reason: StopReason }): boolean {
+  return r.stop_reason === 'infra_error';
+}
 export type StopReason = z.infer<typeof StopReason>;
+
+/**
+ * The sampling distribution of an episode, as the run asked for it. vLLM returns the
+ * logprobs of exactly this distribution (processed logprobs); the trainer scores the same
+ * logits at the same temperature. `distribution_match` says whether the trainer can
+ * reproduce it: "exact", or "grammar_constrained" when tool_choice = "required" masked the
+ * vocabulary to a tool call's grammar, which the trainer does not apply (its importance
+ * ratio then sees the mask as mismatch, bounded by the loss's correction).
+ */
+export const SamplingRecord = z.object({
+  temperature: z.number(),
+  top_p: z.number(),
+  top_k: z.number().int(),
+  tool_choice: z.enum(['auto', 'required']),
+  distribution_match: z.enum(['exact', 'grammar_constrained']),
+});
+export type SamplingRecord = z.infer<typeof SamplingRecord>;
+
+export function samplingRecord(s: { temperature: number; top_p: number; top_k?: number; tool_choice?: 'auto' | 'required' }): SamplingRecord {
+  const toolChoice = s.tool_choice ?? 'auto';
+  return {
+    temperature: s.temperature, top_p: s.top_p, top_k: s.top_k ?? 0, tool_choice: toolChoice,
+    distribution_match: toolChoice === 'required' ? 'grammar_constrained' : 'exact',
+  };
+}
 
 export const Trajectory = z.object({
   format: z.literal('ratchet.trajectory/v1'),
@@ -69,6 +106,8 @@ export const Trajectory = z.object({
   turns: z.array(Turn),
   stop_reason: StopReason,
   error: z.string().optional(),
+  /** Absent in trajectories recorded before it existed. */
+  sampling: SamplingRecord.optional(),
   /** The environment's final answer (files for localization, a diff for repair...). */
   final: z.record(z.unknown()).default({}),
   reward: z.object({ total: z.number(), components: z.record(z.number()) }).optional(),

@@ -1,4 +1,4 @@
-import type { Trajectory } from '../rollouts/trajectory';
+import { isInfrastructureFailure, type SamplingRecord, type Trajectory } from '../rollouts/trajectory';
 import { advantageRecipe, groupAdvantages, type AdvantageConfig } from './advantages';
 import { assembleTrajectory, type NonPrefixCause, type NonPrefixPolicy } from './assemble';
 import { BatchBuildError } from './errors';
@@ -41,8 +41,9 @@ export interface BuildContext {
   modelName: string;
 }
 
-export type DropCause = 'missing_reward' | 'uniform_group' | 'stale' | 'truncated_masked' | 'no_trainable_tokens';
-export const DROP_CAUSES: readonly DropCause[] = ['missing_reward', 'uniform_group', 'stale', 'truncated_masked', 'no_trainable_tokens'];
+/** `infrastructure`: the rollout ended on an infrastructure failure (stop_reason infra_error); counted per rollout. */
+export type DropCause = 'missing_reward' | 'uniform_group' | 'stale' | 'truncated_masked' | 'no_trainable_tokens' | 'infrastructure';
+export const DROP_CAUSES: readonly DropCause[] = ['missing_reward', 'uniform_group', 'stale', 'truncated_masked', 'no_trainable_tokens', 'infrastructure'];
 
 export interface ManifestSample {
   index: number;
@@ -55,6 +56,8 @@ export interface ManifestSample {
   /** Which turns of the trajectory this sample holds (inclusive); one trajectory may give several samples when split. */
   turns: [number, number];
   segment: number;
+  /** The trajectory this sample belongs to (0.. in batch order): the trainer weighs trajectories, not segments. */
+  trajectory: number;
   policy_version: number;
   staleness: number;
   reward: number;
@@ -77,6 +80,9 @@ export interface BatchManifest {
   vocab_size: number;
   seq_len: number;
   num_samples: number;
+  num_trajectories: number;
+  /** How the rollouts were sampled, and whether the trainer can reproduce that distribution (null: not recorded). */
+  sampling: SamplingRecord | null;
   total_tokens: number;
   trainable_tokens: number;
   advantage: Record<string, unknown>;
@@ -109,6 +115,8 @@ export type BatchStats = {
   components_mean: Record<string, number>;
   mean_staleness: number;
   max_staleness: number;
+  /** "exact", "grammar_constrained" (tool_choice = required: the trainer cannot apply the grammar mask) or "unrecorded". */
+  distribution_match: string;
 };
 
 export interface BuiltBatch {
@@ -134,8 +142,10 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
   const dropped = zeroCounts(DROP_CAUSES);
   const breaks = zeroCounts<NonPrefixCause>(['template_rewrote_history', 'assistant_retokenized', 'stop_token_not_rendered']);
 
-  // Rewards and group advantages, per rollout.
-  const rewardOf = sorted.map((x) => x.reward ?? x.trajectory.reward);
+  // Rewards and group advantages, per rollout. An infrastructure failure has no reward:
+  // it never enters a group's baseline.
+  const infra = sorted.map((x) => isInfrastructureFailure(x.trajectory));
+  const rewardOf = sorted.map((x, i) => (infra[i] ? undefined : x.reward ?? x.trajectory.reward));
   const groups = new Map<string, number[]>();
   sorted.forEach((x, i) => {
     if (rewardOf[i] === undefined) return;
@@ -157,10 +167,12 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
 
   const samples: (PackedSample & { meta: Omit<ManifestSample, 'index' | 'offset' | 'tokens' | 'trainable_tokens'> })[] = [];
   let retokenizedRollouts = 0;
+  let trajectories = 0;
   let truncatedSamples = 0;
   const staleness: number[] = [];
   sorted.forEach((x, i) => {
     const traj = x.trajectory;
+    if (infra[i]) { dropped.infrastructure++; return; }
     const label = `trajectory ${x.label} (task ${traj.task_id}, rollout ${traj.rollout_index})`;
     const { turns, retokenized } = completeTurns(traj, tok, cfg.allow_retokenize, label);
     if (retokenized) retokenizedRollouts++;
@@ -168,6 +180,8 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     for (const b of asm.breaks) breaks[b.cause]++;
     const reward = rewardOf[i];
     const episodeTruncated = asm.segments.some((s) => s.lengthFinished);
+    const trajectory = trajectories;
+    let kept = 0;
     asm.segments.forEach((seg, segIdx) => {
       if (!reward) { dropped.missing_reward++; return; }
       if (inUniformGroup[i] && cfg.advantage.drop_uniform_groups) { dropped.uniform_group++; return; }
@@ -186,16 +200,19 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
         return;
       }
       staleness.push(stale);
+      kept++;
       samples.push({
         ids: fit.segment.ids, mask: fit.segment.mask, logprobs: fit.segment.logprobs, advantage: advantage[i]!, trainable: fit.trainable,
+        trajectory,
         meta: {
           task_id: traj.task_id, group_id: traj.group_id, rollout_index: traj.rollout_index,
-          turns: [seg.firstTurn, seg.lastTurn], segment: segIdx, policy_version: seg.minPolicyVersion, staleness: stale,
+          turns: [seg.firstTurn, seg.lastTurn], segment: segIdx, trajectory, policy_version: seg.minPolicyVersion, staleness: stale,
           reward: reward.total, reward_components: reward.components, advantage: advantage[i]!,
           truncated: fit.cut || fit.masked, retokenized, trajectory_sha256: x.sha256,
         },
       });
     });
+    if (kept > 0) trajectories++;
   });
 
   const packed = packSamples(samples);
@@ -224,6 +241,7 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     components_mean: componentsMean,
     mean_staleness: staleness.length ? staleness.reduce((a, b) => a + b, 0) / staleness.length : 0,
     max_staleness: staleness.length ? Math.max(...staleness) : 0,
+    distribution_match: sorted.find((x) => x.trajectory.sampling)?.trajectory.sampling?.distribution_match ?? 'unrecorded',
   };
   const manifest: BatchManifest = {
     format: BATCH_FORMAT,
@@ -237,6 +255,8 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     vocab_size: tok.modelVocabSize ?? tok.tokenizerVocabSize,
     seq_len: cfg.seq_len,
     num_samples: samples.length,
+    num_trajectories: trajectories,
+    sampling: sorted.find((x) => x.trajectory.sampling)?.trajectory.sampling ?? null,
     total_tokens: packed.totalTokens,
     trainable_tokens: packed.trainableTokens,
     advantage: advantageRecipe(cfg.advantage, cfg.seq_len),

@@ -12,6 +12,8 @@ export interface PackedSample {
   logprobs: readonly number[];
   advantage: number;
   trainable: number;
+  /** Samples of one trajectory (a split episode's segments) are adjacent and share this index. */
+  trajectory?: number;
 }
 
 export interface Packed {
@@ -30,6 +32,7 @@ export function packSamples(samples: readonly PackedSample[]): Packed {
   const advantages = new Float32Array(T);
   const logprobs = new Float32Array(T);
   const offsets = new BigInt64Array(samples.length + 1);
+  const trajectoryIndex = new BigInt64Array(samples.length);
   const plainOffsets = [0];
   let t = 0;
   let trainable = 0;
@@ -47,6 +50,7 @@ export function packSamples(samples: readonly PackedSample[]): Packed {
       }
     }
     offsets[i + 1] = BigInt(t);
+    trajectoryIndex[i] = BigInt(s.trajectory ?? i);
     plainOffsets.push(t);
   });
   return {
@@ -57,6 +61,7 @@ export function packSamples(samples: readonly PackedSample[]): Packed {
       advantages: { dtype: 'F32', data: advantages },
       inference_logprobs: { dtype: 'F32', data: logprobs },
       sample_offsets: { dtype: 'I64', data: offsets },
+      trajectory_index: { dtype: 'I64', data: trajectoryIndex },
     },
     offsets: plainOffsets,
     totalTokens: T,

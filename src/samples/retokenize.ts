@@ -68,15 +68,55 @@ export function completeTurns(traj: Trajectory, tok: ModelTokenizer, allowRetoke
     }
     const re = retokenizeTurn(traj, k, tok, label);
     let completion = t.completion_token_ids ?? re.completion;
-    const lp = t.completion_logprobs;
     // A turn cut at max_tokens never generated the template's end-of-turn token.
-    if (completion.length === lp.length + 1 && tok.endOfTurnIds.has(completion[completion.length - 1]!)) completion = completion.slice(0, -1);
+    if (completion.length === t.completion_logprobs.length + 1 && tok.endOfTurnIds.has(completion[completion.length - 1]!)) completion = completion.slice(0, -1);
+    const lp = t.completion_token_ids !== null ? t.completion_logprobs : pairLogprobsByContent(t, completion, tok, `${label}: turn ${k}`);
     if (completion.length !== lp.length) {
-      throw new BatchBuildError('RetokenizeFailed', `${label}: turn ${k}: re-tokenizing the reply gives ${completion.length} tokens but the server ` +
-        `returned ${lp.length} logprobs, so they cannot be paired (the server tokenized differently). ${SERVER_FIX}`);
+      throw new BatchBuildError('RetokenizeFailed', `${label}: turn ${k}: the reply has ${completion.length} tokens but the server ` +
+        `returned ${lp.length} logprobs, so they cannot be paired. ${SERVER_FIX}`);
     }
     retokenized = true;
     return { ...t, prompt_token_ids: t.prompt_token_ids ?? re.prompt, completion_token_ids: completion, completion_logprobs: lp };
   });
   return { turns, retokenized };
+}
+
+/**
+ * The server's logprob for each re-encoded token, matched by text: token j gets the
+ * logprob of the server token covering exactly the same characters of the reply.
+ * Equal counts prove nothing (" foo"+"bar" vs " fo"+"obar"), so pairing by position
+ * could give a token another token's logprob; where the two tokenizations
+ * cut the text differently, no logprob belongs to the token and the turn is refused.
+ */
+export function pairLogprobsByContent(t: Turn, ids: readonly number[], tok: Pick<ModelTokenizer, 'decode'>, where: string): number[] {
+  const lp = t.completion_logprobs ?? [];
+  const serverTokens = t.completion_logprob_tokens;
+  if (!serverTokens || serverTokens.length !== lp.length) {
+    throw new BatchBuildError('RetokenizeFailed', `${where}: the server returned no token text beside its logprobs ` +
+      '(choices[].logprobs.content[].token), so re-encoded tokens cannot be paired with them by content. ' +
+      'Fix: keep the server\'s logprobs content in the trajectory, or have it return token ids (then nothing is re-tokenized)');
+  }
+  const serverEnds = new Map<number, number>(); // end offset of each server token -> its index, keyed with its start
+  const serverStart: number[] = [];
+  let pos = 0;
+  serverTokens.forEach((s, i) => { serverStart.push(pos); pos += s.length; serverEnds.set(pos, i); });
+  const serverText = serverTokens.join('');
+  const out: number[] = [];
+  let at = 0;
+  const mine = ids.map((id) => tok.decode([id]));
+  if (mine.join('') !== serverText) {
+    throw new BatchBuildError('RetokenizeFailed', `${where}: the re-encoded reply reads ${JSON.stringify(mine.join('').slice(0, 80))} but the server's ` +
+      `tokens read ${JSON.stringify(serverText.slice(0, 80))}; the logprobs are of other text`);
+  }
+  for (let j = 0; j < mine.length; j++) {
+    const end = at + mine[j]!.length;
+    const i = serverEnds.get(end);
+    if (i === undefined || serverStart[i] !== at) {
+      throw new BatchBuildError('RetokenizeFailed', `${where}: at character ${at} the re-encoded token ${JSON.stringify(mine[j])} does not match one ` +
+        `server token (the server cut the text differently), so no logprob belongs to it. ${SERVER_FIX}`);
+    }
+    out.push(lp[i]!);
+    at = end;
+  }
+  return out;
 }

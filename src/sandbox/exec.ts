@@ -37,11 +37,37 @@ export interface ExecParams {
 export const HOST_SLACK_MS = 5_000;
 
 /**
- * Runs argv under coreutils `timeout -s KILL` in its own process group, then
- * kills that whole group once the command returns: background jobs it left (a
- * fork bomb, a stray server) die with it, so the exec ends promptly and the
- * next one starts clean. stdin goes through fd 3 because bash gives background
- * jobs /dev/null as stdin.
+ * Kills every process in the container but PID 1 (tini), its first child (the
+ * `sleep infinity` that keeps the container up: `kill -1` would take that one
+ * too and stop the container) and the shell running the sweep. Bash builtins
+ * only, so it still works when a fork bomb holds every pid: a first pass stops
+ * (SIGSTOP) what it finds, so nothing forks while the next passes kill.
+ */
+const SWEEP = `read -r -a kids < /proc/1/task/1/children
+keep=\${kids[0]:-0}
+for k in "\${kids[@]}"; do (( k < keep )) && keep=$k; done
+for sig in STOP KILL KILL KILL KILL KILL; do
+  n=0
+  for d in /proc/[0-9]*; do
+    p=\${d#/proc/}
+    [[ $p == 1 || $p == "$keep" || $p == $$ ]] && continue
+    kill -$sig "$p" 2>/dev/null && n=$((n + 1))
+  done
+  [[ $sig == KILL ]] && (( n == 0 )) && break
+done`;
+
+const KILL_ALL = `${SWEEP}
+exit 0`;
+
+/**
+ * Runs argv under coreutils `timeout -s KILL`, then, once it returns, sweeps
+ * every other process of the sandbox: whatever the command left behind, in its
+ * process group or not (`setsid`, `nohup … &`, a double fork, a fork bomb),
+ * ends with the command, so the sandbox is as clean after an exec as before it
+ * and the next exec starts with every pid and core free. stdin goes through
+ * fd 3 because bash gives background jobs /dev/null as stdin. One exec runs at
+ * a time in a sandbox (the agent loop is sequential), so the sweep never hits
+ * a sibling exec.
  */
 const WRAPPER = [
   'exec 3<&0',
@@ -49,7 +75,7 @@ const WRAPPER = [
   'p=$!',
   'exec 3<&-',
   'wait "$p"; rc=$?',
-  'kill -KILL -- -"$p" 2>/dev/null',
+  SWEEP,
   'exit "$rc"',
 ].join('\n');
 
@@ -64,26 +90,6 @@ export function wrapArgv(argv: string[], timeoutMs: number): string[] {
   if (!(timeoutMs > 0)) throw new Error(`exec timeout must be positive, got ${timeoutMs} ms`);
   return ['bash', '-c', WRAPPER, 'ratchet-exec', (timeoutMs / 1000).toFixed(3), ...argv];
 }
-
-/**
- * Kills every process in the container but PID 1 (tini) and its first child,
- * the `sleep infinity` that keeps the container up: `kill -1` would take that
- * one too and stop the container. Bash builtins only, so it still works when a
- * fork bomb holds every pid; a few rounds catch what forked during the sweep.
- */
-const KILL_ALL = `read -r -a kids < /proc/1/task/1/children
-keep=\${kids[0]:-0}
-for k in "\${kids[@]}"; do (( k < keep )) && keep=$k; done
-for round in 1 2 3 4 5; do
-  n=0
-  for d in /proc/[0-9]*; do
-    p=\${d#/proc/}
-    [[ $p == 1 || $p == "$keep" || $p == $$ ]] && continue
-    kill -KILL "$p" 2>/dev/null && n=$((n + 1))
-  done
-  (( n == 0 )) && break
-done
-exit 0`;
 
 /** Used when the host gives up on an exec (abort, or the command outlived the in-container timeout). */
 export async function killAgentProcesses(container: Docker.Container, log: Logger): Promise<void> {

@@ -1,53 +1,80 @@
-import * as os from 'node:os';
 import Docker from 'dockerode';
 import { componentLogger, type Logger } from '../shared/logger';
-import { LABELS, parseWorkerId } from './labels';
+import { LABELS } from './labels';
+import { DEFAULT_LEASE_TTL_MS, leaseState, type LeaseState, type LeaseStore } from './lease';
 
 export interface JanitorOptions {
-  /** Containers older than this go whoever made them; a backstop for workers on other hosts and reused pids. */
+  /** Where workers' leases live: the artifact store every host of the deployment shares. */
+  leases: LeaseStore;
+  /** This worker: its own containers are never swept, whatever its lease read says. */
+  selfId?: string;
+  /** Containers older than this go whoever made them: the backstop for a lease that lies. */
   maxAgeMs?: number;
-  hostname?: string;
-  isAlive?: (pid: number) => boolean;
   now?: () => number;
   log?: Logger;
 }
 
 export const DEFAULT_MAX_AGE_MS = 3 * 60 * 60 * 1000;
 
-/** Why a labelled container should go, or null to keep it. Pure. */
-export function removalReason(
-  labels: Record<string, string>,
-  ctx: { hostname: string; now: number; maxAgeMs: number; isAlive: (pid: number) => boolean },
-): string | null {
-  const created = Date.parse(labels[LABELS.created] ?? '');
-  if (Number.isFinite(created) && ctx.now - created > ctx.maxAgeMs) return 'older than max age';
-  const worker = parseWorkerId(labels[LABELS.worker] ?? '');
-  if (!worker) return 'no valid worker label';
-  // A pid means nothing on another host: those wait for max age (or that host's janitor).
-  if (worker.host === ctx.hostname && !ctx.isAlive(worker.pid)) return 'worker is dead';
-  return null;
+/** 'unknown' when the lease could not be read: the janitor then keeps the container. */
+export type WorkerState = LeaseState | 'unknown';
+
+export interface RemovalContext {
+  now: number;
+  maxAgeMs: number;
+  selfId?: string;
+  workerState: (workerId: string) => WorkerState;
 }
 
-export function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    // EPERM: the pid exists but belongs to another user.
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
+/** Why a labelled container should go, or null to keep it. Pure. */
+export function removalReason(labels: Record<string, string>, ctx: RemovalContext): string | null {
+  const created = Date.parse(labels[LABELS.created] ?? '');
+  const age = Number.isFinite(created) ? ctx.now - created : Infinity;
+  if (age > ctx.maxAgeMs) return 'older than max age';
+  const worker = labels[LABELS.worker];
+  if (!worker) return 'no worker label';
+  if (worker === ctx.selfId) return null;
+  switch (ctx.workerState(worker)) {
+    case 'released':
+      return 'worker shut down';
+    case 'expired':
+      return 'worker lease expired';
+    case 'missing':
+      // A worker writes its lease before its first container, so none at all means a worker
+      // this janitor cannot judge: an older Ratchet mid-upgrade, or another deployment with
+      // its own store on the same Docker daemon. Only max age removes those.
+    case 'alive':
+    case 'unknown':
+      return null;
   }
 }
 
-/** Removes Ratchet containers whose worker died or that outlived maxAgeMs. Call at worker start and periodically. */
-export async function sweep(docker: Docker, opts: JanitorOptions = {}): Promise<{ removed: string[]; kept: number }> {
+/**
+ * Removes Ratchet containers whose worker's lease expired or was released, or that
+ * outlived maxAgeMs. Sees every container of this Docker daemon, whichever host's
+ * worker made it, so a worker host that died entirely is cleaned up by a live one.
+ */
+export async function sweep(docker: Docker, opts: JanitorOptions): Promise<{ removed: string[]; kept: number }> {
   const log = opts.log ?? componentLogger('sandbox');
-  const ctx = {
-    hostname: opts.hostname ?? os.hostname(),
-    now: (opts.now ?? Date.now)(),
-    maxAgeMs: opts.maxAgeMs ?? DEFAULT_MAX_AGE_MS,
-    isAlive: opts.isAlive ?? pidAlive,
-  };
   const containers = await docker.listContainers({ all: true, filters: { label: [LABELS.worker] } });
+  const now = (opts.now ?? Date.now)();
+  const states = new Map<string, WorkerState>();
+  for (const worker of new Set(containers.map((c) => c.Labels?.[LABELS.worker]).filter((w): w is string => !!w))) {
+    if (worker === opts.selfId) continue;
+    try {
+      states.set(worker, leaseState(await opts.leases.read(worker), now));
+    } catch (err) {
+      // An unreachable store says nothing about the worker: keep its containers this round.
+      log.warn({ worker, err: String(err) }, 'janitor could not read a worker lease; keeping its sandboxes');
+      states.set(worker, 'unknown');
+    }
+  }
+  const ctx: RemovalContext = {
+    now,
+    maxAgeMs: opts.maxAgeMs ?? DEFAULT_MAX_AGE_MS,
+    selfId: opts.selfId,
+    workerState: (w) => states.get(w) ?? 'unknown',
+  };
   const removed: string[] = [];
   for (const info of containers) {
     const reason = removalReason(info.Labels ?? {}, ctx);
@@ -63,14 +90,17 @@ export async function sweep(docker: Docker, opts: JanitorOptions = {}): Promise<
   return { removed, kept: containers.length - removed.length };
 }
 
+/** Two sweeps per lease ttl: a dead worker's sandboxes go within about 1.5 ttl. */
+export const DEFAULT_SWEEP_INTERVAL_MS = DEFAULT_LEASE_TTL_MS / 2;
+
 /** Sweeps now and every intervalMs until stopped; the timer does not keep the process alive. */
-export function startJanitor(docker: Docker, opts: JanitorOptions & { intervalMs?: number } = {}): { stop: () => void } {
+export function startJanitor(docker: Docker, opts: JanitorOptions & { intervalMs?: number }): { stop: () => void } {
   const log = opts.log ?? componentLogger('sandbox');
   const tick = () => {
     sweep(docker, opts).catch((err: unknown) => log.warn({ err: String(err) }, 'janitor sweep failed'));
   };
   tick();
-  const timer = setInterval(tick, opts.intervalMs ?? 5 * 60 * 1000);
+  const timer = setInterval(tick, opts.intervalMs ?? DEFAULT_SWEEP_INTERVAL_MS);
   timer.unref();
   return { stop: () => clearInterval(timer) };
 }

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import * as os from 'node:os';
 
 /** Docker labels that mark a container as Ratchet's; the janitor finds them by these. */
@@ -17,17 +18,14 @@ export interface RolloutLabels {
   rollout: string;
 }
 
-/** This process as the janitor sees it: `<hostname>:<pid>`. */
+/**
+ * This process as janitors on any host see it: `<host>:<pid>:<nonce>`. The host is
+ * RATCHET_HOST_NAME when set (network namespaces share one hostname), and the nonce
+ * keeps a restarted worker that got the same pid from inheriting the dead one's lease.
+ */
 export function currentWorkerId(): string {
-  return `${os.hostname()}:${process.pid}`;
-}
-
-export function parseWorkerId(id: string): { host: string; pid: number } | null {
-  const cut = id.lastIndexOf(':');
-  if (cut <= 0) return null;
-  const pid = Number(id.slice(cut + 1));
-  if (!Number.isInteger(pid) || pid <= 0) return null;
-  return { host: id.slice(0, cut), pid };
+  const host = process.env.RATCHET_HOST_NAME || os.hostname();
+  return `${host}:${process.pid}:${randomBytes(3).toString('hex')}`;
 }
 
 /** Container names allow [a-zA-Z0-9][a-zA-Z0-9_.-]*; anything else becomes "-". */

@@ -33,3 +33,15 @@ export const DEFAULTS = {
   inferenceUrl: process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1',
   servedModel: 'smollm2-135m',
 } as const;
+
+/**
+ * A path from a run config, made absolute: relative paths resolve against the
+ * repository root, except `.ratchet/...`, which means the state dir wherever
+ * RATCHET_HOME puts it (the same place when it is unset).
+ */
+export function resolveConfigPath(p: string): string {
+  if (path.isAbsolute(p)) return p;
+  const norm = path.normalize(p);
+  if (norm === '.ratchet' || norm.startsWith(`.ratchet${path.sep}`)) return path.join(ratchetHome(), norm.slice('.ratchet'.length));
+  return path.join(REPO_ROOT, p);
+}

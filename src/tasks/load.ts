@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import * as path from 'node:path';
 import { componentLogger } from '../shared/logger';
-import { Task } from './schema';
+import { Task, TASK_LIMITS } from './schema';
 
 const log = componentLogger('tasks');
 
@@ -44,7 +44,11 @@ export async function loadTasks(file: string, opts: LoadOptions = {}): Promise<L
   const tasks: Task[] = [];
   const problems: TaskProblem[] = [];
   const seen = new Map<string, number>();
-  for (const { row, value, parseError } of raw) {
+  for (const { row, value, parseError, bytes } of raw) {
+    if (bytes !== undefined && bytes > TASK_LIMITS.row_bytes) {
+      problems.push({ file, row, field: '(row)', message: `is ${bytes} bytes, over the ${TASK_LIMITS.row_bytes}-byte limit of a task row; move large data out of the row` });
+      continue;
+    }
     if (parseError) {
       problems.push({ file, row, field: '(row)', message: `not valid JSON: ${parseError}` });
       continue;
@@ -103,7 +107,7 @@ export function resolveDataset(dataset: string, taskSetDir: string): string {
   return path.isAbsolute(dataset) ? dataset : path.join(taskSetDir, dataset);
 }
 
-interface RawRow { row: number; value?: unknown; parseError?: string }
+interface RawRow { row: number; value?: unknown; parseError?: string; bytes?: number }
 
 async function readRows(file: string): Promise<RawRow[]> {
   const ext = path.extname(file).toLowerCase();
@@ -117,6 +121,11 @@ async function readJsonl(file: string): Promise<RawRow[]> {
   const rows: RawRow[] = [];
   text.split('\n').forEach((line, i) => {
     if (line.trim() === '') return;
+    if (line.length > TASK_LIMITS.row_bytes) {
+      // Not parsed at all: a huge row is refused before it costs memory twice.
+      rows.push({ row: i + 1, bytes: Buffer.byteLength(line) });
+      return;
+    }
     try {
       rows.push({ row: i + 1, value: JSON.parse(line) as unknown });
     } catch (err) {

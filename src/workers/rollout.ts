@@ -1,13 +1,15 @@
 /**
- * The rollout worker, task queue `ratchet-rollout`: one per Docker host. Runs
- * agent episodes in sandboxes and scores them. Sweeps sandboxes a dead worker
- * left behind at start and periodically after.
+ * The rollout worker, task queue `ratchet-rollout`: one or more per Docker host.
+ * Runs agent episodes in sandboxes and scores them. Keeps a lease in the artifact
+ * store while it runs, and sweeps the sandboxes of workers whose lease lapsed (on
+ * this host or any other that shares its Docker daemon) at start and periodically.
  *   node dist/workers/rollout.js
  */
 import { Worker } from '@temporalio/worker';
 import { createRolloutActivities } from '../activities/rollout';
 import { defaultStore } from '../artifacts/stores';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
+import { LeaseKeeper, LeaseStore, leaseTimingFromEnv } from '../sandbox/lease';
 import { componentLogger } from '../shared/logger';
 import { TASK_QUEUES } from '../shared/paths';
 import { observeSandboxes } from '../metrics';
@@ -22,14 +24,21 @@ export async function runRolloutWorker(): Promise<void> {
   const telemetry = await startWorkerTelemetry('rollout', log);
   // First: a bad connection setting fails here, before any sandbox is touched.
   const { connection, namespace, dataConverter } = await connectWorker(log);
+  const timing = leaseTimingFromEnv();
   const sandboxes = new SandboxManager();
   observeSandboxes(() => sandboxes.stats());
-  // Containers of an earlier worker that was killed -9 would otherwise hold memory until the janitor's next pass.
-  const swept = await sweep(sandboxes.docker, { log });
-  log.info({ removed: swept.removed.length, kept: swept.kept }, 'swept sandboxes left by dead workers');
-  const janitor = startJanitor(sandboxes.docker, { log });
-
+  // The lease lives in the deployment's shared store (RATCHET_ARTIFACTS_URL: s3:// across hosts), so janitors on other hosts see it.
   const store = defaultStore();
+  const leases = new LeaseStore(store);
+  // The lease comes first: a janitor elsewhere must never see this worker's containers without one.
+  const lease = new LeaseKeeper(leases, { workerId: sandboxes.workerId, host: sandboxes.workerId.split(':')[0]!, ttlMs: timing.ttlMs, renewMs: timing.renewMs, log });
+  await lease.start();
+  // Containers of an earlier worker that was killed -9 would otherwise hold memory until the janitor's next pass.
+  const janitorOpts = { leases, selfId: sandboxes.workerId, intervalMs: timing.sweepMs, log };
+  const swept = await sweep(sandboxes.docker, janitorOpts);
+  log.info({ removed: swept.removed.length, kept: swept.kept }, 'swept sandboxes of workers whose lease lapsed');
+  const janitor = startJanitor(sandboxes.docker, janitorOpts);
+
   const slots = Number(process.env.RATCHET_ROLLOUT_SLOTS ?? 4);
   const worker = await Worker.create({
     connection,
@@ -47,6 +56,7 @@ export async function runRolloutWorker(): Promise<void> {
     await worker.run();
   } finally {
     janitor.stop();
+    await lease.release().catch((err: unknown) => log.warn({ err: String(err) }, 'could not release the worker lease; janitors remove its sandboxes once it expires'));
     await connection.close();
     await telemetry.close();
     stopLiveness();

@@ -76,9 +76,12 @@ export interface TrainerStepMetrics {
 
 /** Python activities, names as registered by the trainer worker (explicit `name=`). */
 export interface TrainerActivities {
-  'trainer.announce'(input: Record<string, never>): Promise<{ task_queue: string; worker_id: string }>;
+  /** Claims the trainer's lease for run_id (TrainerBusy while another run holds it). */
+  'trainer.announce'(input: { run_id: string }): Promise<{ task_queue: string; worker_id: string }>;
   // `store`: the run's [artifacts] settings; the trainer reads s3:// refs and writes checkpoints there (no shared disk).
   'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
   'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<TrainerStepMetrics>;
   'trainer.save'(input: { run_id: string; step: number; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
+  /** The run ended: the trainer drops its model and frees its lease. */
+  'trainer.release'(input: { run_id: string }): Promise<{ released: boolean; worker_id: string }>;
 }

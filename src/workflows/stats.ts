@@ -17,9 +17,12 @@ export interface RolloutStats {
 }
 
 export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: number): RolloutStats {
+  // Infrastructure failures carry no reward: they are counted (stopReasons) but never scored.
+  const scored = rollouts.filter((r) => r.stop_reason !== 'infra_error');
+  const ns = scored.length || 1;
   const n = rollouts.length || 1;
-  const mean = rollouts.reduce((a, r) => a + r.reward, 0) / n;
-  const variance = rollouts.reduce((a, r) => a + (r.reward - mean) ** 2, 0) / n;
+  const mean = scored.reduce((a, r) => a + r.reward, 0) / ns;
+  const variance = scored.reduce((a, r) => a + (r.reward - mean) ** 2, 0) / ns;
   const sums: Record<string, number> = {};
   const stopReasons: Record<string, number> = {};
   let completionTokens = 0;
@@ -32,8 +35,8 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
   const add = (into: Record<string, number>, from: Record<string, number> | undefined) => {
     for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
   };
+  for (const r of scored) for (const [k, v] of Object.entries(r.components)) sums[k] = (sums[k] ?? 0) + v;
   for (const r of rollouts) {
-    for (const [k, v] of Object.entries(r.components)) sums[k] = (sums[k] ?? 0) + v;
     stopReasons[r.stop_reason] = (stopReasons[r.stop_reason] ?? 0) + 1;
     completionTokens += r.completion_tokens;
     toolCalls += r.tool_calls;
@@ -44,7 +47,7 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     add(toolsUsed, r.tools_used);
     add(shellCommands, r.commands);
   }
-  const components = Object.fromEntries(Object.keys(sums).sort().map((k) => [k, round(sums[k]! / n)]));
+  const components = Object.fromEntries(Object.keys(sums).sort().map((k) => [k, round(sums[k]! / ns)]));
   return {
     meanReward: round(mean),
     rewardStd: round(Math.sqrt(variance)),

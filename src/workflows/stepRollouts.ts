@@ -22,6 +22,7 @@ import type { MainActivities } from '../activities';
 import type { RolloutActivities, RolloutInput } from './activityTypes';
 import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
+import { PATCHES } from './patches';
 import type { SampledTask } from './types';
 
 export interface StepRolloutsInput {
@@ -59,7 +60,7 @@ const { storeRolloutSummaries } = proxyActivities<MainActivities>({
 const SUMMARIES_PER_PART = 1000;
 
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
-export const SUMMARIES_BY_REF_PATCH = 'step-rollouts-summaries-by-ref';
+export const SUMMARIES_BY_REF_PATCH = PATCHES.summariesByRef;
 export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number };
 
 const { syncWeights } = proxyActivities<MainActivities>({

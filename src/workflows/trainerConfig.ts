@@ -18,14 +18,22 @@ export function toTrainerConfig(config: RunConfig): Record<string, unknown> {
     optim: { lr: t.optim.lr, weight_decay: t.optim.weight_decay, max_grad_norm: t.optim.max_grad_norm },
     loss: {
       type: t.loss.kind,
-      eps_low: t.loss.eps_low,
-      eps_high: t.loss.eps_high,
+      // Unset: the trainer picks the loss's own range (GSPO's is ~1000x narrower than PPO's).
+      ...(t.loss.eps_low !== undefined ? { eps_low: t.loss.eps_low } : {}),
+      ...(t.loss.eps_high !== undefined ? { eps_high: t.loss.eps_high } : {}),
       normalization: t.loss.normalization === 'sequence' ? 'sequence_mean' : t.loss.normalization,
       kl_coef: t.loss.kl_coef,
+      // The trainer scores the distribution vLLM sampled from: logits / T.
+      temperature: config.sampling.temperature,
+      correction: t.loss.correction,
+      tis_cap: t.loss.tis_cap,
+      mask_threshold: t.loss.mask_threshold,
+      dual_clip: t.loss.dual_clip,
     },
     seq_len: config.orchestrator.seq_len,
     micro_batch_tokens: t.micro_batch_tokens,
     packing: t.packing,
     device: t.device,
+    seed: t.seed,
   };
 }

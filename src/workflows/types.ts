@@ -25,6 +25,10 @@ export interface ResumeState {
   lastMeanReward?: number;
   /** The run's [artifacts] store (absent: the workers' default store), so a resumed run reads its config from it. */
   artifacts?: StoreSettings;
+  /** Only across continue-as-new (never in the state file): the run was paused and stays paused. */
+  paused?: boolean;
+  /** Only across continue-as-new: the queue of the trainer this run holds the lease of, tried before announcing. */
+  trainerQueue?: string;
 }
 
 export interface TrainRunInput {
@@ -38,6 +42,12 @@ export interface TrainRunInput {
   continueAsNewEvery?: number;
   /** How fast a dead trainer is noticed; defaults suit a CPU trainer. Durations like "30 seconds". */
   trainerTimeouts?: TrainerTimeouts;
+  /**
+   * Failed weight-sync attempts one execution waits through before it continues as new
+   * (default 60, about an hour at the 60 s backoff cap), so an outage of days cannot
+   * grow one history toward its limit.
+   */
+  inferenceWaitsPerExecution?: number;
 }
 
 export interface TrainerTimeouts {

@@ -27,6 +27,13 @@ export function useMinioCredentials(): void {
   process.env.AWS_REGION = process.env.AWS_REGION ?? 'us-east-1';
 }
 
+/** A shell setting of infra/cluster/lib.sh (binary paths carry the server version pinned there). */
+export function clusterSetting(name: string): string {
+  return execFileSync('bash', ['-c', `source infra/cluster/lib.sh >/dev/null && printf '%s' "$${name}"`], {
+    cwd: REPO, encoding: 'utf8', env: { ...process.env, RATCHET_HOME: STATE },
+  });
+}
+
 function tcpOpen(port: number): boolean {
   try {
     execFileSync('bash', ['-c', `exec 3<>/dev/tcp/127.0.0.1/${port}`], { stdio: 'ignore', timeout: 2000 });
@@ -51,6 +58,8 @@ export const probes = {
   model: () => existsSync(path.join(STATE, 'models', 'SmolLM2-135M-Instruct', 'tokenizer.json')),
   trainerVenv: () => existsSync(path.join(STATE, 'venvs', 'trainer', 'bin', 'python')),
   minio: () => tcpOpen(MINIO_PORT),
+  clusterServer: () => existsSync(clusterSetting('TEMPORAL_SERVER_BIN')) && existsSync(clusterSetting('TEMPORAL_SQL_TOOL_BIN')),
+  postgres: () => existsSync(path.join(clusterSetting('PG_BINDIR'), 'postgres')),
 };
 
 export type Probe = keyof typeof probes;
@@ -63,6 +72,8 @@ const FIXES: Record<Probe, string> = {
   model: 'bash infra/inference.sh setup',
   trainerVenv: 'bash infra/trainer-env.sh',
   minio: 'bash infra/minio.sh start (ratchet up starts it too)',
+  clusterServer: 'bash infra/cluster/build.sh',
+  postgres: 'bash infra/cluster/postgres.sh setup',
 };
 
 /** `describe` when every probe passes; otherwise a loud skip, or a failure under RATCHET_REQUIRE_STACK=1. */

@@ -4,7 +4,7 @@
  * middle of a step and started again. Each run must still meet every invariant
  * (checkInvariants): it completes, each step trains on exactly batch x rollouts,
  * no optimiser step is applied twice, every artifact matches its sha256, and
- * vLLM serves the trainer's policy version.
+ * the final version was served (and unloaded when the run ended).
  *
  * Slow by nature (minutes per test on 2 CPUs): each waits out the timeouts that
  * notice a dead part, shortened here through the run input where the run allows.
@@ -20,7 +20,7 @@ import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
 import {
-  checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
+  checkInvariants, distBuilt, killProc, ROLLOUT_LEASE_TTL_S, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
   type Proc, type TinyConfigOptions,
 } from './trainrunStack';
 
@@ -107,6 +107,12 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     }
   }
 
+  /** Until no sandbox of the run is left, or the time is up (the caller's expect then shows what is left). */
+  async function waitForNoContainers(runId: string, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (runContainers(runId).length > 0 && Date.now() < deadline) await sleep(500);
+  }
+
   /** Until vLLM serves `model`: the weight sync that precedes the next step's rollouts is done. */
   async function waitForServed(model: string, timeoutMs = 600_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
@@ -136,7 +142,8 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     start('rollout');
 
     await expectInvariants(runId, await result(handle));
-    // The restarted worker's sweep removed the dead worker's sandboxes.
+    // The dead worker's lease lapsed and a janitor's sweep removed its sandboxes (within ~1.5 ttl of the kill).
+    await waitForNoContainers(runId, ROLLOUT_LEASE_TTL_S * 2 * 1000);
     expect(runContainers(runId)).toEqual([]);
   }, 1_200_000);
 

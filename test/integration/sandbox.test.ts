@@ -10,6 +10,8 @@ import { truncationMarker } from '../../src/sandbox/output';
 import { HOST_SLACK_MS } from '../../src/sandbox/exec';
 import { paths } from '../../src/shared/paths';
 import { baseCommitTar } from '../../src/sandbox/snapshot';
+import { LeaseStore } from '../../src/sandbox/lease';
+import { LocalArtifactStore } from '../../src/artifacts/store';
 
 /** Real dockerd, real image. Skips loudly when either is missing, fails under RATCHET_REQUIRE_STACK=1. */
 function dockerProblem(): string | null {
@@ -189,6 +191,52 @@ describeDocker('sandbox (real dockerd)', () => {
     });
   });
 
+  describe('background processes end with the command that started them', () => {
+    /** Processes in the sandbox whose command line contains marker, seen from a later exec. */
+    const survivors = async (sb: Sandbox, marker: string): Promise<number> =>
+      Number((await sb.exec(`ps -eo args= | grep -F -- ${JSON.stringify(marker)} | grep -vc grep || true`)).stdout.trim());
+
+    it.each([
+      ['nohup ... &', 'nohup sh -c "while :; do :; done; echo nohup-loop" >/dev/null 2>&1 & echo started', 'nohup-loop'],
+      ['setsid (a new session)', 'setsid sh -c "while :; do :; done; echo setsid-loop" </dev/null >/dev/null 2>&1 & echo started', 'setsid-loop'],
+      ['a double fork', '( ( exec -a double-fork-sleep sleep 1000 </dev/null >/dev/null 2>&1 & ) & ) ; echo started', 'double-fork-sleep'],
+      ['setsid + nohup + disown', 'setsid nohup bash -c "exec -a disowned-sleep sleep 1000" </dev/null >/dev/null 2>&1 & disown; echo started', 'disowned-sleep'],
+    ])('%s: the command returns at once and nothing of it runs afterwards', async (_name, cmd, marker) => {
+      const sb = await acquire();
+      const t0 = Date.now();
+      const res = await sb.exec(cmd, { timeoutMs: 10_000 });
+      expect(res).toMatchObject({ exitCode: 0, stdout: 'started\n', timedOut: false });
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      expect(await survivors(sb, marker)).toBe(0);
+      // No core held: a later command gets its CPU time at once.
+      const load = await sb.exec('ps -eo pcpu=,args= | sort -rn | head -1');
+      expect(load.stdout).not.toMatch(/while|sleep 1000/);
+      await sb.release();
+      await expectManagerHealthy();
+    });
+
+    it('a detached fork bomb does not break later commands', async () => {
+      const sb = await acquire();
+      const res = await sb.exec('setsid bash -c \':(){ :|:& };:\' </dev/null >/dev/null 2>&1 & sleep 1; echo started', { timeoutMs: 10_000 });
+      expect(res.stdout).toBe('started\n');
+      for (let i = 0; i < 3; i++) {
+        const next = await sb.exec('echo alive; ps -e --no-headers | wc -l');
+        expect(next.exitCode).toBe(0);
+        const [alive, count] = next.stdout.trim().split('\n');
+        expect(alive).toBe('alive');
+        expect(Number(count)).toBeLessThan(10);
+      }
+      await sb.release();
+      await expectManagerHealthy();
+    });
+
+    it('the keeper survives the sweep: the sandbox stays up across many execs', async () => {
+      const sb = await acquire();
+      for (let i = 0; i < 5; i++) expect((await sb.exec(`sleep 0.1 & echo ${i}`)).stdout).toBe(`${i}\n`);
+      await sb.release();
+    });
+  });
+
   describe('cancellation', () => {
     it('aborting an exec rejects promptly', async () => {
       const sb = await acquire();
@@ -238,12 +286,20 @@ describeDocker('sandbox (real dockerd)', () => {
       await sb.release();
     });
 
-    it("removes the containers of a dead worker and keeps a live worker's", async () => {
-      const dead = spawnSync('true').pid!; // a pid that just exited
-      const ghost = new SandboxManager({ docker, log, workerId: `${os.hostname()}:${dead}` });
+    it("removes the containers of a worker whose lease expired and keeps a live worker's", async () => {
+      // The store every worker of this machine writes its lease to: the stack's own
+      // rollout worker's lease is there too, so its sandboxes stay.
+      const leases = new LeaseStore(new LocalArtifactStore(paths.artifacts()));
+      const now = Date.now();
+      const lease = (workerId: string, renewedAt: number) =>
+        leases.write({ workerId, host: os.hostname(), pid: process.pid, startedAt: new Date(now - 600_000).toISOString(), renewedAt: new Date(renewedAt).toISOString(), ttlMs: 60_000 });
+      const ghostId = `ghost-${process.pid}:1:${now.toString(16).slice(-6)}`;
+      await lease(ghostId, now - 120_000); // last renewed two minutes ago: its worker is gone
+      await lease(manager.workerId, now);
+      const ghost = new SandboxManager({ docker, log, workerId: ghostId });
       const orphan = await ghost.acquire({ labels, limits });
       const mine = await acquire();
-      const { removed } = await sweep(docker, { log });
+      const { removed } = await sweep(docker, { leases, log });
       expect(removed).toContain(orphan.id);
       expect(removed).not.toContain(mine.id);
       await expect(docker.getContainer(orphan.id).inspect()).rejects.toMatchObject({ statusCode: 404 });
@@ -252,7 +308,8 @@ describeDocker('sandbox (real dockerd)', () => {
 
     it('removes containers older than the max age', async () => {
       const sb = await acquire();
-      const { removed } = await sweep(docker, { log, now: () => Date.now() + 10 * 3600_000 });
+      const leases = new LeaseStore(new LocalArtifactStore(paths.artifacts()));
+      const { removed } = await sweep(docker, { leases, log, now: () => Date.now() + 10 * 3600_000 });
       expect(removed).toContain(sb.id);
     });
   });

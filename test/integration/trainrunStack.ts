@@ -31,9 +31,12 @@ export function killProc(p: Proc, signal: NodeJS.Signals = 'SIGKILL'): Promise<v
   });
 }
 
+/** A short worker lease, so the tests see a killed rollout worker's sandboxes swept within seconds. */
+export const ROLLOUT_LEASE_TTL_S = 8;
+
 export const workerCommands = (artifacts: string) => ({
   main: () => ['worker-main', process.execPath, [path.join(REPO, 'dist', 'workers', 'main.js')], { RATCHET_ARTIFACTS: artifacts }] as const,
-  rollout: () => ['worker-rollout', process.execPath, [path.join(REPO, 'dist', 'workers', 'rollout.js')], { RATCHET_ARTIFACTS: artifacts, RATCHET_ROLLOUT_SLOTS: '2' }] as const,
+  rollout: () => ['worker-rollout', process.execPath, [path.join(REPO, 'dist', 'workers', 'rollout.js')], { RATCHET_ARTIFACTS: artifacts, RATCHET_ROLLOUT_SLOTS: '2', RATCHET_WORKER_LEASE_TTL_S: String(ROLLOUT_LEASE_TTL_S) }] as const,
   trainer: () => ['worker-trainer', path.join(STATE, 'venvs', 'trainer', 'bin', 'python'), ['-m', 'ratchet_trainer.worker', '--artifacts', artifacts], { PYTHONUNBUFFERED: '1', PYTHONPATH: path.join(REPO, 'trainer') }] as const,
 });
 

@@ -38,6 +38,61 @@ async function trajectoryOf(store: LocalArtifactStore, ref: { uri: string; sha25
   return Trajectory.parse(await store.getJson(ref));
 }
 
+/** A sandbox manager whose sandboxes die (every exec throws), as a lost container does. */
+class LostContainerManager extends FakeSandboxManager {
+  override async acquire(opts: Parameters<FakeSandboxManager['acquire']>[0]) {
+    const sb = await super.acquire(opts);
+    sb.exec = async () => { throw new Error('Error response from daemon: No such container: ratchet-sbx-1'); };
+    return sb;
+  }
+}
+
+describe('rollout activity: infrastructure failures are never rewards', () => {
+  const turns = (): ScriptedTurn[] => [
+    { tool_calls: [call('bash', { command: 'grep -rn "def add" pkg' })] },
+    { tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] },
+  ];
+  function lostSetup() {
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+    const model = new ScriptedModel(turns());
+    const acts = createRolloutActivities({ store, sandboxes: new LostContainerManager(CALC_FILES), openaiFactory: () => model });
+    return { store, acts };
+  }
+
+  test('a container lost mid-episode is retried (a retryable InfrastructureError), not scored', async () => {
+    const { acts } = lostSetup();
+    const env = new MockActivityEnvironment({ attempt: 1 });
+    await expect(env.run(acts.rollout, input('swe-grep'))).rejects.toMatchObject({ type: 'InfrastructureError', nonRetryable: false });
+  });
+
+  test('on its last attempt it is recorded as infra_error with no reward, for the builder to drop', async () => {
+    const { store, acts } = lostSetup();
+    const env = new MockActivityEnvironment({ attempt: 3 });
+    const summary: RolloutSummary = await env.run(acts.rollout, input('swe-grep'));
+    expect(summary.stop_reason).toBe('infra_error');
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.stop_reason).toBe('infra_error');
+    expect(t.error).toMatch(/sandbox failed mid-episode: .*No such container/);
+  });
+
+  test('Docker failing while scoring is an infrastructure failure, not "tests did not run"', async () => {
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+    class ScoringFails extends FakeSandboxManager {
+      override async acquire(opts: Parameters<FakeSandboxManager['acquire']>[0]) {
+        if (this.acquired.length >= 1) throw new Error('docker: Cannot connect to the Docker daemon');
+        return super.acquire(opts);
+      }
+    }
+    const model = new ScriptedModel([
+      { tool_calls: [call('apply_patch', { path: 'pkg/calc.py', search: 'def add(a, b):\n    return a - b', replace: 'def add(a, b):\n    return a + b' })] },
+      { content: 'Fixed.' },
+    ]);
+    const acts = createRolloutActivities({ store, sandboxes: new ScoringFails(CALC_FILES), openaiFactory: () => model });
+    await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('code-repair')))
+      .rejects.toMatchObject({ type: 'InfrastructureError' });
+  });
+});
+
 describe('rollout activity', () => {
   test('swe-grep: answer scored, trajectory saved at runs/<run>/steps/<step>/rollouts/<group>/<i>.json, sandbox released', async () => {
     const { store, sandboxes, acts, model } = setup([
@@ -60,6 +115,15 @@ describe('rollout activity', () => {
     expect(sandboxes.acquired[0]).toMatchObject({ labels: { run: 'run1', step: 2, rollout: 'g0-1' }, repo: { hostPath: '/tasks/repos/calc.git', baseCommit: 'HEAD' } });
     expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
     expect(model.requests[0]).toMatchObject({ model: 'policy-v1', sampling: { seed: 7, max_tokens: 64 } });
+    expect(t.sampling).toEqual({ temperature: 1, top_p: 1, top_k: 0, tool_choice: 'auto', distribution_match: 'exact' });
+  });
+
+  test('required tool calls are recorded as a grammar-constrained distribution the trainer cannot reproduce', async () => {
+    const { store, acts } = setup([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
+    const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout,
+      input('swe-grep', { sampling: { temperature: 0.8, top_p: 0.95, top_k: 40, max_tokens: 64, tool_choice: 'required' } }));
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.sampling).toEqual({ temperature: 0.8, top_p: 0.95, top_k: 40, tool_choice: 'required', distribution_match: 'grammar_constrained' });
   });
 
   test('an EvalSweep episode (step EVAL_STEP) runs like any other; its trajectory goes under runs/<run>/evals/', async () => {

@@ -186,4 +186,27 @@ describe('OpenAIModelClient request body', () => {
     expect(bodies.map((b) => b.tool_choice)).toEqual(['auto', 'required']);
     expect(bodies[1]).toMatchObject({ logprobs: true, return_token_ids: true });
   });
+
+  test('top_k, min_p and repetition_penalty are always the run\'s own, never the model\'s generation config', async () => {
+    const { bodies, model } = capturing();
+    await model.complete({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools, sampling: { temperature: 0.7, top_p: 0.9, max_tokens: 8 } });
+    await model.complete({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools, sampling: { temperature: 1, top_p: 1, top_k: 40, max_tokens: 8 } });
+    expect(bodies[0]).toMatchObject({ temperature: 0.7, top_p: 0.9, top_k: -1, min_p: 0, repetition_penalty: 1 });
+    expect(bodies[1]).toMatchObject({ top_k: 40 });
+  });
+});
+
+describe('per-turn seeds', () => {
+  test('each turn of a seeded episode asks for its own seed', async () => {
+    const inp = input([
+      { tool_calls: [call('echo', { text: 'a' })] },
+      { tool_calls: [call('echo', { text: 'b' })] },
+      { tool_calls: [call('answer', { files: [] })] },
+    ], { sampling: { temperature: 1, top_p: 1, max_tokens: 100, seed: 42 } });
+    await runAgent(inp);
+    const seeds = inp.model.requests.map((r) => r.sampling.seed);
+    expect(seeds).toHaveLength(3);
+    expect(new Set(seeds).size).toBe(3);
+    expect(seeds.every((x) => Number.isInteger(x))).toBe(true);
+  });
 });

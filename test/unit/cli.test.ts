@@ -22,7 +22,7 @@ describe('ratchet CLI (no stack needed)', () => {
   afterEach(() => { jest.restoreAllMocks(); process.exitCode = undefined; });
 
   it('--help on every command exits 0 with examples', async () => {
-    for (const cmd of ['up', 'down', 'doctor', 'train', 'status', 'pause', 'resume', 'stop', 'eval', 'report', 'schedule', 'schedule eval']) {
+    for (const cmd of ['up', 'down', 'doctor', 'check', 'train', 'status', 'pause', 'resume', 'stop', 'eval', 'report', 'schedule', 'schedule eval']) {
       out = [];
       expect(await main([...cmd.split(' '), '--help'])).toBe(EXIT.ok);
       expect(out.join('')).toMatch(/Examples:|Usage:/);

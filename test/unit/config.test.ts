@@ -1,4 +1,5 @@
 import { ConfigError, parseRunConfig } from '../../src/config/load';
+import { toTrainerConfig } from '../../src/workflows/trainerConfig';
 
 describe('run config', () => {
   test('a minimal config gets every default', () => {
@@ -11,13 +12,35 @@ describe('run config', () => {
   test.each([
     ['unknown key', '[[env]]\nid = "swe-grep"\n[orchestrator]\nbatchsize = 4\n', /x\.toml: orchestrator: Unrecognized key\(s\) in object: 'batchsize'/],
     ['wrong type', '[[env]]\nid = "swe-grep"\n[orchestrator]\nbatch_size = "four"\n', /x\.toml: orchestrator\.batch_size: Expected number, received string/],
-    ['unknown env', '[[env]]\nid = "chess"\n', /x\.toml: env\.0\.id: Invalid enum value/],
+    ['unknown env', '[[env]]\nid = "chess"\n', /x\.toml: env\.0\.id: unknown environment "chess"/],
     ['no env', '[orchestrator]\nbatch_size = 4\n', /x\.toml: env: Required/],
     ['bad toml', '[[env]\nid = 1', /x\.toml: not valid TOML/],
     ['too much fan-out', '[[env]]\nid = "debug"\n[orchestrator]\nmax_concurrent_rollouts = 5000\n', /max_concurrent_rollouts: Number must be less than or equal to 1000/],
   ])('%s is named with its key', (_name, text, message) => {
     expect(() => parseRunConfig(text, 'x.toml')).toThrow(ConfigError);
     expect(() => parseRunConfig(text, 'x.toml')).toThrow(message);
+  });
+
+  const env = '[[env]]\nid = "swe-grep"\n';
+  test.each([
+    ['dr_grpo with std_normalize', `${env}[orchestrator.advantage]\nkind = "dr_grpo"\nstd_normalize = true\n`, /x\.toml: orchestrator\.advantage\.std_normalize: true with kind = "dr_grpo"/],
+    ['dr_grpo with per-sequence normalization', `${env}[orchestrator.advantage]\nkind = "dr_grpo"\n[trainer.loss]\nnormalization = "sequence"\n`, /x\.toml: trainer\.loss\.normalization: "sequence" divides/],
+    ['gspo with a token normalization', `${env}[trainer.loss]\nkind = "gspo"\nnormalization = "token"\n`, /x\.toml: trainer\.loss\.normalization: "token" with kind = "gspo"/],
+    ['gspo with a PPO clip range', `${env}[trainer.loss]\nkind = "gspo"\neps_low = 0.2\neps_high = 0.28\n`, /x\.toml: trainer\.loss\.eps_low\/eps_high: a token-ratio \(PPO\) range/],
+    ['greedy sampling', `${env}[sampling]\ntemperature = 0\n`, /x\.toml: sampling\.temperature: 0 is greedy/],
+    ['dual clip at 1', `${env}[trainer.loss]\ndual_clip = 1\n`, /trainer\.loss\.dual_clip: must be 0 \(off\) or > 1/],
+  ])('settings that cannot be meant together: %s', (_name, text, message) => {
+    expect(() => parseRunConfig(text, 'x.toml')).toThrow(ConfigError);
+    expect(() => parseRunConfig(text, 'x.toml')).toThrow(message);
+  });
+
+  test('the trainer gets the sampling temperature, the seed, the correction and the loss\'s own clip range', () => {
+    const c = parseRunConfig(`${env}[sampling]\ntemperature = 0.7\n[trainer]\nseed = 7\n[trainer.loss]\nkind = "gspo"\n`, 'x.toml');
+    const t = toTrainerConfig(c) as { seed: number; loss: Record<string, unknown> };
+    expect(t.seed).toBe(7);
+    expect(t.loss).toMatchObject({ type: 'gspo', temperature: 0.7, correction: 'tis', tis_cap: 2, dual_clip: 3 });
+    expect(t.loss).not.toHaveProperty('eps_low'); // the trainer's GSPO default (3e-4), not PPO's 0.2
+    expect(c.sampling.top_k).toBe(0);
   });
 });
 

@@ -77,4 +77,17 @@ describe('renderReportHtml', () => {
     const data = html.slice(html.indexOf('id="ratchet-data">'));
     expect(data.slice(0, data.indexOf('</script>'))).not.toContain('<1>');
   });
+
+  it('charts the train/inference mismatch from the trainer metrics in the step records', () => {
+    const records = syntheticStepRecords(3).map((r, i) => ({
+      ...r, trainer: { mismatch_abs_mean: 0.001 * (i + 1), mismatch_abs_max: 0.05, mismatch_masked_frac: 0, mismatch_capped_frac: 0.01 * i },
+    }));
+    const data = buildReportData('r', records, []);
+    expect(data.mismatch.absMean).toEqual([0.001, 0.002, 0.003]);
+    expect(data.mismatch.cappedFrac).toEqual([0, 0.01, 0.02]);
+    expect(renderReportHtml(data, '')).toContain('id="chart-mismatch"');
+    const without = buildReportData('r', syntheticStepRecords(2), []);
+    expect(without.mismatch.absMean).toEqual([null, null]);
+    expect(renderReportHtml(without, '')).toContain('No trainer mismatch metrics recorded');
+  });
 });

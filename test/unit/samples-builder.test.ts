@@ -58,6 +58,18 @@ describe('batch builder (Qwen3 tokenizer, single-turn episodes)', () => {
     expect(manifest.samples[1]).toMatchObject({ offset: lens[0], group_id: 'g0', rollout_index: 1, reward: 0, advantage: -0.5, staleness: 0, policy_version: 3 });
   });
 
+  test('an infrastructure failure is dropped and never enters its group\'s baseline', () => {
+    const ok = [single(tok, { idx: 0, reward: 1 }), single(tok, { idx: 1, reward: 0 })];
+    const lost = { ...single(tok, { idx: 2, reward: -1 }), stop_reason: 'infra_error' as const };
+    const with_ = buildBatchFromTrajectories([...ok, lost].map((t) => inp(t)), CFG, tok, CTX);
+    const without = buildBatchFromTrajectories(ok.map((t) => inp(t)), CFG, tok, CTX);
+    expect(with_.stats.dropped.infrastructure).toBe(1);
+    expect(with_.manifest.samples.map((s) => s.advantage)).toEqual(without.manifest.samples.map((s) => s.advantage));
+    expect(with_.manifest.samples.map((s) => s.advantage)).toEqual([0.5, -0.5]);
+    expect(with_.stats.mean_reward).toBe(0.5);
+    expect(with_.manifest.num_trajectories).toBe(2);
+  });
+
   test('same trajectories in any order give the same bytes', () => {
     const ts = [0, 1, 2, 3].map((i) => single(tok, { group: `g${i % 2}`, idx: i, reward: i * 0.25 }));
     const a = buildBatchFromTrajectories(ts.map((t) => inp(t)), CFG, tok, CTX);
@@ -118,7 +130,8 @@ describe('batch builder (Qwen3 tokenizer, single-turn episodes)', () => {
   test('missing token ids: rejected naming the server setting, or re-tokenized (flagged) when allowed', () => {
     const t = single(tok, {});
     const server = t.turns[0]!;
-    t.turns[0] = { ...server, prompt_token_ids: null, completion_token_ids: null };
+    // A server that returns no ids still returns each logprob's token text (OpenAI's logprobs.content[].token).
+    t.turns[0] = { ...server, prompt_token_ids: null, completion_token_ids: null, completion_logprob_tokens: server.completion_token_ids!.map((id) => tok.decode([id])) };
     try {
       buildBatchFromTrajectories([inp(t)], CFG, tok, CTX);
       throw new Error('expected MissingTokenIds');
@@ -149,8 +162,12 @@ describe('batch builder (Qwen3 tokenizer, single-turn episodes)', () => {
     const convU = toolConversation();
     for (const st of convU.turns) st.policy_version = 3;
     const u = simulateTrajectory(tok, { ...convU, rollout_index: 1, reward: 0 });
-    const { manifest, stats } = buildBatchFromTrajectories([inp(t), inp(u)], CFG, tok, CTX);
+    const { manifest, stats, tensors } = buildBatchFromTrajectories([inp(t), inp(u)], CFG, tok, CTX);
     expect(stats.non_prefix_breaks.assistant_retokenized).toBe(1);
+    // The trainer weighs trajectories: both segments of rollout 0 carry its index.
+    expect(manifest.samples.map((s) => s.trajectory)).toEqual([0, 0, 1]);
+    expect(Array.from(tensors.trajectory_index!.data as BigInt64Array, Number)).toEqual([0, 0, 1]);
+    expect(manifest.num_trajectories).toBe(2);
     expect(manifest.samples.map((s) => [s.rollout_index, s.turns, s.staleness, s.advantage])).toEqual([
       [0, [0, 0], 1, 0.5], [0, [1, 2], 0, 0.5], [1, [0, 2], 0, -0.5],
     ]);

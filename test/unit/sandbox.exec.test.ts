@@ -35,7 +35,7 @@ describe('runExec host-side deadline', () => {
     expect(res).toMatchObject({ exitCode: null, timedOut: true, truncated: false });
     expect(f.streams[0]!.destroyed).toBe(true);
     await new Promise((r) => setImmediate(r));
-    expect(f.cmds[1]?.[2]).toContain('kill -KILL "$p"'); // the kill-all script, sparing PID 1 and its keeper
+    expect(f.cmds[1]?.[2]).toContain('kill -$sig "$p"'); // the kill-all script, sparing PID 1 and its keeper
   });
 
   it('rejects with AbortError when the signal fires mid-exec', async () => {

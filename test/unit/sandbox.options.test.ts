@@ -1,5 +1,5 @@
 import { buildCreateOptions, poolKey } from '../../src/sandbox/options';
-import { containerName, parseWorkerId } from '../../src/sandbox/labels';
+import { containerName, currentWorkerId } from '../../src/sandbox/labels';
 import { wrapArgv } from '../../src/sandbox/exec';
 
 const limits = { memory_mb: 512, cpus: 1.5, pids_limit: 128, disk_mb: 256 };
@@ -58,11 +58,17 @@ describe('buildCreateOptions', () => {
 });
 
 describe('labels', () => {
-  it('parses worker ids', () => {
-    expect(parseWorkerId('host-a:1234')).toEqual({ host: 'host-a', pid: 1234 });
-    expect(parseWorkerId('host-a')).toBeNull();
-    expect(parseWorkerId('host-a:x')).toBeNull();
-    expect(parseWorkerId(':12')).toBeNull();
+  it('names this worker by host, pid and a nonce (a restart with the same pid is another worker)', () => {
+    const saved = process.env.RATCHET_HOST_NAME;
+    process.env.RATCHET_HOST_NAME = 'rollout-a';
+    try {
+      const a = currentWorkerId();
+      expect(a).toMatch(new RegExp(`^rollout-a:${process.pid}:[0-9a-f]{6}$`));
+      expect(currentWorkerId()).not.toBe(a);
+    } finally {
+      if (saved === undefined) delete process.env.RATCHET_HOST_NAME;
+      else process.env.RATCHET_HOST_NAME = saved;
+    }
   });
 
   it('makes valid container names from any run id', () => {
@@ -75,7 +81,7 @@ describe('wrapArgv', () => {
     const argv = wrapArgv(['bash', '-lc', 'echo hi'], 1500);
     expect(argv.slice(0, 2)).toEqual(['bash', '-c']);
     expect(argv[2]).toContain('timeout -s KILL "$1" "${@:2}"');
-    expect(argv[2]).toContain('kill -KILL -- -"$p"');
+    expect(argv[2]).toContain('kill -$sig "$p"'); // after the command, every leftover process of the sandbox is swept
     expect(argv.slice(3)).toEqual(['ratchet-exec', '1.500', 'bash', '-lc', 'echo hi']);
   });
 

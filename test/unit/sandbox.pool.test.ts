@@ -1,6 +1,5 @@
 import pino from 'pino';
 import { WarmPool } from '../../src/sandbox/pool';
-import { removalReason } from '../../src/sandbox/janitor';
 
 const log = pino({ level: 'silent' });
 
@@ -51,20 +50,5 @@ describe('WarmPool', () => {
     expect(destroyed.sort()).toEqual([2, 3]);
     pool.fill();
     expect(pool.available).toBe(0);
-  });
-});
-
-describe('janitor removalReason', () => {
-  const ctx = { hostname: 'h1', now: Date.parse('2025-01-01T03:00:00Z'), maxAgeMs: 3600_000, isAlive: (pid: number) => pid === 42 };
-  const labels = (worker: string, created = '2025-01-01T02:30:00Z') => ({ 'ratchet.worker': worker, 'ratchet.created': created });
-
-  it.each([
-    ['live worker on this host', labels('h1:42'), null],
-    ['dead worker on this host', labels('h1:43'), 'worker is dead'],
-    ['worker on another host', labels('h2:43'), null],
-    ['too old even with a live worker', labels('h1:42', '2025-01-01T01:00:00Z'), 'older than max age'],
-    ['garbled worker label', labels('nonsense'), 'no valid worker label'],
-  ])('%s', (_name, l, reason) => {
-    expect(removalReason(l, ctx)).toBe(reason);
   });
 });

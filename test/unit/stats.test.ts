@@ -23,4 +23,15 @@ describe('rolloutStats', () => {
     expect(s.promptTokens).toBe(80);
     expect(s.completionTokens).toBe(30);
   });
+
+  it('leaves infrastructure failures out of the reward, and counts them', () => {
+    const s = rolloutStats([
+      summary({ reward: 1, components: { a: 1 } }),
+      summary({ reward: 0, components: { a: 0 } }),
+      summary({ reward: -5, components: { a: -5 }, stop_reason: 'infra_error' }),
+    ], 2);
+    expect(s.meanReward).toBeCloseTo(0.5);
+    expect(s.components).toEqual({ a: 0.5 });
+    expect(s.stopReasons).toEqual({ completed: 2, infra_error: 1 });
+  });
 });

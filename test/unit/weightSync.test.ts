@@ -22,17 +22,21 @@ function adapterDir(tag: string): ArtifactRef {
 /** An in-memory vLLM: /models, /load_lora_adapter, /unload_lora_adapter; `down` refuses connections. */
 function fakeVllm(initial: string[]) {
   const models = new Set(['smollm2-135m', ...initial]);
+  /** Where each loaded adapter came from, as vLLM's /models reports it (`root`). */
+  const roots = new Map<string, string>();
   const calls: string[] = [];
   const state = { down: false, refuse: false };
   const fetchFn = (async (url: string, init?: RequestInit) => {
     if (state.down) throw new TypeError('fetch failed: ECONNREFUSED');
-    const body = init?.body ? JSON.parse(String(init.body)) as { lora_name: string } : undefined;
+    const body = init?.body ? JSON.parse(String(init.body)) as { lora_name: string; lora_path?: string } : undefined;
     const route = url.slice(url.lastIndexOf('/') + 1);
     calls.push(body ? `${route} ${body.lora_name}` : route);
-    if (route === 'models') return new Response(JSON.stringify({ data: [...models].map((id) => ({ id })) }));
+    if (route === 'models') return new Response(JSON.stringify({ data: [...models].map((id) => ({ id, ...(roots.has(id) ? { root: roots.get(id) } : {}) })) }));
     if (route === 'load_lora_adapter') {
       if (state.refuse) return new Response('LoRA is not enabled', { status: 400 });
+      if (models.has(body!.lora_name)) return new Response(`The lora adapter '${body!.lora_name}' has already been loaded.`, { status: 400 });
       models.add(body!.lora_name);
+      if (body!.lora_path) roots.set(body!.lora_name, body!.lora_path);
       return new Response('ok');
     }
     if (route === 'unload_lora_adapter') {
@@ -41,7 +45,7 @@ function fakeVllm(initial: string[]) {
     }
     return new Response('not found', { status: 404 });
   }) as typeof fetch;
-  return { models, calls, state, fetchFn };
+  return { models, roots, calls, state, fetchFn };
 }
 
 const activities = (fetchFn: typeof fetch) =>
@@ -58,6 +62,29 @@ describe('adapter names', () => {
 });
 
 describe('syncWeights', () => {
+  it('reloads a version served from another directory (a redone step\'s earlier attempt), never keeps the old weights', async () => {
+    const vllm = fakeVllm(['run-a/policy-v2']);
+    vllm.roots.set('run-a/policy-v2', '/artifacts/runs/run-a/checkpoints/step-1-aaaaaaaaaaaaaaaa/adapter');
+    const fresh = adapterDir('v2 redone');
+    const res = await activities(vllm.fetchFn).syncWeights({
+      runId: 'run-a', baseUrls: ['http://r1/v1'], policyVersion: 2, adapter: fresh, keepFromVersion: 1,
+    });
+    expect(vllm.calls).toEqual(['models', 'unload_lora_adapter run-a/policy-v2', 'load_lora_adapter run-a/policy-v2']);
+    expect(res.loaded).toEqual(['http://r1/v1#run-a/policy-v2']);
+    expect(vllm.roots.get('run-a/policy-v2')).toBe(new URL(fresh.uri).pathname);
+  });
+
+  it('keeps a version served from the same directory', async () => {
+    const vllm = fakeVllm(['run-a/policy-v2']);
+    const same = adapterDir('v2');
+    vllm.roots.set('run-a/policy-v2', new URL(same.uri).pathname);
+    const res = await activities(vllm.fetchFn).syncWeights({
+      runId: 'run-a', baseUrls: ['http://r1/v1'], policyVersion: 2, adapter: same, keepFromVersion: 1,
+    });
+    expect(res.alreadyLoaded).toEqual(['http://r1/v1#run-a/policy-v2']);
+    expect(vllm.calls).toEqual(['models']);
+  });
+
   it("loads the run's version, unloads only this run's old versions, and leaves other runs alone", async () => {
     const vllm = fakeVllm(['run-a/policy-v1', 'run-a/policy-v2', 'run-b/policy-v1']);
     const res = await activities(vllm.fetchFn).syncWeights({
@@ -127,5 +154,22 @@ describe('inference-host worker (src/workers/inference.ts)', () => {
     const adapter = { ...adapterDir('v1'), sha256: 'f'.repeat(64) };
     await expect(host.syncWeights({ runId: 'r', baseUrls: [], policyVersion: 1, adapter, keepFromVersion: 0 })).rejects.toThrow(ArtifactIntegrityError);
     expect(vllm.calls.filter((c) => c.startsWith('load_lora_adapter'))).toEqual([]);
+  });
+});
+
+describe('unloadRunAdapters', () => {
+  it("unloads every adapter of the ended run from every replica and leaves other runs' and the base model", async () => {
+    const vllm = fakeVllm(['run-a/policy-v2', 'run-a/policy-v3', 'run-ab/policy-v1', 'run-b/policy-v1']);
+    const res = await activities(vllm.fetchFn).unloadRunAdapters({ runId: 'run-a', baseUrls: ['http://r1/v1'] });
+    expect(res.unloaded).toEqual(['http://r1/v1#run-a/policy-v2', 'http://r1/v1#run-a/policy-v3']);
+    expect([...vllm.models].sort()).toEqual(['run-ab/policy-v1', 'run-b/policy-v1', 'smollm2-135m']);
+  });
+
+  it('skips a replica that is down (a restarted server serves no adapter)', async () => {
+    const vllm = fakeVllm(['run-a/policy-v1']);
+    vllm.state.down = true;
+    const res = await activities(vllm.fetchFn).unloadRunAdapters({ runId: 'run-a', baseUrls: ['http://r1/v1'] });
+    expect(res.unloaded).toEqual([]);
+    expect(res.down).toHaveLength(1);
   });
 });

@@ -2,10 +2,8 @@
  * TrainRun against a real Temporal dev server (the PyPI CLI, never downloaded)
  * with fake activities: the loop, async overlap, control updates, progress,
  * continue-as-new, a dead trainer and a down inference server.
- * Set RATCHET_RECORD_HISTORIES=1 to rewrite test/fixtures/histories/ for the replay test.
+ * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
  */
-import { promises as fs } from 'node:fs';
-import * as path from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
@@ -14,11 +12,9 @@ import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdat
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { TrainRunInput } from '../../src/workflows/types';
 import { makeFakes, type FakeOptions } from './workflowFakes';
-import { historyToObject } from './workflowHistories';
+import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(120_000);
-
-const HISTORIES = path.join(__dirname, '..', 'fixtures', 'histories');
 
 describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
   let env: TestWorkflowEnvironment;
@@ -69,12 +65,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   }
 
-  async function record(handle: WorkflowHandle, name: string): Promise<void> {
-    if (process.env.RATCHET_RECORD_HISTORIES !== '1') return;
-    const history = await handle.fetchHistory();
-    await fs.mkdir(HISTORIES, { recursive: true });
-    await fs.writeFile(path.join(HISTORIES, `${name}.json`), `${JSON.stringify(historyToObject(history), null, 1)}\n`);
-  }
+  const record = (handle: WorkflowHandle, name: string): Promise<void> => recordHistory(handle, name);
 
   test('runs every step: exact rollout counts, one optimizer step each, versions advance, records written', async () => {
     await withWorkers({}, async (f) => {
@@ -100,7 +91,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
 
   test('a step with no trainable token is recorded as an error and skipped; the trainer never sees it', async () => {
     await withWorkers({ emptyBatchSteps: [1], orchestrator: { async_level: 1 } }, async (f) => {
-      const result = await (await start()).result();
+      const handle = await start();
+      const result = await handle.result();
+      await record(handle, 'trainrun-empty-batch');
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 2, stopped: 'completed' });
       expect([...f.applied.keys()].map((k) => k.split('/')[1])).toEqual(['0', '2']);
       const skipped = f.records.find((r) => r.record.step === 1)!.record;
@@ -151,6 +144,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const stepsAtPause = f.records.length;
       await sleep(700);
       expect(f.records.length).toBe(stepsAtPause);
+      await record(handle, 'trainrun-paused');
       expect(paused.status).toBe('paused');
       expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('paused');
       expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
@@ -161,21 +155,24 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(result.stepsCompleted).toBeLessThan(5);
       expect(f.records).toHaveLength(result.stepsCompleted);
       await expect(handle.executeUpdate(pauseUpdate)).rejects.toThrow();
+      await record(handle, 'trainrun-pause-resume-stop');
     });
   });
 
   test('a dead trainer is replaced: re-announce, load the last checkpoint, the step applied once', async () => {
-    await withWorkers({ deadTrainers: ['w2'] }, async (f) => {
-      // w1 trains step 0; then the run is restarted onto a fresh trainer (w2, dead), then w3.
+    await withWorkers({ deadTrainers: ['w1'], deadFromStep: 1 }, async (f) => {
+      // w1 trains step 0; the run continues as new and keeps w1 (its lease), which dies in step 1; w2 takes over.
       const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' }, continueAsNewEvery: 1 });
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
-      // Continue-as-new re-announces; w2 dies, w3 loads step 0's checkpoint and redoes step 1.
       expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([
-        ['w1', null], ['w2', 'file:///fake/ckpt-step-0'], ['w3', 'file:///fake/ckpt-step-0'], ['w4', 'file:///fake/ckpt-step-1'],
+        ['w1', null], ['w1', 'file:///fake/ckpt-step-0'], ['w2', 'file:///fake/ckpt-step-0'], ['w2', 'file:///fake/ckpt-step-1'],
       ]);
+      expect(f.announces()).toBe(2);
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
       expect(f.records[1]!.record.trainer).toMatchObject({ restarts: 1 });
+      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-trainer-kept-then-replaced-1');
+      await record(handle, 'trainrun-trainer-kept-then-replaced-3');
     });
   });
 
@@ -187,6 +184,116 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(1);
       expect(f.syncs.length).toBe(2);
+      await record(handle, 'trainrun-inference-wait');
+    });
+  });
+
+  test('two runs, one trainer: the second waits (waiting-for-trainer) until the first releases it; both ledgers exact', async () => {
+    await withWorkers({ leases: 1, trainMs: 100 }, async (f) => {
+      const a = await start();
+      await waitFor(async () => f.leased.get('w1') === a.workflowId);
+      const b = await start();
+      await waitFor(async () => (await b.query(progressQuery)).status === 'waiting-for-trainer');
+      expect((await b.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-trainer');
+      const [ra, rb] = await Promise.all([a.result(), b.result()]);
+      expect([ra.stepsCompleted, rb.stepsCompleted]).toEqual([3, 3]);
+      for (const run of [a.workflowId, b.workflowId]) {
+        expect([...f.applied.entries()].filter(([k]) => k.startsWith(`${run}/`)).map(([k, n]) => [k.split('/')[1], n])).toEqual([['0', 1], ['1', 1], ['2', 1]]);
+        expect(f.records.filter((r) => r.record.run_id === run).map((r) => r.record.policy_version)).toEqual([1, 2, 3]);
+      }
+      // a released w1 (only then could b have it); each run's adapters left inference at its end.
+      expect(f.releases).toEqual([{ worker: 'w1', runId: a.workflowId }, { worker: 'w1', runId: b.workflowId }]);
+      expect(f.unloads).toEqual([a.workflowId, b.workflowId]);
+      expect(f.leased.size).toBe(0);
+      await record(b, 'trainrun-waited-for-trainer');
+    });
+  });
+
+  test('a failed run still releases its trainer and unloads its adapters', async () => {
+    await withWorkers({ leases: 1, stepFaults: { 1: 'BatchError' } }, async (f) => {
+      const handle = await start();
+      await expect(handle.result()).rejects.toThrow();
+      expect(f.releases).toEqual([{ worker: 'w1', runId: handle.workflowId }]);
+      expect(f.unloads).toEqual([handle.workflowId]);
+      await record(handle, 'trainrun-failed-released');
+    });
+  });
+
+  test('a run failed on purpose, restarted under its id, goes on from its last completed step: no double step', async () => {
+    await withWorkers({ stepFaults: { 1: 'BatchError' } }, async (f) => {
+      const first = await start();
+      await expect(first.result()).rejects.toThrow();
+      expect(f.records.map((r) => r.record.step)).toEqual([0]);
+      // What `ratchet restart` does: the same workflow id again; openRun finds the state file.
+      const again = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: first.workflowId, args: [{ configPath: 'configs/fake.toml', runId: first.workflowId }],
+      });
+      expect(await again.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      expect([...f.applied.entries()]).toEqual([[`${first.workflowId}/0`, 1], [`${first.workflowId}/1`, 1], [`${first.workflowId}/2`, 1]]);
+      expect(f.records.map((r) => r.record.step)).toEqual([0, 1, 2]);
+      expect(f.loads.map((l) => l.checkpoint?.uri ?? null)).toEqual([null, 'file:///fake/ckpt-step-0']);
+      await record(again, 'trainrun-restarted');
+    });
+  });
+
+  test('a non-finite gradient or an OOM that survived its retry is recorded on the step and skipped', async () => {
+    await withWorkers({ stepFaults: { 1: 'NonFiniteGradient', 2: 'StepOutOfMemory' }, orchestrator: { max_steps: 4 } }, async (f) => {
+      const handle = await start();
+      const result = await handle.result();
+      await record(handle, 'trainrun-step-faults');
+      expect(result).toMatchObject({ stepsCompleted: 4, policyVersion: 2, stopped: 'completed' });
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.record.error?.type ?? null, r.record.trainer.skipped ?? false]))
+        .toEqual([[0, 1, null, false], [1, 1, 'NonFiniteGradient', true], [2, 1, 'StepOutOfMemory', true], [3, 2, null, false]]);
+      expect(f.records[1]!.record.error!.message).toMatch(/nothing applied/);
+      // No weight sync for a skipped step: versions 1 and 2 only.
+      expect(f.syncs.map((s) => s.policyVersion)).toEqual([1, 2]);
+    });
+  });
+
+  test('a pause survives continue-as-new, and resume goes on from there', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3 }, trainMs: 500 }, async (f) => {
+      const handle = await start({ continueAsNewEvery: 1 });
+      await waitFor(async () => f.events.some((e) => e.what === 'train-start'));
+      expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
+      // Step 0 finishes, the run continues as new, and the new execution is still paused.
+      await waitFor(async () => (await handle.describe()).runId !== handle.firstExecutionRunId);
+      await waitFor(async () => (await handle.query(progressQuery)).phase === 'idle');
+      await sleep(700);
+      expect(await handle.query(progressQuery)).toMatchObject({ status: 'paused', step: 1 });
+      expect(f.records).toHaveLength(1);
+      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('paused');
+      expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      expect([...f.applied.values()]).toEqual([1, 1, 1]);
+      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-pause-before-continue-as-new');
+      await record(handle, 'trainrun-pause-after-continue-as-new');
+    });
+  });
+
+  test('an outage at the last step waits on in the same run: nothing after it would serve the version', async () => {
+    await withWorkers({ inferenceDownTimes: 3, orchestrator: { max_steps: 1 } }, async (f) => {
+      const handle = await start({ inferenceWaitsPerExecution: 2 });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      expect((await handle.describe()).runId).toBe(handle.firstExecutionRunId);
+      expect(f.records[0]!.record.weight_sync).toMatchObject({ policyVersion: 1 });
+      expect(f.syncs).toHaveLength(4);
+    });
+  });
+
+  test('a long inference outage continues as new instead of growing one history; nothing is trained twice', async () => {
+    await withWorkers({ inferenceDownTimes: 5, orchestrator: { max_steps: 2 } }, async (f) => {
+      const handle = await start({ inferenceWaitsPerExecution: 2, continueAsNewEvery: 100 });
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2 });
+      expect((await handle.describe()).runId).not.toBe(handle.firstExecutionRunId);
+      expect([...f.applied.values()]).toEqual([1, 1]);
+      // Step 0 was recorded trained-but-not-served; the next execution served version 1 before rolling out.
+      expect(f.records[0]!.record).toMatchObject({ step: 0, policy_version: 1 });
+      expect(f.records[0]!.record.weight_sync).toBeUndefined();
+      // 2 failed attempts in each of the first two executions, then served in the third, then step 1's.
+      expect(f.syncs.map((x) => x.policyVersion)).toEqual([1, 1, 1, 1, 1, 1, 2]);
+      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-inference-wait-continue-as-new-1');
+      await record(handle, 'trainrun-inference-wait-continue-as-new-3');
     });
   });
 

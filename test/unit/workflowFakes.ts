@@ -7,7 +7,7 @@ import { RunConfig } from '../../src/config/schema';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import type { BuildBatchInput, RolloutInput } from '../../src/workflows/activityTypes';
-import type { LoadedConfig, ResumeState, SampledTask, StepSummary } from '../../src/workflows/types';
+import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/workflows/types';
 import type { RecordStepInput } from '../../src/activities/metrics';
 import type { SyncWeightsInput } from '../../src/activities/weightSync';
 import { rolloutStats } from '../../src/workflows/stats';
@@ -24,6 +24,8 @@ export interface FakeOptions {
   trainMs?: number;
   /** trainer.step on these worker ids hangs without heartbeating (a dead trainer). */
   deadTrainers?: string[];
+  /** ... from this step on (default 0): a trainer that worked, then died. */
+  deadFromStep?: number;
   /** syncWeights fails as InferenceUnavailable this many times first. */
   inferenceDownTimes?: number;
   /** recordStep finds the artifact store unreachable this many times first (StoreUnavailable). */
@@ -32,6 +34,10 @@ export interface FakeOptions {
   emptyBatchSteps?: number[];
   /** Existing run state (a resume). */
   resume?: ResumeState;
+  /** trainer.step fails once with this typed error at these steps (NonFiniteGradient, StepOutOfMemory, BatchError...). */
+  stepFaults?: Record<number, string>;
+  /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
+  leases?: number;
 }
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string }
@@ -49,6 +55,10 @@ export function makeFakes(opts: FakeOptions = {}) {
   const batches: BuildBatchInput[] = [];
   const loads: { worker: string; checkpoint?: ArtifactRef }[] = [];
   const syncs: SyncWeightsInput[] = [];
+  const releases: { worker: string; runId: string }[] = [];
+  const unloads: string[] = [];
+  /** worker -> run holding it (leases: true). */
+  const leased = new Map<string, string>();
   const applied = new Map<string, number>();
   let announces = 0;
   let downLeft = opts.inferenceDownTimes ?? 0;
@@ -72,7 +82,9 @@ export function makeFakes(opts: FakeOptions = {}) {
     },
     async openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
       events.push({ t: now(), what: 'openRun' });
-      return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 }, resume: opts.resume };
+      // As the real openRun: a run id with a recorded step resumes from its state file.
+      const last = records.filter((r) => r.state.runId === input.runId).at(-1);
+      return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 }, resume: opts.resume ?? (last && pickResume(last.state)) };
     },
     async readConfig(_ref: ArtifactRef) {
       return config;
@@ -92,6 +104,11 @@ export function makeFakes(opts: FakeOptions = {}) {
         throw ApplicationFailure.nonRetryable('replica down (fake)', 'InferenceUnavailable');
       }
       return { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 1 };
+    },
+    async unloadRunAdapters(input: { runId: string; baseUrls: string[] }) {
+      unloads.push(input.runId);
+      events.push({ t: now(), what: 'unload-adapters' });
+      return { unloaded: [], down: [] };
     },
     async recordStep(input: RecordStepInput): Promise<StepSummary> {
       if (storeDownLeft > 0) {
@@ -130,7 +147,21 @@ export function makeFakes(opts: FakeOptions = {}) {
   };
 
   const announce = {
-    async 'trainer.announce'() {
+    async 'trainer.announce'(input: { run_id?: string }) {
+      if (opts.leases) {
+        // A fixed pool of trainers: the first free one (or the one this run holds) answers.
+        const runId = input.run_id!;
+        const pool = Array.from({ length: opts.leases }, (_, i) => `w${i + 1}`);
+        const worker = pool.find((w) => !leased.has(w) || leased.get(w) === runId);
+        if (!worker) {
+          const { ApplicationFailure } = await import('@temporalio/common');
+          throw ApplicationFailure.retryable(`every trainer is leased (fake); ${runId} waits`, 'TrainerBusy');
+        }
+        leased.set(worker, runId);
+        announces++;
+        events.push({ t: now(), what: 'announce', worker });
+        return { task_queue: `trainer-${worker}`, worker_id: worker };
+      }
       announces++;
       const worker = `w${announces}`;
       events.push({ t: now(), what: 'announce', worker });
@@ -149,7 +180,13 @@ export function makeFakes(opts: FakeOptions = {}) {
       },
       async 'trainer.step'(input: { run_id: string; step: number }) {
         events.push({ t: now(), what: 'train-start', step: input.step, worker });
-        if (opts.deadTrainers?.includes(worker)) {
+        const fault = opts.stepFaults?.[input.step];
+        if (fault) {
+          delete opts.stepFaults![input.step];
+          const { ApplicationFailure } = await import('@temporalio/common');
+          throw ApplicationFailure.nonRetryable(`step ${input.step}: ${fault} (fake); nothing applied`, fault);
+        }
+        if (opts.deadTrainers?.includes(worker) && input.step >= (opts.deadFromStep ?? 0)) {
           // A dead trainer: never heartbeats, never answers (bounded so the test worker can shut down).
           await Promise.race([sleep(8000), new Promise((r) => Context.current().cancellationSignal.addEventListener('abort', r))]);
           throw new Error('dead trainer (fake)');
@@ -164,8 +201,15 @@ export function makeFakes(opts: FakeOptions = {}) {
       async 'trainer.save'(input: { run_id: string; step: number }) {
         return { checkpoint: ref(`ckpt-step-${input.step}`), adapter: ref(`adapter-step-${input.step}`), policy_version: version };
       },
+      async 'trainer.release'(input: { run_id: string }) {
+        releases.push({ worker, runId: input.run_id });
+        events.push({ t: now(), what: 'release', worker });
+        const released = leased.get(worker) === input.run_id;
+        if (released) leased.delete(worker);
+        return { released, worker_id: worker };
+      },
     };
   };
 
-  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, applied, announces: () => announces };
+  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, applied, releases, unloads, leased, announces: () => announces };
 }

@@ -1,25 +1,26 @@
 /**
- * Replays recorded TrainRun / StepRollouts histories through today's workflow
- * code: a change that would break running workflows (non-determinism) fails
- * here, before a deploy. Wrap such changes in patched('<id>').
- * Re-record: RATCHET_RECORD_HISTORIES=1 npx jest --selectProjects unit --runTestsByPath test/unit/workflow.test.ts
+ * Replays every recorded TrainRun / StepRollouts / EvalSweep history, of every
+ * release (test/fixtures/histories/v<version>/), through today's workflow code:
+ * a change that would break running workflows (non-determinism) fails here,
+ * before a deploy. Wrap such changes in patched() (src/workflows/patches.ts).
+ * Record: bash infra/record-histories.sh (README: "Upgrading under running runs").
  */
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import { historyFromObject } from './workflowHistories';
+import { storedHistories } from '../helpers/histories';
 
-jest.setTimeout(120_000);
+jest.setTimeout(300_000);
 
-const DIR = path.join(__dirname, '..', 'fixtures', 'histories');
-
-test('recorded TrainRun histories replay deterministically', async () => {
+test('every recorded history of every release replays deterministically', async () => {
   Runtime.install({ logger: new DefaultLogger('WARN') });
-  const files = (await fs.readdir(DIR)).filter((f) => f.endsWith('.json')).sort();
-  expect(files.length).toBeGreaterThanOrEqual(3);
-  const histories = await Promise.all(files.map(async (f) => ({
-    workflowId: f.replace(/\.json$/, ''),
-    history: historyFromObject(JSON.parse(await fs.readFile(path.join(DIR, f), 'utf8'))),
+  const stored = await storedHistories();
+  expect(new Set(stored.map((s) => s.release)).size).toBeGreaterThanOrEqual(1);
+  expect(stored.length).toBeGreaterThanOrEqual(3);
+  const histories = await Promise.all(stored.map(async (s) => ({
+    workflowId: `${s.release}/${path.basename(s.file, '.json')}`,
+    history: historyFromObject(JSON.parse(await fs.readFile(s.file, 'utf8'))),
   })));
   const failures: string[] = [];
   let replayed = 0;
@@ -28,5 +29,5 @@ test('recorded TrainRun histories replay deterministically', async () => {
     if (r.error) failures.push(`${r.workflowId}: ${r.error.message}`);
   }
   expect(failures).toEqual([]);
-  expect(replayed).toBe(files.length);
+  expect(replayed).toBe(stored.length);
 });

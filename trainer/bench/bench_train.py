@@ -6,8 +6,14 @@ fine-tuning runs last because it unfreezes and updates the base.
 
 Usage (on the GPU box):
   PYTHONPATH=trainer python3 trainer/bench/bench_train.py --out $OUT/bench.json
-  python3 trainer/bench/bench_train.py --packing --out $OUT/packing.json   # packed vs padded, mixed lengths
-  python3 trainer/bench/bench_train.py --tiny        # CPU smoke test of the script itself
+  python3 trainer/bench/bench_train.py --ladder --seqs 4096 --out $OUT/ladder.json   # each change vs the previous
+  python3 trainer/bench/bench_train.py --packing --out $OUT/packing.json   # padded / packed sdpa / packed flex
+  python3 trainer/bench/bench_train.py --logprob-memory --seqs 8192 --out $OUT/lp.json
+  python3 trainer/bench/bench_train.py --tiny --ladder  # CPU smoke test of the script itself
+
+Runs use the trainer's current defaults (bf16 LoRA with fp32 masters, chunked
+logprobs, attention "auto") unless a mode compares them with BASELINE, the
+pre-issue-15 settings (fp32 LoRA, full logits, SDPA), in the same run.
 
 The main table uses equal-length samples in the padded layout (nothing to pad).
 --packing measures what RL batches look like: sample lengths spread uniformly
@@ -43,7 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ratchet_trainer.core.batch import batch_from_tensors  # noqa: E402
 from ratchet_trainer.core.config import parse_trainer_config  # noqa: E402
-from ratchet_trainer.core.model import apply_activation_checkpointing, build_base, make_trainable  # noqa: E402
+from ratchet_trainer.core.logprobs import HeadInput, logprobs_from_hidden, logprobs_from_logits  # noqa: E402
+from ratchet_trainer.core.model import (apply_activation_checkpointing, build_base, make_trainable,  # noqa: E402
+                                        uncompile_layers)
 from ratchet_trainer.core.trainer import Trainer  # noqa: E402
 
 QWEN3_8B = {
@@ -86,29 +94,39 @@ def flops_per_step(model_conf: dict, n_nonembed: int, n_lora: int, tokens: int, 
     return float((dense + attn) * tokens)
 
 
+# Today's (pre-issue-15) settings, for baselines measured in the same run.
+BASELINE = {"lora_dtype": "float32", "logprob_chunk_tokens": 0, "attn": "sdpa", "compile": False}
+CURRENT = {"lora_dtype": "auto", "logprob_chunk_tokens": 1024, "attn": "auto", "compile": "auto"}
+
+
 def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, samples: int, steps: int,
             device, peak: float, gen, packing: bool = False, lengths: list[int] | None = None,
-            micro_batch_tokens: int | None = None) -> dict:
+            micro_batch_tokens: int | None = None, opts: dict | None = None, label: str = "") -> dict:
+    opts = {**CURRENT, **(opts or {})}
     lora = None if method == "full" else {"rank": rank, "alpha": 2 * rank, "dropout": 0.0}
     cfg = parse_trainer_config({
-        "model": {"config": model_conf, "lora": lora, "ac": {"freq": 1 if ac else 0}},
-        "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": seq,
+        "model": {"config": model_conf, "lora": lora, "ac": {"freq": 1 if ac else 0},
+                  "lora_dtype": opts["lora_dtype"], "attn_implementation": opts["attn"], "compile": opts["compile"]},
+        "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": seq, "logprob_chunk_tokens": opts["logprob_chunk_tokens"],
         "micro_batch_tokens": micro_batch_tokens or max(4096, seq), "packing": packing,
     })
     lengths = lengths or [seq] * samples
     tokens = sum(lengths)
-    rec = {"method": method, "rank": rank if lora else None, "seq_len": seq, "ac": ac, "samples": samples,
-           "tokens_per_step": tokens, "micro_batch_tokens": cfg.micro_batch_tokens,
-           "layout": "packed" if packing else "padded"}
+    rec = {"label": label, "method": method, "rank": rank if lora else None, "seq_len": seq, "ac": ac,
+           "samples": samples, "tokens_per_step": tokens, "micro_batch_tokens": cfg.micro_batch_tokens,
+           "layout": "packed" if packing else "padded", "opts": opts}
     torch.cuda.empty_cache() if device.type == "cuda" else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     model = None
     trainer = None
+    trainer_compiled = False
     try:
         apply_activation_checkpointing(base, cfg.model.ac.freq)
         model = make_trainable(base, cfg)
         trainer = Trainer("bench", cfg, device=device, model=model)
+        rec["attn"] = trainer.attn_implementation
+        rec["compiled"] = trainer_compiled = trainer.compiled
         n_lora = sum(p.numel() for p in trainer.params) if lora else 0
         n_embed = base.get_input_embeddings().weight.numel()
         n_nonembed = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n) - n_embed
@@ -133,13 +151,21 @@ def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, sample
                    loss=m["loss"], grad_norm=m["grad_norm"])
     except torch.cuda.OutOfMemoryError as e:
         rec.update(status="oom", error=str(e).splitlines()[0][:300])
+    except Exception as e:  # a kernel that fails to compile or run is a result too, recorded
+        log.exception("run failed")
+        rec.update(status="error", error=f"{type(e).__name__}: {str(e)[:500]}")
     if device.type == "cuda":
         rec["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         rec["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
     # Give the base model back clean for the next configuration.
     if trainer is not None:
         trainer.optimizer.state.clear()
+        if trainer.master is not None:
+            trainer.master.remove()
         del trainer
+    if trainer_compiled:
+        uncompile_layers(base)
+        torch._dynamo.reset()
     if lora is not None and model is not None and hasattr(model, "unload"):
         model.unload()
     for p in base.parameters():
@@ -148,6 +174,55 @@ def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, sample
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return rec
+
+
+def logprob_memory(seq: int, hidden_size: int, vocab: int, device, chunk: int) -> list[dict]:
+    """Peak memory and time of the logprob computation alone (projection, log-softmax, entropy,
+    backward to the hidden states) for one row of `seq` tokens, 7/8 of them trainable:
+    full logits (the pre-issue-15 path) vs chunked from hidden states."""
+    g = torch.Generator(device=device).manual_seed(0)
+    weight = (torch.randn(vocab, hidden_size, device=device, generator=g) * 0.02).to(torch.bfloat16)
+    ids = torch.randint(0, vocab, (1, seq), device=device, generator=g)
+    sel = torch.zeros(1, seq - 1, dtype=torch.bool, device=device)
+    sel[:, seq // 8 :] = True
+    out = []
+    h0 = torch.randn(1, seq, hidden_size, device=device, generator=g).to(torch.bfloat16)
+    for name in ("full_logits", "chunked"):
+        hidden = h0.clone().requires_grad_(True)  # the same inputs for both paths
+        times = []
+        for rep in range(3):
+            hidden.grad = None
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base_mem = torch.cuda.memory_allocated()
+            t0 = time.perf_counter()
+            if name == "full_logits":
+                lp, ent = logprobs_from_logits(torch.nn.functional.linear(hidden, weight), ids, sel)
+            else:
+                lp, ent = logprobs_from_hidden(HeadInput(hidden, weight, chunk_tokens=chunk), ids, sel)
+            lp.sum().backward()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            peak = (torch.cuda.max_memory_allocated() - base_mem) / 2**30
+        rec = {"path": name, "seq": seq, "vocab": vocab, "trainable_tokens": int(sel.sum()), "chunk_tokens": chunk,
+               "peak_extra_gib": peak, "time_s": sorted(times[1:])[0], "logprob_sum": float(lp.sum()),
+               "entropy_mean": float(ent.mean())}
+        out.append(rec)
+        print(json.dumps(rec), flush=True)
+        del hidden, lp, ent
+        torch.cuda.empty_cache()
+    return out
+
+
+def print_table(runs: list[dict]) -> None:
+    print(f"\n{'label':34} {'layout':7} {'attn':14} {'seq':>5} {'tok/step':>8} {'step s':>7} {'tok/s':>8} {'MFU':>6} {'peak GiB':>8}")
+    for r in runs:
+        if r["status"] == "ok":
+            print(f"{r['label']:34} {r['layout']:7} {r.get('attn', ''):14} {r['seq_len']:5} {r['tokens_per_step']:8} "
+                  f"{r['step_s']:7.2f} {r['tokens_per_s']:8.0f} {r['mfu']:6.1%} {r.get('peak_allocated_gib', 0):8.1f}")
+        else:
+            print(f"{r['label']:34} {r['layout']:7} {r.get('attn', ''):14} {r['seq_len']:5} {r['status']} "
+                  f"{r.get('error', '')[:120]}")
 
 
 def main() -> None:
@@ -160,7 +235,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--packing", action="store_true",
-                    help="packed vs padded on mixed-length samples (LoRA r=4, checkpointing on; --samples default 16)")
+                    help="padded vs packed (SDPA) vs packed (FlexAttention) on mixed-length samples "
+                         "(LoRA r=16, checkpointing on; --samples default 16)")
+    ap.add_argument("--ladder", action="store_true",
+                    help="LoRA r=16, seq 4k, no checkpointing: each issue-15 change on top of the previous")
+    ap.add_argument("--logprob-memory", action="store_true", help="memory of the logprob computation at --seqs")
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--layouts", default="padded,packed-sdpa,packed-flex", help="--packing: which layouts")
+    ap.add_argument("--compile", action="store_true", help="--packing: torch.compile the decoder layers in every run")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -168,37 +250,59 @@ def main() -> None:
     model_conf = TINY if args.tiny else QWEN3_8B
     gpu = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     peak = next((v for k, v in PEAK_BF16.items() if k in gpu), 989e12)
+    results = {"gpu": gpu, "torch": torch.__version__, "peak_flops": peak, "model": model_conf, "argv": sys.argv,
+               "runs": []}
+    seqs = [int(s) for s in args.seqs.split(",")]
+
+    if args.logprob_memory:
+        results["mode"] = "logprob_memory"
+        for seq in seqs:
+            results["runs"] += logprob_memory(seq, model_conf["hidden_size"], model_conf["vocab_size"], device, 1024)
+            Path(args.out).write_text(json.dumps(results, indent=1))
+        return
+
     t0 = time.perf_counter()
-    base_cfg = parse_trainer_config({"model": {"config": model_conf, "lora": None}, "seq_len": 8192})
-    base = build_base(base_cfg, device)
+    base_cfg = parse_trainer_config({"model": {"config": model_conf, "lora": None}, "seq_len": 8192, "device": device.type})
+    base = build_base(base_cfg, device, "sdpa")
     base.requires_grad_(False)
     build_s = time.perf_counter() - t0
     n_params = sum(p.numel() for p in base.parameters())
     print(f"built {n_params/1e9:.2f}B params on {gpu} in {build_s:.1f}s", flush=True)
-
-    results = {"gpu": gpu, "torch": torch.__version__, "peak_flops": peak, "model": model_conf,
-               "params": n_params, "build_s": build_s, "runs": []}
+    results.update(params=n_params, build_s=build_s)
     gen = torch.Generator().manual_seed(0)
-    seqs = [int(s) for s in args.seqs.split(",")]
+
+    def record(rec: dict) -> None:
+        results["runs"].append(rec)
+        print(json.dumps(rec), flush=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))
+
+    if args.ladder:
+        results["mode"] = "ladder"
+        seq = seqs[0]
+        steps = [("baseline: fp32 LoRA, full logits", BASELINE),
+                 ("+ chunked logprobs", {**BASELINE, "logprob_chunk_tokens": 1024}),
+                 ("+ bf16 LoRA, fp32 masters", {**BASELINE, "logprob_chunk_tokens": 1024, "lora_dtype": "auto"}),
+                 ("+ torch.compile (decoder layers)", {**CURRENT, "compile": True})]
+        for label, opts in steps:
+            record(run_one(base, model_conf, "lora", args.rank, seq, False, args.samples, args.steps, device, peak,
+                           gen, opts=opts, label=label))
+        print_table(results["runs"])
+        return
+
     if args.packing:
         results["mode"] = "packing"
         samples = args.samples if args.samples != 4 else 16
         for seq in seqs:
             lg = torch.Generator().manual_seed(seq)
             lengths = torch.randint(max(2, seq // 8), seq + 1, (samples,), generator=lg).tolist()
-            for packing in (False, True):
-                rec = run_one(base, model_conf, "lora", 4, seq, True, samples, args.steps, device, peak, gen,
-                              packing=packing, lengths=lengths, micro_batch_tokens=max(4096, seq))
-                results["runs"].append(rec)
-                print(json.dumps(rec), flush=True)
-                Path(args.out).write_text(json.dumps(results, indent=1))
-        print(f"\n{'layout':7} {'seq':>5} {'tok/step':>8} {'micro':>5} {'pad':>5} {'step s':>7} {'tok/s':>8} {'peak GiB':>8}")
-        for r in results["runs"]:
-            if r["status"] == "ok":
-                print(f"{r['layout']:7} {r['seq_len']:5} {r['tokens_per_step']:8} {r['micro_batches']:5} "
-                      f"{r['padding_frac']:5.0%} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} {r.get('peak_allocated_gib', 0):8.1f}")
-            else:
-                print(f"{r['layout']:7} {r['seq_len']:5} {r['status']}")
+            layouts = {"padded": (False, "sdpa"), "packed-sdpa": (True, "sdpa"), "packed-flex": (True, "flex_attention")}
+            for label in args.layouts.split(","):
+                packing, attn = layouts[label]
+                record(run_one(base, model_conf, "lora", args.rank, seq, True, samples, args.steps, device, peak, gen,
+                               packing=packing, lengths=lengths, micro_batch_tokens=max(4096, seq),
+                               opts={"attn": attn, "compile": args.compile},
+                               label=label + (" +compile" if args.compile else "")))
+        print_table(results["runs"])
         return
 
     acs = [a == "1" for a in args.ac.split(",")]
@@ -209,22 +313,11 @@ def main() -> None:
             base.requires_grad_(True)
         for ac in acs:
             for seq in seqs:
-                rec = run_one(base, model_conf, kind, rank, seq, ac, args.samples, args.steps, device, peak, gen)
-                results["runs"].append(rec)
-                print(json.dumps(rec), flush=True)
-                Path(args.out).write_text(json.dumps(results, indent=1))
+                record(run_one(base, model_conf, kind, rank, seq, ac, args.samples, args.steps, device, peak, gen,
+                               label=method))
         if kind == "full":
             base.requires_grad_(False)
-
-    print(f"\n{'method':8} {'ac':3} {'seq':>5} {'tok/step':>8} {'step s':>7} {'tok/s':>8} {'MFU':>6} {'peak GiB':>8}")
-    for r in results["runs"]:
-        name = r["method"] + (str(r["rank"]) if r["rank"] else "")
-        if r["status"] == "ok":
-            print(f"{name:8} {int(r['ac']):3} {r['seq_len']:5} {r['tokens_per_step']:8} {r['step_s']:7.2f} "
-                  f"{r['tokens_per_s']:8.0f} {r['mfu']:6.1%} {r.get('peak_allocated_gib', 0):8.1f}")
-        else:
-            print(f"{name:8} {int(r['ac']):3} {r['seq_len']:5} {r['tokens_per_step']:8} {r['status']:>7} "
-                  f"{'':8} {'':6} {r.get('peak_allocated_gib', 0):8.1f}")
+    print_table(results["runs"])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The trainer as a Temporal activity worker (worker-specific task queue pattern).
 
 It polls the shared queue `ratchet-trainer` for `trainer.announce` only, which
-answers with this process's own queue; `trainer.load`, `trainer.step` and
+answers with this process's own queue, and only to the run that holds (or now
+claims) its lease (lease.py): a trainer belongs to one run at a time; `trainer.load`, `trainer.step` and
 `trainer.save` go to that queue, so every call of a run reaches the process
 that holds its model in memory. If this process dies, its queue goes quiet; the
 workflow announces again, and the new worker first loads the last checkpoint.
@@ -24,8 +25,9 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -38,7 +40,8 @@ from .core.batch import BatchError, load_batch
 from .core.checkpoint import CheckpointError, read_checkpoint_state, restore_checkpoint, save_checkpoint
 from .core.config import ConfigError, parse_trainer_config
 from .core.store import StoreConfigError, StoreUnavailable, store_for
-from .core.trainer import StepOrderError, Trainer
+from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError, Trainer
+from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
 from .liveness import LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
 
 log = logging.getLogger("ratchet_trainer.worker")
@@ -57,7 +60,10 @@ FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 # The activities that touch the model run in a thread and opt out of the SDK's
 # thread-injected cancel exception (see the heartbeat in step).
 # Input errors: retrying the same payload cannot succeed, so fail the activity at once.
-_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, ArtifactError, StoreConfigError, StoreUnavailable)
+_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, StepConflictError, ArtifactError, StoreConfigError, StoreUnavailable)
+# Deterministic for one step: the same batch fails the same way on any trainer. The
+# workflow records the step with the error and goes on (docs/contracts.md).
+_STEP_FAULTS = {NonFiniteGradientError: "NonFiniteGradient", StepOutOfMemoryError: "StepOutOfMemory"}
 
 
 @functools.cache
@@ -100,13 +106,46 @@ class TrainerActivities:
     """Holds at most one run's trainer; activities on it are serialised by a lock."""
 
     def __init__(self, artifacts_root: Path, worker_id: str | None = None, shared_queue: str = SHARED_QUEUE,
-                 liveness: ProcessLiveness | None = None):
+                 liveness: ProcessLiveness | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S):
         self.artifacts_root = artifacts_root
         self.liveness = liveness
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.task_queue = f"{shared_queue}-{self.worker_id}"
         self.trainer: Trainer | None = None
         self._lock = threading.Lock()
+        # Held for microseconds only (announce runs on the event loop, the rest in threads).
+        self._lease_lock = threading.Lock()
+        self.lease = TrainerLease(ttl_s=lease_ttl_s)
+
+    def _busy(self, run_id: str, retryable: bool) -> ApplicationError:
+        return ApplicationError(
+            f"trainer {self.worker_id} is leased to run {self.lease.holder_now()!r}, not {run_id!r}. "
+            "The run waits for a free trainer (status waiting-for-trainer); start another trainer worker "
+            "(python -m ratchet_trainer.worker, with its own --metrics-port) or stop the other run",
+            type="TrainerBusy", non_retryable=not retryable,
+        )
+
+    @contextmanager
+    def _leased(self, run_id: str, on_busy: str) -> Iterator[None]:
+        """One call of run_id: claims or renews the lease, which cannot expire while the call runs."""
+        if not isinstance(run_id, str) or not run_id:
+            yield  # no run: the activity itself names the missing field
+            return
+        with self._lease_lock:
+            if not self.lease.claim(run_id):
+                if on_busy == "busy":
+                    raise self._busy(run_id, retryable=False)
+                raise ApplicationError(
+                    f"worker {self.worker_id} no longer holds run {run_id!r}: its lease expired and run "
+                    f"{self.lease.holder_now()!r} took the trainer. Fix: none needed, the run re-announces and reloads its checkpoint",
+                    type="TrainerNotLoaded", non_retryable=True,
+                )
+            self.lease.begin(run_id)
+        try:
+            yield
+        finally:
+            with self._lease_lock:
+                self.lease.end(run_id)
 
     def _fail(self, e: Exception) -> ApplicationError:
         # StoreUnavailable keeps its type: the workflow waits for the store (waiting-for-store) and calls again.
@@ -138,8 +177,28 @@ class TrainerActivities:
         return activity_liveness(name, cfg, self.liveness)
 
     @activity.defn(name="trainer.announce")
-    async def announce(self, _: dict[str, Any] | None = None) -> dict[str, str]:
+    async def announce(self, req: dict[str, Any] | None = None) -> dict[str, str]:
+        run_id = (req or {}).get("run_id")
+        if isinstance(run_id, str) and run_id:
+            with self._lease_lock:
+                if not self.lease.claim(run_id):
+                    # Retryable: the retry goes back to the shared queue, where a free trainer may take it.
+                    raise self._busy(run_id, retryable=True)
+            log.info("trainer leased", extra={"run_id": run_id, "worker_id": self.worker_id})
         return {"task_queue": self.task_queue, "worker_id": self.worker_id}
+
+    @activity.defn(name="trainer.release", no_thread_cancel_exception=True)
+    def release(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The run ended: give the trainer back and free its model's memory. Idempotent."""
+        run_id = req.get("run_id")
+        with self._lock, self._lease_lock:
+            released = self.lease.release(run_id)
+            if released and self.trainer is not None and self.trainer.run_id == run_id:
+                self.trainer = None
+        if released:
+            release_freed_memory()
+            log.info("trainer released", extra={"run_id": run_id, "worker_id": self.worker_id})
+        return {"released": released, "worker_id": self.worker_id}
 
     @activity.defn(name="trainer.load", no_thread_cancel_exception=True)
     def load(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +206,7 @@ class TrainerActivities:
         if not isinstance(run_id, str) or not run_id:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
         store = self._store(req)
-        with self._live("trainer.load", req) as live, self._lock:
+        with self._live("trainer.load", req) as live, self._lock, self._leased(run_id, on_busy="busy"):
             live.progress({"phase": "loading", "run_id": run_id})
             try:
                 cfg = parse_trainer_config(req.get("trainer_config") or {})
@@ -175,14 +234,19 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.step", no_thread_cancel_exception=True)
     def step(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._live("trainer.step", req) as live, self._lock:
+        with self._live("trainer.step", req) as live, self._lock, self._leased(req.get("run_id"), on_busy="gone"):
             live.progress({"phase": "lock acquired", "step": req.get("step")})
             trainer = self._trainer_for(req.get("run_id"))
             step = req.get("step")
             if not isinstance(step, int) or step < 0:
                 raise ApplicationError(f"trainer.step needs step (an integer >= 0), got {step!r}", type="BatchError", non_retryable=True)
-            if step in trainer.ledger:
-                return {**trainer.ledger[step], "applied": False}
+            batch_sha256 = (req.get("batch") or {}).get("sha256")
+            try:
+                done = trainer.applied(step, batch_sha256)
+            except _NON_RETRYABLE as e:
+                raise self._fail(e) from e
+            if done is not None:
+                return done
             fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
             fault_step = os.environ.get(FAULT_STEP_ENV)
             if fault_step not in (None, "") and int(fault_step) != step:
@@ -202,9 +266,12 @@ class TrainerActivities:
 
             try:
                 batch = load_batch(check_ref(req.get("batch"), "batch"), check_ref(req.get("manifest"), "batch manifest"), self._store(req))
-                metrics = trainer.step(step, batch, heartbeat=heartbeat)
+                metrics = trainer.step(step, batch, heartbeat=heartbeat, batch_sha256=batch_sha256)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
+            except tuple(_STEP_FAULTS) as e:
+                log.warning("step fault: nothing applied, the run skips this step", extra={"run_id": trainer.run_id, "step": step, "error": str(e)})
+                raise ApplicationError(str(e), type=_STEP_FAULTS[type(e)], non_retryable=True) from e
             finally:
                 release_freed_memory()
             if metrics.get("applied"):
@@ -213,7 +280,7 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.save", no_thread_cancel_exception=True)
     def save(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._live("trainer.save", req) as live, self._lock:
+        with self._live("trainer.save", req) as live, self._lock, self._leased(req.get("run_id"), on_busy="gone"):
             trainer = self._trainer_for(req.get("run_id"))
             live.progress({"phase": "saving", "step": req.get("step")})
             try:
@@ -259,7 +326,7 @@ class JsonFormatter(logging.Formatter):
 
 async def run_worker(address: str | None, namespace: str | None, artifacts_root: Path, ready_file: Path | None = None,
                      shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None, profile: str | None = None,
-                     liveness_file: Path | None = None) -> None:
+                     liveness_file: Path | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> None:
     # address/namespace/profile: flags over TEMPORAL_* over temporal.toml (ratchet_trainer/connection.py).
     conn = connection.resolve(address, namespace, profile)
     client = await connection.connect_client(conn, **({"runtime": runtime} if runtime else {}))
@@ -267,11 +334,11 @@ async def run_worker(address: str | None, namespace: str | None, artifacts_root:
     # Touched every few seconds while the process runs and no activity is stalled; the stack's supervisor
     # kill -9s and restarts a trainer whose file goes stale (frozen, wedged): it cannot do that itself.
     liveness = ProcessLiveness(liveness_file).start()
-    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness)
+    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness, lease_ttl_s=lease_ttl_s)
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     shared = Worker(client, task_queue=shared_queue, activities=[acts.announce])
-    own = Worker(client, task_queue=acts.task_queue, activities=[acts.announce, acts.load, acts.step, acts.save],
+    own = Worker(client, task_queue=acts.task_queue, activities=[acts.announce, acts.load, acts.step, acts.save, acts.release],
                  activity_executor=pool, max_concurrent_activities=2)
     log.info("trainer worker started", extra={"address": address, "worker_id": acts.worker_id,
                                               "task_queue": acts.task_queue, "artifacts": str(artifacts_root)})
@@ -291,6 +358,8 @@ def main() -> None:
     ap.add_argument("--liveness-file", type=Path, default=liveness_file_from_env(),
                     help="touched every 5 s while this trainer is live (default $RATCHET_LIVENESS_FILE; none if unset)")
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--lease-minutes", type=float, default=float(os.environ.get("RATCHET_TRAINER_LEASE_MINUTES", DEFAULT_LEASE_TTL_S / 60)),
+                    help="a run that has not called this trainer for this long loses it to another run (default 30)")
     ap.add_argument("--metrics-port", default=os.environ.get("RATCHET_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
                     help=f"Prometheus endpoint on 127.0.0.1 (SDK runtime + ratchet_trainer_*), default {DEFAULT_METRICS_PORT}; off disables")
     args = ap.parse_args()
@@ -303,9 +372,11 @@ def main() -> None:
         raise SystemExit(f"error: {e}") from None
     runtime = telemetry_runtime(args.metrics_port)
     log.info("Prometheus metrics", extra={"url": f"http://127.0.0.1:{args.metrics_port}/metrics" if runtime else "off"})
+    if args.lease_minutes <= 0:
+        raise SystemExit(f"--lease-minutes / RATCHET_TRAINER_LEASE_MINUTES={args.lease_minutes} must be > 0. Fix: e.g. 30")
     try:
         asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime, args.profile,
-                               args.liveness_file))
+                               args.liveness_file, lease_ttl_s=args.lease_minutes * 60))
     except ConnectionError as e:
         raise SystemExit(f"error: {e}") from None
 

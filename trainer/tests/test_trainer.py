@@ -222,3 +222,52 @@ def test_packing_auto_is_padded_on_cpu_and_explicit_settings_win():
     assert Trainer("run", make_cfg("tiny")).packing is False  # default "auto", device cpu
     assert Trainer("run", make_cfg("tiny", packing=True)).packing is True
     assert Trainer("run", make_cfg("tiny", packing=False)).packing is False
+
+
+def _with_random_lora_b(trainer, seed=0):
+    # A fresh adapter's B is 0, so dropout on A's input would change nothing: give B weight.
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in trainer.model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def test_training_logprobs_are_computed_with_dropout_off(tmp_path):
+    # LoRA dropout 0.5: with dropout on in the training forward, the trainer's
+    # logprobs differ from the policy's (the ones vLLM samples from) and an
+    # on-policy batch shows a large, random mismatch.
+    trainer = Trainer("run", make_cfg("tiny", model={"config": __import__("helpers").TINY,
+                                                        "lora": {"rank": 8, "alpha": 16, "dropout": 0.5}}))
+    _with_random_lora_b(trainer)
+    samples = make_samples(trainer.vocab_size)
+    m = trainer.step(0, load_batch(*on_policy_batch(trainer, tmp_path, samples, 0)))
+    assert m["mismatch_abs_max"] < 1e-4, m
+    assert m["mismatch_capped_frac"] == 0 and m["mismatch_masked_frac"] == 0
+
+
+def test_trainer_scores_at_the_sampling_temperature(tmp_path):
+    # Inference logprobs of softmax(logits / 0.6), as vLLM's processed logprobs are:
+    # the trainer configured with that temperature agrees with them.
+    cfg = make_cfg("tiny", loss={"temperature": 0.6})
+    trainer = Trainer("run", cfg)
+    samples = make_samples(trainer.vocab_size)
+    refs = on_policy_batch(trainer, tmp_path, samples, 0)
+    m = trainer.step(0, load_batch(*refs))
+    assert m["mismatch_abs_max"] < 1e-4
+    cold = Trainer("run", make_cfg("tiny"))  # same seed, same weights, T = 1
+    b = load_batch(*refs)
+    off = b.sample_offsets.tolist()
+    diff = max(float((lp - b.inference_logprobs[off[i]:off[i + 1]]).abs().max())
+               for i, lp in enumerate(cold.sample_logprobs(b)))
+    assert diff > 0.05
+
+
+def test_split_trajectory_step_runs_and_counts_trajectories(tmp_path):
+    trainer = Trainer("run", make_cfg("tiny", loss={"type": "gspo"}))
+    samples = make_samples(trainer.vocab_size)
+    for s, t in zip(samples, (0, 0, 1, 2)):
+        s["trajectory"] = t
+    samples[1]["advantage"] = samples[0]["advantage"]
+    m = trainer.step(0, load_batch(*on_policy_batch(trainer, tmp_path, samples, 0)))
+    assert m["samples"] == 4 and m["trajectories"] == 3 and m["applied"] is True

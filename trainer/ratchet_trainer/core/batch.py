@@ -39,6 +39,11 @@ _TENSORS = {
     "inference_logprobs": torch.float32,
     "sample_offsets": torch.int64,
 }
+# Optional: [S] the trajectory each sample came from (0..K-1, non-decreasing). A
+# trajectory whose chat template broke the multi-turn prefix arrives as several
+# samples (segments); the loss weighs and ratios whole trajectories. Absent: one
+# trajectory per sample.
+_TRAJECTORY_INDEX = "trajectory_index"
 
 
 class BatchError(ValueError):
@@ -54,10 +59,28 @@ class Batch:
     inference_logprobs: torch.Tensor  # [T] float32
     sample_offsets: torch.Tensor  # [S+1] int64
     manifest: dict[str, Any]
+    trajectory_index: torch.Tensor | None = None  # [S] int64; None: one trajectory per sample
 
     @property
     def num_samples(self) -> int:
         return int(self.sample_offsets.numel() - 1)
+
+    def trajectories(self) -> torch.Tensor:
+        """[S] the trajectory of each sample (each sample its own when the batch says nothing)."""
+        if self.trajectory_index is None:
+            return torch.arange(self.num_samples, dtype=torch.long)
+        return self.trajectory_index
+
+    def trajectory_units(self) -> list[list[int]]:
+        """Samples grouped by trajectory, in batch order: a micro-batch holds whole units."""
+        units: list[list[int]] = []
+        prev = None
+        for i, t in enumerate(self.trajectories().tolist()):
+            if t != prev:
+                units.append([])
+                prev = t
+            units[-1].append(i)
+        return units
 
     def sample_lengths(self) -> list[int]:
         return (self.sample_offsets[1:] - self.sample_offsets[:-1]).tolist()
@@ -111,6 +134,16 @@ def batch_from_tensors(tensors: dict[str, torch.Tensor], manifest: dict[str, Any
     mask = tensors["loss_mask"].bool()
     if bool(mask[off[:-1]].any()):
         raise BatchError(f"{source}: the first token of a sample is marked trainable; it has no context to be predicted from")
+    traj = tensors.get(_TRAJECTORY_INDEX)
+    if traj is not None:
+        S = off.numel() - 1
+        if traj.dtype != torch.int64 or traj.dim() != 1 or traj.numel() != S:
+            raise BatchError(f"{source}: tensor {_TRAJECTORY_INDEX!r} is {traj.dtype} with shape {list(traj.shape)}, "
+                             f"expected 1-D int64 with one entry per sample ({S})")
+        steps = traj[1:] - traj[:-1]
+        if S and (int(traj[0]) != 0 or bool(((steps != 0) & (steps != 1)).any())):
+            raise BatchError(f"{source}: {_TRAJECTORY_INDEX} must start at 0 and rise by 0 or 1 from one sample to the next "
+                             f"(a trajectory's segments are adjacent); got {traj.tolist()[:8]}...")
     return Batch(
         input_ids=tensors["input_ids"].long(),
         position_ids=tensors["position_ids"].long(),
@@ -119,6 +152,7 @@ def batch_from_tensors(tensors: dict[str, torch.Tensor], manifest: dict[str, Any
         inference_logprobs=tensors["inference_logprobs"].float(),
         sample_offsets=off.long(),
         manifest=manifest,
+        trajectory_index=traj.long() if traj is not None else None,
     )
 
 
@@ -144,46 +178,52 @@ def check_batch_fits(batch: Batch, vocab_size: int, seq_len: int, run_id: str | 
                          "Fix: truncate in the batch builder or raise seq_len")
 
 
-def plan_micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
+def plan_micro_batches(lengths: list[int], token_budget: int, units: list[list[int]] | None = None) -> list[list[int]]:
     """Padded layout: group whole samples, in order, so that rows * longest row <= token_budget.
 
-    Order is kept so that a step's arithmetic (and so its result) depends only on
-    the batch and the budget, never on timing.
+    `units` (default: each sample alone) are never split across micro-batches: a
+    trajectory's segments share GSPO's sequence ratio. Order is kept so that a
+    step's arithmetic (and so its result) depends only on the batch and the
+    budget, never on timing.
     """
+    units = units if units is not None else [[i] for i in range(len(lengths))]
     groups: list[list[int]] = []
     cur: list[int] = []
     cur_max = 0
-    for i, n in enumerate(lengths):
-        new_max = max(cur_max, n)
-        if cur and new_max * (len(cur) + 1) > token_budget:
+    for u in units:
+        new_max = max([cur_max] + [lengths[i] for i in u])
+        if cur and new_max * (len(cur) + len(u)) > token_budget:
             groups.append(cur)
-            cur, new_max = [], n
-        cur.append(i)
+            cur, new_max = [], max(lengths[i] for i in u)
+        cur.extend(u)
         cur_max = new_max
     if cur:
         groups.append(cur)
     return groups
 
 
-def plan_packed_micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
+def plan_packed_micro_batches(lengths: list[int], token_budget: int, units: list[list[int]] | None = None) -> list[list[int]]:
     """Packed layout: first-fit decreasing of whole samples into rows of <= token_budget tokens.
 
-    A sample longer than the budget gets a row of its own. Deterministic (ties
-    broken by sample index) and each row lists its samples in batch order, so a
-    step's result depends only on the batch and the budget.
+    A sample (or unit: a trajectory's segments, kept together) longer than the
+    budget gets a row of its own. Deterministic (ties broken by sample index) and
+    each row lists its samples in batch order, so a step's result depends only on
+    the batch and the budget.
     """
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    units = units if units is not None else [[i] for i in range(len(lengths))]
+    size = [sum(lengths[i] for i in u) for u in units]
+    order = sorted(range(len(units)), key=lambda k: (-size[k], units[k][0]))
     rows: list[list[int]] = []
     free: list[int] = []
-    for i in order:
-        n = lengths[i]
+    for k in order:
+        n = size[k]
         for r, room in enumerate(free):
             if n <= room:
-                rows[r].append(i)
+                rows[r].extend(units[k])
                 free[r] -= n
                 break
         else:
-            rows.append([i])
+            rows.append(list(units[k]))
             free.append(max(token_budget - n, 0))
     rows = [sorted(r) for r in rows]
     rows.sort(key=lambda r: r[0])
@@ -243,7 +283,8 @@ def make_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device, 
 def write_batch(directory: Path, name: str, samples: list[dict[str, Any]], manifest: dict[str, Any]) -> tuple[ArtifactRef, ArtifactRef]:
     """Pack samples into the contract's format (tests, benchmarks, fixtures).
 
-    Each sample: input_ids, loss_mask, advantage (float), inference_logprobs (list, same length).
+    Each sample: input_ids, loss_mask, advantage (float), inference_logprobs (list, same length),
+    and optionally trajectory (int: samples of one trajectory are adjacent and share it).
     """
     ids, pos, mask, adv, lp, offsets = [], [], [], [], [], [0]
     for s in samples:
@@ -262,6 +303,8 @@ def write_batch(directory: Path, name: str, samples: list[dict[str, Any]], manif
         "inference_logprobs": torch.tensor(lp, dtype=torch.float32),
         "sample_offsets": torch.tensor(offsets, dtype=torch.int64),
     }
+    if any("trajectory" in s for s in samples):
+        tensors[_TRAJECTORY_INDEX] = torch.tensor([int(s["trajectory"]) for s in samples], dtype=torch.int64)
     directory.mkdir(parents=True, exist_ok=True)
     bpath, mpath = directory / f"{name}.safetensors", directory / f"{name}.json"
     save_file(tensors, str(bpath))

@@ -1,13 +1,17 @@
 """Checkpoint I/O, laid out as docs/contracts.md says.
 
-runs/<run_id>/checkpoints/step-<n>/
+runs/<run_id>/checkpoints/step-<n>-<batch sha256, first 16 hex>/
   adapter/            LoRA: peft adapter_model.safetensors + adapter_config.json (+ MANIFEST.sha256)
   model/              full fine-tuning: model.safetensors + config.json (+ MANIFEST.sha256)
   optimizer.pt  rng.pt  ledger.json  trainer_state.json  MANIFEST.sha256
 
 The directory is written under a temporary name and renamed, so a reader sees a
-whole checkpoint or none. A save of a step that is already on disk returns the
-existing refs: the same (run, step) always means the same state.
+whole checkpoint or none. The name carries the batch the step trained on: a
+step redone after a crash (the run resumed before recording it, re-sampled, and
+trained another batch) gets its own directory, never the earlier attempt's. A
+save of a (step, batch) already on disk returns the existing refs: the same
+name always means the same state. Ledgers written before batches were recorded
+(no batch_sha256) keep the old `step-<n>` name.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ class CheckpointError(ValueError):
     """A checkpoint that does not belong to this run or model; nothing was changed."""
 
 
-def checkpoint_dir(artifacts_root: Path, run_id: str, step: int) -> Path:
-    return artifacts_root / "runs" / run_id / "checkpoints" / f"step-{step}"
+def checkpoint_dir(artifacts_root: Path, run_id: str, step: int, batch_sha256: str | None = None) -> Path:
+    name = f"step-{step}" if not batch_sha256 else f"step-{step}-{batch_sha256[:16]}"
+    return artifacts_root / "runs" / run_id / "checkpoints" / name
 
 
 def _rng_state() -> dict[str, Any]:
@@ -45,8 +50,10 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def checkpoint_key(run_id: str, step: int) -> str:
-    return f"runs/{run_id}/checkpoints/step-{step}"
+def checkpoint_key(run_id: str, step: int, batch_sha256: str | None = None) -> str:
+    """The store key of a checkpoint: the same content-keyed name as checkpoint_dir (step + batch), so a
+    redone step's upload never meets the earlier attempt's objects."""
+    return f"runs/{run_id}/checkpoints/{checkpoint_dir(Path(), run_id, step, batch_sha256).name}"
 
 
 def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3Store | None = None) -> dict[str, Any]:
@@ -59,7 +66,7 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
         )
     weights = "adapter" if trainer.cfg.model.lora is not None else "model"
     if store is not None:
-        key = checkpoint_key(trainer.run_id, step)
+        key = checkpoint_key(trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
         existing = store.dir_ref(key)
         if existing is None:
             final = _write_local(trainer, artifacts_root, step)
@@ -91,7 +98,7 @@ def _upload(store: S3Store, key: str, final: Path, weights: str) -> None:
 
 
 def _write_local(trainer: Trainer, artifacts_root: Path, step: int) -> Path:
-    final = checkpoint_dir(artifacts_root, trainer.run_id, step)
+    final = checkpoint_dir(artifacts_root, trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
     if not (final / "MANIFEST.sha256").is_file():
         tmp = tmp_sibling(final)
         tmp.mkdir(parents=True)
@@ -110,8 +117,9 @@ def _write_local(trainer: Trainer, artifacts_root: Path, step: int) -> Path:
 def _write(trainer: Trainer, d: Path, step: int) -> None:
     model = trainer.model
     if trainer.cfg.model.lora is not None:
-        # peft's own writer: the layout vLLM's /v1/load_lora_adapter reads.
-        model.save_pretrained(str(d / "adapter"), safe_serialization=True)
+        # peft's own writer: the layout vLLM's /v1/load_lora_adapter reads; fp32 masters, not bf16 copies.
+        with trainer.master_weights():
+            model.save_pretrained(str(d / "adapter"), safe_serialization=True)
         write_manifest(d / "adapter")
     else:
         (d / "model").mkdir()
@@ -183,7 +191,8 @@ def restore_checkpoint(trainer: Trainer, ref: ArtifactRef, store: S3Store | None
         if trainer.cfg.model.lora is not None:
             from peft import set_peft_model_state_dict
 
-            set_peft_model_state_dict(trainer.model, weights)
+            with trainer.master_weights():  # into the fp32 masters; bf16 copies re-rounded on exit
+                set_peft_model_state_dict(trainer.model, weights)
         else:
             trainer.model.load_state_dict(weights, strict=True)
     trainer.optimizer.load_state_dict(optim)

@@ -41,7 +41,15 @@ class ModelConfig:
     # An HF config dict to build a randomly initialised model (tests, benchmarks).
     config: Mapping[str, Any] | None = None
     dtype: str = "auto"  # auto = bfloat16 on cuda, float32 on cpu
-    attn_implementation: str = "sdpa"
+    # auto: FlexAttention (document mask) for packed rows on CUDA, SDPA otherwise.
+    attn_implementation: str = "auto"
+    # LoRA compute precision. auto: the base model's dtype (bf16 on GPU) with fp32 master
+    # weights in the optimiser; float32: adapters compute in fp32 (peft's default, slower).
+    # Not part of the model fingerprint: it changes arithmetic, not the checkpoint's tensors.
+    lora_dtype: str = "auto"
+    # torch.compile each decoder layer. auto: on CUDA (1.4-1.6x on an H100, BENCHMARKS.md),
+    # off on the CPU (compiling costs more than it saves on small test models).
+    compile: bool | str = "auto"
     ac: AcConfig = field(default_factory=AcConfig)
     lora: LoraConfig | None = field(default_factory=LoraConfig)
 
@@ -55,11 +63,17 @@ class OptimConfig:
     max_grad_norm: float = 1.0  # 0 disables clipping
 
 
+# Clip ranges follow the loss: PPO/GRPO clip a token ratio (0.2/0.28, DAPO's
+# clip-higher); GSPO clips a sequence ratio, the exp of a mean log-ratio, whose
+# published ranges are three orders of magnitude smaller (Zheng et al. 2025).
+DEFAULT_CLIP = {"grpo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
+
+
 @dataclass(frozen=True)
 class LossConfig:
     type: str = "grpo"  # grpo (token-level ratio) | gspo (sequence-level ratio)
-    eps_low: float = 0.2
-    eps_high: float = 0.28
+    eps_low: float | None = None  # None: DEFAULT_CLIP[type]
+    eps_high: float | None = None
     # token: mean over all trainable tokens of the batch (DAPO);
     # dr_grpo: sum / (samples * max_tokens), a constant normaliser (Dr. GRPO);
     # sequence_mean: mean per sample, then over samples (original GRPO).
@@ -68,6 +82,25 @@ class LossConfig:
     kl_coef: float = 0.0  # k3 KL to the reference (LoRA: adapter disabled)
     # mean |ratio - 1| above this is reported as `mismatch_exceeded`.
     mismatch_tolerance: float = 0.05
+    # The sampling temperature of the run: logits are divided by it before they
+    # become logprobs, so the trainer scores the distribution vLLM sampled from.
+    temperature: float = 1.0
+    # How the train/inference mismatch is bounded (loss.py):
+    # tis: truncated importance sampling, weight min(pi_trainer / pi_vllm, tis_cap);
+    # mask: the PPO/GSPO ratio against vLLM's logprobs, tokens whose |delta logprob|
+    #       exceeds mask_threshold are dropped from the loss;
+    # none: the ratio against vLLM's logprobs as is (dual clip and floor masking still apply).
+    correction: str = "tis"
+    tis_cap: float = 2.0
+    mask_threshold: float = 1.0  # nats
+    # Dual clip (Ye et al. 2020): for a negative advantage the objective is bounded
+    # below by dual_clip * A, so a token the trainer finds far likelier than the
+    # sampler did cannot get an unbounded gradient. 0 turns it off.
+    dual_clip: float = 3.0
+
+    def clip_range(self) -> tuple[float, float]:
+        lo, hi = DEFAULT_CLIP[self.type]
+        return (lo if self.eps_low is None else self.eps_low, hi if self.eps_high is None else self.eps_high)
 
 
 @dataclass(frozen=True)
@@ -82,6 +115,9 @@ class TrainerConfig:
     # "auto": packed on CUDA, padded on the CPU, where SDPA's math kernel computes a
     # packed row's full [L, L] scores (measured slower than padding; BENCHMARKS.md).
     packing: bool | str = "auto"
+    # Logprobs from the last hidden states, this many tokens at a time, without
+    # materialising [tokens x vocab] logits; 0 = from the model's full logits.
+    logprob_chunk_tokens: int = 1024
     device: str = "auto"
     seed: int = 0
 
@@ -103,9 +139,12 @@ class TrainerConfig:
 
 
 _LOSS_TYPES = ("grpo", "gspo")
+_CORRECTIONS = ("tis", "mask", "none")
 _NORMALIZATIONS = ("token", "dr_grpo", "sequence_mean")
 _DTYPES = ("auto", "bfloat16", "float16", "float32")
 _DEVICES = ("auto", "cpu", "cuda")
+_ATTN = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
+_LORA_DTYPES = ("auto", "float32")
 
 
 def _key(where: str, key: str = "") -> str:
@@ -159,6 +198,10 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     if m.get("path") is not None and not isinstance(m["path"], str):
         raise ConfigError(f"trainer_config.model.path must be a string, got {m['path']!r}")
     _choice(m, "dtype", "model", _DTYPES)
+    _choice(m, "attn_implementation", "model", _ATTN)
+    _choice(m, "lora_dtype", "model", _LORA_DTYPES)
+    if "compile" in m and not (isinstance(m["compile"], bool) or m["compile"] == "auto"):
+        raise ConfigError(f"trainer_config.model.compile must be true, false or \"auto\", got {m['compile']!r}")
     ac = _take(m.get("ac", {}) or {}, AcConfig, "model.ac")
     _num(ac, "freq", "model.ac", int, lo=0)
     m["ac"] = AcConfig(**ac)
@@ -178,7 +221,7 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     model = ModelConfig(**m)
 
     o = _take(top.get("optim", {}) or {}, OptimConfig, "optim")
-    _num(o, "lr", "optim", float, lo=0, lo_open=True)
+    _num(o, "lr", "optim", float, lo=0)  # 0: a control run that samples and scores but never moves
     _num(o, "weight_decay", "optim", float, lo=0)
     _num(o, "eps", "optim", float, lo=0, lo_open=True)
     _num(o, "max_grad_norm", "optim", float, lo=0)
@@ -192,16 +235,32 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     lc = _take(top.get("loss", {}) or {}, LossConfig, "loss")
     _choice(lc, "type", "loss", _LOSS_TYPES)
     _choice(lc, "normalization", "loss", _NORMALIZATIONS)
+    for k in ("eps_low", "eps_high"):
+        if k in lc and lc[k] is None:
+            del lc[k]  # null: the loss type's default
     _num(lc, "eps_low", "loss", float, lo=0, hi=1)
     _num(lc, "eps_high", "loss", float, lo=0)
     _num(lc, "kl_coef", "loss", float, lo=0)
     _num(lc, "mismatch_tolerance", "loss", float, lo=0)
+    _num(lc, "temperature", "loss", float, lo=0, lo_open=True)
+    _choice(lc, "correction", "loss", _CORRECTIONS)
+    _num(lc, "tis_cap", "loss", float, lo=1)
+    _num(lc, "mask_threshold", "loss", float, lo=0, lo_open=True)
+    _num(lc, "dual_clip", "loss", float, lo=0)
+    if lc.get("dual_clip") not in (None, 0.0) and lc["dual_clip"] <= 1:
+        raise ConfigError(f"trainer_config.loss.dual_clip must be 0 (off) or > 1, got {lc['dual_clip']!r}: "
+                          "a bound at or below 1 x A would cut the ordinary clipped objective")
     if lc.get("max_tokens") is not None:
         _num(lc, "max_tokens", "loss", int, lo=1)
     loss = LossConfig(**lc)
+    if loss.type == "gspo" and max(loss.clip_range()) > 0.05:
+        raise ConfigError(f"trainer_config.loss: eps_low/eps_high {loss.clip_range()} are a token-ratio (PPO) range, but "
+                          "loss.type is 'gspo', whose sequence ratio (exp of a mean log-ratio) moves ~1000x less, so the clip would never act. "
+                          "Fix: omit eps_low/eps_high (GSPO defaults 3e-4/4e-4) or set values below 0.05")
 
     _num(top, "seq_len", "", int, lo=2)
     _num(top, "micro_batch_tokens", "", int, lo=1)
+    _num(top, "logprob_chunk_tokens", "", int, lo=0)
     _num(top, "seed", "", int, lo=0)
     if "packing" in top and not (isinstance(top["packing"], bool) or top["packing"] == "auto"):
         raise ConfigError(f"trainer_config.packing must be true, false or \"auto\", got {top['packing']!r}")

@@ -7,23 +7,55 @@ the token budget. Token t's logprob predicts input_ids[t] from logits[t-1].
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
-from .batch import MicroBatch
+from .batch import Batch, MicroBatch
 from .config import LossConfig
+from .logprobs import HeadInput, token_logprobs
+
+
+# Behaviour logprobs at or below this carry no probability: vLLM floors the
+# logprob of a token its processors ruled out at -9999 (and -inf / NaN can reach
+# us through JSON). No ratio can be formed against them, so such tokens are masked.
+LOGPROB_FLOOR = -1000.0
 
 
 @dataclass
 class Normalizer:
-    """Batch-wide counts the loss weights come from."""
+    """Batch-wide counts the loss weights come from.
+
+    The unit of weight is the trajectory, not the sample: a trajectory whose chat
+    template broke the multi-turn prefix arrives as several samples (segments), and
+    it must weigh the same however it was split.
+    """
 
     total_tokens: int  # trainable tokens in the batch
     num_samples: int  # samples with at least one trainable token
     tokens_per_sample: torch.Tensor  # [S] trainable tokens of each sample
     max_tokens: int  # Dr. GRPO's constant
+    sample_trajectory: torch.Tensor | None = None  # [S] trajectory of each sample; None: one per sample
+    tokens_per_trajectory: torch.Tensor = field(init=False)  # [K]
+    num_trajectories: int = field(init=False)  # trajectories with at least one trainable token
+
+    def __post_init__(self) -> None:
+        S = int(self.tokens_per_sample.numel())
+        if self.sample_trajectory is None:
+            self.sample_trajectory = torch.arange(S, dtype=torch.long)
+        K = int(self.sample_trajectory.max()) + 1 if S else 0
+        self.tokens_per_trajectory = torch.zeros(K, dtype=torch.long).index_add(
+            0, self.sample_trajectory.long(), self.tokens_per_sample.long())
+        self.num_trajectories = int((self.tokens_per_trajectory > 0).sum())
+
+    @classmethod
+    def for_batch(cls, batch: Batch, max_tokens: int) -> "Normalizer":
+        off = batch.sample_offsets
+        tps = torch.tensor([int(batch.loss_mask[off[i]: off[i + 1]].sum()) for i in range(batch.num_samples)],
+                           dtype=torch.long)
+        return cls(total_tokens=int(tps.sum()), num_samples=int((tps > 0).sum()), tokens_per_sample=tps,
+                   max_tokens=max_tokens, sample_trajectory=batch.trajectories())
 
 
 @dataclass
@@ -40,6 +72,13 @@ class LossStats:
     kl_ref_sum: float = 0.0
     seq_clipped: int = 0
     seqs: int = 0
+    # Train/inference mismatch, over tokens whose behaviour logprob is usable.
+    mismatch_tokens: int = 0
+    abs_delta_sum: float = 0.0
+    abs_delta_max: float = 0.0
+    masked: int = 0  # tokens dropped from the loss (floor logprob, or |delta| over the mask threshold)
+    floor: int = 0  # of those, behaviour logprobs at the floor or not finite
+    capped: int = 0  # tokens whose importance weight hit tis_cap
     extra: dict = field(default_factory=dict)
 
     def metrics(self, loss_type: str) -> dict[str, float]:
@@ -52,93 +91,140 @@ class LossStats:
             "ratio_abs_dev": self.abs_ratio_dev_sum / n,
             "ratio_max": self.ratio_max,
             "kl_ref": self.kl_ref_sum / n,
+            # |logprob_trainer - logprob_vllm| on the sampled tokens, and what the correction did.
+            "mismatch_abs_mean": self.abs_delta_sum / max(self.mismatch_tokens, 1),
+            "mismatch_abs_max": self.abs_delta_max,
+            "mismatch_masked_frac": self.masked / n,
+            "mismatch_capped_frac": self.capped / n,
+            "floor_logprobs": self.floor,
         }
         return out
 
 
-def selected_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprobs (fp32) of the selected target tokens, and the fp32 logits rows they came from.
-
-    Only trainable positions are upcast and normalised, so long prompts cost no
-    vocab-sized fp32 memory.
-    """
-    rows = logits[:, :-1, :][sel].float()  # [N, V]
-    tgt = input_ids[:, 1:][sel]
-    return -F.cross_entropy(rows, tgt, reduction="none"), rows
-
-
-@torch.no_grad()
-def _entropy(rows: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-    out = []
-    for i in range(0, rows.shape[0], chunk):
-        lp = torch.log_softmax(rows[i : i + chunk].detach(), dim=-1)
-        out.append(-(lp.exp() * lp).sum(-1))
-    return torch.cat(out) if out else rows.new_zeros(0)
+def _dual_clip(obj: torch.Tensor, adv: torch.Tensor, c: float) -> torch.Tensor:
+    """Bound a negative advantage's objective below by c * A: beyond it the gradient is 0, never unbounded."""
+    if c <= 0:
+        return obj
+    return torch.where(adv < 0, torch.maximum(obj, c * adv), obj)
 
 
 def micro_batch_loss(
-    logits: torch.Tensor,
+    out: torch.Tensor | HeadInput,
     mb: MicroBatch,
     cfg: LossConfig,
     norm: Normalizer,
     stats: LossStats,
-    ref_logits: torch.Tensor | None = None,
+    ref_out: torch.Tensor | HeadInput | None = None,
+    temperature: float | None = None,
 ) -> torch.Tensor:
-    """This micro-batch's share of the batch loss (call backward on it); updates stats."""
+    """This micro-batch's share of the batch loss (call backward on it); updates stats.
+
+    `out` is the model's logits [B, L, V] or its last hidden states with the
+    output projection (HeadInput: logprobs chunked, no [tokens x vocab] logits);
+    `temperature` (default: cfg.temperature, the run's sampling temperature)
+    divides the logits as the sampler did (logprobs.py).
+
+    Ratios: with `correction = "tis"` the PPO/GSPO ratio is taken against the
+    trainer's own policy at this step (the batch gets one optimiser update, so that
+    is the policy that produced the samples, in the trainer's numerics) and the
+    behaviour-to-trainer gap is an importance weight min(pi_trainer / pi_vllm, cap).
+    Otherwise the ratio is against vLLM's logprobs, and `mask` drops tokens whose
+    |delta| is over the threshold. In every mode a floor/non-finite behaviour
+    logprob masks its token and the dual clip bounds negative advantages.
+    """
+    temperature = cfg.temperature if temperature is None else temperature
     sel = mb.loss_mask[:, 1:]
     if not bool(sel.any()):
-        return logits.sum() * 0.0  # keeps the graph connected; contributes nothing
-    logp, rows = selected_logprobs(logits, mb.input_ids, sel)
+        t = out.hidden if isinstance(out, HeadInput) else out
+        return t.sum() * 0.0  # keeps the graph connected; contributes nothing
+    logp, ent = token_logprobs(out, mb.input_ids, sel, temperature)
     inf_lp = mb.inference_logprobs[:, 1:][sel]
     adv = mb.advantages[:, 1:][sel]
-    # The sample each selected token belongs to (rows are samples when padded,
-    # several samples share a row when packed).
+    # The trajectory each selected token belongs to (rows are samples when padded,
+    # several samples share a row when packed; a trajectory may be several samples).
     sample_idx = mb.sample_index[:, 1:][sel]
-    present, local = torch.unique(sample_idx, return_inverse=True)
+    assert norm.sample_trajectory is not None
+    traj_idx = norm.sample_trajectory.to(sel.device)[sample_idx]
+    present, local = torch.unique(traj_idx, return_inverse=True)
     B = int(present.numel())
-    n_i = norm.tokens_per_sample.to(sel.device)[sample_idx].float()
+    n_i = norm.tokens_per_trajectory.to(sel.device)[traj_idx].float()
+    K = max(norm.num_trajectories, 1)
 
-    log_ratio = logp - inf_lp
-    ratio = torch.exp(log_ratio)
-    lo, hi = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
+    lp_d = logp.detach()
+    usable = torch.isfinite(inf_lp) & (inf_lp > LOGPROB_FLOOR)
+    behaviour = torch.where(usable, inf_lp, lp_d)  # unusable: treated as agreeing, and masked below
+    delta = lp_d - behaviour  # log pi_trainer - log pi_vllm, 0 where unusable
+    keep = usable
+    if cfg.correction == "mask":
+        keep = keep & (delta.abs() <= cfg.mask_threshold)
+    keepf = keep.float()
+    # A masked token's log-ratio is a constant 0: no gradient, and nothing overflows.
+    old = lp_d if cfg.correction == "tis" else behaviour
+    log_ratio = torch.where(keep, logp - old, torch.zeros_like(logp))
+    lo, hi = cfg.clip_range()
+    lo, hi = 1.0 - lo, 1.0 + hi
+    capped = torch.zeros_like(keep)
 
     if cfg.type == "gspo":
-        # Sequence-level ratio: exp of the mean token log-ratio of each sample.
+        # Sequence-level ratio over the whole trajectory: exp of its mean token log-ratio.
         seq_lr = torch.zeros(B, device=sel.device, dtype=logp.dtype).index_add(0, local, log_ratio / n_i)
         seq_adv = torch.zeros(B, device=sel.device).index_add(0, local, adv / n_i)
         s = torch.exp(seq_lr)
         a = seq_adv
         unclipped, clipped = s * a, torch.clamp(s, lo, hi) * a
-        loss = -(torch.minimum(unclipped, clipped)).sum() / norm.num_samples
+        obj = _dual_clip(torch.minimum(unclipped, clipped), a, cfg.dual_clip)
+        seq_w = torch.ones(B, device=sel.device)
+        if cfg.correction == "tis":
+            seq_delta = torch.zeros(B, device=sel.device).index_add(0, local, delta * keepf / n_i)
+            seq_w = torch.exp(seq_delta.clamp(max=math.log(cfg.tis_cap)))
+            capped = (seq_delta > math.log(cfg.tis_cap))[local] & keep
+        # A trajectory whose every token is masked contributes nothing.
+        seq_keep = torch.zeros(B, device=sel.device).index_add(0, local, keepf) > 0
+        loss = -(obj * seq_w * seq_keep.float()).sum() / K
         stats.seq_clipped += int((clipped < unclipped).sum())
         stats.seqs += B
-        w = 1.0 / (norm.num_samples * n_i)  # for the KL term: per-sample mean
+        w = 1.0 / (K * n_i)  # for the KL term: per-trajectory mean
     else:
+        ratio = torch.exp(log_ratio)
         unclipped, clipped = ratio * adv, torch.clamp(ratio, lo, hi) * adv
-        per_tok = -torch.minimum(unclipped, clipped)
+        obj = _dual_clip(torch.minimum(unclipped, clipped), adv, cfg.dual_clip)
+        is_w = torch.ones_like(obj)
+        if cfg.correction == "tis":
+            is_w = torch.exp(delta.clamp(max=math.log(cfg.tis_cap)))
+            capped = (delta > math.log(cfg.tis_cap)) & keep
+        per_tok = -obj * is_w * keepf
         if cfg.normalization == "token":
             w = torch.full_like(per_tok, 1.0 / norm.total_tokens)
         elif cfg.normalization == "dr_grpo":
-            w = torch.full_like(per_tok, 1.0 / (norm.num_samples * norm.max_tokens))
-        else:  # sequence_mean
-            w = 1.0 / (norm.num_samples * n_i)
+            w = torch.full_like(per_tok, 1.0 / (K * norm.max_tokens))
+        else:  # sequence_mean: mean per trajectory, then over trajectories
+            w = 1.0 / (K * n_i)
         loss = (per_tok * w).sum()
-        stats.clipped += int((clipped < unclipped).sum())
+        stats.clipped += int(((clipped < unclipped) & keep).sum())
 
-    if ref_logits is not None and cfg.kl_coef > 0:
-        ref_lp, _ = selected_logprobs(ref_logits, mb.input_ids, sel)
+    if ref_out is not None and cfg.kl_coef > 0:
+        ref_lp, _ = token_logprobs(ref_out, mb.input_ids, sel, temperature)
         d = ref_lp - logp
         k3 = torch.exp(d) - d - 1.0  # unbiased, non-negative estimate of KL(pi || ref)
         loss = loss + cfg.kl_coef * (k3 * w).sum()
         stats.kl_ref_sum += float(k3.detach().sum())
 
     with torch.no_grad():
-        r = ratio.detach()
+        r = torch.exp(delta)
         stats.tokens += int(sel.sum())
-        stats.entropy_sum += float(_entropy(rows).sum())
+        stats.entropy_sum += float(ent.sum())
         stats.abs_ratio_dev_sum += float((r - 1.0).abs().sum())
         # k3 estimate of KL(pi_inference || pi_trainer) on the sampled tokens.
-        stats.mismatch_k3_sum += float(((r - 1.0) - log_ratio.detach()).sum())
-        stats.ratio_max = max(stats.ratio_max, float(r.max()))
+        stats.mismatch_k3_sum += float(((r - 1.0) - delta).sum())
+        dmax = float(delta.max())
+        stats.ratio_max = max(stats.ratio_max, math.exp(min(dmax, 700.0)))  # finite: it goes into JSON
+        n_usable = int(usable.sum())
+        stats.mismatch_tokens += n_usable
+        if n_usable:
+            stats.abs_delta_sum += float(delta[usable].abs().sum())
+            stats.abs_delta_max = max(stats.abs_delta_max, float(delta[usable].abs().max()))
+        stats.masked += int((~keep).sum())
+        stats.floor += int((~usable).sum())
+        stats.capped += int(capped.sum())
         stats.loss += float(loss.detach())
     return loss

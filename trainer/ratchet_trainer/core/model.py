@@ -27,6 +27,71 @@ def resolve_dtype(cfg: TrainerConfig, device: torch.device) -> torch.dtype:
     return getattr(torch, cfg.model.dtype)
 
 
+# Attention kernels a config may name, besides "auto".
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2")
+
+
+def resolve_attn_implementation(cfg: TrainerConfig, device: torch.device, packing: bool) -> str:
+    """`auto`: FlexAttention with a document mask for packed rows on CUDA (it skips the blocks
+    between samples); SDPA otherwise (the CPU, and padded rows, which have nothing to skip)."""
+    impl = cfg.model.attn_implementation
+    if impl != "auto":
+        return impl
+    return "flex_attention" if device.type == "cuda" and packing else "sdpa"
+
+
+def check_kernel_support(cfg: TrainerConfig, device: torch.device, attn: str) -> None:
+    """Reject kernel options this machine cannot run, before any model is built or changed."""
+    key = "trainer_config.model.attn_implementation"
+    if attn == "flex_attention":
+        try:
+            from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+        except ImportError as e:
+            raise ConfigError(f"{key} is 'flex_attention' but torch {torch.__version__} has no FlexAttention ({e}). "
+                              "Fix: use 'auto' or 'sdpa', or torch >= 2.5") from e
+        if device.type != "cuda":
+            raise ConfigError(f"{key} is 'flex_attention', whose backward torch runs on CUDA only, and the device is "
+                              f"{device.type}. Fix: use 'auto' (SDPA on the CPU) or 'sdpa'")
+        if torch.cuda.get_device_capability(device) < (8, 0):
+            raise ConfigError(f"{key} is 'flex_attention', which needs a GPU of compute capability >= 8.0; "
+                              f"{torch.cuda.get_device_name(device)} has {torch.cuda.get_device_capability(device)}. "
+                              "Fix: use 'auto' or 'sdpa'")
+    elif attn == "flash_attention_2":
+        import importlib.util
+
+        if device.type != "cuda":
+            raise ConfigError(f"{key} is 'flash_attention_2', which runs on CUDA only, and the device is {device.type}. "
+                              "Fix: use 'auto' or 'sdpa'")
+        if importlib.util.find_spec("flash_attn") is None:
+            raise ConfigError(f"{key} is 'flash_attention_2' but the flash_attn package is not installed. "
+                              "Fix: use 'auto' (FlexAttention on CUDA) or install flash-attn")
+    dtype = resolve_dtype(cfg, device)
+    if dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"trainer_config.model.dtype resolves to bfloat16, which {torch.cuda.get_device_name(device)} "
+                          "does not support. Fix: set model.dtype to 'float16' or 'float32'")
+
+
+def set_attn_implementation(model: nn.Module, attn: str) -> None:
+    """Switch an already-built model's attention kernel (the benchmark reuses one base model)."""
+    conf = getattr(model, "config", None)
+    if conf is not None and getattr(conf, "_attn_implementation", attn) != attn:
+        model.set_attn_implementation(attn)
+
+
+def chunked_head_supported(model: nn.Module) -> bool:
+    """Chunked logprobs apply the output projection themselves: only valid when the model's
+    logits are exactly `lm_head(last_hidden_state)` (no soft-capping or scaling, a plain Linear head)."""
+    causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+    conf = getattr(causal, "config", None)
+    if conf is None or not hasattr(causal, "get_decoder"):
+        return False
+    if getattr(conf, "final_logit_softcapping", None) or getattr(conf, "logit_scale", None) not in (None, 1, 1.0):
+        log.info("logits are post-processed by this model; logprobs from full logits")
+        return False
+    head = causal.get_output_embeddings()
+    return type(head) is nn.Linear
+
+
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -47,28 +112,55 @@ def apply_activation_checkpointing(model: nn.Module, freq: int) -> int:
     return sum(1 for layer in layers if layer.gradient_checkpointing)
 
 
-def build_model(cfg: TrainerConfig, device: torch.device) -> nn.Module:
+def compile_layers(model: nn.Module) -> int:
+    """torch.compile every decoder layer in place (the layers repeat, so one graph serves all)."""
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
+def uncompile_layers(model: nn.Module) -> None:
+    for layer in decoder_layers(model):
+        layer._compiled_call_impl = None
+
+
+def set_training_mode(model: nn.Module) -> None:
+    """Training forward without dropout: the loss's logprobs must be the policy's, the ones vLLM samples from.
+
+    model.train() would turn on LoRA (and attention) dropout, so the ratio against
+    vLLM's logprobs would measure noise. Every module goes to eval mode, and only
+    the decoder layers keep the `training` flag (not recursively): activation
+    checkpointing runs only in training mode, and the layers themselves hold no dropout.
+    """
+    model.eval()
+    for layer in decoder_layers(model):
+        layer.training = True
+
+
+def build_model(cfg: TrainerConfig, device: torch.device, attn: str | None = None) -> nn.Module:
     """The trainable model: base weights, then (if configured) a fresh LoRA adapter.
 
     Random init and LoRA's A matrices draw from torch's RNG seeded with cfg.seed,
     so a restart rebuilds bit-identical base weights before an adapter is loaded.
     """
-    model = build_base(cfg, device)
+    model = build_base(cfg, device, attn)
     apply_activation_checkpointing(model, cfg.model.ac.freq)
     return make_trainable(model, cfg)
 
 
-def build_base(cfg: TrainerConfig, device: torch.device) -> nn.Module:
+def build_base(cfg: TrainerConfig, device: torch.device, attn: str | None = None) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     dtype = resolve_dtype(cfg, device)
+    attn = attn or resolve_attn_implementation(cfg, device, False)
     torch.manual_seed(cfg.seed)
     if cfg.model.path is not None:
         path = Path(cfg.model.path)
         if not (path / "config.json").is_file():
             raise ConfigError(f"trainer_config.model.path {str(path)!r} has no config.json. "
                               "Fix: point at a local HF model directory (e.g. .ratchet/models/SmolLM2-135M-Instruct)")
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=cfg.model.attn_implementation)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=attn)
         model.to(device)
     else:
         conf = dict(cfg.model.config or {})
@@ -77,7 +169,7 @@ def build_base(cfg: TrainerConfig, device: torch.device) -> nn.Module:
             raise ConfigError("trainer_config.model.config needs `model_type` (e.g. 'llama', 'qwen3')")
         hf_conf = AutoConfig.for_model(model_type, **conf)
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(hf_conf, dtype=dtype, attn_implementation=cfg.model.attn_implementation)
+            model = AutoModelForCausalLM.from_config(hf_conf, dtype=dtype, attn_implementation=attn)
     model.config.use_cache = False
     return model
 
@@ -97,7 +189,8 @@ def make_trainable(model: nn.Module, cfg: TrainerConfig) -> nn.Module:
             r=lc.rank, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
             target_modules=list(lc.target_modules), task_type="CAUSAL_LM", bias="none",
         ))
-        # Adapter in fp32 even on a bf16 base: tiny, and the optimiser needs the precision.
+        # Adapter initialised in fp32; with lora_dtype "auto" the Trainer then computes with a bf16
+        # copy and keeps these values as fp32 master weights (precision.py).
         for n, p in model.named_parameters():
             if p.requires_grad:
                 p.data = p.data.float()

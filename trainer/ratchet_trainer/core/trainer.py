@@ -2,7 +2,14 @@
 
 No Temporal here: the worker wraps this, the benchmark and tests drive it directly.
 A step is applied at most once per (run, step): the ledger records each applied
-step's metrics, and a re-delivered step returns them with applied=False.
+step's metrics and the sha256 of the batch it trained on; a re-delivered step
+(same batch) returns them with applied=False, and the same step with another
+batch is refused (StepConflictError), never answered with the other batch's result.
+
+Faults that are deterministic for one step are typed, so the run records the
+step as skipped instead of retrying it forever: a non-finite gradient
+(NonFiniteGradientError, nothing applied) and an out-of-memory error that
+survives one retry with micro-batches of half the tokens (StepOutOfMemoryError).
 """
 
 from __future__ import annotations
@@ -16,8 +23,13 @@ import torch
 from .batch import (Batch, BatchError, MicroBatch, check_batch_fits, make_micro_batch, make_packed_micro_batch,
                     plan_micro_batches, plan_packed_micro_batches)
 from .config import TrainerConfig
+from .distributed import all_reduce_sums, local_tensor, rank_samples, reduce_replicated_grads, shard_model, world
+from .logprobs import HeadInput
 from .loss import LossStats, Normalizer, micro_batch_loss
-from .model import build_model, resolve_device, vocab_size
+from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers, decoder_layers,
+                    resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation,
+                    set_training_mode, vocab_size)
+from .precision import MasterWeights
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +38,23 @@ Heartbeat = Callable[[dict[str, Any]], None]
 
 class StepOrderError(ValueError):
     """A step older than the newest applied one that is not in the ledger: it can never be applied."""
+
+
+class StepConflictError(ValueError):
+    """The step is in the ledger, applied from another batch: its result cannot answer this one."""
+
+
+class NonFiniteGradientError(FloatingPointError):
+    """The step's gradient is NaN or infinite; the update was not applied and the weights are unchanged."""
+
+
+class StepOutOfMemoryError(RuntimeError):
+    """The step ran out of memory, and again with micro-batches of half the tokens; nothing was applied."""
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -42,12 +71,39 @@ class Trainer:
         self.cfg = cfg
         self.device = device or resolve_device(cfg)
         self.packing = cfg.packing if isinstance(cfg.packing, bool) else self.device.type == "cuda"
-        self.model = model if model is not None else build_model(cfg, self.device)
+        # Kernel options are checked before any model is built or touched.
+        self.attn_implementation = resolve_attn_implementation(cfg, self.device, self.packing)
+        check_kernel_support(cfg, self.device, self.attn_implementation)
+        if model is None:
+            model = build_model(cfg, self.device, self.attn_implementation)
+        else:
+            set_attn_implementation(model, self.attn_implementation)
+        self.model = model
+        self.compiled = cfg.model.compile is True or (cfg.model.compile == "auto" and self.device.type == "cuda")
+        if self.compiled:
+            compile_layers(self.model)
+        self.rank, self.world_size = world()
+        compute = resolve_dtype(cfg, self.device)
+        if self.world_size > 1:
+            # FSDP2's mixed precision is the master-weight scheme across ranks: fp32 shards, bf16 compute.
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    p.data = p.data.float()
+            causal = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+            shard_model(self.model, decoder_layers(self.model), causal.get_decoder(),
+                        compute if compute != torch.float32 else None)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        # Logprobs from hidden states in chunks, unless the model post-processes its logits.
+        self.logprob_chunk_tokens = cfg.logprob_chunk_tokens if chunked_head_supported(self.model) else 0
+        # bf16 LoRA: the model computes with bf16 adapters, the optimiser steps fp32 masters.
+        self.master: MasterWeights | None = None
+        if (self.world_size == 1 and cfg.model.lora is not None and cfg.model.lora_dtype == "auto"
+                and compute != torch.float32):
+            self.master = MasterWeights(self.params, compute)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
-            fused=self.device.type == "cuda",
+            self.master.masters if self.master else self.params, lr=o.lr, betas=o.betas, eps=o.eps,
+            weight_decay=o.weight_decay, fused=self.device.type == "cuda",
         )
         self.ref_model = None
         if cfg.loss.kl_coef > 0 and cfg.model.lora is None:
@@ -75,77 +131,99 @@ class Trainer:
         counts = [int(st["step"]) for st in self.optimizer.state.values() if "step" in st]
         return max(counts) if counts else 0
 
+    def master_weights(self):
+        """Context in which the model's trainable parameters are the fp32 masters (checkpoint I/O)."""
+        import contextlib
+
+        return self.master.masters_in_place() if self.master else contextlib.nullcontext()
+
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """The tensors a checkpoint must hold: the adapter, or all weights for full fine-tuning."""
+        """The tensors a checkpoint must hold: the adapter (fp32 masters), or all weights for full fine-tuning."""
         if self.cfg.model.lora is not None:
             from peft import get_peft_model_state_dict
 
-            return get_peft_model_state_dict(self.model)
+            with self.master_weights():
+                return get_peft_model_state_dict(self.model)
         return self.model.state_dict()
 
     # -- one optimiser step ----------------------------------------------------
 
-    def step(self, step: int, batch: Batch, heartbeat: Heartbeat | None = None) -> dict[str, Any]:
-        if step in self.ledger:
-            log.info("step already applied; returning recorded metrics", extra={"run_id": self.run_id, "step": step})
-            return {**self.ledger[step], "applied": False}
+    def applied(self, step: int, batch_sha256: str | None) -> dict[str, Any] | None:
+        """The ledger's answer for a re-delivered step (applied=False), None if the step is new."""
+        done = self.ledger.get(step)
+        if done is None:
+            return None
+        had = done.get("batch_sha256")
+        if batch_sha256 is not None and had is not None and had != batch_sha256:
+            raise StepConflictError(
+                f"run {self.run_id}: step {step} was applied from batch {had[:12]}, now asked with batch {batch_sha256[:12]}. "
+                "Fix: reload the run's last recorded checkpoint (trainer.load) before redoing the step")
+        log.info("step already applied; returning recorded metrics", extra={"run_id": self.run_id, "step": step})
+        return {**done, "applied": False}
+
+    def step(self, step: int, batch: Batch, heartbeat: Heartbeat | None = None, batch_sha256: str | None = None) -> dict[str, Any]:
+        done = self.applied(step, batch_sha256)
+        if done is not None:
+            return done
         if step < self.last_step:
             raise StepOrderError(
                 f"run {self.run_id}: step {step} is older than the newest applied step {self.last_step} and was never "
                 "applied; steps apply in order. Fix: resume from a checkpoint taken before this step"
             )
         check_batch_fits(batch, self.vocab_size, self.cfg.seq_len, run_id=self.run_id, step=step)
+        rank_samples(batch.num_samples, self.world_size, self.rank)  # checks the world size fits, before any GPU work
         t0 = time.monotonic()
-        torch.manual_seed(step_seed(self.cfg.seed, step))
-        if self.device.type == "cuda":
-            torch.cuda.manual_seed(step_seed(self.cfg.seed, step))
-
-        lengths = batch.sample_lengths()
-        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
-        groups = plan(lengths, self.cfg.micro_batch_tokens)
-        forward_tokens = 0
-        tps = torch.zeros(batch.num_samples, dtype=torch.long)
-        off = batch.sample_offsets
-        for i in range(batch.num_samples):
-            tps[i] = batch.loss_mask[off[i] : off[i + 1]].sum()
-        total = int(tps.sum())
+        norm = Normalizer.for_batch(batch, max_tokens=self.cfg.loss.max_tokens or self.cfg.seq_len)
+        total = norm.total_tokens
         if total == 0:
             raise BatchError(f"batch for step {step} has no trainable tokens (loss_mask is all 0). "
                              "Fix: check the batch builder's masking")
-        norm = Normalizer(total_tokens=total, num_samples=int((tps > 0).sum()), tokens_per_sample=tps,
-                          max_tokens=self.cfg.loss.max_tokens or self.cfg.seq_len)
-        stats = LossStats()
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        if heartbeat is not None:
-            heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
+        set_training_mode(self.model)
+        budget = self.cfg.micro_batch_tokens
         try:
-            for k, ids in enumerate(groups):
-                mb = self._micro_batch(batch, ids)
-                forward_tokens += mb.input_ids.numel()
-                ref_logits = self._ref_logits(mb) if self.cfg.loss.kl_coef > 0 else None
-                logits = self.model(**self._forward_args(mb)).logits
-                loss = micro_batch_loss(logits, mb, self.cfg.loss, norm, stats, ref_logits)
-                loss.backward()
-                del logits, loss, ref_logits
-                if heartbeat is not None:
-                    heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": len(groups)})
+            try:
+                stats, passes, forward_tokens = self._accumulate(step, batch, norm, budget, heartbeat)
+            except Exception as e:  # noqa: BLE001 - only out-of-memory is retried, the rest re-raised
+                # Across ranks a retry would desynchronise the collectives: the step fails as a whole there.
+                if not is_out_of_memory(e) or self.world_size > 1:
+                    raise
+                self.optimizer.zero_grad(set_to_none=True)
+                self._free_device_memory()
+                budget = max(1, budget // 2)
+                log.warning("step ran out of memory; retrying once with micro-batches of half the tokens",
+                            extra={"run_id": self.run_id, "step": step, "micro_batch_tokens": budget, "error": str(e)[:300]})
+                try:
+                    stats, passes, forward_tokens = self._accumulate(step, batch, norm, budget, heartbeat)
+                except Exception as e2:  # noqa: BLE001
+                    if not is_out_of_memory(e2):
+                        raise
+                    raise StepOutOfMemoryError(
+                        f"run {self.run_id}: step {step} ran out of memory, and again with micro_batch_tokens={budget}; "
+                        "nothing was applied. Fix: lower trainer.micro_batch_tokens or orchestrator.seq_len") from e2
             grad_norm = self._clip_grads()
             if not torch.isfinite(torch.tensor(grad_norm)):
-                raise FloatingPointError(f"step {step}: gradient norm is {grad_norm}; the update was skipped")
+                raise NonFiniteGradientError(f"run {self.run_id}: step {step}: gradient norm is {grad_norm}; the update was not applied")
             self.optimizer.step()
+            if self.master is not None:
+                self.master.sync()
         finally:
             # Whatever happened, no half-accumulated gradient survives into the next step.
             self.optimizer.zero_grad(set_to_none=True)
+            for p in self.params:
+                p.grad = None
 
         metrics = stats.metrics(self.cfg.loss.type)
         metrics.update(
             step=step, grad_norm=grad_norm, tokens=total, total_tokens=int(batch.input_ids.numel()),
-            samples=batch.num_samples, micro_batches=len(groups), lr=self.cfg.optim.lr,
+            samples=batch.num_samples, trajectories=norm.num_trajectories, micro_batches=passes, lr=self.cfg.optim.lr,
             padding_frac=1.0 - int(batch.input_ids.numel()) / max(forward_tokens, 1),
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
         )
+        if budget != self.cfg.micro_batch_tokens:
+            metrics["micro_batch_tokens"] = budget
+        if batch_sha256 is not None:
+            metrics["batch_sha256"] = batch_sha256
         if metrics["mismatch_exceeded"]:
             log.warning("inference/trainer logprob mismatch above tolerance",
                         extra={"step": step, "ratio_abs_dev": metrics["ratio_abs_dev"],
@@ -155,6 +233,66 @@ class Trainer:
         self.ledger[step] = metrics
         log.info("step applied", extra={"run_id": self.run_id, **metrics})
         return {**metrics, "applied": True}
+
+    def _accumulate(self, step: int, batch: Batch, norm: Normalizer, budget: int,
+                    heartbeat: Heartbeat | None) -> tuple[LossStats, int, int]:
+        """Forward and backward over this rank's micro-batches of at most `budget` tokens; gradients
+        accumulate (and are reduced across ranks). Returns the stats, the passes and the forward tokens."""
+        # The same randomness on a retry as on the first attempt: the update depends on (seed, step) only.
+        torch.manual_seed(step_seed(self.cfg.seed, step))
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(step_seed(self.cfg.seed, step))
+        mine = rank_samples(batch.num_samples, self.world_size, self.rank)
+        lengths = batch.sample_lengths()
+        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
+        # A trajectory's segments stay in one micro-batch: GSPO's ratio spans them. (Across ranks,
+        # rank_samples splits by sample; a trajectory cut at a rank boundary is ratioed per rank.)
+        pos = {g: i for i, g in enumerate(mine)}
+        units = [[pos[i] for i in u if i in pos] for u in batch.trajectory_units()]
+        units = [u for u in units if u]
+        groups = [[mine[i] for i in g] for g in plan([lengths[i] for i in mine], budget, units)]
+        # Every rank runs as many passes as the busiest one (each pass is a collective).
+        passes = len(groups)
+        if self.world_size > 1:
+            for r in range(self.world_size):
+                theirs = rank_samples(batch.num_samples, self.world_size, r)
+                passes = max(passes, len(plan([lengths[i] for i in theirs], budget)))
+        stats = LossStats()
+        forward_tokens = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        if heartbeat is not None:
+            heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
+        for k in range(passes):
+            if k < len(groups):
+                mb = self._micro_batch(batch, groups[k])
+            else:  # an empty pass in lockstep with the other ranks: every token masked
+                mb = self._micro_batch(batch, groups[-1])
+                mb.loss_mask = torch.zeros_like(mb.loss_mask)
+            forward_tokens += mb.input_ids.numel()
+            ref_out = self._ref_output(mb) if self.cfg.loss.kl_coef > 0 else None
+            out = self._policy_output(self.model, mb)
+            loss = micro_batch_loss(out, mb, self.cfg.loss, norm, stats, ref_out)
+            # Ranks' gradients are averaged (FSDP): scaled by the world size, the average is the sum.
+            (loss * self.world_size if self.world_size > 1 else loss).backward()
+            del out, loss, ref_out
+            if heartbeat is not None:
+                heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": len(groups)})
+        if self.world_size > 1:
+            reduce_replicated_grads(self.params)
+            sums = all_reduce_sums([stats.loss, stats.tokens, stats.entropy_sum, stats.clipped,
+                                    stats.abs_ratio_dev_sum, stats.mismatch_k3_sum, stats.kl_ref_sum,
+                                    stats.seq_clipped, stats.seqs, forward_tokens])
+            (stats.loss, stats.tokens, stats.entropy_sum, stats.clipped, stats.abs_ratio_dev_sum,
+             stats.mismatch_k3_sum, stats.kl_ref_sum, stats.seq_clipped, stats.seqs, forward_tokens) = sums
+            stats.ratio_max = all_reduce_sums([stats.ratio_max], torch.distributed.ReduceOp.MAX)[0]
+            (stats.mismatch_tokens, stats.abs_delta_sum, stats.masked, stats.floor, stats.capped) = all_reduce_sums(
+                [stats.mismatch_tokens, stats.abs_delta_sum, stats.masked, stats.floor, stats.capped])
+            stats.abs_delta_max = all_reduce_sums([stats.abs_delta_max], torch.distributed.ReduceOp.MAX)[0]
+        return stats, passes, forward_tokens
+
+    def _free_device_memory(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _micro_batch(self, batch: Batch, sample_ids: list[int]) -> MicroBatch:
         if self.packing:
@@ -170,34 +308,43 @@ class Trainer:
             kw["attention_mask"] = mb.attention_mask
         return kw
 
-    def _ref_logits(self, mb: MicroBatch) -> torch.Tensor:
+    def _policy_output(self, model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor | HeadInput:
+        """Logits [B, L, V], or (chunked logprobs) the last hidden states with the output projection."""
+        kw = self._forward_args(mb)
+        if not self.logprob_chunk_tokens:
+            return model(**kw).logits
+        causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+        hidden = causal.get_decoder()(**kw).last_hidden_state
+        head = causal.get_output_embeddings()
+        return HeadInput(hidden, head.weight, head.bias, chunk_tokens=self.logprob_chunk_tokens)
+
+    def _ref_output(self, mb: MicroBatch) -> torch.Tensor | HeadInput:
         with torch.no_grad():
-            kw = self._forward_args(mb)
             if self.ref_model is not None:
-                return self.ref_model(**kw).logits
+                return self._policy_output(self.ref_model, mb)
             with self.model.disable_adapter():
-                return self.model(**kw).logits
+                return self._policy_output(self.model, mb)
 
     def _clip_grads(self) -> float:
         max_norm = self.cfg.optim.max_grad_norm
+        params = self.master.masters if self.master else self.params
         if max_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        grads = [p.grad.detach().float().norm() for p in self.params if p.grad is not None]
+            return float(local_tensor(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+        grads = [local_tensor(p.grad.detach()).float().norm() for p in params if p.grad is not None]
         return float(torch.stack(grads).norm()) if grads else 0.0
 
     # -- helpers for tests and the benchmark -----------------------------------
 
     @torch.no_grad()
     def sample_logprobs(self, batch: Batch) -> list[torch.Tensor]:
-        """Current per-token logprobs of each sample (0 at its first token), in fp32 on CPU."""
+        """Current per-token logprobs of each sample (0 at its first token) at the run's temperature, fp32 on CPU."""
         self.model.eval()
         out = []
         off = batch.sample_offsets.tolist()
         for i in range(batch.num_samples):
             mb = make_micro_batch(batch, [i], self.device)
             logits = self.model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False).logits
-            lp = torch.log_softmax(logits[0, :-1].float(), -1).gather(-1, mb.input_ids[0, 1:, None])[:, 0]
+            lp = torch.log_softmax(logits[0, :-1].float() / self.cfg.loss.temperature, -1).gather(-1, mb.input_ids[0, 1:, None])[:, 0]
             out.append(torch.cat([lp.new_zeros(1), lp]).cpu())
             assert out[-1].numel() == off[i + 1] - off[i]
-        self.model.train()
         return out

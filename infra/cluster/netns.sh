@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Several hosts on one machine, for the multi-host test: network namespaces with their
+# own addresses on a bridge (veth pairs), and a private directory per host.
+#   infra/cluster/netns.sh up              create the bridge and the hosts (idempotent)
+#   infra/cluster/netns.sh down            remove them (kill what still runs in them first)
+#   infra/cluster/netns.sh exec HOST CMD.. run CMD on HOST (its network, its private dirs)
+#   infra/cluster/netns.sh addr HOST       print HOST's address
+#   infra/cluster/netns.sh pids HOST       every process running on HOST
+#   infra/cluster/netns.sh status
+#
+# A command run on a host sees its own loopback and address, the others' addresses over
+# the bridge, and the root namespace at the gateway address. Its file system is the
+# machine's, except: /tmp and $RATCHET_HOME/artifacts are the host's own (tmp/ and
+# artifacts/ in its directory), and of $RATCHET_NETNS_DIR it sees only its own directory.
+# So a file written on one host by a path that should have gone through the artifact
+# store is not there on another.
+# dockerd stays in the root namespace: rollout hosts reach it through its unix socket.
+source "$(dirname "$0")/../lib.sh"
+
+HOSTS=(control rollout-a rollout-b inference trainer)
+PREFIX="${RATCHET_NETNS_PREFIX:-ratchet-}"
+BRIDGE="${RATCHET_NETNS_BRIDGE:-rtbr0}"
+SUBNET="${RATCHET_NETNS_SUBNET:-10.77.0}"
+GATEWAY="$SUBNET.1"
+HOSTS_DIR="${RATCHET_NETNS_DIR:-$RATCHET_HOME/hosts}"
+
+host_index() {
+  local i
+  for i in "${!HOSTS[@]}"; do [ "${HOSTS[$i]}" = "$1" ] && { echo "$i"; return 0; }; done
+  die "unknown host \"$1\". Fix: use one of: ${HOSTS[*]}"
+}
+addr() { echo "$SUBNET.$((10 + $(host_index "$1")))"; }
+ns() { host_index "$1" >/dev/null; echo "$PREFIX$1"; }
+# Interface names are at most 15 characters: the veth's root end is named by index.
+veth() { echo "rtv$(host_index "$1")"; }
+
+up() {
+  [ "$(id -u)" = 0 ] || die "network namespaces need root. Fix: sudo bash infra/cluster/netns.sh up"
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge
+    ip addr add "$GATEWAY/24" dev "$BRIDGE"
+  fi
+  ip link set "$BRIDGE" up
+  # dockerd sets the FORWARD policy to DROP; with br_netfilter loaded that would drop
+  # traffic between two hosts on this bridge too.
+  if command -v iptables >/dev/null && ! iptables -C FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT 2>/dev/null; then
+    iptables -I FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT 2>/dev/null || true
+  fi
+  for h in "${HOSTS[@]}"; do
+    local n v; n=$(ns "$h"); v=$(veth "$h")
+    mkdir -p "$HOSTS_DIR/$h"
+    if ! ip netns list | grep -qw "$n"; then ip netns add "$n"; fi
+    if ! ip link show "$v" >/dev/null 2>&1; then
+      ip link add "$v" type veth peer name eth0 netns "$n"
+      ip link set "$v" master "$BRIDGE" up
+      ip -n "$n" addr add "$(addr "$h")/24" dev eth0
+      ip -n "$n" link set eth0 up
+      ip -n "$n" link set lo up
+      ip -n "$n" route add default via "$GATEWAY"
+    fi
+  done
+  log "hosts up on $BRIDGE ($GATEWAY/24): $(for h in "${HOSTS[@]}"; do printf '%s=%s ' "$h" "$(addr "$h")"; done)"
+}
+
+down() {
+  for h in "${HOSTS[@]}"; do
+    local n; n=$(ns "$h")
+    if ip netns list | grep -qw "$n"; then
+      local pids; pids=$(ip netns pids "$n" 2>/dev/null || true)
+      # shellcheck disable=SC2086
+      [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
+      ip netns del "$n"
+    fi
+    ip link del "$(veth "$h")" 2>/dev/null || true
+  done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT 2>/dev/null || true
+    ip link del "$BRIDGE"
+  fi
+  log "hosts down"
+}
+
+# exec HOST CMD... : in the host's network namespace and a mount namespace of its own.
+run_on() {
+  local h="$1"; shift
+  [ $# -gt 0 ] || die "usage: infra/cluster/netns.sh exec HOST CMD..."
+  local n; n=$(ns "$h")
+  ip netns list | grep -qw "$n" || die "host $h is not up. Fix: bash infra/cluster/netns.sh up"
+  local own="$HOSTS_DIR/$h"
+  mkdir -p "$own" "$RATCHET_HOME/artifacts"
+  mkdir -p "$own/tmp" "$own/artifacts"; chmod 1777 "$own/tmp"
+  # The mounts live only in this command's mount namespace and go with its last process.
+  # Every command on one host binds the same directories, so they share /tmp as on one machine.
+  exec ip netns exec "$n" unshare --mount --propagation private -- bash -c '
+    set -e
+    own=$1 hosts=$2 artifacts=$3; shift 3
+    keep=$(mktemp -d /run/ratchet-host.XXXXXX)
+    mount --bind "$own" "$keep"
+    mount -t tmpfs -o size=64k,mode=755 hosts "$hosts"
+    mkdir -p "$own"
+    mount --move "$keep" "$own"
+    rmdir "$keep"
+    mount --bind "$own/tmp" /tmp
+    mount --bind "$own/artifacts" "$artifacts"
+    exec "$@"
+  ' ratchet-host "$own" "$HOSTS_DIR" "$RATCHET_HOME/artifacts" \
+    env RATCHET_HOST_NAME="$h" RATCHET_HOST_DIR="$own" "$@"
+}
+
+status() {
+  for h in "${HOSTS[@]}"; do
+    local n; n=$(ns "$h")
+    if ip netns list | grep -qw "$n"; then
+      printf '%-10s %-12s up   %s processes\n' "$h" "$(addr "$h")" "$(ip netns pids "$n" 2>/dev/null | wc -l)"
+    else
+      printf '%-10s %-12s down\n' "$h" "$(addr "$h")"
+    fi
+  done
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  exec) shift; run_on "$@" ;;
+  addr) addr "${2:?host}" ;;
+  pids) ip netns pids "$(ns "${2:?host}")" ;;
+  status) status ;;
+  hosts) echo "${HOSTS[*]}" ;;
+  *) die "usage: infra/cluster/netns.sh up|down|exec HOST CMD..|addr HOST|pids HOST|status|hosts" ;;
+esac

@@ -1,0 +1,175 @@
+/**
+ * bench:learn — does a Ratchet run make the agent better? Two TrainRuns on the real
+ * CPU stack, identical (config, seed, tasks) but for the learning rate: the run
+ * (`--lr`) and a control with lr 0, one after the other in this bench run. Then an
+ * EvalSweep of each at policy v0 and at its final version on held-out tasks, k
+ * samples per task, with a bootstrap 95% confidence interval over tasks.
+ *
+ * Task distribution: swe-grep localization (taskgen's synthesized bugs in tiny
+ * repositories): the issue names a function, and `grep -rn <name>` finds the file
+ * that defines it, so a 135M model can succeed by a policy it can learn (call bash
+ * with grep, then answer with the file it printed). Fair because the control sees
+ * the same tasks, seeds and sampling; only the updates differ.
+ *
+ * Needs `ratchet up` and the task sets (infra/tasks.sh). Writes its table into BENCHMARKS.md.
+ *   npm run bench:learn [-- --steps 30 --batch 4 --rollouts 4 --lr 2e-4 --eval-tasks 8 --k 4]
+ */
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { resolveTaskset } from '../activities/eval';
+import type { StepRecord } from '../activities/metrics';
+import { LocalArtifactStore } from '../artifacts/store';
+import { connectClient } from '../cli/temporal';
+import { paths, TASK_QUEUES } from '../shared/paths';
+import { writeTaskSubset } from '../tasks/subset';
+import type { EvalSweepResult } from '../workflows/evalSweep';
+import type { TrainRunInput } from '../workflows/types';
+import { machineLine, writeBenchSection } from './benchmarksFile';
+
+const arg = (name: string, fallback: string): string => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1]! : fallback;
+};
+const STEPS = Number(arg('steps', '30'));
+const BATCH = Number(arg('batch', '4'));
+const ROLLOUTS = Number(arg('rollouts', '4'));
+const LR = Number(arg('lr', '2e-4'));
+const EVAL_TASKS = Number(arg('eval-tasks', '8'));
+const K = Number(arg('k', '4'));
+
+function config(dir: string, name: string, lr: number): string {
+  const file = path.join(dir, `${name}.toml`);
+  writeFileSync(file, `name = "${name}"
+[trainer]
+device = "cpu"
+micro_batch_tokens = 4096
+[trainer.ac]
+freq = 1
+[trainer.lora]
+rank = 8
+alpha = 16
+[trainer.optim]
+lr = ${lr}
+[sampling]
+temperature = 1.0
+max_tokens = 128
+tool_choice = "required"
+[orchestrator]
+batch_size = ${BATCH}
+rollouts_per_example = ${ROLLOUTS}
+seq_len = 2048
+max_steps = ${STEPS}
+async_level = 1
+max_concurrent_rollouts = ${BATCH * ROLLOUTS}
+seed = 0
+[[env]]
+id = "swe-grep"
+dataset = "train.jsonl"
+[env.args]
+max_tokens = 512
+max_tool_calls = 8
+max_turns = 6
+few_shot = true
+`);
+  return file;
+}
+
+/** Mean and a bootstrap 95% interval of the mean over per-task values (seeded: the same data gives the same interval). */
+export function bootstrapCi(values: number[], draws = 2000, seed = 1): { mean: number; lo: number; hi: number } {
+  const n = values.length;
+  const mean = values.reduce((a, b) => a + b, 0) / Math.max(1, n);
+  if (n < 2) return { mean, lo: mean, hi: mean };
+  let s = seed >>> 0;
+  const rand = (): number => { s = (Math.imul(s, 1664525) + 1013904223) >>> 0; return s / 2 ** 32; };
+  const means: number[] = [];
+  for (let d = 0; d < draws; d++) {
+    let sum = 0;
+    for (let i = 0; i < n; i++) sum += values[Math.floor(rand() * n)]!;
+    means.push(sum / n);
+  }
+  means.sort((a, b) => a - b);
+  return { mean, lo: means[Math.floor(0.025 * draws)]!, hi: means[Math.ceil(0.975 * draws) - 1]! };
+}
+
+interface EvalPoint { version: number; reward: { mean: number; lo: number; hi: number }; fileF1: number | null; episodes: number }
+interface RunResult { runId: string; records: StepRecord[]; evals: EvalPoint[] }
+
+async function train(dir: string, name: string, lr: number, evalSet: string): Promise<RunResult> {
+  const { client, close } = await connectClient();
+  const runId = `${name}-${Date.now().toString(36)}`;
+  try {
+    process.stderr.write(`${name}: run ${runId}, ${STEPS} steps of ${BATCH}x${ROLLOUTS} rollouts, lr ${lr}\n`);
+    const input: TrainRunInput = { configPath: config(dir, name, lr), runId };
+    await client.workflow.execute('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input] });
+    const records = readFileSync(path.join(paths.artifacts(), 'runs', runId, 'metrics.jsonl'), 'utf8')
+      .split('\n').filter(Boolean).map((l) => JSON.parse(l) as StepRecord);
+    const final = Math.max(...records.map((r) => r.policy_version));
+    process.stderr.write(`${name}: EvalSweep at v0 and v${final}, ${EVAL_TASKS} held-out tasks x k=${K}\n`);
+    const res = await client.workflow.execute('EvalSweep', {
+      taskQueue: TASK_QUEUES.main, workflowId: `${runId}-eval`,
+      args: [{ runId, versions: [0, final], taskset: evalSet, k: K, force: true, maxConcurrent: 4 }],
+    }) as EvalSweepResult;
+    const store = new LocalArtifactStore();
+    const evals = res.evaluated.map((e): EvalPoint => {
+      const r = JSON.parse(readFileSync(store.localPath(e.key), 'utf8')) as {
+        episodes: number; per_task: { reward_mean: number }[]; localization: { file: { f1: number } | null };
+      };
+      return { version: e.version, episodes: r.episodes, reward: bootstrapCi(r.per_task.map((t) => t.reward_mean)), fileF1: r.localization.file?.f1 ?? null };
+    }).sort((a, b) => a.version - b.version);
+    return { runId, records, evals };
+  } finally {
+    await close();
+  }
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-learn-'));
+  const evalSet = path.join(dir, `heldout-first${EVAL_TASKS}.jsonl`);
+  const written = writeTaskSubset(resolveTaskset('heldout').file, EVAL_TASKS, evalSet);
+  if (written < EVAL_TASKS) throw new Error(`the heldout task set has ${written} rows; --eval-tasks asked for ${EVAL_TASKS}`);
+  const learn = await train(dir, 'bench-learn', LR, evalSet);
+  const control = await train(dir, 'bench-learn-control', 0, evalSet);
+
+  const curve = (r: RunResult) => r.records.map((x) => x.mean_reward.toFixed(2)).join(' ');
+  // correct_files is the recall of the gold file: 1 when the answer names it. Its step mean is the share of episodes that end correct.
+  const correct = (r: RunResult) => r.records.map((x) => x.reward_components.correct_files ?? 0);
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  const firstLast = (xs: number[]) => { const q = Math.max(1, Math.floor(xs.length / 4)); return [mean(xs.slice(0, q)), mean(xs.slice(-q))]; };
+  const evalCell = (p: EvalPoint | undefined) => (p ? `${p.reward.mean.toFixed(3)} [${p.reward.lo.toFixed(3)}, ${p.reward.hi.toFixed(3)}]` : 'n/a');
+  const row = (name: string, r: RunResult) => {
+    const [c0, c1] = firstLast(correct(r));
+    const [r0, r1] = firstLast(r.records.map((x) => x.mean_reward));
+    return `| ${name} | \`${r.runId}\` | ${r.records.length} | ${r0!.toFixed(3)} → ${r1!.toFixed(3)} | ${(100 * c0!).toFixed(1)}% → ${(100 * c1!).toFixed(1)}% | ` +
+      `${evalCell(r.evals[0])} | ${evalCell(r.evals[r.evals.length - 1])} |`;
+  };
+  const section = writeBenchSection('learn', [
+    '### Does it learn? A run against an lr-0 control (real CPU stack)',
+    '',
+    `Two TrainRuns of ${STEPS} steps, ${BATCH} swe-grep tasks x ${ROLLOUTS} rollouts, same config, seed and tasks; lr ${LR} vs 0.`,
+    `EvalSweep of each at v0 and its final version on the first ${EVAL_TASKS} held-out tasks, k=${K}; reward mean over tasks`,
+    'with a bootstrap 95% interval. Reward / correct share: mean of the first and last quarter of the steps.',
+    '',
+    `Command: \`npm run bench:learn -- --steps ${STEPS} --batch ${BATCH} --rollouts ${ROLLOUTS} --lr ${LR} --eval-tasks ${EVAL_TASKS} --k ${K}\` (source \`src/bench/learn.ts\`).`,
+    `Machine: ${machineLine()}.`,
+    '',
+    '| run | id | steps | reward (first → last quarter) | correct file (first → last quarter) | eval v0 [95% CI] | eval final [95% CI] |',
+    '| --- | --- | ---: | --- | --- | --- | --- |',
+    row(`lr ${LR}`, learn),
+    row('control, lr 0', control),
+    '',
+    `Reward per step, lr ${LR}: ${curve(learn)}`,
+    '',
+    `Reward per step, control: ${curve(control)}`,
+    '',
+    `The curves are also in each run's HTML report: \`ratchet report ${learn.runId}\`, \`ratchet report ${control.runId}\`.`,
+  ]);
+  process.stdout.write(`${section}\n`);
+}
+
+if (require.main === module) {
+  main().catch((err: unknown) => {
+    process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
+    process.exit(1);
+  });
+}

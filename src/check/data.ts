@@ -1,0 +1,92 @@
+import { existsSync } from 'node:fs';
+import * as path from 'node:path';
+import { toolSpec } from '../agent/tool';
+import type { RunConfig } from '../config/schema';
+import { EnvironmentError, loadEnvironment, probeEnvironment } from '../envs/load';
+import type { Environment } from '../envs/types';
+import { formatProblem, loadTasks, resolveDataset, TaskLoadError } from '../tasks/load';
+import type { Task } from '../tasks/schema';
+import { fail, ok, type CheckLine } from './types';
+
+/** Loads every [[env]]'s environment; each failure names the section and the module. */
+export function checkEnvironments(c: RunConfig): { envs: (Environment | undefined)[]; lines: CheckLine[] } {
+  const lines: CheckLine[] = [];
+  const envs = c.env.map((section, i) => {
+    let env: Environment;
+    try {
+      env = loadEnvironment({ id: section.id, module: section.module });
+    } catch (err) {
+      lines.push(fail('environments', `env.${i}${section.module ? `.module` : '.id'}: ${(err as Error).message}`));
+      return undefined;
+    }
+    const known = new Set(env.rubric.map((r) => r.name));
+    const unknown = Object.keys(section.rubric).filter((k) => !known.has(k));
+    if (unknown.length > 0) {
+      lines.push(fail('environments', `env.${i}.rubric names ${unknown.map((u) => `"${u}"`).join(', ')}, not a reward of "${env.id}". Known: ${[...known].join(', ')}`));
+    }
+    try {
+      env.tools.forEach(toolSpec);
+    } catch (err) {
+      lines.push(fail('environments', `env.${i} ("${env.id}"${section.module ? `, module ${section.module}` : ''}): a tool's schema cannot be sent to the model: ${(err as Error).message}`));
+      return undefined;
+    }
+    lines.push(ok('environments', `env.${i} "${env.id}" (${section.module ?? 'built in'}): ${env.tools.length} tools, ${env.rubric.length} rewards`));
+    return env;
+  });
+  return { envs, lines };
+}
+
+/** Every row of every dataset: schema, size limits, duplicates, a repository per task, and a probe of the environment on the first. */
+export async function checkDatasets(c: RunConfig, envs: (Environment | undefined)[], taskSetDir: string): Promise<{ tasksByEnv: (Task[] | undefined)[]; lines: CheckLine[] }> {
+  const lines: CheckLine[] = [];
+  const tasksByEnv: (Task[] | undefined)[] = [];
+  for (const [i, section] of c.env.entries()) {
+    const file = resolveDataset(section.dataset, taskSetDir);
+    if (!existsSync(file)) {
+      lines.push(fail('datasets', `env.${i}.dataset: ${file} does not exist. Fix: generate the task set (npm run setup builds .ratchet/tasks) or point env.dataset at a JSONL/Parquet file`));
+      tasksByEnv.push(undefined);
+      continue;
+    }
+    let tasks: Task[];
+    try {
+      tasks = (await loadTasks(file)).tasks;
+    } catch (err) {
+      if (err instanceof TaskLoadError) {
+        const shown = err.problems.slice(0, 10).map((p) => `  ${formatProblem(p)}`).join('\n');
+        lines.push(fail('datasets', `env.${i}.dataset: ${err.problems.length} bad rows in ${file}:\n${shown}${err.problems.length > 10 ? `\n  ... and ${err.problems.length - 10} more` : ''}`));
+      } else {
+        lines.push(fail('datasets', `env.${i}.dataset: ${file}: ${(err as Error).message}`));
+      }
+      tasksByEnv.push(undefined);
+      continue;
+    }
+    tasksByEnv.push(tasks);
+    if (tasks.length === 0) {
+      lines.push(fail('datasets', `env.${i}.dataset: ${file} has no tasks`));
+      continue;
+    }
+    const env = envs[i];
+    const problems: string[] = [];
+    if (env && env.needsRepository !== false) {
+      for (const t of tasks) {
+        if (!t.source) problems.push(`task "${t.instance_id}": no source; "${env.id}" needs a repository per task`);
+        else if (t.source.type === 'snapshot' && !existsSync(path.resolve(path.dirname(file), t.source.repo_path)) && !existsSync(path.resolve(taskSetDir, t.source.repo_path))) {
+          problems.push(`task "${t.instance_id}": source.repo_path ${t.source.repo_path} does not exist`);
+        }
+        if (problems.length >= 5) break;
+      }
+    }
+    if (problems.length > 0) {
+      lines.push(fail('datasets', `env.${i}.dataset: ${file}:\n  ${problems.join('\n  ')}`));
+    }
+    if (env) {
+      try {
+        probeEnvironment(env, tasks[0]!, section.module ?? env.id);
+      } catch (err) {
+        lines.push(fail('environments', `env.${i}: ${err instanceof EnvironmentError ? err.message : (err as Error).message}`));
+      }
+    }
+    if (problems.length === 0) lines.push(ok('datasets', `env.${i}.dataset: ${file}: ${tasks.length} tasks, no duplicates, within size limits`));
+  }
+  return { tasksByEnv, lines };
+}

@@ -1,0 +1,80 @@
+/**
+ * `ratchet restart <run>`: a run that failed, was terminated, cancelled or timed
+ * out starts again under the same run id, from its last completed step (the
+ * run-state file; TrainRun's openRun reads it). The trainer reloads that step's
+ * checkpoint, so no step is applied twice, and the step that was in flight is
+ * redone from its rollouts (docs/contracts.md: checkpoints keyed by batch).
+ */
+import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
+import type { Command } from 'commander';
+import { LocalArtifactStore, uriToPath } from '../artifacts/store';
+import { runKeys, type RunStateFile } from '../activities/config';
+import { TASK_QUEUES } from '../shared/paths';
+import type { TrainRunInput } from '../workflows/types';
+import { CliError, EXIT } from './exit';
+import { followRun } from './follow';
+import { connectClient, notFound, workflowUiUrl } from './temporal';
+import { c } from './term';
+
+const RESTARTABLE = ['FAILED', 'TERMINATED', 'CANCELLED', 'TIMED_OUT'];
+
+/** Whether a run in `status` may restart, and from where; a CliError that says what to do otherwise. */
+export function restartPlan(run: string, status: string, state: RunStateFile | undefined, configPath: string | undefined): { input: TrainRunInput; from: string } {
+  if (status === 'RUNNING' || status === 'CONTINUED_AS_NEW') {
+    throw new CliError(`run "${run}" is running; nothing to restart. Follow it: ratchet status ${run}`, EXIT.failure);
+  }
+  if (!RESTARTABLE.includes(status)) {
+    throw new CliError(`run "${run}" is ${status.toLowerCase()}, not failed or terminated; nothing to restart. ` +
+      `To train further, start a new run: ratchet train <config>`, EXIT.failure);
+  }
+  if (state) {
+    // openRun resumes from the state file and its stored config; the path is only a record of where it came from.
+    return { input: { configPath: uriToPath(state.configRef.uri), runId: run }, from: `step ${state.nextStep} (policy v${state.policyVersion})` };
+  }
+  if (!configPath) {
+    throw new CliError(`run "${run}" never completed a step (no ${runKeys.state(run)}), so there is nothing to resume from. ` +
+      `Fix: ratchet restart ${run} --config <its config>, which starts it again from step 0`, EXIT.notReady);
+  }
+  return { input: { configPath, runId: run }, from: 'step 0' };
+}
+
+export function register(program: Command): void {
+  program.command('restart')
+    .description('restart a failed or terminated run from its last completed step (same run id)')
+    .argument('<run>', 'run id')
+    .option('--config <path>', 'run config, needed only for a run that never completed a step')
+    .option('--wait', 'follow the restarted run')
+    .addHelpText('after', '\nExamples:\n  $ ratchet restart smoke-1\n  $ ratchet restart smoke-1 --wait')
+    .action(async (run: string, opts: { config?: string; wait?: boolean }, cmd: Command) => {
+      const { client, close } = await connectClient(cmd.optsWithGlobals());
+      try {
+        let status: string;
+        try {
+          status = (await client.workflow.getHandle(run).describe()).status.name;
+        } catch (err) {
+          notFound(err, `run "${run}"`);
+        }
+        const store = new LocalArtifactStore();
+        const ref = await store.exists(runKeys.state(run));
+        const state = ref ? await store.getJson<RunStateFile>(ref) : undefined;
+        const { input, from } = restartPlan(run, status, state, opts.config);
+        let handle;
+        try {
+          handle = await client.workflow.start('TrainRun', {
+            taskQueue: TASK_QUEUES.main, workflowId: run, args: [input],
+            workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
+          });
+        } catch (err) {
+          if (err instanceof WorkflowExecutionAlreadyStartedError) throw new CliError(`run "${run}" was started meanwhile; follow it: ratchet status ${run}`, EXIT.failure);
+          throw err;
+        }
+        console.log(`${c.green('restarted')} ${c.bold(run)} from ${from}  ${workflowUiUrl(run, handle.firstExecutionRunId)}`);
+        if (!opts.wait) return;
+        const res = await followRun(client, run);
+        console.log(`${c.bold(run)} ${res.status.toLowerCase()}`);
+        if (res.status !== 'COMPLETED') process.exitCode = EXIT.failure;
+      } finally {
+        await close();
+      }
+    });
+}

@@ -1,0 +1,22 @@
+/**
+ * Every behaviour change of workflow code since v0.1.0, behind `patched(id)`: a
+ * run started on older code replays its history the old way and takes the new
+ * path only where its history has not yet been (README: "Upgrading under running
+ * runs"). Ids are never reused or removed while a history that lacks them may run.
+ */
+export const PATCHES = {
+  /** A trainer whose lease another run took (TrainerNotLoaded/TrainerBusy) is replaced like a dead one. */
+  trainerLease: 'v0.2-trainer-lease',
+  /** After continue-as-new, the trainer the run held is loaded again without announcing. */
+  trainerKeptAcrossContinueAsNew: 'v0.2-trainer-kept-across-continue-as-new',
+  /** NonFiniteGradient / StepOutOfMemory: the step is recorded with its error and skipped. */
+  stepFaultsSkipped: 'v0.2-step-faults-skipped',
+  /** At the end of a run (completed, stopped, failed, cancelled): release the trainer, unload its adapters. */
+  releaseAtEnd: 'v0.2-release-at-end',
+  /** A long inference outage continues as new instead of growing one history. */
+  inferenceWaitContinueAsNew: 'v0.2-inference-wait-continue-as-new',
+  /** A pause survives continue-as-new. */
+  pauseCarried: 'v0.2-pause-carried',
+  /** StepRollouts returns its summaries as one artifact ref instead of inline (src/workflows/stepRollouts.ts). */
+  summariesByRef: 'step-rollouts-summaries-by-ref',
+} as const;

@@ -1,0 +1,64 @@
+/**
+ * The activity proxies TrainRun and its helpers call, with their timeouts and
+ * retries in one place: what a dead worker, a slow trainer or a down server
+ * looks like to the workflow is decided here.
+ */
+import { proxyActivities } from '@temporalio/workflow';
+import type { MainActivities } from '../activities';
+import type { BatchActivities, TrainerActivities } from './activityTypes';
+import type { TrainerTimeouts } from './types';
+
+export const light = proxyActivities<MainActivities & BatchActivities>({
+  startToCloseTimeout: '10 minutes',
+  retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 10 },
+});
+
+export const sync = proxyActivities<MainActivities>({
+  startToCloseTimeout: '5 minutes',
+  heartbeatTimeout: '1 minute',
+  retry: { maximumAttempts: 3 },
+});
+
+/** Only `trainer.announce` goes to the shared queue; it waits as long as it takes for a trainer to appear. */
+export const announcer = proxyActivities<TrainerActivities>({
+  taskQueue: 'ratchet-trainer',
+  startToCloseTimeout: '1 minute',
+  retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds' },
+});
+
+/**
+ * The trainer's own queue: a dead trainer shows up as a schedule-to-start or heartbeat timeout, not a hang.
+ * The trainer heartbeats every ~10 s from a liveness thread however slow a micro-batch is, and stops when
+ * its watchdog sees no progress (trainer/ratchet_trainer/liveness.py): a hung trainer times out too.
+ */
+export function trainerOn(taskQueue: string, t: TrainerTimeouts = {}) {
+  return proxyActivities<TrainerActivities>({
+    taskQueue,
+    scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
+    startToCloseTimeout: '2 hours',
+    heartbeatTimeout: t.heartbeat ?? '1 minute',
+    retry: { maximumAttempts: 2 },
+  });
+}
+
+// Loading a checkpoint and saving one heartbeat the same way; they may take a while on CPU.
+export function trainerIoOn(taskQueue: string, t: TrainerTimeouts = {}) {
+  return proxyActivities<TrainerActivities>({
+    taskQueue,
+    scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
+    startToCloseTimeout: '20 minutes',
+    heartbeatTimeout: t.heartbeat ?? '1 minute',
+    retry: { maximumAttempts: 2 },
+  });
+}
+
+/** An inference host's worker (src/workers/inference.ts): a host that is down is noticed by schedule-to-start. */
+export function syncOn(taskQueue: string) {
+  return proxyActivities<MainActivities>({
+    taskQueue,
+    scheduleToStartTimeout: '2 minutes',
+    startToCloseTimeout: '10 minutes',
+    heartbeatTimeout: '1 minute',
+    retry: { maximumAttempts: 3 },
+  });
+}

@@ -1,0 +1,136 @@
+/**
+ * What a TrainRun shows and how it is steered: the flags its status is derived
+ * from, the progress query, the pause/resume/stop updates with their validators,
+ * and publishing (search attributes and the Web UI's details). Workflow code.
+ */
+import { setCurrentDetails, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
+import {
+  SA,
+  pauseUpdate,
+  progressQuery,
+  resumeUpdate,
+  rolloutProgressSignal,
+  stopAfterCurrentStepUpdate,
+} from './messages';
+import { detailsMarkdown } from './stats';
+import type { Phase, Progress, RunStatus, StepSummary } from './types';
+
+export class RunControl {
+  finalStatus: 'completed' | 'stopped' | undefined;
+  started = false;
+  waitingForTrainer = false;
+  waitingForInference = false;
+  waitingForStore = false;
+  phase: Phase = 'init';
+  step = 0;
+  maxSteps = 0;
+  policyVersion = 0;
+  lastStep: StepSummary | undefined;
+  pauseRequested = false;
+  stopRequested = false;
+  prefetchedStep: number | undefined;
+  readonly rolloutCounts = new Map<number, { done: number; total: number }>();
+  private published = '';
+
+  constructor(readonly runId: string) {}
+
+  /** Derived, never assigned: whatever the run is doing, the flags say it. */
+  status(): RunStatus {
+    if (this.finalStatus) return this.finalStatus;
+    if (this.stopRequested) return 'stopping';
+    if (this.pauseRequested) return 'paused';
+    if (this.waitingForStore) return 'waiting-for-store';
+    if (this.waitingForInference) return 'waiting-for-inference';
+    if (this.waitingForTrainer) return 'waiting-for-trainer';
+    return this.started ? 'running' : 'starting';
+  }
+
+  progress(): Progress {
+    return {
+      runId: this.runId,
+      step: this.step,
+      maxSteps: this.maxSteps,
+      phase: this.phase,
+      status: this.status(),
+      rolloutsDone: this.rolloutCounts.get(this.step)?.done ?? 0,
+      rolloutsTotal: this.rolloutCounts.get(this.step)?.total ?? 0,
+      policyVersion: this.policyVersion,
+      lastStep: this.lastStep,
+      prefetchedStep: this.prefetchedStep,
+    };
+  }
+
+  /** Search attributes and the Web UI's details, rewritten only when they change (each upsert is an event). */
+  publish(): void {
+    const p = this.progress();
+    const last = this.lastStep;
+    const key = JSON.stringify([p.step, p.status, p.policyVersion, last?.meanReward]);
+    if (key !== this.published) {
+      this.published = key;
+      upsertSearchAttributes([
+        { key: SA.step, value: p.step },
+        { key: SA.status, value: p.status },
+        { key: SA.policyVersion, value: p.policyVersion },
+        ...(last ? [{ key: SA.meanReward, value: last.meanReward }] : []),
+      ]);
+    }
+    setCurrentDetails(detailsMarkdown({ ...p, lastReward: last?.meanReward, lastComponents: last?.components }));
+  }
+
+  /** Sets a wait flag and publishes only when it changes; true when it did. */
+  /** Like setWaitingForInference, for the artifact store (StoreUnavailable). */
+  setWaitingForStore(on: boolean): boolean {
+    if (this.waitingForStore === on) return false;
+    this.waitingForStore = on;
+    this.publish();
+    return true;
+  }
+
+  setWaitingForInference(on: boolean): boolean {
+    if (this.waitingForInference === on) return false;
+    this.waitingForInference = on;
+    this.publish();
+    return true;
+  }
+
+  installHandlers(): void {
+    const runId = this.runId;
+    setHandler(progressQuery, () => this.progress());
+    setHandler(rolloutProgressSignal, (p) => {
+      this.rolloutCounts.set(p.step, { done: p.done, total: p.total });
+      if (p.waitingForInference !== undefined) this.setWaitingForInference(p.waitingForInference);
+    });
+    setHandler(pauseUpdate, () => {
+      this.pauseRequested = true;
+      this.publish();
+      return this.status();
+    }, {
+      validator: () => {
+        if (this.finalStatus) throw new Error(`run ${runId} is ${this.finalStatus}; nothing to pause`);
+        if (this.pauseRequested) throw new Error(`run ${runId} is already paused; send resume to continue`);
+        if (this.stopRequested) throw new Error(`run ${runId} is stopping after the current step; it cannot be paused`);
+      },
+    });
+    setHandler(resumeUpdate, () => {
+      this.pauseRequested = false;
+      this.publish();
+      return this.status();
+    }, {
+      validator: () => {
+        if (!this.pauseRequested) throw new Error(`run ${runId} is not paused (status ${this.status()}); nothing to resume`);
+      },
+    });
+    setHandler(stopAfterCurrentStepUpdate, () => {
+      this.stopRequested = true;
+      // A paused run stops at once: it is between steps already.
+      this.pauseRequested = false;
+      this.publish();
+      return this.status();
+    }, {
+      validator: () => {
+        if (this.finalStatus) throw new Error(`run ${runId} is already ${this.finalStatus}`);
+        if (this.stopRequested) throw new Error(`run ${runId} is already stopping after the current step`);
+      },
+    });
+  }
+}

@@ -1,0 +1,99 @@
+/**
+ * What a finished step leaves behind: its line in metrics.jsonl (StepRecord)
+ * and the run-state file a resumed run starts from. Pure: workflow code.
+ */
+import type { ArtifactRef } from '../artifacts/ref';
+import type { RunStateFile } from '../activities/config';
+import type { StepRecord } from '../activities/metrics';
+import type { StoreSettings } from '../artifacts/settings';
+import type { BuildBatchOutput } from './activityTypes';
+import type { RolloutStats } from './stats';
+import type { TrainedStep } from './trainerSession';
+import type { LoadedConfig } from './types';
+
+/** Workflow clock readings across one step (ms since the epoch). */
+export interface StepTimes {
+  start: number;
+  rolloutsStarted: number;
+  rollouts: number;
+  batch: number;
+  train: number;
+  sync: number;
+}
+
+export interface FinishedStep {
+  runId: string;
+  step: number;
+  /** The version the trainer held before this step (staleness is measured against it). */
+  versionBefore: number;
+  policyVersion: number;
+  /** The step's rollout statistics (rolloutStats of its summaries, wherever they were read) and their count. */
+  stats: RolloutStats & { rollouts: number };
+  built?: BuildBatchOutput;
+  trained?: TrainedStep;
+  synced?: { ms: number };
+  /** Why the step trained on nothing (EmptyBatch...), recorded on the step. */
+  error?: { type: string; message: string };
+  checkpoint?: ArtifactRef;
+  adapter?: ArtifactRef;
+  times: StepTimes;
+}
+
+export function stepRecord(f: FinishedStep): StepRecord {
+  const stats = f.stats;
+  const t = f.times;
+  return {
+    format: 'ratchet.step/v1',
+    run_id: f.runId,
+    step: f.step,
+    time: new Date(t.sync).toISOString(),
+    policy_version: f.policyVersion,
+    mean_reward: stats.meanReward,
+    reward_std: stats.rewardStd,
+    reward_components: stats.components,
+    rollouts: stats.rollouts,
+    samples: f.built ? f.built.summary.samples : 0,
+    dropped: (f.built?.summary.dropped ?? {}) as Record<string, number>,
+    stop_reasons: stats.stopReasons,
+    mean_staleness: stats.meanStaleness,
+    completion_tokens: stats.completionTokens,
+    prompt_tokens: stats.promptTokens,
+    tool_calls: stats.toolCalls,
+    tool_calls_by_tool: stats.toolsUsed,
+    shell_commands: stats.shellCommands,
+    staleness_histogram: stats.stalenessHistogram,
+    trainer: f.trained ? { ...f.trained.metrics, restarts: f.trained.restarts } : { skipped: true },
+    ...(f.error ? { error: f.error } : {}),
+    timing_ms: {
+      step: t.sync - t.start,
+      rollouts: t.rollouts - Math.max(t.rolloutsStarted, t.start),
+      rollouts_waited: t.rollouts - t.start,
+      build_batch: t.batch - t.rollouts,
+      train_and_save: t.train - t.batch,
+      weight_sync: t.sync - t.train,
+      weight_sync_activity: f.synced?.ms ?? 0,
+    },
+    batch: f.built ? { batch: f.built.batch, manifest: f.built.manifest, summary: f.built.summary } : undefined,
+    checkpoint: f.checkpoint,
+    adapter: f.adapter,
+    weight_sync: f.synced,
+  };
+}
+
+/** The run-state file after `record`: the step is complete, the next one starts from here. */
+export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: number, artifacts?: StoreSettings): RunStateFile {
+  return {
+    format: 'ratchet.run-state/v1',
+    runId: record.run_id,
+    configSha256: loaded.configSha256,
+    completedStep: record.step,
+    nextStep: record.step + 1,
+    policyVersion: record.policy_version,
+    checkpoint: record.checkpoint as ArtifactRef | undefined,
+    adapter: record.adapter as ArtifactRef | undefined,
+    configRef: loaded.configRef,
+    seed,
+    lastMeanReward: record.mean_reward,
+    ...(artifacts ? { artifacts } : {}),
+  };
+}

@@ -1,0 +1,156 @@
+/**
+ * The run's trainer: a stateful Python worker on its own task queue, leased to
+ * this run through `trainer.announce` and loaded with the run's last checkpoint.
+ * When it dies (a timeout on its queue) or its lease was taken (the run left it
+ * idle past the lease), it is re-announced and reloaded, so a step is applied
+ * exactly once. Workflow code.
+ */
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched } from '@temporalio/workflow';
+import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
+import type { RunConfig } from '../config/schema';
+import { forActivity, type LivenessWindows } from '../shared/liveness';
+import type { TrainerStepMetrics } from './activityTypes';
+import { PATCHES } from './patches';
+import { announcer, trainerIoOn, trainerOn } from './proxies';
+import type { RunControl } from './runControl';
+import { untilStore } from './storeWait';
+import { toTrainerConfig } from './trainerConfig';
+import type { TrainerTimeouts } from './types';
+
+export interface SavedStep {
+  checkpoint: ArtifactRef;
+  adapter: ArtifactRef;
+  policy_version: number;
+}
+
+export interface TrainedStep {
+  metrics: TrainerStepMetrics;
+  saved: SavedStep;
+  restarts: number;
+}
+
+/** A fault deterministic for this step's batch: nothing was applied, the run records it and goes on. */
+export interface StepFault {
+  fault: { type: string; message: string };
+  restarts: number;
+}
+
+/** How many times one step may lose its trainer before the run gives up. */
+const MAX_TRAINER_RESTARTS = 20;
+
+/** trainer.step's typed errors that the same batch would raise on any trainer (docs/contracts.md). */
+const STEP_FAULTS = ['NonFiniteGradient', 'StepOutOfMemory'];
+
+const appFailureType = (err: unknown): string | undefined =>
+  err instanceof ActivityFailure && err.cause instanceof ApplicationFailure ? err.cause.type ?? undefined : undefined;
+
+/** The trainer process is gone (its queue timed out). */
+export const isTrainerGone = (err: unknown): boolean =>
+  err instanceof ActivityFailure && (err.cause instanceof TimeoutFailure);
+
+/** The trainer lives but no longer holds this run: its lease lapsed and another run took it. */
+const isLeaseLost = (err: unknown): boolean => {
+  const t = appFailureType(err);
+  return (t === 'TrainerNotLoaded' || t === 'TrainerBusy') && patched(PATCHES.trainerLease);
+};
+
+export class TrainerSession {
+  private queue: string | undefined;
+  /** A trainer this run held before continue-as-new: tried before announcing. */
+  private carried: string | undefined;
+
+  constructor(
+    private readonly run: RunControl,
+    private readonly config: RunConfig,
+    private readonly timeouts: TrainerTimeouts | undefined,
+    private readonly windows: LivenessWindows,
+    carriedQueue?: string,
+    /** The run's [artifacts] store: the trainer reads s3:// refs and writes checkpoints there. */
+    private readonly store?: StoreSettings,
+  ) {
+    this.carried = carriedQueue;
+  }
+
+  /** The queue of the trainer this run holds, if it has one now (carried across continue-as-new). */
+  get heldQueue(): string | undefined {
+    return this.queue ?? this.carried;
+  }
+
+  /** The queue of a trainer that holds this run's model at `checkpoint`; announces and loads one if needed. */
+  async ensure(checkpoint: ArtifactRef | undefined): Promise<string> {
+    if (this.queue) return this.queue;
+    const run = this.run;
+    run.waitingForTrainer = true;
+    run.publish();
+    let task_queue: string | undefined;
+    let worker_id: string | undefined;
+    if (this.carried && patched(PATCHES.trainerKeptAcrossContinueAsNew)) {
+      // The trainer this run held before continue-as-new: its lease is still this run's.
+      task_queue = this.carried;
+      worker_id = this.carried;
+    } else {
+      ({ task_queue, worker_id } = await announcer['trainer.announce']({ run_id: run.runId }));
+    }
+    this.carried = undefined;
+    const q = task_queue;
+    const loadedState = await untilStore(run, () => trainerIoOn(q, this.timeouts)['trainer.load']({
+      run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, store: this.store, liveness: forActivity(this.windows, 'trainer'),
+    }));
+    if (loadedState.policy_version !== run.policyVersion) {
+      throw ApplicationFailure.nonRetryable(
+        `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? 'the base model'}, but the run is at version ${run.policyVersion}`,
+        'TrainerStateMismatch');
+    }
+    log.info('trainer ready', { worker_id, task_queue, policyVersion: run.policyVersion });
+    this.queue = task_queue;
+    run.waitingForTrainer = false;
+    run.publish();
+    return task_queue;
+  }
+
+  /**
+   * trainer.step then trainer.save for step `s`, on a live trainer; a trainer that dies meanwhile
+   * is replaced. A step fault (non-finite gradient, out of memory twice) comes back as a StepFault.
+   */
+  async trainAndSave(s: number, batch: ArtifactRef, manifest: ArtifactRef, checkpoint: ArtifactRef | undefined): Promise<TrainedStep | StepFault> {
+    const runId = this.run.runId;
+    for (let restarts = 0; ; restarts++) {
+      try {
+        const q = await this.ensure(checkpoint);
+        this.run.phase = 'training';
+        const metrics = await untilStore(this.run, () => trainerOn(q, this.timeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer') }));
+        this.run.phase = 'saving';
+        const saved = await untilStore(this.run, () => trainerIoOn(q, this.timeouts)['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') }));
+        return { metrics, saved, restarts };
+      } catch (err) {
+        const type = appFailureType(err);
+        if (type && STEP_FAULTS.includes(type) && patched(PATCHES.stepFaultsSkipped)) {
+          const message = (err as ActivityFailure).cause!.message;
+          log.warn('the trainer could not apply this step; recorded as an error, the run goes on', { step: s, type, message });
+          return { fault: { type, message }, restarts };
+        }
+        if (!(isTrainerGone(err) || isLeaseLost(err)) || restarts >= MAX_TRAINER_RESTARTS) throw err;
+        // A new (or re-leased) trainer loads the last checkpoint, so this step is applied exactly once.
+        log.warn('trainer is gone; re-announcing and reloading the last checkpoint', { step: s, error: String(err) });
+        this.queue = undefined;
+        this.carried = undefined;
+      }
+    }
+  }
+
+  /** The run ended: free the trainer for the next run (a dead one frees itself by lease expiry). */
+  async release(): Promise<void> {
+    const q = this.heldQueue;
+    if (!q) return;
+    this.queue = undefined;
+    this.carried = undefined;
+    try {
+      await trainerIoOn(q, this.timeouts)['trainer.release']({ run_id: this.run.runId });
+    } catch (err) {
+      log.warn('could not release the trainer; its lease expires on its own', { task_queue: q, error: String(err) });
+    }
+  }
+}
+
+export const isStepFault = (r: TrainedStep | StepFault): r is StepFault => 'fault' in r;

@@ -1,0 +1,155 @@
+/**
+ * Runs that last: the real stack (Temporal, vLLM with SmolLM2 on CPU, Docker
+ * sandboxes, the Python trainer) through the lifecycle faults of issue 13:
+ * two runs at once on one trainer (the lease), a run failed on purpose and
+ * restarted from its last completed step, kill -9 of the main (workflow)
+ * worker, and a pause carried across continue-as-new. Each run must meet the
+ * fault tests' invariants (checkInvariants). Slow by nature: minutes per test.
+ * RATCHET_RECORD_HISTORIES=1 records their histories for the replay test.
+ */
+import { mkdtempSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { describeWithStack, REPO } from '../helpers/stack';
+import { recordHistory } from '../helpers/histories';
+import { pauseUpdate, progressQuery, resumeUpdate } from '../../src/workflows/messages';
+import type { TrainRun } from '../../src/workflows/trainRun';
+import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
+import { restartPlan } from '../../src/cli/restart';
+import {
+  checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
+  type Proc, type TinyConfigOptions,
+} from './trainrunStack';
+
+const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+jest.setTimeout(1_200_000);
+
+describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-lifecycle-'));
+  const artifacts = path.join(dir, 'artifacts');
+  const cmds = workerCommands(artifacts);
+  const workers: Record<'main' | 'rollout' | 'trainer', Proc | undefined> = { main: undefined, rollout: undefined, trainer: undefined };
+  let restoreStackWorkers: () => Promise<void> = async () => {};
+  let connection: Connection;
+  let client: Client;
+
+  const start = (which: keyof typeof workers) => {
+    const c = cmds[which]();
+    workers[which] = startProc(c[0], c[1], [...c[2]], c[3], dir);
+  };
+
+  beforeAll(async () => {
+    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
+    restoreStackWorkers = await takeOverStackWorkers();
+    connection = await Connection.connect({ address: '127.0.0.1:7233' });
+    client = new Client({ connection });
+    start('main');
+    start('rollout');
+    start('trainer');
+  });
+
+  afterAll(async () => {
+    for (const p of Object.values(workers)) if (p) await killProc(p, 'SIGTERM');
+    await connection?.close();
+    await restoreStackWorkers();
+  });
+
+  async function startRun(label: string, opts: TinyConfigOptions & Partial<TrainRunInput> = {}): Promise<{ runId: string; handle: WorkflowHandle<typeof TrainRun> }> {
+    const configPath = await tinyConfig(dir, opts);
+    const runId = `it-life-${label}-${Date.now()}`;
+    const input: TrainRunInput = {
+      configPath, runId, continueAsNewEvery: opts.continueAsNewEvery,
+      trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' },
+    };
+    const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
+    return { runId, handle };
+  }
+
+  async function waitFor(handle: WorkflowHandle<typeof TrainRun>, what: string, pred: (p: Progress) => boolean, timeoutMs = 600_000): Promise<Progress> {
+    const deadline = Date.now() + timeoutMs;
+    let last: Progress | undefined;
+    while (Date.now() < deadline) {
+      try {
+        last = await handle.query(progressQuery);
+        if (pred(last)) return last;
+      } catch { /* no worker right now */ }
+      await sleep(500);
+    }
+    throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
+  }
+
+  async function result(handle: WorkflowHandle<typeof TrainRun>): Promise<TrainRunResult> {
+    for (;;) {
+      try {
+        return await handle.result();
+      } catch (err) {
+        if (err instanceof WorkflowFailedError) throw err;
+        await sleep(2000);
+      }
+    }
+  }
+
+  async function expectInvariants(runId: string, res: TrainRunResult, maxSteps = 2): Promise<void> {
+    expect(res).toMatchObject({ stepsCompleted: maxSteps, policyVersion: maxSteps, stopped: 'completed' });
+    await checkInvariants({ artifacts, runId, maxSteps, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
+  }
+
+  test('kill -9 the main (workflow) worker mid-run, then start it again', async () => {
+    const { runId, handle } = await startRun('main');
+    await waitFor(handle, 'step 0 training', (p) => p.step === 0 && (p.phase === 'training' || p.phase === 'saving'));
+    await killProc(workers.main!, 'SIGKILL');
+    await sleep(3000);
+    start('main');
+    const res = await result(handle);
+    await expectInvariants(runId, res);
+    await recordHistory(handle, 'real-main-worker-killed');
+  });
+
+  test('two runs at once on one trainer: the second waits for the lease, both complete with exact ledgers', async () => {
+    const a = await startRun('lease-a');
+    await waitFor(a.handle, 'run a training', (p) => p.phase === 'training');
+    const b = await startRun('lease-b');
+    await waitFor(b.handle, 'run b waiting for the trainer', (p) => p.status === 'waiting-for-trainer');
+    const [ra, rb] = await Promise.all([result(a.handle), result(b.handle)]);
+    await expectInvariants(a.runId, ra);
+    await expectInvariants(b.runId, rb);
+    await recordHistory(b.handle, 'real-waited-for-trainer');
+  });
+
+  test('a run terminated on purpose mid-step, restarted from its last completed step: no double step', async () => {
+    const { runId, handle } = await startRun('restart', { maxSteps: 3 });
+    await waitFor(handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
+    await handle.terminate('lifecycle test: a run ended on purpose');
+    const status = (await handle.describe()).status.name;
+    // What `ratchet restart` does, with its own plan.
+    const { readFile } = await import('node:fs/promises');
+    const state = JSON.parse(await readFile(path.join(artifacts, 'runs', runId, 'state.json'), 'utf8'));
+    const { input } = restartPlan(runId, status, state, undefined);
+    expect(state.completedStep).toBe(0);
+    const again = await client.workflow.start<typeof TrainRun>('TrainRun', {
+      taskQueue: 'ratchet', workflowId: runId,
+      args: [{ ...input, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } }],
+    });
+    const res = await result(again);
+    await expectInvariants(runId, res, 3);
+    await recordHistory(again, 'real-restarted');
+  });
+
+  test('pause, continue-as-new while paused, resume: the pause holds across executions', async () => {
+    const { runId, handle } = await startRun('pause', { maxSteps: 2, continueAsNewEvery: 1, asyncLevel: 0 });
+    const first = (await handle.describe()).runId;
+    await waitFor(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
+    expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
+    await waitFor(handle, 'paused in the next execution', (p) => p.step === 1 && p.status === 'paused' && p.phase === 'idle');
+    expect((await handle.describe()).runId).not.toBe(first);
+    await sleep(5000);
+    expect(await handle.query(progressQuery)).toMatchObject({ step: 1, status: 'paused' });
+    expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
+    const res = await result(handle);
+    await expectInvariants(runId, res);
+    await recordHistory(handle, 'real-pause-across-continue-as-new');
+  });
+});

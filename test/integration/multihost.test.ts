@@ -1,0 +1,242 @@
+/**
+ * The multi-host topology with real parts, on one machine: five hosts as network
+ * namespaces (infra/cluster/netns.sh), each with its own address and its own private
+ * directories, so only the S3 store and the network cross between them.
+ *   control    Temporal server on PostgreSQL (infra/cluster), MinIO (infra/minio.sh), the ratchet worker
+ *   rollout-a  a rollout worker (Docker sandboxes through dockerd's unix socket)
+ *   rollout-b  a rollout worker
+ *   inference  vLLM (SmolLM2-135M on the CPU)
+ *   trainer    the Python trainer worker
+ * One TrainRun of 4 steps, during which: every process of rollout-a is killed mid-step
+ * (its rollouts finish on rollout-b), the trainer host's worker is killed (a new one
+ * reloads the last checkpoint from S3), and the Temporal server is restarted (its state
+ * is in PostgreSQL). Then the fault tests' invariants: the run completed, each step
+ * once, the ledger, every sha256, vLLM serving the trainer's version.
+ *
+ * Needs root (namespaces), the cluster server build, MinIO, vLLM, the model, the
+ * trainer venv and Docker; skips loudly naming what is missing. Takes the local
+ * stack's place while it runs (its vLLM and workers are stopped, then restarted).
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { describeWithStack, REPO, STATE } from '../helpers/stack';
+import { progressQuery } from '../../src/workflows/messages';
+import type { TrainRun } from '../../src/workflows/trainRun';
+import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
+import { checkInvariantsInStore } from './multihostInvariants';
+import { distBuilt, killProc, startProc, takeOverStackWorkers, type Proc } from './trainrunStack';
+
+const NETNS = path.join(REPO, 'infra', 'cluster', 'netns.sh');
+const HOSTS = { control: '10.77.0.10', 'rollout-a': '10.77.0.11', 'rollout-b': '10.77.0.12', inference: '10.77.0.13', trainer: '10.77.0.14' } as const;
+type Host = keyof typeof HOSTS;
+const HOSTS_DIR = path.join(STATE, 'hosts');
+const TEMPORAL = `${HOSTS.control}:7233`;
+const S3_ENDPOINT = `http://${HOSTS.control}:9200`;
+const INFERENCE = `http://${HOSTS.inference}:8000/v1`;
+const BUCKET = 'ratchet-multihost';
+const LEASE_TTL_S = 8;
+const MINIO_BIN = path.join(STATE, 'minio', 'bin', 'minio');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** What the topology needs beyond the single-machine stack; each names its fix. */
+function missing(): string[] {
+  const out: string[] = [];
+  if (process.getuid?.() !== 0) out.push('root, for network namespaces (fix: run as root)');
+  else {
+    try {
+      execFileSync('ip', ['netns', 'list'], { stdio: 'ignore' });
+    } catch {
+      out.push('iproute2 with netns support (fix: apt-get install iproute2)');
+    }
+  }
+  if (!existsSync(MINIO_BIN)) out.push(`MinIO at ${MINIO_BIN} (fix: bash infra/minio.sh setup)`);
+  if (!existsSync(path.join(REPO, 'src', 'artifacts', 's3.ts'))) out.push('the S3 artifact store (src/artifacts/s3.ts)');
+  return out;
+}
+
+const gaps = missing();
+const describeTopology = gaps.length === 0 ? describeWithStack : (name: string, _needs: unknown, fn: () => void) => {
+  const msg = `"${name}": missing ${gaps.join('; ')}`;
+  if (process.env.RATCHET_REQUIRE_STACK === '1') describe(name, () => test('multi-host prerequisites', () => { throw new Error(`RATCHET_REQUIRE_STACK=1 but ${msg}`); }));
+  else {
+    console.warn(`SKIPPED ${msg}`);
+    describe.skip(name, fn);
+  }
+};
+
+describeTopology('multi-host topology: control, two rollout hosts, inference, trainer', ['clusterServer', 'postgres', 'docker', 'model', 'trainerVenv', 'temporalBinary'], () => {
+  const logDir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-multihost-'));
+  const procs: Proc[] = [];
+  let restoreStackWorkers: () => Promise<void> = async () => {};
+  let stackVllmWasUp = false;
+  let connection: Connection | undefined;
+  let client: Client;
+
+  /** Everything a worker on any host needs: Temporal on control, the store's credentials, inference. */
+  const common = (host: Host): Record<string, string> => ({
+    RATCHET_HOME: STATE,
+    TEMPORAL_ADDRESS: TEMPORAL,
+    AWS_ACCESS_KEY_ID: 'ratchet',
+    AWS_SECRET_ACCESS_KEY: 'ratchet-secret',
+    AWS_REGION: 'us-east-1',
+    RATCHET_INFERENCE_URL: INFERENCE,
+    RATCHET_ARTIFACTS_URL: `s3://${BUCKET}/runs`,
+    RATCHET_S3_ENDPOINT: S3_ENDPOINT,
+    RATCHET_HOST_NAME: host,
+  });
+
+  /** A command on a host, in the foreground of the test (its logs in logDir). */
+  function onHost(host: Host, name: string, cmd: string, args: string[], env: Record<string, string> = {}, cwd = REPO): Proc {
+    const p = startProc(`${host}-${name}`, 'bash', [NETNS, 'exec', host, cmd, ...args], { ...common(host), ...env }, logDir, cwd);
+    procs.push(p);
+    return p;
+  }
+
+  /** A script that starts a server in the background on a host and returns once it is healthy. */
+  function scriptOnHost(host: Host, script: string[], env: Record<string, string> = {}, timeoutMs = 600_000): void {
+    execFileSync('bash', [NETNS, 'exec', host, 'bash', ...script], { cwd: REPO, env: { ...process.env, ...common(host), ...env }, stdio: ['ignore', 'inherit', 'inherit'], timeout: timeoutMs });
+  }
+
+  /** kill -9 every process on the host: a machine that lost power. */
+  function killHost(host: Host): number {
+    const pids = execFileSync('bash', [NETNS, 'pids', host], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number);
+    for (const pid of pids) {
+      try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+    }
+    return pids.length;
+  }
+
+  const clusterEnv = { RATCHET_CLUSTER_DIR: path.join(HOSTS_DIR, 'control', 'cluster'), RATCHET_CLUSTER_HOST: HOSTS.control };
+  const minioEnv = { RATCHET_MINIO_ADDRESS: HOSTS.control, RATCHET_MINIO_PORT: '9200', RATCHET_MINIO_DATA: path.join(HOSTS_DIR, 'control', 'minio'), RATCHET_MINIO_BUCKET: BUCKET };
+  const vllmEnv = { RATCHET_VLLM_HOST: HOSTS.inference, RATCHET_RUN_DIR: path.join(HOSTS_DIR, 'inference', 'run'), RATCHET_VLLM_LOG: path.join(HOSTS_DIR, 'inference', 'vllm.log'), RATCHET_VLLM_MAX_MODEL_LEN: '4096' };
+
+  const node = (host: Host, name: string, script: string, env: Record<string, string> = {}) =>
+    onHost(host, name, process.execPath, [path.join(REPO, 'dist', 'workers', script)], env);
+  const rolloutWorker = (host: Host) => node(host, 'rollout', 'rollout.js', { RATCHET_ROLLOUT_SLOTS: '2', RATCHET_WORKER_LEASE_TTL_S: String(LEASE_TTL_S), RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
+  const trainerWorker = () => onHost('trainer', 'trainer', path.join(STATE, 'venvs', 'trainer', 'bin', 'python'), ['-m', 'ratchet_trainer.worker'], { PYTHONUNBUFFERED: '1', PYTHONPATH: path.join(REPO, 'trainer') }, path.join(REPO, 'trainer'));
+
+  beforeAll(async () => {
+    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
+    // This machine's memory holds one vLLM: the stack's steps aside for the inference host's.
+    stackVllmWasUp = execFileSync('bash', ['-c', `bash infra/inference.sh status >/dev/null 2>&1 && echo up || true`], { cwd: REPO, encoding: 'utf8', env: { ...process.env, RATCHET_HOME: STATE } }).trim() === 'up';
+    if (stackVllmWasUp) execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'stop'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
+    restoreStackWorkers = await takeOverStackWorkers();
+
+    execFileSync('bash', [NETNS, 'down'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
+    execFileSync('rm', ['-rf', HOSTS_DIR]);
+    execFileSync('bash', [NETNS, 'up'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
+    for (const h of Object.keys(HOSTS)) mkdirSync(path.join(HOSTS_DIR, h), { recursive: true });
+
+    scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'start'], clusterEnv);
+    scriptOnHost('control', [path.join(REPO, 'infra', 'minio.sh'), 'start'], minioEnv);
+    scriptOnHost('inference', [path.join(REPO, 'infra', 'inference.sh'), 'start'], vllmEnv, 900_000);
+
+    node('control', 'main', 'main.js', { RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
+    rolloutWorker('rollout-a');
+    rolloutWorker('rollout-b');
+    trainerWorker();
+    connection = await Connection.connect({ address: TEMPORAL });
+    client = new Client({ connection });
+  }, 1_800_000);
+
+  afterAll(async () => {
+    await connection?.close();
+    for (const p of procs) await killProc(p, 'SIGKILL');
+    for (const h of Object.keys(HOSTS) as Host[]) killHost(h);
+    execFileSync('bash', [NETNS, 'down'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
+    if (stackVllmWasUp) execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
+    await restoreStackWorkers();
+    console.warn(`multi-host logs: ${logDir}`);
+  }, 900_000);
+
+  async function waitFor(handle: WorkflowHandle<typeof TrainRun>, what: string, pred: (p: Progress) => boolean, timeoutMs = 900_000): Promise<Progress> {
+    const deadline = Date.now() + timeoutMs;
+    let last: Progress | undefined;
+    while (Date.now() < deadline) {
+      try {
+        last = await handle.query(progressQuery);
+        if (pred(last)) return last;
+      } catch { /* a host or the server is down right now */ }
+      await sleep(500);
+    }
+    throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
+  }
+
+  /** Sandboxes made by a host's workers (by their worker label's host part). */
+  const hostContainers = (host: Host): string[] =>
+    execFileSync('docker', ['ps', '-a', '--format', '{{.ID}} {{.Label "ratchet.worker"}}'], { encoding: 'utf8' })
+      .split('\n').filter((l) => l.split(' ')[1]?.startsWith(`${host}:`)).map((l) => l.split(' ')[0]!);
+
+  test('a 4-step run survives losing a rollout host, the trainer host and the Temporal server', async () => {
+    const configPath = path.join(logDir, 'multihost.toml');
+    execFileSync('bash', ['-c', `cat > '${configPath}' <<'EOF'
+name = "multihost"
+[trainer]
+device = "cpu"
+[sampling]
+max_tokens = 128
+[orchestrator]
+batch_size = 2
+rollouts_per_example = 2
+max_steps = 4
+async_level = 1
+max_concurrent_rollouts = 4
+[artifacts]
+url = "s3://${BUCKET}/runs"
+endpoint = "${S3_ENDPOINT}"
+force_path_style = true
+[[env]]
+id = "swe-grep"
+[env.args]
+max_tokens = 256
+max_tool_calls = 3
+max_turns = 3
+EOF`]);
+    const runId = `it-multihost-${Date.now()}`;
+    const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
+    const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
+
+    // 1. A rollout host dies mid-step: every process on it, at once.
+    await waitFor(handle, 'step 1 rollouts', (p) => p.step === 1 && p.phase === 'rollouts');
+    const deadline = Date.now() + 300_000;
+    while (hostContainers('rollout-a').length === 0 && Date.now() < deadline) await sleep(200);
+    expect(hostContainers('rollout-a').length).toBeGreaterThan(0); // rollout-a was mid-episode
+    expect(killHost('rollout-a')).toBeGreaterThan(0);
+    // rollout-b's janitor sees rollout-a's lease lapse and removes what it left on the shared dockerd.
+    await waitFor(handle, 'step 2 begins without rollout-a', (p) => p.step >= 2);
+    const sweptBy = Date.now() + LEASE_TTL_S * 3 * 1000;
+    while (hostContainers('rollout-a').length > 0 && Date.now() < sweptBy) await sleep(500);
+    expect(hostContainers('rollout-a')).toEqual([]);
+
+    // 2. The trainer host dies mid-training; a new worker there reloads the last checkpoint from S3.
+    await waitFor(handle, 'step 2 training', (p) => p.step === 2 && p.phase === 'training');
+    await sleep(2000);
+    expect(killHost('trainer')).toBeGreaterThan(0);
+    await sleep(3000);
+    trainerWorker();
+
+    // 3. The Temporal server restarts; everything it knew is in PostgreSQL.
+    await waitFor(handle, 'step 3', (p) => p.step === 3);
+    scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'stop'], clusterEnv);
+    await sleep(5000);
+    scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'start'], clusterEnv);
+
+    let res: TrainRunResult;
+    for (;;) {
+      try {
+        res = await handle.result();
+        break;
+      } catch (err) {
+        if (err instanceof WorkflowFailedError) throw err;
+        await sleep(2000);
+      }
+    }
+    expect(res).toMatchObject({ stepsCompleted: 4, policyVersion: 4, stopped: 'completed' });
+    const records = await checkInvariantsInStore({ runId, maxSteps: 4, rolloutsPerStep: 4, inferenceUrl: INFERENCE, s3: { url: `s3://${BUCKET}/runs`, endpoint: S3_ENDPOINT } });
+    // The trainer was replaced mid-run and the new one resumed from S3.
+    expect(records.find((r) => r.step === 2)!.trainer.restarts).toBeGreaterThanOrEqual(1);
+  }, 3_600_000);
+});

@@ -1,0 +1,53 @@
+"""One rank of the 2-process gloo test (test_distributed.py): a step under FSDP2, results to a file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import make_cfg  # noqa: E402
+from ratchet_trainer.core import Trainer  # noqa: E402
+from ratchet_trainer.core.batch import BatchError, load_batch  # noqa: E402
+from ratchet_trainer.core.distributed import local_tensor  # noqa: E402
+
+
+def capture_grads(tr: Trainer) -> dict[str, torch.Tensor]:
+    grads: dict[str, torch.Tensor] = {}
+    named = [(n, p) for n, p in tr.model.named_parameters() if p.requires_grad]
+
+    def snap(*_):  # on every rank, same order: full_tensor is a collective
+        for n, p in named:
+            grads[n] = local_tensor(p.grad.detach()).clone()
+
+    tr.optimizer.register_step_pre_hook(snap)
+    return grads
+
+
+def run_step(tr: Trainer, refs) -> dict:
+    grads = capture_grads(tr)
+    metrics = tr.step(0, load_batch(*refs))
+    state = {k: local_tensor(v.detach()).clone() for k, v in tr.trainable_state().items()}
+    return {"metrics": metrics, "grads": grads, "state": state}
+
+
+def rank_main(rank: int, world: int, init_file: str, out: str, refs, odd_refs) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        tr = Trainer("run", make_cfg("tiny", optim={"max_grad_norm": 0.0}))
+        # A batch the ranks cannot split fails before any work, and the trainer is unchanged.
+        try:
+            tr.step(0, load_batch(*odd_refs))
+            odd_error = None
+        except BatchError as e:
+            odd_error = str(e)
+        unchanged = tr.ledger == {} and tr.optimizer_steps == 0
+        res = run_step(tr, refs)
+        if rank == 0:
+            torch.save({**res, "odd_error": odd_error, "unchanged": unchanged}, out)
+    finally:
+        dist.destroy_process_group()
