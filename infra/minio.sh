@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # MinIO, the S3-compatible server the S3 artifact store is tested against (and a
-# self-hosted cluster can use): built from its Go module with the installed Go,
-# binary and Go caches under $RATCHET_HOME/minio so a rerun skips the build.
+# self-hosted cluster can use): built from its Go module with the installed Go.
+# The binary is cached (stamped) under $RATCHET_HOME/minio/bin, so a rerun skips the
+# build; Go's module and build caches stay where Go keeps them (~/go/pkg/mod,
+# ~/.cache/go-build), machine-wide like infra/cluster's, so a fresh clone on a
+# machine that built once only relinks.
 #   infra/minio.sh setup   build the server (idempotent, stamped; holds /tmp/ratchet-build.lock)
 #   infra/minio.sh start   start it in the background and create the bucket
 #   infra/minio.sh stop    stop it (the data dir stays)
@@ -34,10 +37,10 @@ setup() {
   command -v go >/dev/null || die "Go is missing, and MinIO is built from its Go module. Fix: install Go >= 1.24 (https://go.dev/dl) and rerun infra/minio.sh setup"
   need_free_disk 3 "$RATCHET_HOME"
   mkdir -p "$MINIO_HOME/bin"
-  log "building minio $MINIO_VERSION with $(go version | awk '{print $3}') (a few minutes on 2 cores; cached in $MINIO_HOME)"
-  # One heavy build at a time on a shared machine; the caches make a rerun cheap.
-  flock /tmp/ratchet-build.lock env GOPATH="$MINIO_HOME/gopath" GOCACHE="$MINIO_HOME/gocache" \
-    GOMODCACHE="$MINIO_HOME/gopath/pkg/mod" GOBIN="$MINIO_HOME/bin" GOTOOLCHAIN=local GOFLAGS=-modcacherw \
+  log "building minio $MINIO_VERSION with $(go version | awk '{print $3}') (a few minutes on 2 cores the first time on this machine; Go's caches make a rebuild a relink)"
+  # One heavy build at a time on a shared machine. GOPATH/GOCACHE/GOMODCACHE are Go's
+  # defaults (not set here); only the binary goes under .ratchet.
+  flock /tmp/ratchet-build.lock env GOBIN="$MINIO_HOME/bin" GOTOOLCHAIN=local GOFLAGS=-modcacherw \
     go install "github.com/minio/minio@$MINIO_VERSION"
   [ -x "$MINIO_BIN" ] || die "go install finished but $MINIO_BIN is missing. Fix: rm -rf $MINIO_HOME/bin and rerun infra/minio.sh setup"
   stamp_write minio "$MINIO_VERSION"
