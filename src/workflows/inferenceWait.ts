@@ -25,10 +25,11 @@ export const isInferenceUnavailable = (err: unknown): err is ActivityFailure & {
  * disk), or, with inference.sync_task_queues, by each inference host's own worker,
  * which pulls the adapter from the store into its cache first. Slowest host's time.
  */
-async function syncAllHosts(req: SyncWeightsInput, hosts: string[]): Promise<{ ms: number }> {
+function syncAllHosts(req: SyncWeightsInput, hosts: string[]): Promise<{ ms: number }> {
+  // Not async: with no hosts the activity's own promise comes back (no added microtasks; see storeWait.ts).
   if (hosts.length === 0) return sync.syncWeights(req);
-  const results = await Promise.all(hosts.map((q) => syncOn(q).syncWeights({ ...req, baseUrls: [] })));
-  return { ...results[0]!, ms: Math.max(...results.map((r) => r.ms)) };
+  return Promise.all(hosts.map((q) => syncOn(q).syncWeights({ ...req, baseUrls: [] })))
+    .then((results) => ({ ...results[0]!, ms: Math.max(...results.map((r) => r.ms)) }));
 }
 
 export async function syncUntilServed(

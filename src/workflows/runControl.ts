@@ -77,7 +77,6 @@ export class RunControl {
     setCurrentDetails(detailsMarkdown({ ...p, lastReward: last?.meanReward, lastComponents: last?.components }));
   }
 
-  /** Sets a wait flag and publishes only when it changes; true when it did. */
   /** Like setWaitingForInference, for the artifact store (StoreUnavailable). */
   setWaitingForStore(on: boolean): boolean {
     if (this.waitingForStore === on) return false;
@@ -86,6 +85,7 @@ export class RunControl {
     return true;
   }
 
+  /** Sets a wait flag and publishes only when it changes; true when it did. */
   setWaitingForInference(on: boolean): boolean {
     if (this.waitingForInference === on) return false;
     this.waitingForInference = on;
