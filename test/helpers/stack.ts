@@ -95,3 +95,17 @@ export function describeWithStack(name: string, needs: Probe[], fn: () => void):
   console.warn(`SKIPPED "${name}": missing ${reason}`);
   describe.skip(name, fn);
 }
+
+/**
+ * A test longer than CI's 90 minutes leave room for (a five-host topology, a training run
+ * of many minutes): `npm run test:long` runs it (RATCHET_LONG_TESTS=1), `npm test` skips it
+ * loudly, naming that command. Its prerequisites are checked as in describeWithStack.
+ */
+export function describeLong(name: string, needs: Probe[], fn: () => void, describeReal: typeof describeWithStack = describeWithStack): void {
+  if (process.env.RATCHET_LONG_TESTS === '1') {
+    describeReal(name, needs, fn);
+    return;
+  }
+  console.warn(`SKIPPED "${name}": a long test, outside CI's time budget. Run it with: npm run test:long`);
+  describe.skip(name, fn);
+}

@@ -11,12 +11,13 @@ import { Client, Connection } from '@temporalio/client';
 import { runChecks } from '../../src/check';
 import { Trajectory } from '../../src/rollouts/trajectory';
 import { startTrainRun } from '../../src/workflows/client';
-import { describeWithStack, REPO } from '../helpers/stack';
+import { describeLong, REPO } from '../helpers/stack';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 
-describeWithStack('TrainRun on an external environment (examples/envs/line-count)', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
+// Two CPU training steps of about 5 minutes each: a long test (npm run test:long), out of CI's budget.
+describeLong('TrainRun on an external environment (examples/envs/line-count)', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-extenv-'));
   const artifacts = path.join(dir, 'artifacts');
   const procs: Proc[] = [];

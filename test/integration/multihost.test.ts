@@ -22,7 +22,7 @@ import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
-import { describeWithStack, REPO, STATE } from '../helpers/stack';
+import { describeLong, describeWithStack, REPO, STATE } from '../helpers/stack';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
@@ -58,7 +58,7 @@ function missing(): string[] {
 }
 
 const gaps = missing();
-const describeTopology = gaps.length === 0 ? describeWithStack : (name: string, _needs: unknown, fn: () => void) => {
+const describeTopology: typeof describeWithStack = gaps.length === 0 ? describeWithStack : (name, _needs, fn) => {
   const msg = `"${name}": missing ${gaps.join('; ')}`;
   if (process.env.RATCHET_REQUIRE_STACK === '1') describe(name, () => test('multi-host prerequisites', () => { throw new Error(`RATCHET_REQUIRE_STACK=1 but ${msg}`); }));
   else {
@@ -67,7 +67,8 @@ const describeTopology = gaps.length === 0 ? describeWithStack : (name: string, 
   }
 };
 
-describeTopology('multi-host topology: control, two rollout hosts, inference, trainer', ['clusterServer', 'postgres', 'docker', 'model', 'trainerVenv', 'temporalBinary'], () => {
+// About 20 minutes of five hosts on one machine: a long test (npm run test:long), out of CI's budget.
+describeLong('multi-host topology: control, two rollout hosts, inference, trainer', ['clusterServer', 'postgres', 'docker', 'model', 'trainerVenv', 'temporalBinary'], () => {
   const logDir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-multihost-'));
   const procs: Proc[] = [];
   let restoreStackWorkers: () => Promise<void> = async () => {};
@@ -239,4 +240,4 @@ EOF`]);
     // The trainer was replaced mid-run and the new one resumed from S3.
     expect(records.find((r) => r.step === 2)!.trainer.restarts).toBeGreaterThanOrEqual(1);
   }, 3_600_000);
-});
+}, describeTopology);
