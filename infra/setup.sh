@@ -42,5 +42,7 @@ timed trainer-env bash "$RATCHET_ROOT/infra/trainer-env.sh"
 timed metrics-env bash "$RATCHET_ROOT/infra/metrics-env.sh"
 timed inference bash "$RATCHET_ROOT/infra/inference.sh" setup
 timed tasks bash "$RATCHET_ROOT/infra/tasks.sh"
+# The S3 server the s3:// artifact-store tests use (built from its Go module; cached).
+timed minio bash "$RATCHET_ROOT/infra/minio.sh" setup
 build_ts
 log "set-up complete (times per step: $RATCHET_HOME/setup-times.tsv)"

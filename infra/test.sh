@@ -17,6 +17,8 @@ timed postgres bash infra/cluster/postgres.sh install
 # Only the tests need a browser: the report test renders the HTML report in headless Chromium.
 apt_install chromium
 bin/ratchet up
+# The s3:// store tests run against a real MinIO; the stack's own default store stays file://.
+bash infra/minio.sh start
 
 reports="$RATCHET_HOME/test-reports"; rm -rf "$reports"; mkdir -p "$reports"
 failed_stages=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trainer virtualenv: torch, transformers, peft, safetensors, temporalio, plus the
+# Trainer virtualenv: torch, transformers, peft, safetensors, temporalio, boto3 (the S3 store), plus the
 # ratchet_trainer package in editable mode. Its own venv because vLLM pins its own torch.
 source "$(dirname "$0")/lib.sh"
 
@@ -11,7 +11,7 @@ log "installing the trainer environment into $venv"
 "$venv/bin/pip" install -q --upgrade pip
 "$venv/bin/pip" install -q -r "$RATCHET_ROOT/trainer/requirements.txt"
 "$venv/bin/pip" install -q --no-deps -e "$RATCHET_ROOT/trainer"
-"$venv/bin/python" -c 'import torch, transformers, peft, safetensors, temporalio' \
+"$venv/bin/python" -c 'import torch, transformers, peft, safetensors, temporalio, boto3' \
   || die "the trainer environment does not import. Fix: rm -rf $venv and run infra/trainer-env.sh again"
 stamp_write trainer-env "$hash"
 log "trainer env ready"

@@ -2,7 +2,11 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { ArtifactRef } from '../artifacts/ref';
+import { ArtifactsFields } from '../config/schema';
 import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
+import type { StoreSettings } from '../artifacts/settings';
+import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
+import { readRolloutSummaries } from './rolloutSummaries';
 import { RolloutSummary, type Trajectory } from '../rollouts/trajectory';
 import { buildBatchFromTrajectories, type BatchStats, type BuilderInput } from '../samples/builder';
 import { BatchBuildError } from '../samples/errors';
@@ -38,10 +42,14 @@ export const BuildBatchActivityInput = z.object({
   step: z.number().int().nonnegative(),
   trainerPolicyVersion: z.number().int().nonnegative(),
   /** Rollout summaries (their reward is the scored one), or bare trajectory references. */
-  trajectories: z.array(z.union([RolloutSummary, ArtifactRef])),
+  trajectories: z.array(z.union([RolloutSummary, ArtifactRef])).default([]),
+  /** The step's summaries as one artifact (StepRollouts' result): read here, never inline in a payload. */
+  summaries: ArtifactRef.optional(),
   /** The run's [orchestrator] section; only the builder's keys are read. */
   orchestrator: BuilderOrchestratorConfig.passthrough(),
   modelPath: z.string().min(1),
+  /** The run's [artifacts] store; absent: the worker's default store. */
+  artifacts: ArtifactsFields.optional(),
 });
 export type BuildBatchActivityInput = z.input<typeof BuildBatchActivityInput>;
 
@@ -72,10 +80,10 @@ export function batchKeys(runId: string, step: number): { batch: string; manifes
 export function createBatchActivities(deps: BatchActivityDeps) {
   const log = deps.logger ?? componentLogger('batch-builder');
 
-  async function readTrajectory(ref: ArtifactRef): Promise<Trajectory> {
+  async function readTrajectory(ref: ArtifactRef, settings: StoreSettings | undefined): Promise<Trajectory> {
     let buf: Buffer;
     try {
-      buf = await deps.store.get(ref);
+      buf = await storeForRef(ref, settings, deps.store).get(ref);
     } catch (err) {
       if (err instanceof ArtifactIntegrityError) fail('CorruptArtifact', `trajectory ${err.message}`, err);
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
@@ -99,6 +107,10 @@ export function createBatchActivities(deps: BatchActivityDeps) {
   }
 
   async function buildBatch(rawInput: BuildBatchActivityInput): Promise<BuildBatchResult> {
+    return withStoreErrors(() => buildBatchIn(rawInput));
+  }
+
+  async function buildBatchIn(rawInput: BuildBatchActivityInput): Promise<BuildBatchResult> {
     const inputParsed = BuildBatchActivityInput.safeParse(rawInput);
     if (!inputParsed.success) {
       const issue = inputParsed.error.issues[0]!;
@@ -115,9 +127,10 @@ export function createBatchActivities(deps: BatchActivityDeps) {
       throw err;
     }
 
-    const inputs: BuilderInput[] = await Promise.all(input.trajectories.map(async (x): Promise<BuilderInput> => {
+    const listed = input.summaries ? await readRolloutSummaries(deps.store, input.summaries, input.artifacts) : input.trajectories;
+    const inputs: BuilderInput[] = await Promise.all(listed.map(async (x): Promise<BuilderInput> => {
       const ref = isSummary(x) ? x.trajectory : x;
-      const trajectory = await readTrajectory(ref);
+      const trajectory = await readTrajectory(ref, input.artifacts);
       return {
         trajectory, label: ref.uri, sha256: ref.sha256,
         reward: isSummary(x) ? { total: x.reward, components: x.components } : undefined,
@@ -138,15 +151,16 @@ export function createBatchActivities(deps: BatchActivityDeps) {
     if (stats.trainable_tokens === 0) {
       const causes = Object.entries(stats.dropped).filter(([, n]) => n > 0).map(([c, n]) => `${c}: ${n}`).join(', ') || 'no rollouts';
       fail('EmptyBatch', `step ${input.step} of run ${input.runId}: no sample has a trainable token, so there is nothing to train on ` +
-        `(${input.trajectories.length} rollouts; dropped samples by cause: ${causes}). ` +
+        `(${listed.length} rollouts; dropped samples by cause: ${causes}). ` +
         'Fix: look at the causes: stale -> raise orchestrator.async_level; truncated_masked -> raise seq_len or sampling.max_tokens; ' +
         'uniform_group -> set advantage.drop_uniform_groups = false or make the tasks less uniform');
     }
 
     const keys = batchKeys(input.runId, input.step);
     const batchBytes = writeSafetensors(tensors, { format: manifest.format });
-    const batch = await deps.store.put(keys.batch, batchBytes);
-    const manifestRef = await deps.store.put(keys.manifest, JSON.stringify(manifest));
+    const runStore = storeFor(input.artifacts, deps.store);
+    const batch = await runStore.put(keys.batch, batchBytes);
+    const manifestRef = await runStore.put(keys.manifest, JSON.stringify(manifest));
     log.info({
       run_id: input.runId, step: input.step, samples: stats.samples, tokens: stats.tokens, trainable_tokens: stats.trainable_tokens,
       dropped: stats.dropped, non_prefix_breaks: stats.non_prefix_breaks, read_ms: tRead - t0, build_ms: Date.now() - tRead,

@@ -1,8 +1,10 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
+import { type StoreSettings, storeSettings } from '../artifacts/settings';
+import { checkStore, storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { ConfigError, loadRunConfig } from '../config/load';
-import { RunConfig } from '../config/schema';
+import { type ArtifactsConfig, RunConfig } from '../config/schema';
 import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
 import { resolveConfigPath } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
@@ -32,47 +34,60 @@ const resolveRepoPath = resolveConfigPath;
 
 export function createConfigActivities({ store, logger }: ConfigDeps) {
   /** Reads the state file of a run, if it has completed a step. */
-  async function readState(runId: string): Promise<RunStateFile | undefined> {
-    const ref = await store.exists(runKeys.state(runId));
+  async function readState(runStore: ArtifactStore, runId: string): Promise<RunStateFile | undefined> {
+    const ref = await runStore.exists(runKeys.state(runId));
     if (!ref) return undefined;
-    return store.getJson<RunStateFile>(ref);
+    return runStore.getJson<RunStateFile>(ref);
   }
 
   return {
     /**
      * Opens a run: a run id with a completed step resumes from it and keeps the
      * config it started with (the history must record what ran, not what the TOML
-     * says today); a new run parses and validates the TOML and stores the parsed
-     * config, with paths made absolute, under runs/<run>/config.json.
+     * says today); a new run parses and validates the TOML, checks its artifact
+     * store answers (bucket, credentials), and stores the parsed config, with
+     * paths made absolute, under runs/<run>/config.json in that store.
      */
     async openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
-      const state = await readState(input.runId);
-      if (state) {
-        const config = RunConfig.parse(await store.getJson(state.configRef));
-        logger.info({ runId: input.runId, completedStep: state.completedStep }, 'resuming run from its last completed step');
-        return { loaded: { runId: input.runId, config, configRef: state.configRef, configSha256: state.configSha256 }, resume: pickResume(state) };
-      }
-      let config: RunConfig;
-      try {
-        ({ config } = await loadRunConfig(input.configPath));
-      } catch (err) {
+      return withStoreErrors(async () => {
+        let config: RunConfig | undefined;
+        let configError: ConfigError | undefined;
+        try {
+          ({ config } = await loadRunConfig(input.configPath));
+        } catch (err) {
+          if (!(err instanceof ConfigError)) throw err;
+          configError = err;
+        }
+        // The TOML names the store; a run that already started resumes from the state in it.
+        const settings = config ? storeSettings(resolveArtifactPaths(config.artifacts)) : undefined;
+        const runStore = storeFor(settings, store);
+        if (config) await checkStore(runStore);
+        const state = await readState(runStore, input.runId);
+        if (state) {
+          const stored = RunConfig.parse(await runStore.getJson(state.configRef));
+          logger.info({ runId: input.runId, completedStep: state.completedStep, store: runStore.url }, 'resuming run from its last completed step');
+          return { loaded: { runId: input.runId, config: stored, configRef: state.configRef, configSha256: state.configSha256 }, resume: pickResume({ ...state, artifacts: settings }) };
+        }
         // A bad config never fixes itself on retry: fail the run with the message that names the key.
-        if (err instanceof ConfigError) throw ApplicationFailure.nonRetryable(err.message, 'ConfigError');
-        throw err;
-      }
-      config.model.path = resolveRepoPath(config.model.path);
-      if (config.artifacts.root) config.artifacts.root = resolveRepoPath(config.artifacts.root);
-      await checkEnvironmentModules(config);
-      const configRef = await store.putJson(runKeys.config(input.runId), config);
-      logger.info({ runId: input.runId, configPath: input.configPath, sha256: configRef.sha256 }, 'run config validated and stored');
-      return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 } };
+        if (!config) throw ApplicationFailure.nonRetryable(configError!.message, 'ConfigError');
+        config.model.path = resolveRepoPath(config.model.path);
+        config.artifacts = resolveArtifactPaths(config.artifacts);
+        await checkEnvironmentModules(config);
+        const configRef = await runStore.putJson(runKeys.config(input.runId), config);
+        logger.info({ runId: input.runId, configPath: input.configPath, sha256: configRef.sha256, store: runStore.url }, 'run config validated and stored');
+        return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 } };
+      });
     },
 
-    /** After continue-as-new: the stored config, verified against its recorded hash. */
-    async readConfig(ref: ArtifactRef): Promise<RunConfig> {
-      return RunConfig.parse(await store.getJson(ref));
+    /** After continue-as-new: the stored config, verified against its recorded hash, from the run's store. */
+    async readConfig(ref: ArtifactRef, artifacts?: StoreSettings): Promise<RunConfig> {
+      return withStoreErrors(async () => RunConfig.parse(await storeForRef(ref, artifacts, store).getJson(ref)));
     },
   };
+}
+
+function resolveArtifactPaths(a: ArtifactsConfig): ArtifactsConfig {
+  return a.root ? { ...a, root: resolveRepoPath(a.root) } : a;
 }
 
 /**

@@ -252,30 +252,22 @@ export interface EvalDeps {
   logger: Logger;
 }
 
-async function readJsonFile<T>(file: string): Promise<T | undefined> {
-  try {
-    return JSON.parse(await fs.readFile(file, 'utf8')) as T;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
-  }
+async function readJson<T>(store: ArtifactStore, key: string): Promise<T | undefined> {
+  const buf = await store.read(key);
+  return buf && (JSON.parse(buf.toString('utf8')) as T);
 }
 
 /** Policy versions the run has produced (0, the base model, and each finished step's), with their adapters. */
 export async function runVersions(store: ArtifactStore, runId: string): Promise<Map<number, ArtifactRef | undefined>> {
   const versions = new Map<number, ArtifactRef | undefined>([[0, undefined]]);
-  try {
-    const text = await fs.readFile(store.localPath(`runs/${runId}/metrics.jsonl`), 'utf8');
-    for (const line of text.split('\n')) {
-      if (!line.trim()) continue;
-      try {
-        const r = JSON.parse(line) as { policy_version?: unknown; adapter?: ArtifactRef };
-        const v = r.policy_version;
-        if (typeof v === 'number' && Number.isInteger(v) && v >= 0) versions.set(v, r.adapter);
-      } catch { /* a torn line: the metrics writer owns repairs */ }
-    }
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  const text = (await store.read(`runs/${runId}/metrics.jsonl`))?.toString('utf8') ?? '';
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    try {
+      const r = JSON.parse(line) as { policy_version?: unknown; adapter?: ArtifactRef };
+      const v = r.policy_version;
+      if (typeof v === 'number' && Number.isInteger(v) && v >= 0) versions.set(v, r.adapter);
+    } catch { /* a torn line: the metrics writer owns repairs */ }
   }
   return versions;
 }
@@ -288,9 +280,9 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
   return {
     async evalPlan(input: EvalSweepInput): Promise<EvalPlan> {
       const { runId } = input;
-      const config = await readJsonFile<RunConfig>(store.localPath(`runs/${runId}/config.json`));
+      const config = await readJson<RunConfig>(store, `runs/${runId}/config.json`);
       if (!config) {
-        throw ApplicationFailure.nonRetryable(`run "${runId}" not found: no ${store.localPath(`runs/${runId}/config.json`)}. ` +
+        throw ApplicationFailure.nonRetryable(`run "${runId}" not found: no runs/${runId}/config.json in ${store.url}. ` +
           'Fix: check the id with `ratchet status`; a run has a config once its TrainRun started.', 'RunNotFound');
       }
       const k = input.k ?? 4;

@@ -12,6 +12,7 @@ import { createDatasetActivities } from './dataset';
 import { createEvalActivities } from './eval';
 import { createMetricsActivities } from './metrics';
 import type { createRolloutActivities } from './rollout';
+import { createRolloutSummaryActivities } from './rolloutSummaries';
 import { createWeightSyncActivities, type WeightSyncDeps } from './weightSync';
 
 export interface ActivityDeps {
@@ -25,8 +26,9 @@ export function createActivities(deps: ActivityDeps) {
     ...createConfigActivities(deps),
     ...createDatasetActivities({ logger: deps.logger }),
     ...createBatchActivities({ store: deps.store, logger: deps.logger.child({ component: 'batch-builder' }) }),
-    ...createWeightSyncActivities({ logger: deps.logger, ...deps.weightSync }),
+    ...createWeightSyncActivities({ logger: deps.logger, store: deps.store, ...deps.weightSync }),
     ...createMetricsActivities(deps),
+    ...createRolloutSummaryActivities(deps),
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
   };
 }

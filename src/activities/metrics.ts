@@ -1,12 +1,12 @@
-import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
-import type { ArtifactStore } from '../artifacts/store';
+import { type ArtifactStore, LocalArtifactStore } from '../artifacts/store';
+import { storeFor, withStoreErrors } from '../artifacts/stores';
 import type { Logger } from '../shared/logger';
 import type { StepSummary } from '../workflows/types';
 import { runKeys, type RunStateFile } from './config';
 import { lastMeanReward, stepsTotal, trainerStepSeconds } from '../metrics';
 import { RunConfig } from '../config/schema';
-import { REPO_ROOT } from '../shared/paths';
+import { paths, REPO_ROOT } from '../shared/paths';
 import { stepScalars } from '../metrics/sinks/scalars';
 import { writeTensorBoardStep } from '../metrics/sinks/tensorboard';
 import { writeWandbStep } from '../metrics/sinks/wandb';
@@ -60,15 +60,18 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
    * The run's configured sinks (the [metrics] section of its stored config). A
    * sink that fails is logged, never fatal: the step is recorded either way.
    */
-  async function exportStep(record: StepRecord): Promise<void> {
-    const ref = await store.exists(runKeys.config(record.run_id));
+  async function exportStep(record: StepRecord, runStore: ArtifactStore): Promise<void> {
+    const ref = await runStore.exists(runKeys.config(record.run_id));
     if (!ref) return;
-    const parsed = RunConfig.shape.metrics.safeParse((await store.getJson<{ metrics?: unknown }>(ref)).metrics ?? {});
+    const parsed = RunConfig.shape.metrics.safeParse((await runStore.getJson<{ metrics?: unknown }>(ref)).metrics ?? {});
     if (!parsed.success) return;
     const { tensorboard: tb, wandb } = parsed.data;
     const dirFor = (configured: string | undefined, sink: string): string => (configured
       ? path.join(path.isAbsolute(configured) ? configured : path.join(REPO_ROOT, configured), record.run_id)
-      : store.localPath(`runs/${record.run_id}/${sink}`));
+      // Sinks write local files: beside the run's artifacts on a local store, under this host's artifacts dir for S3.
+      : runStore instanceof LocalArtifactStore
+        ? runStore.localPath(`runs/${record.run_id}/${sink}`)
+        : path.join(paths.artifacts(), 'runs', record.run_id, sink));
     const scalars = stepScalars(record);
     if (tb) {
       try {
@@ -97,14 +100,10 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
      * record replaces the earlier attempt's, which no state ever pointed at.
      */
     async recordStep({ record, state }: RecordStepInput): Promise<StepSummary> {
-      const file = store.localPath(runKeys.metrics(record.run_id));
-      await fs.mkdir(path.dirname(file), { recursive: true });
-      let existing = '';
-      try {
-        existing = await fs.readFile(file, 'utf8');
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      }
+      return withStoreErrors(async () => {
+      const runStore = storeFor(state.artifacts, store);
+      const key = runKeys.metrics(record.run_id);
+      const existing = (await runStore.read(key))?.toString('utf8') ?? '';
       const lines = existing.split('\n');
       const at = lines.findIndex((l) => parseRecord(l)?.step === record.step);
       const earlier = at >= 0 ? parseRecord(lines[at]!) : undefined;
@@ -112,19 +111,19 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
         logger.warn({ runId: record.run_id, step: record.step, earlierBatch: batchSha(earlier), batch: batchSha(record) },
           'the step was redone after a crash; its record replaces the earlier attempt\'s');
         lines[at] = JSON.stringify(record);
-        const tmp = `${file}.tmp-${process.pid}-${Date.now()}`;
-        await fs.writeFile(tmp, lines.join('\n'));
-        await fs.rename(tmp, file);
+        // A whole-object put is atomic in both stores (S3 has no append or rename).
+        await runStore.put(key, lines.join('\n'));
       } else if (!earlier) {
         // A torn last line (crash mid-append) gets its own line so later ones stay parseable.
+        // The whole file is rewritten atomically (S3 has no append), so a crash never leaves half a line.
         const sep = existing && !existing.endsWith('\n') ? '\n' : '';
-        await fs.appendFile(file, `${sep}${JSON.stringify(record)}\n`);
-        await exportStep(record);
+        await runStore.put(key, `${existing}${sep}${JSON.stringify(record)}\n`);
+        await exportStep(record, runStore);
         stepsTotal.inc();
         trainerStepSeconds.observe((record.timing_ms.train_and_save ?? 0) / 1000);
       }
       lastMeanReward.set({ run: record.run_id }, record.mean_reward);
-      await store.putJson(runKeys.state(record.run_id), state);
+      await runStore.putJson(runKeys.state(record.run_id), state);
       logger.info({ runId: record.run_id, step: record.step, meanReward: record.mean_reward, components: record.reward_components, policyVersion: record.policy_version }, 'step recorded');
       return {
         step: record.step,
@@ -134,6 +133,7 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
         dropped: Object.values(record.dropped).reduce((a, b) => a + b, 0),
         policyVersion: record.policy_version,
       };
+      });
     },
   };
 }
@@ -154,17 +154,12 @@ function batchSha(r: StepRecord): string | undefined {
 
 /** Reads every step record of a run (the CLI's report and follow use this). */
 export async function readStepRecords(store: ArtifactStore, runId: string): Promise<StepRecord[]> {
-  try {
-    const text = await fs.readFile(store.localPath(runKeys.metrics(runId)), 'utf8');
-    return text.split('\n').filter((l) => l.trim()).flatMap((l) => {
-      try {
-        return [JSON.parse(l) as StepRecord];
-      } catch {
-        return [];
-      }
-    });
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw err;
-  }
+  const text = (await store.read(runKeys.metrics(runId)))?.toString('utf8') ?? '';
+  return text.split('\n').filter((l) => l.trim()).flatMap((l) => {
+    try {
+      return [JSON.parse(l) as StepRecord];
+    } catch {
+      return [];
+    }
+  });
 }

@@ -7,7 +7,8 @@ import { runAgent, type AgentResult } from '../agent/loop';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import { toolSpec, type ToolContext } from '../agent/tool';
 import type { ArtifactStore } from '../artifacts/store';
-import { RunConfig } from '../config/schema';
+import { storeFor, type StoreSettings } from '../artifacts/stores';
+import { ArtifactsFields, RunConfig } from '../config/schema';
 import { runKeys } from './config';
 import { loadEnvironment } from '../envs/load';
 import { ENVIRONMENTS } from '../envs/registry';
@@ -56,6 +57,8 @@ export const RolloutInput = z.object({
   seed: z.number().int().optional(),
   /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
   liveness: z.object({ heartbeat_every_s: z.number().positive(), stall_s: z.number().positive() }).strict().optional(),
+  /** The run's [artifacts] store; absent: the worker's default store. */
+  artifacts: ArtifactsFields.optional(),
 });
 export type RolloutInput = z.input<typeof RolloutInput>;
 
@@ -90,13 +93,15 @@ export function createRolloutActivities(deps: RolloutDeps) {
    */
   /** Environments from modules, per run: the run's stored config says which module an id names. */
   const runEnvModules = new Map<string, Promise<Map<string, string>>>();
-  async function environmentFor(runId: string, envId: string): Promise<Environment> {
+  async function environmentFor(runId: string, envId: string, artifacts?: StoreSettings): Promise<Environment> {
     const builtin = (ENVIRONMENTS as Record<string, Environment>)[envId];
     let modules = runEnvModules.get(runId);
     if (!modules) {
       modules = (async () => {
-        const ref = await deps.store.exists(runKeys.config(runId));
-        const config = ref ? RunConfig.parse(await deps.store.getJson(ref)) : undefined;
+        // The config lives in the run's own store (an s3:// run shares no disk with this worker).
+        const runStore = storeFor(artifacts, deps.store);
+        const ref = await runStore.exists(runKeys.config(runId));
+        const config = ref ? RunConfig.parse(await runStore.getJson(ref)) : undefined;
         return new Map((config?.env ?? []).flatMap((e) => (e.module ? [[e.id, e.module] as [string, string]] : [])));
       })();
       runEnvModules.set(runId, modules);
@@ -139,7 +144,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
     // Cancelled by Temporal, or one heartbeat timeout after the watchdog saw no progress.
     const signal = live.signal;
     // A bad env id or a missing task fails the same way on every retry: say so once.
-    const env = await nonRetryable(() => environmentFor(input.runId, input.envId));
+    const env = await nonRetryable(() => environmentFor(input.runId, input.envId, input.artifacts));
     const task = 'instance_id' in input.task
       ? (input.task as Task)
       : await nonRetryable(() => loadTask(resolveDataset((input.task as { datasetPath: string }).datasetPath, input.taskSetDir), (input.task as { instanceId: string }).instanceId));
@@ -267,7 +272,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       stats: result.stats,
       timing: { model_ms: result.model_ms, tools_ms: result.tools_ms, sandbox_ms: sandboxMs, total_ms: performance.now() - started },
     });
-    const ref = await deps.store.putJson(trajectoryKey(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
+    const ref = await storeFor(input.artifacts, deps.store).putJson(trajectoryKey(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
     rlog.info({ reward: score.total, stop: result.stop_reason, turns: result.turns.length, tool_calls: result.stats.tool_calls, ms: Math.round(trajectory.timing.total_ms) }, 'rollout done');
 
     return RolloutSummary.parse({

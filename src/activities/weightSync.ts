@@ -1,8 +1,9 @@
-import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
-import { ArtifactIntegrityError, sha256, uriToPath } from '../artifacts/store';
+import type { StoreSettings } from '../artifacts/settings';
+import { LocalArtifactStore, type ArtifactStore, uriToPath, verifyLocalDir } from '../artifacts/store';
+import { storeForRef, withStoreErrors } from '../artifacts/stores';
 import { adapterName, adapterVersion } from '../shared/adapters';
 import type { Logger } from '../shared/logger';
 import { LIVENESS_DEFAULTS, type ActivityLivenessInput } from '../shared/liveness';
@@ -10,6 +11,8 @@ import { withLiveness, type Liveness } from './liveness';
 
 export interface WeightSyncDeps {
   logger: Logger;
+  /** The worker's default store (adapters of runs without [artifacts] url). */
+  store?: ArtifactStore;
   fetch?: typeof fetch;
   /** How long one activity attempt keeps retrying a replica that is down before reporting it. */
   replicaRetryMs?: number;
@@ -26,6 +29,8 @@ export interface SyncWeightsInput {
   keepFromVersion: number;
   /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
   liveness?: ActivityLivenessInput;
+  /** The run's [artifacts] store: an s3:// adapter is fetched into this host's cache before vLLM loads it. */
+  artifacts?: StoreSettings;
 }
 
 export interface SyncWeightsResult {
@@ -38,19 +43,9 @@ export interface SyncWeightsResult {
 }
 
 
-/** A directory artifact's sha256 is over its MANIFEST.sha256; check it and every file it lists. */
+/** A local directory artifact's sha256 is over its MANIFEST.sha256; check it and every file it lists. */
 export async function verifyDirectoryArtifact(ref: ArtifactRef): Promise<string> {
-  const dir = uriToPath(ref.uri);
-  const manifest = await fs.readFile(path.join(dir, 'MANIFEST.sha256'));
-  const actual = sha256(manifest);
-  if (actual !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, actual);
-  for (const line of manifest.toString('utf8').split('\n')) {
-    const m = /^([0-9a-f]{64}) {2}(.+)$/.exec(line.trim());
-    if (!m) continue;
-    const fileSha = sha256(await fs.readFile(path.join(dir, m[2]!)));
-    if (fileSha !== m[1]) throw new ArtifactIntegrityError(`${ref.uri}/${m[2]}`, m[1]!, fileSha);
-  }
-  return dir;
+  return verifyLocalDir(uriToPath(ref.uri), ref);
 }
 
 class ReplicaDown extends Error {}
@@ -63,7 +58,7 @@ class ReplicaDown extends Error {}
  * InferenceUnavailable, which the workflow answers by pausing
  * (status `waiting-for-inference`) and trying again, never by failing the run.
  */
-export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, replicaRetryMs = 20_000, sleep = (ms) => new Promise((r) => setTimeout(r, ms)) }: WeightSyncDeps) {
+export function createWeightSyncActivities({ logger, store = new LocalArtifactStore(), fetch: fetchFn = fetch, replicaRetryMs = 20_000, sleep = (ms) => new Promise((r) => setTimeout(r, ms)) }: WeightSyncDeps) {
   async function call(live: Liveness, url: string, init?: RequestInit): Promise<{ status: number; text: string }> {
     let res: Response;
     let text: string;
@@ -175,7 +170,9 @@ export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, rep
     if (input.policyVersion > 0 && !input.adapter) {
       throw ApplicationFailure.nonRetryable(`policy version ${input.policyVersion} has no adapter to serve (trainer.mode = "full"?); runtime weight sync supports LoRA adapters only`, 'WeightSyncRefused');
     }
-    const adapterDir = input.adapter ? await verifyDirectoryArtifact(input.adapter) : undefined;
+    const adapter = input.adapter;
+    // vLLM reads a local directory: an s3:// adapter is pulled (verified) into this host's cache first.
+    const adapterDir = adapter ? await withStoreErrors(() => storeForRef(adapter, input.artifacts, store).localDir(adapter)) : undefined;
     const out: SyncWeightsResult = { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 };
     const down: string[] = [];
     for (const baseUrl of input.baseUrls) {
@@ -205,4 +202,15 @@ export function createWeightSyncActivities({ logger, fetch: fetchFn = fetch, rep
     logger.info({ runId: input.runId, ...out }, 'weights synced');
     return out;
   }
+}
+
+/**
+ * An inference host's activities (src/workers/inference.ts): syncWeights against this
+ * host's own vLLM replicas. The workflow sends no URLs to a host's queue.
+ */
+export function createInferenceHostActivities(localBaseUrls: string[], deps: WeightSyncDeps) {
+  const { syncWeights } = createWeightSyncActivities(deps);
+  return {
+    syncWeights: (input: SyncWeightsInput) => syncWeights({ ...input, baseUrls: input.baseUrls.length ? input.baseUrls : localBaseUrls }),
+  };
 }

@@ -17,39 +17,123 @@ export function sha256(data: Buffer | string): string {
   return createHash('sha256').update(data).digest('hex');
 }
 
+/** A directory artifact (checkpoint, adapter) lists `sha256  relative/path` per file here; its ref's sha256 is this file's. */
+export const MANIFEST = 'MANIFEST.sha256';
+
 /**
- * The artifact store: content addressed by a caller-chosen key, written atomically
- * (temp name + rename) so a retried activity never sees half a file. Local
- * directory backend; the interface is what an S3-compatible backend implements too.
+ * The artifact store: objects under caller-chosen keys (`runs/<run>/...`), written
+ * atomically so a retried activity never sees half an object, each carrying its
+ * sha256, which every read checks. Two backends: a local directory (file://) and
+ * any S3-compatible store (s3://, src/artifacts/s3.ts).
  */
 export interface ArtifactStore {
+  /** Where the store lives, for messages and logs: file:///dir or s3://bucket/prefix. */
+  readonly url: string;
   put(key: string, data: Buffer | string): Promise<ArtifactRef>;
   putJson(key: string, value: unknown): Promise<ArtifactRef>;
   get(ref: ArtifactRef): Promise<Buffer>;
   getJson<T = unknown>(ref: ArtifactRef): Promise<T>;
   exists(key: string): Promise<ArtifactRef | undefined>;
-  /** Absolute local path for a key (for processes that read files directly, e.g. the trainer). */
-  localPath(key: string): string;
+  /** The bytes under a key, or undefined; the S3 backend checks them against the sha256 stored with them. */
+  read(key: string): Promise<Buffer | undefined>;
+  /** Every key below a prefix ("runs/r1/evals/"), sorted. */
+  list(prefix: string): Promise<string[]>;
+  /** Uploads a local directory as a directory artifact: every file, MANIFEST.sha256 last (the commit point). */
+  putDir(key: string, dir: string): Promise<ArtifactRef>;
+  /** A verified local copy of a directory artifact (the directory itself for a local store; a cache for S3). */
+  localDir(ref: ArtifactRef): Promise<string>;
+}
+
+export function checkKey(key: string): string {
+  const normalized = path.posix.normalize(key);
+  if (normalized.startsWith('..') || path.posix.isAbsolute(normalized) || normalized === '.') {
+    throw new Error(`artifact key "${key}" escapes the store root; use a relative key like "runs/<run>/..."`);
+  }
+  return normalized;
+}
+
+/** Parses MANIFEST.sha256 text into (relative path, sha256) pairs. */
+export function manifestEntries(text: string): { rel: string; sha: string }[] {
+  const out: { rel: string; sha: string }[] = [];
+  for (const line of text.split('\n')) {
+    const m = /^([0-9a-f]{64}) {2}(.+)$/.exec(line.trim());
+    if (m) out.push({ sha: m[1]!, rel: m[2]! });
+  }
+  return out;
+}
+
+/** Builds MANIFEST.sha256 text for every file below dir (except an existing manifest). */
+export async function manifestFor(dir: string): Promise<{ text: string; bytes: number; files: string[] }> {
+  const files = (await listFiles(dir)).filter((f) => f !== MANIFEST).sort();
+  let text = '';
+  let bytes = 0;
+  for (const rel of files) {
+    const buf = await fs.readFile(path.join(dir, rel));
+    text += `${sha256(buf)}  ${rel}\n`;
+    bytes += buf.length;
+  }
+  return { text, bytes, files };
+}
+
+async function listFiles(dir: string, prefix = ''): Promise<string[]> {
+  let entries: import('node:fs').Dirent[];
+  try {
+    entries = await fs.readdir(path.join(dir, prefix), { withFileTypes: true });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  const out: string[] = [];
+  for (const e of entries) {
+    const rel = prefix ? `${prefix}/${e.name}` : e.name;
+    if (e.isDirectory()) out.push(...await listFiles(dir, rel));
+    else if (e.isFile() && !/\.tmp-/.test(e.name)) out.push(rel);
+  }
+  return out;
+}
+
+/** Checks a local directory against its manifest and the ref's sha256; returns the directory. */
+export async function verifyLocalDir(dir: string, ref: ArtifactRef): Promise<string> {
+  let manifest: Buffer;
+  try {
+    manifest = await fs.readFile(path.join(dir, MANIFEST));
+  } catch {
+    throw new ArtifactIntegrityError(ref.uri, ref.sha256, `no ${MANIFEST}`);
+  }
+  const actual = sha256(manifest);
+  if (actual !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, actual);
+  for (const { rel, sha } of manifestEntries(manifest.toString('utf8'))) {
+    let got = 'missing';
+    try {
+      got = sha256(await fs.readFile(path.join(dir, rel)));
+    } catch { /* reported as missing */ }
+    if (got !== sha) throw new ArtifactIntegrityError(`${ref.uri}/${rel}`, sha, got);
+  }
+  return dir;
+}
+
+export async function atomicWrite(file: string, buf: Buffer): Promise<void> {
+  await fs.mkdir(path.dirname(file), { recursive: true });
+  const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  await fs.writeFile(tmp, buf);
+  await fs.rename(tmp, file);
 }
 
 export class LocalArtifactStore implements ArtifactStore {
-  constructor(readonly root: string = paths.artifacts()) {}
+  readonly url: string;
+
+  constructor(readonly root: string = paths.artifacts()) {
+    this.url = pathToFileURL(path.resolve(root)).href;
+  }
 
   localPath(key: string): string {
-    const normalized = path.normalize(key);
-    if (normalized.startsWith('..') || path.isAbsolute(normalized)) {
-      throw new Error(`artifact key "${key}" escapes the store root; use a relative key like "runs/<run>/..."`);
-    }
-    return path.join(this.root, normalized);
+    return path.join(this.root, checkKey(key));
   }
 
   async put(key: string, data: Buffer | string): Promise<ArtifactRef> {
     const file = this.localPath(key);
-    await fs.mkdir(path.dirname(file), { recursive: true });
-    const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
     const buf = typeof data === 'string' ? Buffer.from(data) : data;
-    await fs.writeFile(tmp, buf);
-    await fs.rename(tmp, file);
+    await atomicWrite(file, buf);
     return { uri: pathToFileURL(file).href, sha256: sha256(buf), bytes: buf.length };
   }
 
@@ -70,24 +154,59 @@ export class LocalArtifactStore implements ArtifactStore {
 
   async exists(key: string): Promise<ArtifactRef | undefined> {
     const file = this.localPath(key);
+    const buf = await this.read(key);
+    return buf && { uri: pathToFileURL(file).href, sha256: sha256(buf), bytes: buf.length };
+  }
+
+  async read(key: string): Promise<Buffer | undefined> {
     try {
-      const buf = await fs.readFile(file);
-      return { uri: pathToFileURL(file).href, sha256: sha256(buf), bytes: buf.length };
+      return await fs.readFile(this.localPath(key));
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' || code === 'EISDIR') return undefined;
       throw err;
     }
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    const clean = prefix.replace(/\/+$/, '');
+    const base = clean ? checkKey(clean) : '';
+    return (await listFiles(this.root, base)).sort();
+  }
+
+  async putDir(key: string, dir: string): Promise<ArtifactRef> {
+    const final = this.localPath(key);
+    const { text, bytes, files } = await manifestFor(dir);
+    if (path.resolve(dir) !== path.resolve(final)) {
+      const tmp = `${final}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+      for (const rel of files) {
+        await fs.mkdir(path.dirname(path.join(tmp, rel)), { recursive: true });
+        await fs.copyFile(path.join(dir, rel), path.join(tmp, rel));
+      }
+      await fs.writeFile(path.join(tmp, MANIFEST), text);
+      await fs.rm(final, { recursive: true, force: true });
+      await fs.mkdir(path.dirname(final), { recursive: true });
+      await fs.rename(tmp, final);
+    } else {
+      await atomicWrite(path.join(final, MANIFEST), Buffer.from(text));
+    }
+    return { uri: pathToFileURL(final).href, sha256: sha256(text), bytes };
+  }
+
+  localDir(ref: ArtifactRef): Promise<string> {
+    return verifyLocalDir(uriToPath(ref.uri), ref);
   }
 }
 
 export function uriToPath(uri: string): string {
   if (!uri.startsWith('file://')) {
-    throw new Error(`artifact uri "${uri}" is not a file:// uri; only the local store is configured (set [artifacts] in the run config for S3)`);
+    throw new Error(`artifact uri "${uri}" is not a file:// uri, so it has no local path. ` +
+      'Fix: read it through its store (storeForRef / the run\'s [artifacts] settings), which fetches s3:// objects');
   }
   return fileURLToPath(uri);
 }
 
-/** Verifies any artifact ref against the bytes on disk: the fault tests' sha256 invariant. */
+/** Verifies a local (file://) artifact ref against the bytes on disk: the fault tests' sha256 invariant. */
 export async function verifyRef(ref: ArtifactRef): Promise<void> {
   const actual = sha256(await fs.readFile(uriToPath(ref.uri)));
   if (actual !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, actual);

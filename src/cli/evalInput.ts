@@ -1,8 +1,7 @@
 import { ApplicationFailure } from '@temporalio/common';
-import { existsSync } from 'node:fs';
 import type { Client } from '@temporalio/client';
 import { loadEvalTaskset, type EvalSweepInput } from '../activities/eval';
-import { LocalArtifactStore } from '../artifacts/store';
+import { defaultStore } from '../artifacts/stores';
 import { CliError, EXIT } from './exit';
 
 export interface EvalFlags {
@@ -49,15 +48,16 @@ export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<
 
 /** A run exists once its TrainRun stored its config in the artifact store. */
 export async function assertRunExists(client: Client, run: string): Promise<void> {
-  const store = new LocalArtifactStore();
-  if (existsSync(store.localPath(`runs/${run}/config.json`))) return;
+  const store = defaultStore();
+  const where = `${store.url}/runs/${run}/config.json`;
+  if (await store.exists(`runs/${run}/config.json`)) return;
   let workflowExists = false;
   try {
     await client.workflow.getHandle(run).describe();
     workflowExists = true;
   } catch { /* not found: reported below */ }
   throw new CliError(workflowExists
-    ? `run "${run}" has a workflow but no stored config yet (${store.localPath(`runs/${run}/config.json`)}); it has not started its first step. Fix: wait for it, or check its worker logs.`
-    : `run "${run}" not found: no workflow with that id and no ${store.localPath(`runs/${run}/config.json`)}. Fix: list runs with \`ratchet status\`.`,
+    ? `run "${run}" has a workflow but no stored config yet (${where}); it has not started its first step. Fix: wait for it, or check its worker logs.`
+    : `run "${run}" not found: no workflow with that id and no ${where}. Fix: list runs with \`ratchet status\`.`,
   workflowExists ? EXIT.notReady : EXIT.notFound);
 }

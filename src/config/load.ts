@@ -27,6 +27,11 @@ export function parseRunConfig(text: string, file: string): RunConfig {
   } catch (err) {
     throw new ConfigError(`${file}: not valid TOML: ${(err as Error).message}`);
   }
+  const secrets = credentialKeys(raw);
+  if (secrets.length) {
+    throw new ConfigError(`${file}: artifacts.${secrets[0]}: credentials never go in the run config (it is stored with the run and shown in its history). ` +
+      'Fix: remove it and give every host AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in its environment.');
+  }
   const parsed = RunConfig.safeParse(raw);
   if (!parsed.success) {
     throw new ConfigError(`invalid run config\n${describeZodError(file, parsed.error)}\nFix the keys above; configs/README.md lists every key.`);
@@ -43,8 +48,21 @@ export function parseRunConfig(text: string, file: string): RunConfig {
   if (conflicts.length > 0) {
     throw new ConfigError(`invalid run config\n${conflicts.map((c) => `${file}: ${c}`).join('\n')}\nconfigs/README.md explains how these settings combine.`);
   }
+  const o = parsed.data.orchestrator;
+  const perStep = o.batch_size * o.rollouts_per_example;
+  if (perStep > MAX_ROLLOUTS_PER_STEP) {
+    throw new ConfigError(`${file}: orchestrator.batch_size × orchestrator.rollouts_per_example = ${o.batch_size} × ${o.rollouts_per_example} = ${perStep} rollouts per step, ` +
+      `over the ${MAX_ROLLOUTS_PER_STEP} one step's StepRollouts workflow can hold (3 history events of ~1-3 KB per rollout; Temporal stops a history at 51,200 events or 50 MB). ` +
+      'Fix: lower batch_size or rollouts_per_example (more, smaller steps train the same data).');
+  }
   return parsed.data;
 }
+
+/**
+ * Rollouts one step may have. Their summaries travel as one artifact (not inline,
+ * where 2 MB ran out near 2,600), so the bound is StepRollouts' own history.
+ */
+export const MAX_ROLLOUTS_PER_STEP = 10_000;
 
 export async function loadRunConfig(configPath: string): Promise<{ config: RunConfig; absPath: string; text: string }> {
   const absPath = path.isAbsolute(configPath) ? configPath : path.join(REPO_ROOT, configPath);
@@ -56,6 +74,13 @@ export async function loadRunConfig(configPath: string): Promise<{ config: RunCo
       'Fix: pass a path like configs/swe-grep/smoke.toml, relative to the repository root or absolute.');
   }
   return { config: parseRunConfig(text, configPath), absPath, text };
+}
+
+/** Keys of [artifacts] that look like credentials: refused with their own message, not "unrecognized key". */
+function credentialKeys(raw: unknown): string[] {
+  const a = (raw as { artifacts?: unknown } | undefined)?.artifacts;
+  if (!a || typeof a !== 'object') return [];
+  return Object.keys(a).filter((k) => /key|secret|token|password|credential/i.test(k));
 }
 
 /** An id that is neither built in nor loaded from a module names nothing. */

@@ -77,6 +77,13 @@ const InferenceConfig = z.object({
   base_urls: z.array(z.string().url()).nonempty().default(['http://127.0.0.1:8000/v1']),
   served_model: z.string().default('smollm2-135m'),
   request_timeout_s: z.number().positive().max(MAX_TIMER_S).default(300),
+  /**
+   * Inference hosts that share no disk with the trainer: each runs a `ratchet-inference`
+   * worker (src/workers/inference.ts) on its own task queue, which pulls each new adapter
+   * from the artifact store into a local cache and loads it into that host's vLLM.
+   * Empty: weight sync hands vLLM the adapter path directly (one machine, or a shared disk).
+   */
+  sync_task_queues: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a task queue name: letters, digits, ".", "_" and "-"')).default([]),
 }).strict();
 
 const SamplingConfig = z.object({
@@ -181,6 +188,37 @@ const LivenessSection = z.object({
   weight_sync_stall_s: z.number().min(45).max(3600).default(LD.weight_sync_stall_s),
 }).strict();
 
+/**
+ * Where the run's artifacts live. `url` is `file:///abs/dir` or `s3://bucket/prefix`
+ * (any S3-compatible store: AWS S3, MinIO...); unset means the worker's default
+ * store (the local `.ratchet/artifacts`, or RATCHET_ARTIFACTS_URL). Credentials are
+ * never here: the AWS SDK's default chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY,
+ * AWS_PROFILE, instance roles) supplies them on every host.
+ */
+export const ArtifactsFields = z.object({
+  url: z.string().refine((u) => /^file:\/\/\//.test(u) || /^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](\/.*)?$/.test(u), {
+    message: 'must be "file:///absolute/dir" or "s3://bucket/prefix" (bucket: 3-63 lowercase letters, digits, "." or "-")',
+  }).optional(),
+  /** Legacy spelling of a file:// url: a local directory. */
+  root: z.string().optional(),
+  /** S3 endpoint for a non-AWS store, e.g. "http://minio-host:9000" (AWS: leave unset). */
+  endpoint: z.string().regex(/^https?:\/\/[^/\s]+/, 'must be a URL like "http://minio-host:9000"').optional(),
+  /** S3 region (default: AWS_REGION / the profile's region, else us-east-1). */
+  region: z.string().min(1).optional(),
+  /** Path-style bucket addressing (http://host/bucket/key): MinIO needs it; default true when endpoint is set. */
+  force_path_style: z.boolean().optional(),
+}).strict();
+export const ArtifactsConfig = ArtifactsFields.superRefine((a, ctx) => {
+  const s3 = a.url?.startsWith('s3://') ?? false;
+  for (const k of ['endpoint', 'region', 'force_path_style'] as const) {
+    if (a[k] !== undefined && !s3) {
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: [k], message: `only applies to an S3 store; set url = "s3://bucket/prefix" too, or remove ${k}` });
+    }
+  }
+  if (a.url && a.root) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['root'], message: 'set url or root, not both (root is the old spelling of a file:// url)' });
+});
+export type ArtifactsConfig = z.infer<typeof ArtifactsConfig>;
+
 /** Where step metrics go besides runs/<run>/metrics.jsonl, the HTML report and Prometheus. */
 const MetricsConfig = z.object({
   /** TensorBoard event files: `tensorboard --logdir <dir>`. Relative dirs resolve against the repository root. */
@@ -214,7 +252,7 @@ export const RunConfig = z.object({
   orchestrator: OrchestratorConfig.default({}),
   sandbox: SandboxConfig.default({}),
   env: z.array(EnvConfig).nonempty('add at least one [[env]] section, e.g. [[env]] id = "swe-grep"'),
-  artifacts: z.object({ root: z.string().optional() }).strict().default({}),
+  artifacts: ArtifactsConfig.default({}),
   liveness: LivenessSection.default({}),
   metrics: MetricsConfig.default({}),
 }).strict();

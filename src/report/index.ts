@@ -1,5 +1,6 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
+import { defaultStore } from '../artifacts/stores';
 import { paths } from '../shared/paths';
 import { buildReportData } from './aggregate';
 import { renderReportHtml } from './html';
@@ -25,8 +26,10 @@ export function defaultReportPath(runId: string, artifactsRoot = paths.artifacts
 export async function generateReport(runId: string, opts: { out?: string; artifactsRoot?: string; now?: Date } = {}): Promise<ReportOutcome> {
   const t0 = performance.now();
   const root = opts.artifactsRoot ?? paths.artifacts();
-  const records = await loadStepRecords(runId, root);
-  const { results, skipped } = await loadEvalResults(runId, root);
+  // Records and evals come through the store (an s3:// one when RATCHET_ARTIFACTS_URL says so); the HTML is a local file.
+  const store = opts.artifactsRoot ?? defaultStore();
+  const records = await loadStepRecords(runId, store);
+  const { results, skipped } = await loadEvalResults(runId, store);
   const html = renderReportHtml(buildReportData(runId, records, results, opts.now));
   const file = path.resolve(opts.out ?? defaultReportPath(runId, root));
   await fs.mkdir(path.dirname(file), { recursive: true });

@@ -1,5 +1,7 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
+import { defaultStore } from '../artifacts/stores';
+import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
 import { describeZodError } from '../config/load';
 import { paths } from '../shared/paths';
 import { AnyStepRecord, EvalResult, type StepRecord } from './records';
@@ -19,12 +21,16 @@ export function runDir(runId: string, artifactsRoot = paths.artifacts()): string
   return path.join(artifactsRoot, 'runs', runId);
 }
 
-export async function runExists(runId: string, artifactsRoot = paths.artifacts()): Promise<boolean> {
-  try {
-    return (await fs.stat(runDir(runId, artifactsRoot))).isDirectory();
-  } catch {
-    return false;
-  }
+/** A local directory (tests, benches) or a store; the default is this process's store (RATCHET_ARTIFACTS_URL or .ratchet/artifacts). */
+export type StoreArg = string | ArtifactStore;
+const toStore = (a?: StoreArg): ArtifactStore => (a === undefined ? defaultStore() : typeof a === 'string' ? new LocalArtifactStore(a) : a);
+
+export async function runExists(runId: string, artifacts?: StoreArg): Promise<boolean> {
+  runDir(runId);
+  const store = toStore(artifacts);
+  // A local run exists with its directory (even empty); an S3 prefix exists once it holds an object.
+  if (store instanceof LocalArtifactStore) return fs.stat(store.localPath(`runs/${runId}`)).then((s) => s.isDirectory(), () => false);
+  return store.list(`runs/${runId}`).then((keys) => keys.length > 0, () => false);
 }
 
 /** Parses metrics.jsonl; a step written twice (a retried metrics activity) keeps its last record. */
@@ -48,20 +54,17 @@ export function parseStepRecords(text: string, file: string): StepRecord[] {
   return [...bySteps.values()].sort((a, b) => a.step - b.step);
 }
 
-export async function loadStepRecords(runId: string, artifactsRoot = paths.artifacts()): Promise<StepRecord[]> {
-  const dir = runDir(runId, artifactsRoot);
-  if (!(await runExists(runId, artifactsRoot))) {
-    throw new RunDataError(`run "${runId}" not found: no directory ${dir}. ` +
-      'Fix: check the id with `ratchet status`, or point RATCHET_ARTIFACTS at the store the run wrote to.', 'not-found');
+export async function loadStepRecords(runId: string, artifacts?: StoreArg): Promise<StepRecord[]> {
+  const store = toStore(artifacts);
+  runDir(runId);
+  const key = `runs/${runId}/metrics.jsonl`;
+  const file = `${store.url}/${key}`;
+  const buf = await store.read(key);
+  if (!buf && !(await runExists(runId, store))) {
+    throw new RunDataError(`run "${runId}" not found: nothing under ${store.url}/runs/${runId}. ` +
+      'Fix: check the id with `ratchet status`, or point RATCHET_ARTIFACTS_URL (or RATCHET_ARTIFACTS) at the store the run wrote to.', 'not-found');
   }
-  const file = path.join(dir, 'metrics.jsonl');
-  let text = '';
-  try {
-    text = await fs.readFile(file, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
-  const records = parseStepRecords(text, file);
+  const records = parseStepRecords(buf?.toString('utf8') ?? '', file);
   if (records.length === 0) {
     throw new RunDataError(`run "${runId}" has no finished step yet (${file} is missing or empty), so there is nothing to report. ` +
       'Fix: wait for the first step to finish (`ratchet status ' + runId + '`), then run the report again.', 'empty');
@@ -70,32 +73,26 @@ export async function loadStepRecords(runId: string, artifactsRoot = paths.artif
 }
 
 /** Every eval result of the run, oldest policy version first; an unreadable file is skipped with a reason. */
-export async function loadEvalResults(runId: string, artifactsRoot = paths.artifacts()): Promise<{ results: EvalResult[]; skipped: string[] }> {
-  const evalsDir = path.join(runDir(runId, artifactsRoot), 'evals');
+export async function loadEvalResults(runId: string, artifacts?: StoreArg): Promise<{ results: EvalResult[]; skipped: string[] }> {
+  const store = toStore(artifacts);
+  runDir(runId);
   const results: EvalResult[] = [];
   const skipped: string[] = [];
-  let versions: string[] = [];
+  let keys: string[] = [];
   try {
-    versions = await fs.readdir(evalsDir);
+    // runs/<run>/evals/<version>/<taskset-hash>.json (trajectories/ below it are not results)
+    keys = (await store.list(`runs/${runId}/evals`)).filter((k) => /^runs\/[^/]+\/evals\/[^/]+\/[^/]+\.json$/.test(k) && !k.includes('/trajectories/'));
   } catch {
     return { results, skipped };
   }
-  for (const v of versions) {
-    let files: string[] = [];
+  for (const key of keys) {
+    const file = `${store.url}/${key}`;
     try {
-      files = (await fs.readdir(path.join(evalsDir, v))).filter((f) => f.endsWith('.json'));
-    } catch {
-      continue;
-    }
-    for (const f of files) {
-      const file = path.join(evalsDir, v, f);
-      try {
-        const parsed = EvalResult.safeParse(JSON.parse(await fs.readFile(file, 'utf8')));
-        if (parsed.success) results.push(parsed.data);
-        else skipped.push(`${file}: ${parsed.error.issues[0]?.path.join('.')}: ${parsed.error.issues[0]?.message}`);
-      } catch (err) {
-        skipped.push(`${file}: ${(err as Error).message}`);
-      }
+      const parsed = EvalResult.safeParse(JSON.parse((await store.read(key))!.toString('utf8')));
+      if (parsed.success) results.push(parsed.data);
+      else skipped.push(`${file}: ${parsed.error.issues[0]?.path.join('.')}: ${parsed.error.issues[0]?.message}`);
+    } catch (err) {
+      skipped.push(`${file}: ${(err as Error).message}`);
     }
   }
   results.sort((a, b) => a.policy_version - b.policy_version || a.taskset.name.localeCompare(b.taskset.name));

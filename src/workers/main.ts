@@ -5,7 +5,7 @@
  */
 import { Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
-import { LocalArtifactStore } from '../artifacts/store';
+import { defaultStore } from '../artifacts/stores';
 import { componentLogger } from '../shared/logger';
 import { TASK_QUEUES } from '../shared/paths';
 import { connectWorker } from './connect';
@@ -18,7 +18,7 @@ export async function runMainWorker(): Promise<void> {
   const stopLiveness = startLivenessFile(log);
   const telemetry = await startWorkerTelemetry('main', log);
   const { connection, namespace, dataConverter } = await connectWorker(log);
-  const store = new LocalArtifactStore();
+  const store = defaultStore();
   const worker = await Worker.create({
     connection,
     namespace,
@@ -29,7 +29,7 @@ export async function runMainWorker(): Promise<void> {
     // Light activities only: batch building is the heaviest, and the machine may be small.
     maxConcurrentActivityTaskExecutions: Number(process.env.RATCHET_MAIN_ACTIVITY_SLOTS ?? 8),
   });
-  log.info({ taskQueue: TASK_QUEUES.main, namespace, artifacts: store.root }, 'main worker started');
+  log.info({ taskQueue: TASK_QUEUES.main, namespace, artifacts: store.url }, 'main worker started');
   try {
     await worker.run();
   } finally {

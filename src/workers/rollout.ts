@@ -7,7 +7,7 @@
  */
 import { Worker } from '@temporalio/worker';
 import { createRolloutActivities } from '../activities/rollout';
-import { LocalArtifactStore } from '../artifacts/store';
+import { defaultStore } from '../artifacts/stores';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
 import { LeaseKeeper, LeaseStore, leaseTimingFromEnv } from '../sandbox/lease';
 import { componentLogger } from '../shared/logger';
@@ -27,7 +27,8 @@ export async function runRolloutWorker(): Promise<void> {
   const timing = leaseTimingFromEnv();
   const sandboxes = new SandboxManager();
   observeSandboxes(() => sandboxes.stats());
-  const store = new LocalArtifactStore();
+  // The lease lives in the deployment's shared store (RATCHET_ARTIFACTS_URL: s3:// across hosts), so janitors on other hosts see it.
+  const store = defaultStore();
   const leases = new LeaseStore(store);
   // The lease comes first: a janitor elsewhere must never see this worker's containers without one.
   const lease = new LeaseKeeper(leases, { workerId: sandboxes.workerId, host: sandboxes.workerId.split(':')[0]!, ttlMs: timing.ttlMs, renewMs: timing.renewMs, log });

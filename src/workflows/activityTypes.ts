@@ -6,6 +6,7 @@
  * TypeScript implementations against these at compile time.
  */
 import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
 import type { EnvConfig, OrchestratorConfig, RunConfig, SandboxConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { ActivityLivenessInput } from '../shared/liveness';
@@ -28,6 +29,7 @@ export interface RolloutInput {
   inferenceBaseUrl: string;
   seed: number;
   liveness?: ActivityLivenessInput;
+  artifacts?: StoreSettings;
 }
 
 export interface RolloutActivities {
@@ -39,9 +41,12 @@ export interface BuildBatchInput {
   step: number;
   /** The version the trainer holds when it trains this batch: staleness = it − sample's version. */
   trainerPolicyVersion: number;
-  trajectories: RolloutSummary[];
+  trajectories?: RolloutSummary[];
+  /** The step's summaries as one artifact (StepRollouts' result since the summaries-by-ref patch). */
+  summaries?: ArtifactRef;
   orchestrator: OrchestratorConfig;
   modelPath: string;
+  artifacts?: StoreSettings;
 }
 
 export interface BuildBatchOutput {
@@ -73,9 +78,10 @@ export interface TrainerStepMetrics {
 export interface TrainerActivities {
   /** Claims the trainer's lease for run_id (TrainerBusy while another run holds it). */
   'trainer.announce'(input: { run_id: string }): Promise<{ task_queue: string; worker_id: string }>;
-  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
-  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; liveness?: ActivityLivenessInput }): Promise<TrainerStepMetrics>;
-  'trainer.save'(input: { run_id: string; step: number; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
+  // `store`: the run's [artifacts] settings; the trainer reads s3:// refs and writes checkpoints there (no shared disk).
+  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
+  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<TrainerStepMetrics>;
+  'trainer.save'(input: { run_id: string; step: number; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
   /** The run ended: the trainer drops its model and frees its lease. */
   'trainer.release'(input: { run_id: string }): Promise<{ released: boolean; worker_id: string }>;
 }

@@ -5,11 +5,12 @@
  * CONTINUE_AS_NEW, so the caller can carry on in a fresh history (an outage of
  * days would otherwise add a timer and an activity per minute). Workflow code.
  */
-import { ActivityFailure, ApplicationFailure, log, patched, sleep } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched, sleep } from '@temporalio/workflow';
 import type { SyncWeightsInput } from '../activities/weightSync';
 import { PATCHES } from './patches';
-import { sync } from './proxies';
+import { sync, syncOn } from './proxies';
 import type { RunControl } from './runControl';
+import { untilStore } from './storeWait';
 
 export const CONTINUE_AS_NEW = 'continue-as-new' as const;
 
@@ -19,19 +20,34 @@ export const DEFAULT_INFERENCE_WAITS_PER_EXECUTION = 60;
 export const isInferenceUnavailable = (err: unknown): err is ActivityFailure & { cause: ApplicationFailure } =>
   err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'InferenceUnavailable';
 
+/**
+ * Weight sync: by the main worker (vLLM reads the adapter path: one machine or a shared
+ * disk), or, with inference.sync_task_queues, by each inference host's own worker,
+ * which pulls the adapter from the store into its cache first. Slowest host's time.
+ */
+function syncAllHosts(req: SyncWeightsInput, hosts: string[]): Promise<{ ms: number }> {
+  // Not async: with no hosts the activity's own promise comes back (no added microtasks; see storeWait.ts).
+  if (hosts.length === 0) return sync.syncWeights(req);
+  return Promise.all(hosts.map((q) => syncOn(q).syncWeights({ ...req, baseUrls: [] })))
+    .then((results) => ({ ...results[0]!, ms: Math.max(...results.map((r) => r.ms)) }));
+}
+
 export async function syncUntilServed(
   run: RunControl,
   input: () => SyncWeightsInput,
   maxWaits = DEFAULT_INFERENCE_WAITS_PER_EXECUTION,
+  hosts: string[] = [],
 ): Promise<{ ms: number } | typeof CONTINUE_AS_NEW> {
   for (let wait = 5, attempts = 1; ; wait = Math.min(wait * 2, 60), attempts++) {
     try {
-      const r = await sync.syncWeights(input());
+      const r = await untilStore(run, () => syncAllHosts(input(), hosts));
       run.setWaitingForInference(false);
       return r;
     } catch (err) {
-      if (!isInferenceUnavailable(err)) throw err;
-      if (run.setWaitingForInference(true)) log.warn('inference is down; the run waits for it', { error: err.cause.message });
+      // An inference host's worker that does not pick up (schedule-to-start timeout) is inference down too.
+      const hostDown = hosts.length > 0 && err instanceof ActivityFailure && err.cause instanceof TimeoutFailure;
+      if (!hostDown && !isInferenceUnavailable(err)) throw err;
+      if (run.setWaitingForInference(true)) log.warn('inference is down; the run waits for it', { error: String((err as ActivityFailure).cause?.message ?? err) });
       if (attempts >= maxWaits && patched(PATCHES.inferenceWaitContinueAsNew)) {
         log.warn('inference still down; continuing as new so the wait does not grow this history', { attempts });
         return CONTINUE_AS_NEW;

@@ -17,4 +17,8 @@ export const PATCHES = {
   inferenceWaitContinueAsNew: 'v0.2-inference-wait-continue-as-new',
   /** A pause survives continue-as-new. */
   pauseCarried: 'v0.2-pause-carried',
+  /** StepRollouts returns its summaries as one artifact ref instead of inline (src/workflows/stepRollouts.ts). */
+  summariesByRef: 'step-rollouts-summaries-by-ref',
+  /** StoreUnavailable: the run waits (waiting-for-store) and calls again, instead of failing. */
+  storeWait: 'v0.3-store-wait',
 } as const;

@@ -51,3 +51,14 @@ export function trainerIoOn(taskQueue: string, t: TrainerTimeouts = {}) {
     retry: { maximumAttempts: 2 },
   });
 }
+
+/** An inference host's worker (src/workers/inference.ts): a host that is down is noticed by schedule-to-start. */
+export function syncOn(taskQueue: string) {
+  return proxyActivities<MainActivities>({
+    taskQueue,
+    scheduleToStartTimeout: '2 minutes',
+    startToCloseTimeout: '10 minutes',
+    heartbeatTimeout: '1 minute',
+    retry: { maximumAttempts: 3 },
+  });
+}

@@ -20,6 +20,7 @@ export class RunControl {
   started = false;
   waitingForTrainer = false;
   waitingForInference = false;
+  waitingForStore = false;
   phase: Phase = 'init';
   step = 0;
   maxSteps = 0;
@@ -38,6 +39,7 @@ export class RunControl {
     if (this.finalStatus) return this.finalStatus;
     if (this.stopRequested) return 'stopping';
     if (this.pauseRequested) return 'paused';
+    if (this.waitingForStore) return 'waiting-for-store';
     if (this.waitingForInference) return 'waiting-for-inference';
     if (this.waitingForTrainer) return 'waiting-for-trainer';
     return this.started ? 'running' : 'starting';
@@ -73,6 +75,14 @@ export class RunControl {
       ]);
     }
     setCurrentDetails(detailsMarkdown({ ...p, lastReward: last?.meanReward, lastComponents: last?.components }));
+  }
+
+  /** Like setWaitingForInference, for the artifact store (StoreUnavailable). */
+  setWaitingForStore(on: boolean): boolean {
+    if (this.waitingForStore === on) return false;
+    this.waitingForStore = on;
+    this.publish();
+    return true;
   }
 
   /** Sets a wait flag and publishes only when it changes; true when it did. */

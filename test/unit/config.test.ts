@@ -43,3 +43,32 @@ describe('run config', () => {
     expect(c.sampling.top_k).toBe(0);
   });
 });
+
+describe('[artifacts]: the run chooses its store', () => {
+  const env = '[[env]]\nid = "swe-grep"\n';
+  test('s3:// with endpoint, region and path style parse; unset means the workers\' default store', () => {
+    expect(parseRunConfig(env, 'x.toml').artifacts).toEqual({});
+    const c = parseRunConfig(`${env}[artifacts]\nurl = "s3://my-bucket/runs-a"\nendpoint = "http://minio:9000"\nregion = "eu-west-1"\nforce_path_style = true\n`, 'x.toml');
+    expect(c.artifacts).toEqual({ url: 's3://my-bucket/runs-a', endpoint: 'http://minio:9000', region: 'eu-west-1', force_path_style: true });
+    expect(parseRunConfig(`${env}[artifacts]\nurl = "file:///data/artifacts"\n`, 'x.toml').artifacts.url).toBe('file:///data/artifacts');
+  });
+
+  test.each([
+    ['url = "http://bucket/x"', /x.toml: artifacts.url: must be "file:\/\/\/absolute\/dir" or "s3:\/\/bucket\/prefix"/],
+    ['url = "s3://Bad_Bucket/x"', /artifacts.url: must be/],
+    ['url = "file:///a"\nendpoint = "http://minio:9000"', /artifacts.endpoint: only applies to an S3 store/],
+    ['url = "s3://b-1/x"\nendpoint = "minio:9000"', /artifacts.endpoint: must be a URL/],
+    ['url = "s3://b-1/x"\nroot = "/tmp/a"', /artifacts.root: set url or root, not both/],
+    ['url = "s3://b-1/x"\naws_secret_access_key = "s"', /artifacts.aws_secret_access_key: credentials never go in the run config.*Fix: remove it and give every host AWS_ACCESS_KEY_ID/],
+    ['url = "s3://b-1/x"\nbucket = "b"', /Unrecognized key.*bucket/],
+  ])('%s is refused with the key and the fix', (section, message) => {
+    expect(() => parseRunConfig(`${env}[artifacts]\n${section}\n`, 'x.toml')).toThrow(message);
+  });
+});
+
+test('a step with more rollouts than StepRollouts can hold is refused with the numbers and the fix', () => {
+  const env = '[[env]]\nid = "swe-grep"\n';
+  expect(parseRunConfig(`${env}[orchestrator]\nbatch_size = 1000\nrollouts_per_example = 10\n`, 'x.toml').orchestrator.batch_size).toBe(1000);
+  expect(() => parseRunConfig(`${env}[orchestrator]\nbatch_size = 1001\nrollouts_per_example = 10\n`, 'x.toml'))
+    .toThrow(/x.toml: orchestrator.batch_size × orchestrator.rollouts_per_example = 1001 × 10 = 10010 rollouts per step, over the 10000.*Fix: lower batch_size/);
+});

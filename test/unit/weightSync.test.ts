@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import pino from 'pino';
 import { ArtifactIntegrityError, sha256 } from '../../src/artifacts/store';
 import type { ArtifactRef } from '../../src/artifacts/ref';
-import { createWeightSyncActivities } from '../../src/activities/weightSync';
+import { createInferenceHostActivities, createWeightSyncActivities } from '../../src/activities/weightSync';
 import { adapterName, adapterVersion } from '../../src/shared/adapters';
 
 const logger = pino({ level: 'silent' });
@@ -129,6 +129,31 @@ describe('syncWeights', () => {
       runId: 'run-a', baseUrls: ['http://r1/v1'], policyVersion: 1, adapter: ref, keepFromVersion: 0,
     })).rejects.toBeInstanceOf(ArtifactIntegrityError);
     expect(vllm.calls).toEqual([]);
+  });
+});
+
+describe('inference-host worker (src/workers/inference.ts)', () => {
+  it('loads the adapter into its own vLLM when the workflow sends no URLs, from a verified local copy', async () => {
+    const vllm = fakeVllm([]);
+    const seen: string[] = [];
+    const fetchFn = (async (url: string, init?: RequestInit) => {
+      if (init?.body) seen.push(`${url} ${String(init.body)}`);
+      return vllm.fetchFn(url, init);
+    }) as typeof fetch;
+    const host = createInferenceHostActivities(['http://10.0.0.7:8000/v1'], { logger, fetch: fetchFn, replicaRetryMs: 50, sleep: async () => {} });
+    const adapter = adapterDir('v1');
+    const out = await host.syncWeights({ runId: 'r', baseUrls: [], policyVersion: 1, adapter, keepFromVersion: 0 });
+    expect(out.loaded).toEqual(['http://10.0.0.7:8000/v1#r/policy-v1']);
+    expect(seen[0]).toContain('http://10.0.0.7:8000/v1/load_lora_adapter');
+    expect(seen[0]).toContain(`"lora_path":"${adapter.uri.slice('file://'.length)}"`);
+  });
+
+  it('refuses an adapter whose manifest does not match its ref, before vLLM sees it', async () => {
+    const vllm = fakeVllm([]);
+    const host = createInferenceHostActivities(['http://h:8000/v1'], { logger, fetch: vllm.fetchFn, replicaRetryMs: 50, sleep: async () => {} });
+    const adapter = { ...adapterDir('v1'), sha256: 'f'.repeat(64) };
+    await expect(host.syncWeights({ runId: 'r', baseUrls: [], policyVersion: 1, adapter, keepFromVersion: 0 })).rejects.toThrow(ArtifactIntegrityError);
+    expect(vllm.calls.filter((c) => c.startsWith('load_lora_adapter'))).toEqual([]);
   });
 });
 

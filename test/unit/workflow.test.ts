@@ -72,11 +72,11 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const handle = await start();
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed', configSha256: f.records[0]!.state.configRef.sha256 });
-      expect(f.batches.map((b) => b.trajectories.length)).toEqual([6, 6, 6]);
+      expect(f.batches.map((b) => f.summariesOf(b).length)).toEqual([6, 6, 6]);
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
       expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.state.nextStep])).toEqual([[0, 1, 1], [1, 2, 2], [2, 3, 3]]);
       // async_level 0: each step's rollouts use the version the trainer then trains from.
-      expect(f.batches.map((b) => [b.trainerPolicyVersion, ...new Set(b.trajectories.map((t) => t.policy_version))])).toEqual([[0, 0], [1, 1], [2, 2]]);
+      expect(f.batches.map((b) => [b.trainerPolicyVersion, ...new Set(f.summariesOf(b).map((t) => t.policy_version))])).toEqual([[0, 0], [1, 1], [2, 2]]);
       expect(f.records[1]!.record.mean_reward).toBeCloseTo(0.2, 6);
       const desc = await handle.describe();
       expect(desc.typedSearchAttributes.get(SA.step)).toBe(3);
@@ -113,9 +113,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
         const nextRollout = f.events.find((e) => e.what === 'rollout-start' && e.step === s + 1)!.t;
         expect(nextRollout).toBeLessThan(trainEnd);
       }
-      expect(f.batches.map((b) => [b.trainerPolicyVersion, ...new Set(b.trajectories.map((t) => t.policy_version))])).toEqual([[0, 0], [1, 0], [2, 1]]);
+      expect(f.batches.map((b) => [b.trainerPolicyVersion, ...new Set(f.summariesOf(b).map((t) => t.policy_version))])).toEqual([[0, 0], [1, 0], [2, 1]]);
       expect(f.records.map((r) => r.record.mean_staleness)).toEqual([0, 1, 1]);
-      expect(f.batches.map((b) => b.trajectories.length)).toEqual([6, 6, 6]);
+      expect(f.batches.map((b) => f.summariesOf(b).length)).toEqual([6, 6, 6]);
       await record(handle, 'trainrun-async');
     });
   });
@@ -294,6 +294,19 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.syncs.map((x) => x.policyVersion)).toEqual([1, 1, 1, 1, 1, 1, 2]);
       await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-inference-wait-continue-as-new-1');
       await record(handle, 'trainrun-inference-wait-continue-as-new-3');
+    });
+  });
+
+  test('artifact store down mid-run: the run waits (waiting-for-store), then records the step once and goes on', async () => {
+    await withWorkers({ storeDownTimes: 2, orchestrator: { max_steps: 2 } }, async (f) => {
+      const handle = await start();
+      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-store');
+      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-store');
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(2);
+      expect(f.records.map((r) => r.record.step)).toEqual([0, 1]);
+      expect(f.events.filter((e) => e.what === 'store-down').length).toBe(2);
+      expect([...f.applied.values()]).toEqual([1, 1]);
     });
   });
 });

@@ -10,6 +10,7 @@ import type { BuildBatchInput, RolloutInput } from '../../src/workflows/activity
 import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/workflows/types';
 import type { RecordStepInput } from '../../src/activities/metrics';
 import type { SyncWeightsInput } from '../../src/activities/weightSync';
+import { rolloutStats } from '../../src/workflows/stats';
 
 export const ref = (name: string): ArtifactRef => ({
   uri: `file:///fake/${name}`,
@@ -27,6 +28,8 @@ export interface FakeOptions {
   deadFromStep?: number;
   /** syncWeights fails as InferenceUnavailable this many times first. */
   inferenceDownTimes?: number;
+  /** recordStep finds the artifact store unreachable this many times first (StoreUnavailable). */
+  storeDownTimes?: number;
   /** buildBatch finds no trainable token at these steps (EmptyBatch). */
   emptyBatchSteps?: number[];
   /** Existing run state (a resume). */
@@ -59,9 +62,24 @@ export function makeFakes(opts: FakeOptions = {}) {
   const applied = new Map<string, number>();
   let announces = 0;
   let downLeft = opts.inferenceDownTimes ?? 0;
+  let storeDownLeft = opts.storeDownTimes ?? 0;
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+  // StepRollouts stores its summaries as one artifact; the fakes keep them in memory by uri.
+  const summaryArtifacts = new Map<string, RolloutSummary[]>();
+  const summariesOf = (input: BuildBatchInput): RolloutSummary[] => (input.summaries ? summaryArtifacts.get(input.summaries.uri)! : input.trajectories ?? []);
+
   const main = {
+    async storeRolloutSummaries(input: { runId: string; step: number; part?: number; summaries?: RolloutSummary[]; parts?: ArtifactRef[] }): Promise<ArtifactRef> {
+      const all = input.parts ? input.parts.flatMap((p) => summaryArtifacts.get(p.uri)!) : input.summaries!;
+      const r = ref(`summaries-${input.step}${input.part === undefined ? '' : `-part-${input.part}`}`);
+      summaryArtifacts.set(r.uri, all);
+      return r;
+    },
+    async rolloutStatsOf(input: { summaries: ArtifactRef; trainerPolicyVersion: number }) {
+      const all = summaryArtifacts.get(input.summaries.uri)!;
+      return { ...rolloutStats(all, input.trainerPolicyVersion), rollouts: all.length };
+    },
     async openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
       events.push({ t: now(), what: 'openRun' });
       // As the real openRun: a run id with a recorded step resumes from its state file.
@@ -93,6 +111,12 @@ export function makeFakes(opts: FakeOptions = {}) {
       return { unloaded: [], down: [] };
     },
     async recordStep(input: RecordStepInput): Promise<StepSummary> {
+      if (storeDownLeft > 0) {
+        storeDownLeft--;
+        events.push({ t: now(), what: 'store-down', step: input.record.step });
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable('artifact store s3://b/p is unreachable (fake)', 'StoreUnavailable');
+      }
       records.push(input);
       const r = input.record;
       return { step: r.step, meanReward: r.mean_reward, components: r.reward_components, rollouts: r.rollouts, dropped: 0, policyVersion: r.policy_version };
@@ -102,9 +126,9 @@ export function makeFakes(opts: FakeOptions = {}) {
       events.push({ t: now(), what: 'buildBatch', step: input.step, version: input.trainerPolicyVersion });
       if (opts.emptyBatchSteps?.includes(input.step)) {
         const { ApplicationFailure } = await import('@temporalio/common');
-        throw ApplicationFailure.nonRetryable(`step ${input.step}: no sample has a trainable token (stale: ${input.trajectories.length})`, 'EmptyBatch');
+        throw ApplicationFailure.nonRetryable(`step ${input.step}: no sample has a trainable token (stale: ${summariesOf(input).length})`, 'EmptyBatch');
       }
-      return { batch: ref(`batch-${input.step}`), manifest: ref(`manifest-${input.step}`), summary: { samples: input.trajectories.length, dropped: {} } };
+      return { batch: ref(`batch-${input.step}`), manifest: ref(`manifest-${input.step}`), summary: { samples: summariesOf(input).length, dropped: {} } };
     },
   };
 
@@ -187,5 +211,5 @@ export function makeFakes(opts: FakeOptions = {}) {
     };
   };
 
-  return { config, main, rollout, announce, trainerFor, events, records, batches, loads, syncs, applied, releases, unloads, leased, announces: () => announces };
+  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, applied, releases, unloads, leased, announces: () => announces };
 }

@@ -39,6 +39,7 @@ from .core.artifacts import ArtifactError, check_ref
 from .core.batch import BatchError, load_batch
 from .core.checkpoint import CheckpointError, read_checkpoint_state, restore_checkpoint, save_checkpoint
 from .core.config import ConfigError, parse_trainer_config
+from .core.store import StoreConfigError, StoreUnavailable, store_for
 from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError, Trainer
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
 from .liveness import LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
@@ -59,7 +60,7 @@ FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 # The activities that touch the model run in a thread and opt out of the SDK's
 # thread-injected cancel exception (see the heartbeat in step).
 # Input errors: retrying the same payload cannot succeed, so fail the activity at once.
-_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, StepConflictError, ArtifactError)
+_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, StepConflictError, ArtifactError, StoreConfigError, StoreUnavailable)
 # Deterministic for one step: the same batch fails the same way on any trainer. The
 # workflow records the step with the error and goes on (docs/contracts.md).
 _STEP_FAULTS = {NonFiniteGradientError: "NonFiniteGradient", StepOutOfMemoryError: "StepOutOfMemory"}
@@ -147,7 +148,15 @@ class TrainerActivities:
                 self.lease.end(run_id)
 
     def _fail(self, e: Exception) -> ApplicationError:
+        # StoreUnavailable keeps its type: the workflow waits for the store (waiting-for-store) and calls again.
         return ApplicationError(str(e), type=type(e).__name__, non_retryable=True)
+
+    def _store(self, req: dict[str, Any]):
+        """The run's S3 store from the activity's `store` settings; None for file:// runs."""
+        try:
+            return store_for(req.get("store"), self.artifacts_root / ".cache" / "s3")
+        except Exception as e:  # noqa: BLE001 - a bad setting is the caller's to fix
+            raise ApplicationError(f"store settings {req.get('store')!r}: {e}", type="StoreConfigError", non_retryable=True) from e
 
     def _trainer_for(self, run_id: str) -> Trainer:
         if self.trainer is None or self.trainer.run_id != run_id:
@@ -196,6 +205,7 @@ class TrainerActivities:
         run_id = req.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
+        store = self._store(req)
         with self._live("trainer.load", req) as live, self._lock, self._leased(run_id, on_busy="busy"):
             live.progress({"phase": "loading", "run_id": run_id})
             try:
@@ -204,17 +214,17 @@ class TrainerActivities:
                 if ckpt is not None:
                     check_ref(ckpt, "checkpoint")
                     # Verify before building: a bad checkpoint must leave the current trainer as it is.
-                    read_checkpoint_state(ckpt, run_id, cfg.model_fingerprint())
+                    read_checkpoint_state(ckpt, run_id, cfg.model_fingerprint(), store)
                     live.progress({"phase": "checkpoint verified", "run_id": run_id})
                 current = self.trainer
                 if current is not None and current.run_id == run_id and current.cfg == cfg and ckpt is not None:
-                    restore_checkpoint(current, ckpt)
+                    restore_checkpoint(current, ckpt, store)
                     new = current
                 else:
                     new = Trainer(run_id, cfg)
                     live.progress({"phase": "model built", "run_id": run_id})
                     if ckpt is not None:
-                        restore_checkpoint(new, ckpt)
+                        restore_checkpoint(new, ckpt, store)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
             self.trainer = new
@@ -255,7 +265,7 @@ class TrainerActivities:
                     time.sleep(fault_sleep)  # a slow micro-batch: no progress, no heartbeat from this thread
 
             try:
-                batch = load_batch(req.get("batch"), req.get("manifest"))
+                batch = load_batch(check_ref(req.get("batch"), "batch"), check_ref(req.get("manifest"), "batch manifest"), self._store(req))
                 metrics = trainer.step(step, batch, heartbeat=heartbeat, batch_sha256=batch_sha256)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
@@ -274,7 +284,7 @@ class TrainerActivities:
             trainer = self._trainer_for(req.get("run_id"))
             live.progress({"phase": "saving", "step": req.get("step")})
             try:
-                return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)))
+                return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)), self._store(req))
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
 

@@ -135,6 +135,13 @@ class SlowTrainer:
         return {"step": step, "applied": False}
 
 
+# trainer.step checks its refs before loading (load_batch is stubbed below): well-formed stand-ins.
+_BATCH_REFS = {
+    "batch": {"uri": "file:///nonexistent/batch.safetensors", "sha256": "0" * 64, "bytes": 1},
+    "manifest": {"uri": "file:///nonexistent/manifest.json", "sha256": "1" * 64, "bytes": 1},
+}
+
+
 def _acts(tmp_path: Path, monkeypatch, slow_s: float):
     monkeypatch.setattr(worker_mod, "load_batch", lambda *_: SimpleNamespace())
     acts = worker_mod.TrainerActivities(tmp_path, worker_id="test", liveness=ProcessLiveness(None))
@@ -149,7 +156,7 @@ def test_trainer_step_heartbeats_through_a_slow_micro_batch(tmp_path, monkeypatc
     env = ActivityEnvironment()
     beats = _beats(env)
     t0 = time.monotonic()
-    env.run(acts.step, {"run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.1, "stall_s": 5}})
+    env.run(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.1, "stall_s": 5}})
     during = [b for b in beats if t0 + 0.2 < b[0] < t0 + 0.9]
     assert len(during) >= 4, beats
     assert during[-1][1]["micro_batch"] == 0
@@ -165,7 +172,7 @@ def test_trainer_step_fault_sleep_is_a_slow_micro_batch_that_heartbeats_from_the
     step_thread = []
     orig = acts.trainer.step
     acts.trainer.step = lambda *a, **k: (step_thread.append(threading.current_thread().name), orig(*a, **k))[1]
-    env.run(acts.step, {"run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.1, "stall_s": 5}})
+    env.run(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.1, "stall_s": 5}})
     assert marker.exists()
     from_step_thread = [b for b in beats if b[2] == step_thread[0]]
     assert len(beats) >= 6 and len(from_step_thread) <= 1, beats
@@ -178,7 +185,7 @@ def test_trainer_step_that_hangs_stops_heartbeating_and_marks_the_process_not_li
     healthy_during = []
     threading.Timer(0.9, lambda: healthy_during.append(acts.liveness.healthy())).start()
     t0 = time.monotonic()
-    env.run(acts.step, {"run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.05, "stall_s": 0.4}})
+    env.run(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.05, "stall_s": 0.4}})
     assert [b for b in beats if b[0] > t0 + 0.4 + 0.15] == []
     assert healthy_during == [False]
 
@@ -188,4 +195,4 @@ def test_trainer_step_rejects_a_bad_liveness_window(tmp_path, monkeypatch):
 
     acts = _acts(tmp_path, monkeypatch, slow_s=0)
     with pytest.raises(ApplicationError, match="stall_s"):
-        ActivityEnvironment().run(acts.step, {"run_id": "run", "step": 0, "liveness": {"stall_s": -1}})
+        ActivityEnvironment().run(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": {"stall_s": -1}})

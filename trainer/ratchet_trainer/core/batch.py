@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import load_file, save_file
 
 from .artifacts import ArtifactRef, path_to_uri, sha256_file, verify_file
+from .store import S3Store, read_file_ref
 
 BATCH_FORMAT = "ratchet.batch/v1"
 _TENSORS = {
@@ -96,14 +98,20 @@ class MicroBatch:
     inference_logprobs: torch.Tensor  # [B, L]
 
 
-def load_batch(batch_ref: ArtifactRef, manifest_ref: ArtifactRef) -> Batch:
-    path = verify_file(batch_ref, "batch")
-    mpath = verify_file(manifest_ref, "batch manifest")
+def load_batch(batch_ref: ArtifactRef, manifest_ref: ArtifactRef, store: S3Store | None = None) -> Batch:
+    """Reads and verifies a batch: from disk for file:// refs, from the run's S3 store for s3:// refs."""
+    if batch_ref["uri"].startswith("s3://") or manifest_ref["uri"].startswith("s3://"):
+        data = read_file_ref(batch_ref, "batch", store)
+        mtext = read_file_ref(manifest_ref, "batch manifest", store).decode()
+        tensors = load_safetensors_bytes(data)
+    else:
+        path = verify_file(batch_ref, "batch")
+        mtext = verify_file(manifest_ref, "batch manifest").read_text()
+        tensors = load_file(str(path))
     try:
-        manifest = json.loads(mpath.read_text())
+        manifest = json.loads(mtext)
     except json.JSONDecodeError as e:
         raise BatchError(f"batch manifest {manifest_ref['uri']} is not JSON: {e}") from e
-    tensors = load_file(str(path))
     return batch_from_tensors(tensors, manifest, source=batch_ref["uri"])
 
 

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from .artifacts import ArtifactRef, commit_dir, dir_ref, tmp_sibling, verify_dir, write_manifest
+from .artifacts import MANIFEST, ArtifactRef, commit_dir, dir_ref, tmp_sibling, write_manifest
+from .store import S3Store, local_dir_ref
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,54 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int) -> dict[str, Any]:
+def checkpoint_key(run_id: str, step: int, batch_sha256: str | None = None) -> str:
+    """The store key of a checkpoint: the same content-keyed name as checkpoint_dir (step + batch), so a
+    redone step's upload never meets the earlier attempt's objects."""
+    return f"runs/{run_id}/checkpoints/{checkpoint_dir(Path(), run_id, step, batch_sha256).name}"
+
+
+def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3Store | None = None) -> dict[str, Any]:
+    """Writes the checkpoint under artifacts_root; with an S3 store, that is local staging and the
+    refs returned are the uploaded copy's (the workflow and every other host read those)."""
     if step != trainer.last_step:
         raise CheckpointError(
             f"run {trainer.run_id}: asked to save step {step} but the newest applied step is {trainer.last_step}. "
             "Fix: save right after trainer.step for that step"
         )
+    weights = "adapter" if trainer.cfg.model.lora is not None else "model"
+    if store is not None:
+        key = checkpoint_key(trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
+        existing = store.dir_ref(key)
+        if existing is None:
+            final = _write_local(trainer, artifacts_root, step)
+            _upload(store, key, final, weights)
+            existing = store.dir_ref(key)
+            log.info("checkpoint uploaded", extra={"run_id": trainer.run_id, "step": step, "uri": existing and existing["uri"]})
+        else:
+            log.info("checkpoint already in the store; returning it", extra={"run_id": trainer.run_id, "step": step})
+        weights_ref = store.dir_ref(f"{key}/{weights}")
+        assert existing is not None and weights_ref is not None
+        return {"checkpoint": existing, "adapter": weights_ref if weights == "adapter" else None, "weights": weights_ref,
+                "policy_version": trainer.policy_version}
+    final = _write_local(trainer, artifacts_root, step)
+    out: dict[str, Any] = {"checkpoint": dir_ref(final), "adapter": None, "weights": dir_ref(final / weights),
+                           "policy_version": trainer.policy_version}
+    if weights == "adapter":
+        out["adapter"] = out["weights"]
+    return out
+
+
+def _upload(store: S3Store, key: str, final: Path, weights: str) -> None:
+    """Every file the checkpoint's manifest lists, then the weights' own manifest, then the checkpoint's
+    manifest: the last write is the commit point, so a reader never trusts a half-uploaded checkpoint."""
+    for line in (final / MANIFEST).read_text().splitlines():
+        _, rel = line.split("  ", 1)
+        store.put_bytes(f"{key}/{rel}", (final / rel).read_bytes())
+    store.put_bytes(f"{key}/{weights}/{MANIFEST}", (final / weights / MANIFEST).read_bytes())
+    store.put_bytes(f"{key}/{MANIFEST}", (final / MANIFEST).read_bytes())
+
+
+def _write_local(trainer: Trainer, artifacts_root: Path, step: int) -> Path:
     final = checkpoint_dir(artifacts_root, trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
     if not (final / "MANIFEST.sha256").is_file():
         tmp = tmp_sibling(final)
@@ -68,12 +111,7 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int) -> dict[s
         log.info("checkpoint written", extra={"run_id": trainer.run_id, "step": step, "path": str(final)})
     else:
         log.info("checkpoint already on disk; returning it", extra={"run_id": trainer.run_id, "step": step})
-    weights = "adapter" if trainer.cfg.model.lora is not None else "model"
-    out: dict[str, Any] = {"checkpoint": dir_ref(final), "adapter": None, "weights": dir_ref(final / weights),
-                           "policy_version": trainer.policy_version}
-    if weights == "adapter":
-        out["adapter"] = out["weights"]
-    return out
+    return final
 
 
 def _write(trainer: Trainer, d: Path, step: int) -> None:
@@ -112,9 +150,10 @@ def _write(trainer: Trainer, d: Path, step: int) -> None:
     write_manifest(d)
 
 
-def read_checkpoint_state(ref: ArtifactRef, run_id: str, fingerprint: str) -> tuple[Path, dict[str, Any]]:
-    """Verify a checkpoint and check it fits this run and model, touching no trainer."""
-    root = verify_dir(ref, "checkpoint")
+def read_checkpoint_state(ref: ArtifactRef, run_id: str, fingerprint: str, store: S3Store | None = None) -> tuple[Path, dict[str, Any]]:
+    """Verify a checkpoint (an s3:// one is fetched into the local cache first) and check it fits
+    this run and model, touching no trainer."""
+    root = local_dir_ref(ref, "checkpoint", store)
     state = json.loads((root / "trainer_state.json").read_text())
     if state.get("format") != STATE_FORMAT:
         raise CheckpointError(f"checkpoint {ref['uri']}: trainer_state.json format {state.get('format')!r}, expected {STATE_FORMAT!r}")
@@ -131,9 +170,9 @@ def read_checkpoint_state(ref: ArtifactRef, run_id: str, fingerprint: str) -> tu
     return root, state
 
 
-def restore_checkpoint(trainer: Trainer, ref: ArtifactRef) -> dict[str, Any]:
+def restore_checkpoint(trainer: Trainer, ref: ArtifactRef, store: S3Store | None = None) -> dict[str, Any]:
     """Load weights, optimiser, RNG and ledger into `trainer`; all reads and checks happen first."""
-    root, state = read_checkpoint_state(ref, trainer.run_id, trainer.cfg.model_fingerprint())
+    root, state = read_checkpoint_state(ref, trainer.run_id, trainer.cfg.model_fingerprint(), store)
     if trainer.cfg.model.lora is not None:
         weights = load_file(str(root / "adapter" / "adapter_model.safetensors"))
     else:

@@ -1,0 +1,254 @@
+import { randomBytes } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import {
+  GetObjectCommand,
+  HeadBucketCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  S3ServiceException,
+} from '@aws-sdk/client-s3';
+import { paths } from '../shared/paths';
+import { StoreConfigError, StoreUnavailableError } from './errors';
+import type { ArtifactRef } from './ref';
+import {
+  ArtifactIntegrityError,
+  MANIFEST,
+  type ArtifactStore,
+  atomicWrite,
+  checkKey,
+  manifestEntries,
+  manifestFor,
+  sha256,
+  verifyLocalDir,
+} from './store';
+
+export interface S3Settings {
+  /** s3://bucket/prefix */
+  url: string;
+  endpoint?: string;
+  region?: string;
+  force_path_style?: boolean;
+}
+
+export function parseS3Url(url: string): { bucket: string; prefix: string } {
+  const m = /^s3:\/\/([^/]+)\/?(.*)$/.exec(url);
+  if (!m) throw new StoreConfigError(`"${url}" is not an s3:// url. Fix: [artifacts] url = "s3://bucket/prefix"`);
+  return { bucket: m[1]!, prefix: m[2]!.replace(/\/+$/, '') };
+}
+
+/** Object metadata key for the sha256 every object carries (x-amz-meta-sha256). */
+const SHA_META = 'sha256';
+
+/**
+ * The S3 backend (AWS S3, MinIO, any S3-compatible store). A PutObject is atomic:
+ * readers see the whole object or none; the body's sha256 goes along as the
+ * object's checksum (the server verifies it on write) and as metadata (read back
+ * by exists/read), and every get re-hashes what it received. Credentials come
+ * from the SDK's default chain, never from the run config.
+ */
+export class S3ArtifactStore implements ArtifactStore {
+  readonly url: string;
+  readonly bucket: string;
+  readonly prefix: string;
+  readonly client: S3Client;
+
+  constructor(readonly settings: S3Settings, readonly cacheRoot: string = path.join(paths.home(), 'cache', 's3')) {
+    ({ bucket: this.bucket, prefix: this.prefix } = parseS3Url(settings.url));
+    this.url = `s3://${this.bucket}${this.prefix ? `/${this.prefix}` : ''}`;
+    this.client = new S3Client({
+      endpoint: settings.endpoint,
+      region: settings.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? 'us-east-1',
+      forcePathStyle: settings.force_path_style ?? settings.endpoint !== undefined,
+      // A store that is down should fail an attempt in seconds: the workflow does the waiting.
+      maxAttempts: 2,
+      requestHandler: { connectionTimeout: 5_000, requestTimeout: 120_000 },
+    });
+  }
+
+  objectKey(key: string): string {
+    const k = checkKey(key);
+    return this.prefix ? `${this.prefix}/${k}` : k;
+  }
+
+  uriOf(objectKey: string): string {
+    return `s3://${this.bucket}/${objectKey}`;
+  }
+
+  /** The object key of an s3:// uri in this store's bucket. */
+  keyOfUri(uri: string): string {
+    const { bucket, prefix } = parseS3Url(uri);
+    if (bucket !== this.bucket) {
+      throw new StoreConfigError(`artifact ${uri} is in bucket "${bucket}", but this store is ${this.url}. Fix: read it with the store of the run that wrote it`);
+    }
+    return prefix;
+  }
+
+  async put(key: string, data: Buffer | string): Promise<ArtifactRef> {
+    const buf = typeof data === 'string' ? Buffer.from(data) : data;
+    const objectKey = this.objectKey(key);
+    const digest = sha256(buf);
+    await this.send(() => this.client.send(new PutObjectCommand({
+      Bucket: this.bucket, Key: objectKey, Body: buf,
+      ChecksumSHA256: Buffer.from(digest, 'hex').toString('base64'),
+      Metadata: { [SHA_META]: digest },
+    })), objectKey);
+    return { uri: this.uriOf(objectKey), sha256: digest, bytes: buf.length };
+  }
+
+  putJson(key: string, value: unknown): Promise<ArtifactRef> {
+    return this.put(key, JSON.stringify(value));
+  }
+
+  async get(ref: ArtifactRef): Promise<Buffer> {
+    const objectKey = this.keyOfUri(ref.uri);
+    const got = await this.getObject(objectKey);
+    if (!got) throw new ArtifactIntegrityError(ref.uri, ref.sha256, 'no such object');
+    const actual = sha256(got.body);
+    if (actual !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, actual);
+    return got.body;
+  }
+
+  async getJson<T = unknown>(ref: ArtifactRef): Promise<T> {
+    return JSON.parse((await this.get(ref)).toString('utf8')) as T;
+  }
+
+  async exists(key: string): Promise<ArtifactRef | undefined> {
+    const objectKey = this.objectKey(key);
+    try {
+      const head = await this.send(() => this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: objectKey })), objectKey);
+      const digest = head.Metadata?.[SHA_META];
+      if (digest && /^[0-9a-f]{64}$/.test(digest)) return { uri: this.uriOf(objectKey), sha256: digest, bytes: head.ContentLength ?? 0 };
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+    // Written by something else (no sha256 metadata): hash what is there.
+    const buf = await this.read(key);
+    return buf && { uri: this.uriOf(objectKey), sha256: sha256(buf), bytes: buf.length };
+  }
+
+  async read(key: string): Promise<Buffer | undefined> {
+    const objectKey = this.objectKey(key);
+    const got = await this.getObject(objectKey);
+    if (!got) return undefined;
+    if (got.sha256) {
+      const actual = sha256(got.body);
+      if (actual !== got.sha256) throw new ArtifactIntegrityError(this.uriOf(objectKey), got.sha256, actual);
+    }
+    return got.body;
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    const clean = prefix.replace(/\/+$/, '');
+    const base = clean ? `${this.objectKey(clean)}/` : (this.prefix ? `${this.prefix}/` : '');
+    const strip = this.prefix ? this.prefix.length + 1 : 0;
+    const out: string[] = [];
+    let token: string | undefined;
+    do {
+      const page = await this.send(() => this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: base, ContinuationToken: token })), base);
+      for (const o of page.Contents ?? []) if (o.Key) out.push(o.Key.slice(strip));
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token);
+    return out.sort();
+  }
+
+  async putDir(key: string, dir: string): Promise<ArtifactRef> {
+    const { text, bytes, files } = await manifestFor(dir);
+    // Files first, the manifest last: a reader trusts only a directory whose manifest is there.
+    await mapLimit(files, 4, async (rel) => { await this.put(`${key}/${rel}`, await fs.readFile(path.join(dir, rel))); });
+    const man = await this.put(`${key}/${MANIFEST}`, text);
+    return { uri: this.uriOf(this.objectKey(key)), sha256: man.sha256, bytes };
+  }
+
+  /** Downloads a directory artifact into the local cache (once; a cached copy is re-verified) and returns its path. */
+  async localDir(ref: ArtifactRef): Promise<string> {
+    const objectKey = this.keyOfUri(ref.uri);
+    const dest = path.join(this.cacheRoot, this.bucket, objectKey, ref.sha256.slice(0, 16));
+    try {
+      return await verifyLocalDir(dest, ref);
+    } catch { /* not cached yet, or damaged: fetch it */ }
+    const man = await this.getObject(`${objectKey}/${MANIFEST}`);
+    if (!man) throw new ArtifactIntegrityError(ref.uri, ref.sha256, `no ${MANIFEST}`);
+    const manSha = sha256(man.body);
+    if (manSha !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, manSha);
+    const tmp = `${dest}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+    await mapLimit(manifestEntries(man.body.toString('utf8')), 4, async ({ rel, sha }) => {
+      const got = await this.getObject(`${objectKey}/${rel}`);
+      const actual = got ? sha256(got.body) : 'missing';
+      if (actual !== sha) throw new ArtifactIntegrityError(`${ref.uri}/${rel}`, sha, actual);
+      await atomicWrite(path.join(tmp, rel), got!.body);
+    });
+    await atomicWrite(path.join(tmp, MANIFEST), man.body);
+    await fs.rm(dest, { recursive: true, force: true });
+    await fs.rename(tmp, dest).catch(async (err: unknown) => {
+      // A concurrent download of the same version won: use it.
+      await fs.rm(tmp, { recursive: true, force: true });
+      if (!(await verifyLocalDir(dest, ref).then(() => true, () => false))) throw err;
+    });
+    return dest;
+  }
+
+  /** Checks the bucket answers with these credentials: the preflight before a run starts. */
+  async check(): Promise<void> {
+    await this.send(() => this.client.send(new HeadBucketCommand({ Bucket: this.bucket })), '');
+  }
+
+  private async getObject(objectKey: string): Promise<{ body: Buffer; sha256?: string } | undefined> {
+    try {
+      const res = await this.send(() => this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey })), objectKey);
+      const body = Buffer.from(await res.Body!.transformToByteArray());
+      return { body, sha256: res.Metadata?.[SHA_META] };
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /** Runs one SDK call and turns its failures into the store's typed errors. */
+  private async send<T>(call: () => Promise<T>, objectKey: string): Promise<T> {
+    try {
+      return await call();
+    } catch (err) {
+      throw this.classify(err, objectKey);
+    }
+  }
+
+  private classify(err: unknown, objectKey: string): unknown {
+    const e = err as Error & { name?: string; code?: string; $metadata?: { httpStatusCode?: number } };
+    const status = e.$metadata?.httpStatusCode;
+    const name = e.name ?? '';
+    const where = this.settings.endpoint ? ` at ${this.settings.endpoint}` : '';
+    if (name === 'NoSuchBucket' || (status === 404 && objectKey === '')) {
+      return new StoreConfigError(`[artifacts] url: bucket "${this.bucket}" does not exist${where}. Fix: create it (e.g. \`aws s3 mb s3://${this.bucket}\`), or correct the bucket in [artifacts] url`);
+    }
+    if (name === 'CredentialsProviderError' || /Could not load credentials/i.test(e.message)) {
+      return new StoreConfigError(`[artifacts] url ${this.url}: no AWS credentials on this host. Fix: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for the worker; they never go in the run config`);
+    }
+    if (['InvalidAccessKeyId', 'SignatureDoesNotMatch', 'AccessDenied', 'Forbidden'].includes(name) || status === 403) {
+      return new StoreConfigError(`[artifacts] url ${this.url}: the store refused this host's credentials (${name || `HTTP ${status}`})${where}. ` +
+        'Fix: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and that they may read and write the bucket');
+    }
+    if (isNotFound(err)) return err;
+    if (name === 'PermanentRedirect' || name === 'AuthorizationHeaderMalformed') {
+      return new StoreConfigError(`[artifacts] region: bucket "${this.bucket}" is in another region (${e.message}). Fix: set [artifacts] region to the bucket's region`);
+    }
+    if (err instanceof S3ServiceException && status !== undefined && status < 500) return err;
+    // Connection refused, DNS, timeouts, 5xx: the store is (for now) not there.
+    return new StoreUnavailableError(this.url + where, `${name || 'error'}: ${e.message}`);
+  }
+}
+
+function isNotFound(err: unknown): boolean {
+  const e = err as { name?: string; $metadata?: { httpStatusCode?: number } };
+  return e.name === 'NoSuchKey' || e.name === 'NotFound' || (e.$metadata?.httpStatusCode === 404 && e.name !== 'NoSuchBucket');
+}
+
+async function mapLimit<T>(items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) await fn(items[next++]!);
+  }));
+}

@@ -1,0 +1,92 @@
+/**
+ * A real TrainRun whose artifacts live in S3 (MinIO from infra/minio.sh), with
+ * every worker on a PRIVATE artifact directory, so nothing can pass between them
+ * through a path: trajectories, batches, checkpoints, adapters, step records and
+ * run state all go through s3://. Weight sync goes through an inference-host
+ * worker (inference.sync_task_queues) that pulls each adapter from S3 into its own
+ * cache before vLLM loads it. Tiny: 1 task x 2 rollouts, 2 steps.
+ */
+import { existsSync, mkdtempSync, promises as fs } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { readStepRecords } from '../../src/activities/metrics';
+import type { ArtifactRef } from '../../src/artifacts/ref';
+import { S3ArtifactStore } from '../../src/artifacts/s3';
+import { adapterName } from '../../src/shared/adapters';
+import { startTrainRun } from '../../src/workflows/client';
+import { MINIO, REPO, describeWithStack, useMinioCredentials } from '../helpers/stack';
+import { distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
+
+const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
+const QUEUE = `ratchet-inference-it-${process.pid}`;
+
+describeWithStack('TrainRun with an s3:// artifact store (real MinIO, private worker dirs)', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv', 'minio'], () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-trainrun-s3-'));
+  const privateDir = (name: string) => path.join(dir, `${name}-artifacts`);
+  const procs: Proc[] = [];
+  let connection: Connection;
+  let client: Client;
+  let restoreStackWorkers: () => Promise<void> = async () => {};
+  const prefix = `it-trainrun-${Date.now()}`;
+  const url = `s3://${MINIO.bucket}/${prefix}`;
+
+  beforeAll(async () => {
+    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
+    useMinioCredentials();
+    restoreStackWorkers = await takeOverStackWorkers();
+    connection = await Connection.connect({ address: '127.0.0.1:7233' });
+    client = new Client({ connection });
+    const main = workerCommands(privateDir('main')).main();
+    const rollout = workerCommands(privateDir('rollout')).rollout();
+    const trainer = workerCommands(privateDir('trainer')).trainer();
+    for (const c of [main, rollout, trainer]) procs.push(startProc(c[0], c[1], [...c[2]], c[3], dir));
+    // The inference host's worker: its own RATCHET_HOME, so its adapter cache is its own too.
+    const infHome = path.join(dir, 'inference-home');
+    await fs.mkdir(infHome, { recursive: true });
+    procs.push(startProc('worker-inference', process.execPath, [path.join(REPO, 'dist', 'workers', 'inference.js')],
+      { RATCHET_HOME: infHome, RATCHET_ARTIFACTS: privateDir('inference'), RATCHET_INFERENCE_QUEUE: QUEUE, RATCHET_INFERENCE_URL: INFERENCE }, dir));
+  });
+
+  afterAll(async () => {
+    for (const p of procs) await killProc(p, 'SIGTERM');
+    await connection?.close();
+    await restoreStackWorkers();
+  });
+
+  test('two steps train through S3; every ref is s3:// and verifies; vLLM serves the adapter the inference host pulled', async () => {
+    const base = await tinyConfig(dir);
+    const config = path.join(dir, 'tiny-s3.toml');
+    const text = (await fs.readFile(base, 'utf8')).replace('[sampling]', `[inference]\nsync_task_queues = ["${QUEUE}"]\n[sampling]`);
+    await fs.writeFile(config, `${text}[artifacts]\nurl = "${url}"\nendpoint = "${MINIO.endpoint}"\n`);
+    const runId = `it-trainrun-s3-${Date.now()}`;
+    const result = await (await startTrainRun(client, config, { runId })).result();
+    expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
+
+    const store = new S3ArtifactStore({ url, endpoint: MINIO.endpoint }, path.join(dir, 'checker-cache'));
+    const records = await readStepRecords(store, runId);
+    expect(records.map((r) => r.step)).toEqual([0, 1]);
+    for (const r of records) {
+      expect(r.rollouts).toBe(2);
+      const b = r.batch as { batch: ArtifactRef; manifest: ArtifactRef };
+      for (const ref of [b.batch, b.manifest, r.checkpoint as ArtifactRef, r.adapter as ArtifactRef]) expect(ref.uri.startsWith(`${url}/runs/${runId}/`)).toBe(true);
+      await store.get(b.batch);
+      await store.get(b.manifest);
+      await store.localDir(r.adapter as ArtifactRef);
+    }
+    const last = records[records.length - 1]!;
+    const ckpt = await store.localDir(last.checkpoint as ArtifactRef);
+    expect(Object.keys(JSON.parse(await fs.readFile(path.join(ckpt, 'ledger.json'), 'utf8')) as object).map(Number)).toEqual([0, 1]);
+    expect((JSON.parse(await fs.readFile(path.join(ckpt, 'trainer_state.json'), 'utf8')) as { optimizer_steps: number }).optimizer_steps).toBe(2);
+    expect(JSON.parse((await store.read(`runs/${runId}/state.json`))!.toString()).nextStep).toBe(2);
+    // The step summaries travelled as one artifact.
+    expect(await store.exists(`runs/${runId}/steps/1/rollouts/summaries.json`)).toBeDefined();
+
+    // Nothing of the run in the TS workers' private directories: it all went through S3.
+    for (const name of ['main', 'rollout', 'inference']) expect(existsSync(path.join(privateDir(name), 'runs', runId))).toBe(false);
+    // The inference host loaded the adapter from its own cache.
+    expect(existsSync(path.join(dir, 'inference-home', 'cache', 's3', MINIO.bucket, prefix, 'runs', runId))).toBe(true);
+    const models = (await (await fetch(`${INFERENCE}/models`)).json()) as { data: { id: string }[] };
+    expect(models.data.map((m) => m.id)).toContain(adapterName(runId, 2));
+  }, 1_500_000);
+});

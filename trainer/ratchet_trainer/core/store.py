@@ -1,0 +1,231 @@
+"""The artifact store as the trainer sees it: `file://` refs on a shared disk, or
+`s3://bucket/key` refs in any S3-compatible store (AWS S3, MinIO) through boto3.
+
+The run's `[artifacts]` settings (url, endpoint, region, force_path_style; never
+credentials, which come from boto3's default chain) arrive in each activity's
+`store` field, so a trainer host needs no disk shared with the other workers.
+Same integrity rules as src/artifacts/s3.ts: every object carries its sha256 as
+metadata (and as the S3 checksum the server verifies on write), every read is
+re-hashed, and a directory artifact is committed by writing MANIFEST.sha256 last.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from .artifacts import MANIFEST, ArtifactError, ArtifactRef, commit_dir, sha256_file, verify_dir, verify_file
+
+SHA_META = "sha256"
+
+
+class StoreUnavailable(RuntimeError):
+    """The store cannot be reached now; the workflow waits (waiting-for-store) and retries."""
+
+
+class StoreConfigError(ValueError):
+    """A wrong setting (bucket, credentials): retrying cannot help."""
+
+
+def _manifest_entries(text: str) -> list[tuple[str, str]]:
+    out = []
+    for line in text.splitlines():
+        if "  " in line:
+            digest, rel = line.strip().split("  ", 1)
+            out.append((digest, rel))
+    return out
+
+
+class S3Store:
+    def __init__(self, settings: dict[str, Any], cache_root: Path):
+        import boto3
+        from botocore.config import Config
+
+        url = settings["url"]
+        parsed = urlparse(url)
+        self.bucket = parsed.netloc
+        self.prefix = parsed.path.strip("/")
+        self.url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self.endpoint = settings.get("endpoint")
+        path_style = settings.get("force_path_style")
+        if path_style is None:
+            path_style = self.endpoint is not None
+        self.cache_root = cache_root
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=settings.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            config=Config(
+                s3={"addressing_style": "path" if path_style else "auto"},
+                connect_timeout=5, read_timeout=120, retries={"max_attempts": 2, "mode": "standard"},
+            ),
+        )
+
+    # ---- keys and uris ----
+    def object_key(self, key: str) -> str:
+        key = key.strip("/")
+        if ".." in key.split("/"):
+            raise ArtifactError(f"artifact key {key!r} escapes the store root")
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def uri_of(self, object_key: str) -> str:
+        return f"s3://{self.bucket}/{object_key}"
+
+    def key_of_uri(self, uri: str) -> str:
+        parsed = urlparse(uri)
+        if parsed.scheme != "s3" or parsed.netloc != self.bucket:
+            raise ArtifactError(f"artifact {uri} is not in this run's store {self.url}. Fix: read it with the store that wrote it")
+        return parsed.path.lstrip("/")
+
+    # ---- error mapping ----
+    def _call(self, fn, *args, **kwargs):
+        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+
+        where = f" at {self.endpoint}" if self.endpoint else ""
+        try:
+            return fn(*args, **kwargs)
+        except NoCredentialsError as e:
+            raise StoreConfigError(f"[artifacts] url {self.url}: no AWS credentials on the trainer host. "
+                                   "Fix: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for the trainer worker") from e
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise FileNotFoundError(code) from e
+            if code == "NoSuchBucket":
+                raise StoreConfigError(f"[artifacts] url: bucket {self.bucket!r} does not exist{where}. Fix: create it, or correct [artifacts] url") from e
+            if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403") or status == 403:
+                raise StoreConfigError(f"[artifacts] url {self.url}: the store refused the trainer host's credentials ({code}){where}. "
+                                       "Fix: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)") from e
+            if status >= 500:
+                raise StoreUnavailable(f"artifact store {self.url}{where} answered HTTP {status} ({code}); the run waits for it") from e
+            raise
+        except (EndpointConnectionError, BotoCoreError) as e:
+            raise StoreUnavailable(f"artifact store {self.url}{where} is unreachable: {e}. The run waits (status waiting-for-store). "
+                                   "Fix: start the store, or check [artifacts] endpoint and the network") from e
+
+    # ---- objects ----
+    def put_bytes(self, key: str, data: bytes) -> ArtifactRef:
+        ok = self.object_key(key)
+        digest = hashlib.sha256(data).hexdigest()
+        self._call(self.client.put_object, Bucket=self.bucket, Key=ok, Body=data,
+                   ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(), Metadata={SHA_META: digest})
+        return {"uri": self.uri_of(ok), "sha256": digest, "bytes": len(data)}
+
+    def _get(self, object_key: str) -> bytes | None:
+        try:
+            res = self._call(self.client.get_object, Bucket=self.bucket, Key=object_key)
+        except FileNotFoundError:
+            return None
+        return res["Body"].read()
+
+    def get_bytes(self, ref: ArtifactRef, what: str) -> bytes:
+        data = self._get(self.key_of_uri(ref["uri"]))
+        if data is None:
+            raise ArtifactError(f"{what} {ref['uri']} does not exist. Fix: re-run the activity that wrote it")
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != ref["sha256"]:
+            raise ArtifactError(f"{what} {ref['uri']} is corrupt: recorded sha256 {ref['sha256']}, found {actual}. "
+                                "Fix: re-run the activity that produced it")
+        return data
+
+    def put_dir(self, key: str, root: Path) -> ArtifactRef:
+        """Uploads root (which has its MANIFEST.sha256) under key: every file, the manifest last."""
+        man = root / MANIFEST
+        total = 0
+        for digest, rel in _manifest_entries(man.read_text()):
+            data = (root / rel).read_bytes()
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise ArtifactError(f"{root}/{rel} changed while uploading: its sha256 is not the manifest's")
+            self.put_bytes(f"{key}/{rel}", data)
+            total += len(data)
+        ref = self.put_bytes(f"{key}/{MANIFEST}", man.read_bytes())
+        return {"uri": self.uri_of(self.object_key(key)), "sha256": ref["sha256"], "bytes": total}
+
+    def dir_ref(self, key: str) -> ArtifactRef | None:
+        """The ref of a committed directory artifact (its manifest is there), or None."""
+        ok = self.object_key(key)
+        man = self._get(f"{ok}/{MANIFEST}")
+        if man is None:
+            return None
+        total = 0
+        for _, rel in _manifest_entries(man.decode()):
+            head = self._call(self.client.head_object, Bucket=self.bucket, Key=f"{ok}/{rel}")
+            total += int(head["ContentLength"])
+        return {"uri": self.uri_of(ok), "sha256": hashlib.sha256(man).hexdigest(), "bytes": total}
+
+    def fetch_dir(self, ref: ArtifactRef, what: str) -> Path:
+        """A verified local copy of a directory artifact, cached by its manifest's hash."""
+        ok = self.key_of_uri(ref["uri"])
+        dest = self.cache_root / self.bucket / ok / ref["sha256"][:16]
+        try:
+            return verify_dir({**ref, "uri": dest.as_uri()}, what)
+        except (ArtifactError, OSError):
+            pass
+        man = self._get(f"{ok}/{MANIFEST}")
+        if man is None:
+            raise ArtifactError(f"{what} {ref['uri']} has no {MANIFEST} (not committed). Fix: point at a checkpoint written by trainer.save")
+        actual = hashlib.sha256(man).hexdigest()
+        if actual != ref["sha256"]:
+            raise ArtifactError(f"{what} {ref['uri']} is corrupt: recorded sha256 {ref['sha256']}, found {actual} for {MANIFEST}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            for digest, rel in _manifest_entries(man.decode()):
+                data = self._get(f"{ok}/{rel}")
+                got = hashlib.sha256(data).hexdigest() if data is not None else "missing"
+                if got != digest:
+                    raise ArtifactError(f"{what} {ref['uri']}: file {rel} has sha256 {got}, manifest says {digest}")
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / rel).write_bytes(data)  # type: ignore[arg-type]
+            (tmp / MANIFEST).write_bytes(man)
+            if dest.exists():
+                shutil.rmtree(dest, ignore_errors=True)
+            commit_dir(tmp, dest)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return verify_dir({**ref, "uri": dest.as_uri()}, what)
+
+
+def store_for(settings: dict[str, Any] | None, cache_root: Path) -> S3Store | None:
+    """The run's S3 store, or None when the run uses file:// (the local/shared-disk store)."""
+    if not settings or not isinstance(settings.get("url"), str) or not settings["url"].startswith("s3://"):
+        return None
+    key = repr(sorted(settings.items()))
+    cached = _STORES.get(key)
+    if cached is None:
+        cached = _STORES[key] = S3Store(settings, cache_root)
+    return cached
+
+
+_STORES: dict[str, S3Store] = {}
+
+
+def read_file_ref(ref: ArtifactRef, what: str, store: S3Store | None) -> bytes:
+    """The verified bytes of a file artifact, from disk or S3 by its uri."""
+    if ref["uri"].startswith("s3://"):
+        if store is None:
+            raise ArtifactError(f"{what} {ref['uri']} is in S3, but the activity carried no store settings. "
+                                "Fix: pass the run's [artifacts] settings as `store`")
+        return store.get_bytes(ref, what)
+    return verify_file(ref, what).read_bytes()
+
+
+def local_dir_ref(ref: ArtifactRef, what: str, store: S3Store | None) -> Path:
+    """A verified local directory for a directory artifact (a cache copy for S3)."""
+    if ref["uri"].startswith("s3://"):
+        if store is None:
+            raise ArtifactError(f"{what} {ref['uri']} is in S3, but the activity carried no store settings. "
+                                "Fix: pass the run's [artifacts] settings as `store`")
+        return store.fetch_dir(ref, what)
+    return verify_dir(ref, what)
+
+
+__all__ = ["S3Store", "StoreConfigError", "StoreUnavailable", "local_dir_ref", "read_file_ref", "sha256_file", "store_for"]
