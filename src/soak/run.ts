@@ -17,7 +17,7 @@ import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
 import type { Logger } from '../shared/logger';
 import { injectFault } from './faults';
 import { checkRun, leftoverSandboxes, strayWorkers } from './invariants';
-import { comparePoints, missed, planFaults, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
+import { comparePoints, planFaults, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
 
 export const SOAK_CONFIG = path.join(REPO_ROOT, 'configs', 'swe-grep', 'soak.toml');
 
@@ -99,7 +99,16 @@ async function startRun(client: Client, configPath: string, label: string): Prom
   return { runId, handle };
 }
 
-/** Drives the schedule against the live run: waits for each fault's phase, injects it, waits for the run to move on. */
+/** Whether the run is in `phase` now. With async_level >= 1 the next step's rollouts run while this one trains: rollouts in flight either way. */
+function inPhase(p: Progress, phase: PlannedFault['phase']): boolean {
+  return p.phase === phase || (phase === 'rollouts' && p.prefetchedStep !== undefined);
+}
+
+/**
+ * Drives the schedule against the live run, fault after fault: each is due from its
+ * planned step on, and hits the first time the run is in its phase (a short phase that
+ * went by unseen is caught at a later step). Then it waits for the run to move on.
+ */
 async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: PlannedFault[], opts: SoakOptions): Promise<FaultOutcome[]> {
   const outcomes: FaultOutcome[] = [];
   let finished = false;
@@ -107,21 +116,18 @@ async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: Planne
   for (const planned of plan) {
     const f: FaultOutcome = { ...planned };
     outcomes.push(f);
-    // Wait for the fault's step and phase; a phase that went by unseen moves the fault to the next step.
     let p: Progress | undefined;
     for (;;) {
       if (finished) break;
       p = await pointOf(handle);
-      if (p && p.step >= p.maxSteps) break;
-      // Too late for this step's phase: aim at the next step's.
-      if (p && missed(f, p)) f.step = missed({ step: p.step, phase: f.phase }, p) ? p.step + 1 : p.step;
-      if (p && p.step === f.step && p.phase === f.phase) break;
+      if (p && p.step < p.maxSteps && p.step >= f.step && inPhase(p, f.phase)) break;
       await sleep(POLL_MS);
     }
-    if (!p || finished || p.step >= p.maxSteps || p.step !== f.step || p.phase !== f.phase) {
+    if (finished || !p) {
       f.error = 'the run ended before the fault\'s phase came round';
       continue;
     }
+    f.step = p.step;
     f.hitAt = { step: p.step, phase: p.phase, rolloutsDone: p.rolloutsDone };
     const t0 = Date.now();
     try {

@@ -105,8 +105,3 @@ export function comparePoints(a: RunPoint, b: RunPoint): number {
   const d = a.step - b.step || phaseRank(a.phase) - phaseRank(b.phase) || a.rolloutsDone - b.rolloutsDone;
   return Math.sign(d);
 }
-
-/** Whether the run has gone past the place a planned fault aimed at (so it must wait for the next step). */
-export function missed(fault: Pick<PlannedFault, 'step' | 'phase'>, at: Pick<RunPoint, 'step' | 'phase'>): boolean {
-  return at.step > fault.step || (at.step === fault.step && phaseRank(at.phase) > phaseRank(fault.phase));
-}

@@ -71,7 +71,15 @@ function trainer(args: Record<string, unknown>, dir: string): Record<string, unk
 }
 
 async function post(route: string, body: unknown): Promise<{ status: number; text: string }> {
-  const res = await fetch(`${BASE_URL}/${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const send = () => fetch(`${BASE_URL}/${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  let res: Response;
+  try {
+    res = await send();
+  } catch {
+    // The trainer subprocess outlasts uvicorn's 5 s keep-alive: the pooled socket is closed
+    // under us ("other side closed") before the request is sent. A new connection is safe.
+    res = await send();
+  }
   return { status: res.status, text: await res.text() };
 }
 
