@@ -3,25 +3,33 @@ import * as path from 'node:path';
 import { Connection } from '@temporalio/client';
 import Docker from 'dockerode';
 import type { RunConfig } from '../config/schema';
-import { DEFAULTS, paths } from '../shared/paths';
+import { describeSettingsLine, resolveTemporalSettings, sdkConnectionOptions } from '../connection';
+import { paths } from '../shared/paths';
 import { fail, ok, type CheckLine } from './types';
 
 export interface StackTarget {
   temporalAddress?: string;
   namespace?: string;
+  profile?: string;
 }
 
 /** Whether the parts a run talks to answer now: Temporal, every inference server, dockerd and the sandbox image. Starts nothing. */
 export async function checkStack(c: RunConfig, t: StackTarget = {}): Promise<CheckLine[]> {
-  const address = t.temporalAddress ?? DEFAULTS.temporalAddress;
-  const namespace = t.namespace ?? DEFAULTS.temporalNamespace;
   const checks: Promise<CheckLine>[] = [
     (async () => {
       let conn: Connection | undefined;
+      // The same settings the workers and the CLI use: TEMPORAL_* variables, temporal.toml profiles, TLS, API key.
+      let settings;
       try {
-        conn = await Connection.connect({ address, connectTimeout: '3s' });
+        settings = resolveTemporalSettings({ address: t.temporalAddress, namespace: t.namespace, profile: t.profile });
+      } catch (err) {
+        return fail('stack', (err as Error).message);
+      }
+      const { address, namespace } = settings;
+      try {
+        conn = await Connection.connect({ ...sdkConnectionOptions(settings), connectTimeout: '3s' });
         await conn.workflowService.describeNamespace({ namespace });
-        return ok('stack', `Temporal ${address}, namespace "${namespace}"`);
+        return ok('stack', `Temporal ${describeSettingsLine(settings)}`);
       } catch (err) {
         return fail('stack', `Temporal ${address} (namespace "${namespace}"): ${(err as Error).message.split('\n')[0]}. Fix: ratchet up, or set TEMPORAL_ADDRESS`);
       } finally {

@@ -18,7 +18,7 @@ export function checkExitCode(r: CheckReport): number {
 
 /** Runs the checks, prints every line, and throws (with the exit code) when one failed. */
 export async function checkOrThrow(configPath: string, opts: TemporalOptions & { stack?: boolean; quiet?: boolean }): Promise<CheckReport> {
-  const report = await runChecks(configPath, { temporalAddress: opts.address, namespace: opts.namespace, stack: opts.stack });
+  const report = await runChecks(configPath, { temporalAddress: opts.address, namespace: opts.namespace, profile: opts.profile, stack: opts.stack });
   for (const l of report.lines) {
     if (opts.quiet && l.level === 'ok') continue;
     (l.level === 'fail' ? console.error : console.log)(formatCheckLine(l));
