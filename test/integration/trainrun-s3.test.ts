@@ -15,13 +15,14 @@ import type { ArtifactRef } from '../../src/artifacts/ref';
 import { S3ArtifactStore } from '../../src/artifacts/s3';
 import { adapterName } from '../../src/shared/adapters';
 import { startTrainRun } from '../../src/workflows/client';
-import { MINIO, REPO, describeWithStack, useMinioCredentials } from '../helpers/stack';
+import { MINIO, REPO, describeLong, useMinioCredentials } from '../helpers/stack';
 import { distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const QUEUE = `ratchet-inference-it-${process.pid}`;
 
-describeWithStack('TrainRun with an s3:// artifact store (real MinIO, private worker dirs)', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv', 'minio'], () => {
+// Two real CPU steps with private worker dirs: a long test (npm run test:long), outside CI's budget.
+describeLong('TrainRun with an s3:// artifact store (real MinIO, private worker dirs)', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv', 'minio'], () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-trainrun-s3-'));
   const privateDir = (name: string) => path.join(dir, `${name}-artifacts`);
   const procs: Proc[] = [];
