@@ -93,7 +93,7 @@ describe('debug tools', () => {
     expect(c.state.pdb).toEqual({ test: 'tests/test_calc.py::test_add', commands: ['b pkg/calc.py:2', 'c', 'p a, b'] });
     expect((await run('debug', 'pdb', { command: 'restart' }, c)).content).toMatch(/restarted/);
     await c.sandbox.release();
-  });
+  }, 30_000); // real python + pdb subprocesses, replayed per call: seconds each on a loaded 2-core machine
 
   test('pdb helpers', () => {
     expect(pdbCommand('python3 -m pytest -x', 't.py::a')).toBe("python3 -m pdb -m pytest -s -q -p no:cacheprovider -x 't.py::a'");
