@@ -70,5 +70,7 @@ def test_killed_mid_step_then_retried_from_checkpoint_matches_uninterrupted(kind
         assert got["metrics"][key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
     adapter = load_file(str(uri_to_path(got["refs"]["adapter"]["uri"]) / "adapter_model.safetensors"))
     assert len(adapter) == len(want_w)
+    # The retry runs in another process (other thread count, other reduction order), so float
+    # sums differ in the last bits; a lost or doubled step would move weights by ~lr (2e-3).
     for k, v in want_w.items():
-        torch.testing.assert_close(adapter[k], v, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(adapter[k], v, rtol=1e-3, atol=2e-5)
