@@ -1,0 +1,192 @@
+"""Multi-GPU benchmark of the training core: the FSDP2 path on 1..N GPUs of one host.
+
+Two modes in one file:
+- the driver (run directly): starts one `torchrun` per configuration, collects each
+  rank-0 result, and computes scaling efficiency against the 1-GPU run of the same
+  model and per-GPU batch (weak scaling: each rank trains the same number of samples);
+- the rank (started by torchrun, RANK set): builds the model with the trainer's own
+  code, trains `--steps` timed steps after one warm-up, and rank 0 writes a JSON result.
+
+Scaling efficiency = tokens/s on N GPUs / (N x tokens/s on 1 GPU). Random init of the
+named architecture (nothing downloads). Each model is built whole on every GPU before
+sharding, so the largest model tried is bounded by one GPU's memory for bf16 weights.
+
+Usage (on the GPU box):
+  python3 trainer/bench/bench_dist.py --gpus 1,2 --models qwen3-8b,qwen3-32b --out $OUT/dist.json
+  python3 trainer/bench/bench_dist.py --tiny --gpus 1,2 --out /tmp/dist.json   # CPU (gloo) check of the script
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+ARCHS = {
+    "qwen3-8b": {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288,
+                 "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                 "rope_theta": 1_000_000.0, "max_position_embeddings": 40960, "tie_word_embeddings": False,
+                 "rms_norm_eps": 1e-6},
+    "qwen3-14b": {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 5120, "intermediate_size": 17408,
+                  "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+                  "rope_theta": 1_000_000.0, "max_position_embeddings": 40960, "tie_word_embeddings": False,
+                  "rms_norm_eps": 1e-6},
+    "qwen3-32b": {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 5120, "intermediate_size": 25600,
+                  "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                  "rope_theta": 1_000_000.0, "max_position_embeddings": 40960, "tie_word_embeddings": False,
+                  "rms_norm_eps": 1e-6},
+}
+TINY = {**ARCHS["qwen3-8b"], "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12}  # dense bf16 datasheet, SXM
+
+
+def rank_main(args) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from bench_train import flops_per_step, make_batch
+    from ratchet_trainer.core.config import parse_trainer_config
+    from ratchet_trainer.core.trainer import Trainer
+
+    cuda = torch.cuda.is_available() and not args.tiny
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if cuda:
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    conf = TINY if args.tiny else ARCHS[args.model]
+    rec = {"model": "tiny" if args.tiny else args.model, "gpus": world, "seq_len": args.seq, "lora_rank": args.rank,
+           "ac": bool(args.ac), "samples_per_gpu": args.samples, "compile": args.compile}
+    try:
+        cfg = parse_trainer_config({
+            "model": {"config": conf, "lora": {"rank": args.rank, "alpha": 2 * args.rank, "dropout": 0.0},
+                      "ac": {"freq": 1 if args.ac else 0}, "compile": args.compile},
+            "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": args.seq, "micro_batch_tokens": args.seq,
+            "packing": False, "device": "cuda" if cuda else "cpu",
+        })
+        t0 = time.perf_counter()
+        trainer = Trainer("bench", cfg)
+        rec["build_s"] = time.perf_counter() - t0
+        samples = args.samples * world
+        batch = make_batch(samples, args.seq, conf["vocab_size"], torch.Generator().manual_seed(0))
+        times = []
+        for s in range(args.steps + 1):  # the first is warm-up
+            if cuda:
+                torch.cuda.synchronize()
+            dist.barrier()
+            t = time.perf_counter()
+            m = trainer.step(s, batch)
+            if cuda:
+                torch.cuda.synchronize()
+            if s:
+                times.append(time.perf_counter() - t)
+        dt = sorted(times)[len(times) // 2]
+        base = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
+        n_embed = conf["vocab_size"] * conf["hidden_size"]
+        # Whole-model counts: sharded parameters report their global shape.
+        n_all = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n)
+        n_lora = sum(p.numel() for p in trainer.params)
+        tokens = samples * args.seq
+        flops = flops_per_step(conf, n_all - n_embed, n_lora, tokens, args.seq, True)
+        gpu = torch.cuda.get_device_name(local) if cuda else "cpu"
+        peak_flops = next((v for k, v in PEAK_BF16.items() if k in gpu), 989e12)
+        mem = torch.tensor([torch.cuda.max_memory_allocated(local) / 2**30 if cuda else 0.0],
+                           device="cuda" if cuda else "cpu")
+        dist.all_reduce(mem, op=dist.ReduceOp.MAX)
+        rec.update(status="ok", gpu=gpu, params=n_all, step_s=dt, step_times_s=times, tokens_per_step=tokens,
+                   tokens_per_s=tokens / dt, mfu=flops / dt / (peak_flops * world), peak_gib_max_rank=float(mem[0]),
+                   loss=m["loss"], micro_batches=m["micro_batches"])
+    except Exception as e:  # an OOM or a failed kernel is a result too
+        rec.update(status="oom" if "out of memory" in str(e).lower() else "error",
+                   error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}")
+        print(json.dumps(rec), file=sys.stderr, flush=True)
+    if rank == 0:
+        Path(args.result).write_text(json.dumps(rec))
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+def driver(args) -> None:
+    import torch
+
+    gpus = [int(g) for g in args.gpus.split(",")]
+    models = ["tiny"] if args.tiny else args.models.split(",")
+    if not args.tiny and max(gpus) > torch.cuda.device_count():
+        raise SystemExit(f"--gpus asks for {max(gpus)} GPUs and this machine has {torch.cuda.device_count()}. "
+                         "Fix: pass --gpus up to the GPU count")
+    out = Path(args.out)
+    results = {"argv": sys.argv, "torch": torch.__version__, "runs": []}
+    for model in models:
+        for n in gpus:
+            if n == 1 and model != models[0] and args.scaling_model_only:
+                continue
+            res = out.with_suffix(f".{model}.{n}.json")
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                   str(Path(__file__).resolve()), "--rank-mode", "--result", str(res), "--model", model,
+                   "--seq", str(args.seq), "--samples", str(args.samples), "--steps", str(args.steps),
+                   "--rank", str(args.rank), "--ac", str(args.ac)] + (["--tiny"] if args.tiny else []) + \
+                  (["--compile"] if args.compile else [])
+            print("$", " ".join(cmd), flush=True)
+            t0 = time.perf_counter()
+            try:
+                proc = subprocess.run(cmd, timeout=args.timeout, capture_output=True, text=True)
+                rec = json.loads(res.read_text()) if res.exists() else {
+                    "model": model, "gpus": n, "status": "crashed", "error": proc.stderr[-1500:]}
+            except subprocess.TimeoutExpired:
+                rec = {"model": model, "gpus": n, "status": "timeout", "error": f"over {args.timeout}s"}
+            rec["wall_s"] = time.perf_counter() - t0
+            results["runs"].append(rec)
+            print(json.dumps(rec), flush=True)
+            out.write_text(json.dumps(results, indent=1))
+    # Weak scaling against the 1-GPU run of the same model.
+    for r in results["runs"]:
+        one = next((b for b in results["runs"] if b["model"] == r["model"] and b["gpus"] == 1
+                    and b.get("status") == "ok"), None)
+        if r.get("status") == "ok" and one:
+            r["scaling_efficiency"] = r["tokens_per_s"] / (r["gpus"] * one["tokens_per_s"])
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\n{'model':10} {'gpus':>4} {'status':7} {'step s':>7} {'tok/s':>8} {'MFU/GPU':>7} {'peak GiB':>8} {'scaling':>7}")
+    for r in results["runs"]:
+        if r.get("status") == "ok":
+            eff = f"{r['scaling_efficiency']:.0%}" if "scaling_efficiency" in r else "-"
+            print(f"{r['model']:10} {r['gpus']:4} {'ok':7} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} "
+                  f"{r['mfu']:7.1%} {r['peak_gib_max_rank']:8.1f} {eff:>7}")
+        else:
+            print(f"{r['model']:10} {r['gpus']:4} {r['status']:7} {r.get('error', '')[:150]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="dist.json")
+    ap.add_argument("--gpus", default="1,2")
+    ap.add_argument("--models", default="qwen3-8b")
+    ap.add_argument("--scaling-model-only", action="store_true",
+                    help="run 1 GPU only for the first model (the others are tried for fit on the largest count)")
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--samples", type=int, default=4, help="samples per GPU (weak scaling)")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--ac", type=int, default=1)
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--rank-mode", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    rank_main(args) if args.rank_mode else driver(args)
+
+
+if __name__ == "__main__":
+    main()
