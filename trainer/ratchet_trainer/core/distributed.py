@@ -61,8 +61,15 @@ def reduce_replicated_grads(params: list[torch.nn.Parameter]) -> None:
             p.grad.div_(dist.get_world_size())
 
 
+def collective_device() -> torch.device:
+    """Where the default group's collectives run: NCCL reduces only CUDA tensors, gloo CPU ones."""
+    if "nccl" in str(dist.get_backend()).lower():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_sums(values: list[float], op=None) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=collective_device())
     dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
     return t.tolist()
 
