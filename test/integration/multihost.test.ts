@@ -18,7 +18,7 @@
  * stack's place while it runs (its vLLM and workers are stopped, then restarted).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
@@ -239,5 +239,9 @@ EOF`]);
     const records = await checkInvariantsInStore({ runId, maxSteps: 4, rolloutsPerStep: 4, inferenceUrl: INFERENCE, s3: { url: `s3://${BUCKET}/runs`, endpoint: S3_ENDPOINT } });
     // The trainer was replaced mid-run and the new one resumed from S3.
     expect(records.find((r) => r.step === 2)!.trainer.restarts).toBeGreaterThanOrEqual(1);
+    // Cross-host timings (the adapter goes trainer host -> S3 -> inference host -> vLLM), for BENCHMARKS.md.
+    const timings = records.map((r) => ({ step: r.step, ...(r as unknown as { timing_ms: Record<string, number> }).timing_ms }));
+    mkdirSync(path.join(STATE, 'test-reports'), { recursive: true });
+    writeFileSync(path.join(STATE, 'test-reports', 'multihost-timing.json'), JSON.stringify({ runId, timings }, null, 1));
   }, 3_600_000);
 }, describeTopology);
