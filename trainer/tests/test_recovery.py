@@ -42,6 +42,7 @@ def test_killed_mid_step_then_retried_from_checkpoint_matches_uninterrupted(kind
     b0 = on_policy_batch(ref, tmp_path, samples, 0)
     ref.step(0, load_batch(*b0))
     ckpt0 = save_checkpoint(ref, art, 0)["checkpoint"]
+    before_w = snapshot(ref)
     b1 = on_policy_batch(ref, tmp_path, samples, 1)
     want = ref.step(1, load_batch(*b1))
     want_w = snapshot(ref)
@@ -71,6 +72,11 @@ def test_killed_mid_step_then_retried_from_checkpoint_matches_uninterrupted(kind
     adapter = load_file(str(uri_to_path(got["refs"]["adapter"]["uri"]) / "adapter_model.safetensors"))
     assert len(adapter) == len(want_w)
     # The retry runs in another process (other thread count, other reduction order), so float
-    # sums differ in the last bits; a lost or doubled step would move weights by ~lr (2e-3).
+    # sums differ in the last bits, and Adam turns a last-bit change of a near-zero gradient into
+    # a visible change of that one element's update (CI saw 6e-5 on one of 4,608). So compare
+    # step 1's update as a whole: a lost or doubled step is off by ~100%, reordering by far <1%.
     for k, v in want_w.items():
-        torch.testing.assert_close(adapter[k], v, rtol=1e-3, atol=2e-5)
+        want_delta, got_delta = v - before_w[k], adapter[k] - before_w[k]
+        rel = float((got_delta - want_delta).norm() / want_delta.norm().clamp_min(1e-12))
+        assert rel < 1e-2, f"{k}: the retried step's update differs by {rel:.2%} from the uninterrupted one"
+        assert float((got_delta - want_delta).abs().max()) < 0.5 * cfg.optim.lr, k
