@@ -172,8 +172,12 @@ describeLong('multi-host topology: control, two rollout hosts, inference, traine
       .split('\n').filter((l) => l.split(' ')[1]?.startsWith(`${host}:`)).map((l) => l.split(' ')[0]!);
 
   test('a 4-step run survives losing a rollout host, the trainer host and the Temporal server', async () => {
-    const configPath = path.join(logDir, 'multihost.toml');
-    execFileSync('bash', ['-c', `cat > '${configPath}' <<'EOF'
+    // The operator's config file lives on the control host, where the main worker reads it:
+    // each host has its own /tmp (infra/cluster/netns.sh), HOSTS_DIR/control/tmp on this machine.
+    const configPath = '/tmp/multihost.toml';
+    const configOnMachine = path.join(HOSTS_DIR, 'control', 'tmp', 'multihost.toml');
+    mkdirSync(path.dirname(configOnMachine), { recursive: true });
+    execFileSync('bash', ['-c', `cat > '${configOnMachine}' <<'EOF'
 name = "multihost"
 [trainer]
 device = "cpu"
