@@ -10,8 +10,8 @@
 #
 # A command run on a host sees its own loopback and address, the others' addresses over
 # the bridge, and the root namespace at the gateway address. Its file system is the
-# machine's, except: /tmp and $RATCHET_HOME/artifacts are the host's own (tmp/ and
-# artifacts/ in its directory), and of $RATCHET_NETNS_DIR it sees only its own directory.
+# machine's, except: /tmp, $RATCHET_HOME/artifacts and the S3 download cache
+# $RATCHET_HOME/cache/s3 are the host's own (tmp/, artifacts/ and s3-cache/ in its directory), and of $RATCHET_NETNS_DIR it sees only its own directory.
 # So a file written on one host by a path that should have gone through the artifact
 # store is not there on another.
 # dockerd stays in the root namespace: rollout hosts reach it through its unix socket.
@@ -87,13 +87,13 @@ run_on() {
   local n; n=$(ns "$h")
   ip netns list | grep -qw "$n" || die "host $h is not up. Fix: bash infra/cluster/netns.sh up"
   local own="$HOSTS_DIR/$h"
-  mkdir -p "$own" "$RATCHET_HOME/artifacts"
-  mkdir -p "$own/tmp" "$own/artifacts"; chmod 1777 "$own/tmp"
+  mkdir -p "$own" "$RATCHET_HOME/artifacts" "$RATCHET_HOME/cache/s3"
+  mkdir -p "$own/tmp" "$own/artifacts" "$own/s3-cache"; chmod 1777 "$own/tmp"
   # The mounts live only in this command's mount namespace and go with its last process.
   # Every command on one host binds the same directories, so they share /tmp as on one machine.
   exec ip netns exec "$n" unshare --mount --propagation private -- bash -c '
     set -e
-    own=$1 hosts=$2 artifacts=$3; shift 3
+    own=$1 hosts=$2 artifacts=$3 s3cache=$4; shift 4
     keep=$(mktemp -d /run/ratchet-host.XXXXXX)
     mount --bind "$own" "$keep"
     mount -t tmpfs -o size=64k,mode=755 hosts "$hosts"
@@ -102,8 +102,9 @@ run_on() {
     rmdir "$keep"
     mount --bind "$own/tmp" /tmp
     mount --bind "$own/artifacts" "$artifacts"
+    mount --bind "$own/s3-cache" "$s3cache"
     exec "$@"
-  ' ratchet-host "$own" "$HOSTS_DIR" "$RATCHET_HOME/artifacts" \
+  ' ratchet-host "$own" "$HOSTS_DIR" "$RATCHET_HOME/artifacts" "$RATCHET_HOME/cache/s3" \
     env RATCHET_HOST_NAME="$h" RATCHET_HOST_DIR="$own" "$@"
 }
 

@@ -5,7 +5,7 @@
  *   control    Temporal server on PostgreSQL (infra/cluster), MinIO (infra/minio.sh), the ratchet worker
  *   rollout-a  a rollout worker (Docker sandboxes through dockerd's unix socket)
  *   rollout-b  a rollout worker
- *   inference  vLLM (SmolLM2-135M on the CPU)
+ *   inference  vLLM (SmolLM2-135M on the CPU) and its sync worker (adapters from S3 into vLLM)
  *   trainer    the Python trainer worker
  * One TrainRun of 4 steps, during which: every process of rollout-a is killed mid-step
  * (its rollouts finish on rollout-b), the trainer host's worker is killed (a new one
@@ -38,6 +38,8 @@ const S3_ENDPOINT = `http://${HOSTS.control}:9200`;
 const INFERENCE = `http://${HOSTS.inference}:8000/v1`;
 const BUCKET = 'ratchet-multihost';
 const LEASE_TTL_S = 8;
+/** The inference host's own worker: it pulls each adapter from S3 and loads it into its vLLM. */
+const INFERENCE_QUEUE = 'ratchet-inference-inference';
 const MINIO_BIN = path.join(STATE, 'minio', 'bin', 'minio');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -138,6 +140,7 @@ describeLong('multi-host topology: control, two rollout hosts, inference, traine
     node('control', 'main', 'main.js', { RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
     rolloutWorker('rollout-a');
     rolloutWorker('rollout-b');
+    node('inference', 'sync', 'inference.js', { RATCHET_INFERENCE_QUEUE: INFERENCE_QUEUE, RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
     trainerWorker();
     connection = await Connection.connect({ address: TEMPORAL });
     client = new Client({ connection });
@@ -181,6 +184,9 @@ describeLong('multi-host topology: control, two rollout hosts, inference, traine
 name = "multihost"
 [trainer]
 device = "cpu"
+[inference]
+base_urls = ["${INFERENCE}"]
+sync_task_queues = ["${INFERENCE_QUEUE}"]
 [sampling]
 max_tokens = 128
 [orchestrator]
