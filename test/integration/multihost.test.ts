@@ -131,6 +131,11 @@ describeLong('multi-host topology: control, two rollout hosts, inference, traine
 
     execFileSync('bash', [NETNS, 'down'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
     execFileSync('rm', ['-rf', HOSTS_DIR]);
+    // Sandboxes of an earlier, aborted run of this test: their leases went with HOSTS_DIR's
+    // MinIO, so no janitor can judge them (only max age would); they would blur what this run sweeps.
+    const stale = execFileSync('docker', ['ps', '-aq', '--filter', 'label=ratchet.worker'], { encoding: 'utf8' }).split('\n').filter(Boolean)
+      .filter((id) => /^(rollout-a|rollout-b):/.test(execFileSync('docker', ['inspect', '-f', '{{index .Config.Labels "ratchet.worker"}}', id], { encoding: 'utf8' }).trim()));
+    if (stale.length) execFileSync('docker', ['rm', '-f', ...stale], { stdio: 'ignore' });
     execFileSync('bash', [NETNS, 'up'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
     for (const h of Object.keys(HOSTS)) mkdirSync(path.join(HOSTS_DIR, h), { recursive: true });
 
@@ -219,12 +224,14 @@ EOF`]);
     while (hostContainers('rollout-a').length === 0 && Date.now() < deadline) await sleep(100);
     expect(hostContainers('rollout-a').length).toBeGreaterThan(0); // rollout-a was mid-episode
     const rolloutHostLostAt = (await handle.query(progressQuery)).step;
+    const orphans = hostContainers('rollout-a');
     expect(killHost('rollout-a')).toBeGreaterThan(0);
     // rollout-b's janitor sees rollout-a's lease lapse and removes what it left on the shared dockerd.
     await waitFor(handle, 'the next step, without rollout-a', (p) => p.step > rolloutHostLostAt);
     const sweptBy = Date.now() + LEASE_TTL_S * 3 * 1000;
-    while (hostContainers('rollout-a').length > 0 && Date.now() < sweptBy) await sleep(500);
-    expect(hostContainers('rollout-a')).toEqual([]);
+    const left = () => hostContainers('rollout-a').filter((id) => orphans.includes(id));
+    while (left().length > 0 && Date.now() < sweptBy) await sleep(500);
+    expect(left()).toEqual([]);
 
     // 2. The trainer host dies mid-training; a new worker there reloads the last checkpoint from S3.
     const training = await waitFor(handle, 'a later step in training', (p) => p.step > rolloutHostLostAt && p.phase === 'training');
