@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ApplicationFailure } from '@temporalio/common';
 import { paths } from '../shared/paths';
-import { StoreConfigError, StoreUnavailableError } from './errors';
+import { DiskFullError, diskFullFrom, StoreConfigError, StoreUnavailableError } from './errors';
 import type { ArtifactRef } from './ref';
 import type { StoreSettings } from './settings';
 import { S3ArtifactStore } from './s3';
@@ -72,6 +72,9 @@ export async function checkStore(store: ArtifactStore): Promise<void> {
 export function asActivityFailure(err: unknown): unknown {
   if (err instanceof StoreUnavailableError) return ApplicationFailure.create({ message: err.message, type: StoreUnavailableError.type, nonRetryable: true });
   if (err instanceof StoreConfigError) return ApplicationFailure.create({ message: err.message, type: StoreConfigError.type, nonRetryable: true });
+  // Any write that found its disk full, wherever it was (the store, the S3 download cache): the run waits.
+  const full = diskFullFrom(err);
+  if (full) return ApplicationFailure.create({ message: full.message, type: DiskFullError.type, nonRetryable: true, details: [{ path: full.path, code: full.code }] });
   return err;
 }
 

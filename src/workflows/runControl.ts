@@ -21,6 +21,7 @@ export class RunControl {
   waitingForTrainer = false;
   waitingForInference = false;
   waitingForStore = false;
+  waitingForDisk = false;
   phase: Phase = 'init';
   step = 0;
   maxSteps = 0;
@@ -40,6 +41,7 @@ export class RunControl {
     if (this.stopRequested) return 'stopping';
     if (this.pauseRequested) return 'paused';
     if (this.waitingForStore) return 'waiting-for-store';
+    if (this.waitingForDisk) return 'waiting-for-disk';
     if (this.waitingForInference) return 'waiting-for-inference';
     if (this.waitingForTrainer) return 'waiting-for-trainer';
     return this.started ? 'running' : 'starting';
@@ -81,6 +83,14 @@ export class RunControl {
   setWaitingForStore(on: boolean): boolean {
     if (this.waitingForStore === on) return false;
     this.waitingForStore = on;
+    this.publish();
+    return true;
+  }
+
+  /** Like setWaitingForInference, for a full disk (DiskFull). */
+  setWaitingForDisk(on: boolean): boolean {
+    if (this.waitingForDisk === on) return false;
+    this.waitingForDisk = on;
     this.publish();
     return true;
   }

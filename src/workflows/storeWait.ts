@@ -9,6 +9,8 @@ import type { RunControl } from './runControl';
  * Runs an activity call; while the artifact store is unreachable (StoreUnavailable)
  * the run waits with status `waiting-for-store` and tries again, never failing
  * and losing nothing (every write is atomic and keyed, so a retry redoes it whole).
+ * A full disk (DiskFull, from a store write or trainer.save) waits the same way, with
+ * status `waiting-for-disk`, until an operator frees space.
  *
  * Behind patched(): the wrapper adds no command, but its awaits resolve the call a few
  * microtasks later, which reorders commands against an update handler that runs in the
@@ -25,10 +27,20 @@ async function waitForStore<T>(run: RunControl, call: () => Promise<T>): Promise
     try {
       const r = await call();
       if (run.setWaitingForStore(false)) log.info('the artifact store is back; the run goes on');
+      if (run.setWaitingForDisk(false)) log.info('the disk has space again; the run goes on');
       return r;
     } catch (err) {
-      if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'StoreUnavailable')) throw err;
-      if (run.setWaitingForStore(true)) log.warn('the artifact store is unreachable; the run waits for it', { error: err.cause.message });
+      const type = err instanceof ActivityFailure && err.cause instanceof ApplicationFailure ? err.cause.type : undefined;
+      if (type === 'StoreUnavailable') {
+        if (run.setWaitingForDisk(false)) log.info('the disk has space again');
+        if (run.setWaitingForStore(true)) log.warn('the artifact store is unreachable; the run waits for it', { error: (err as ActivityFailure).cause!.message });
+      // patched() only where a DiskFull arrives: a history recorded before it failed the run there, and replays so.
+      } else if (type === 'DiskFull' && patched(PATCHES.diskWait)) {
+        if (run.setWaitingForStore(false)) log.info('the artifact store is back');
+        if (run.setWaitingForDisk(true)) log.warn('a disk is full; the run waits for space', { error: (err as ActivityFailure).cause!.message });
+      } else {
+        throw err;
+      }
       await sleep(`${wait} seconds`);
     }
   }
