@@ -322,6 +322,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect([...f.applied.values()]).toEqual([1, 1]);
       expect(f.records.map((r) => r.record.step)).toEqual([0, 1]);
       expect((await handle.query(progressQuery)).status).toBe('completed');
+      await record(handle, 'trainrun-disk-wait');
     });
   });
 });
