@@ -7,7 +7,7 @@ import { runAgent, type AgentResult } from '../agent/loop';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import { toolSpec, type ToolContext } from '../agent/tool';
 import type { ArtifactStore } from '../artifacts/store';
-import { storeFor, type StoreSettings } from '../artifacts/stores';
+import { diskFullFailure, storeFor, type StoreSettings } from '../artifacts/stores';
 import { ArtifactsFields, RunConfig } from '../config/schema';
 import { runKeys } from './config';
 import { loadEnvironment } from '../envs/load';
@@ -123,7 +123,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
       return summary;
     } catch (err) {
       rolloutErrorsTotal.inc({ env: rawInput.envId ?? 'unknown' });
-      throw err;
+      // Saving the trajectory found its disk full: StepRollouts waits for space (waiting-for-disk).
+      throw diskFullFailure(err) ?? err;
     }
   }
 

@@ -73,9 +73,13 @@ export function asActivityFailure(err: unknown): unknown {
   if (err instanceof StoreUnavailableError) return ApplicationFailure.create({ message: err.message, type: StoreUnavailableError.type, nonRetryable: true });
   if (err instanceof StoreConfigError) return ApplicationFailure.create({ message: err.message, type: StoreConfigError.type, nonRetryable: true });
   // Any write that found its disk full, wherever it was (the store, the S3 download cache): the run waits.
+  return diskFullFailure(err) ?? err;
+}
+
+/** A full disk as the typed failure the workflows wait on (DiskFull); undefined for any other error. */
+export function diskFullFailure(err: unknown): ApplicationFailure | undefined {
   const full = diskFullFrom(err);
-  if (full) return ApplicationFailure.create({ message: full.message, type: DiskFullError.type, nonRetryable: true, details: [{ path: full.path, code: full.code }] });
-  return err;
+  return full && ApplicationFailure.create({ message: full.message, type: DiskFullError.type, nonRetryable: true, details: [{ path: full.path, code: full.code }] });
 }
 
 /** Runs an activity body, translating store failures (see asActivityFailure). */

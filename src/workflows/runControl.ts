@@ -109,6 +109,7 @@ export class RunControl {
     setHandler(rolloutProgressSignal, (p) => {
       this.rolloutCounts.set(p.step, { done: p.done, total: p.total });
       if (p.waitingForInference !== undefined) this.setWaitingForInference(p.waitingForInference);
+      if (p.waitingForDisk !== undefined) this.setWaitingForDisk(p.waitingForDisk);
     });
     setHandler(pauseUpdate, () => {
       this.pauseRequested = true;

@@ -160,6 +160,13 @@ describe('rollout activity: a task that cannot be set up is a dropped rollout, n
     expect((err as { nonRetryable?: boolean }).nonRetryable).not.toBe(true);
   });
 
+  test('saving the trajectory on a full disk fails as DiskFull (non-retryable), for StepRollouts to wait on', async () => {
+    const { store, acts } = setup([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
+    jest.spyOn(store, 'putJson').mockRejectedValueOnce(Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', path: '/art/runs/run1/x.json.tmp-1' }));
+    await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('swe-grep')))
+      .rejects.toMatchObject({ type: 'DiskFull', nonRetryable: true, message: expect.stringMatching(/disk full writing \/art\/runs\/run1\/x\.json\.tmp-1/) });
+  });
+
   test('a task with no source is setup_error', async () => {
     const { store, acts } = setup([]);
     const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('swe-grep', { task: { ...task, source: undefined } }));
