@@ -16,7 +16,7 @@ import type { Environment } from '../envs/types';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
 import { scoreRubric, zeroScore, type Score } from '../envs/types';
-import { RolloutSummary, samplingRecord, Trajectory } from '../rollouts/trajectory';
+import { isUnscored, RolloutSummary, samplingRecord, Trajectory } from '../rollouts/trajectory';
 import { componentLogger } from '../shared/logger';
 import { EVAL_STEP } from '../shared/steps';
 import { loadTask, resolveDataset } from '../tasks/load';
@@ -118,7 +118,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
     try {
       const summary = await episode(rawInput);
       rolloutsTotal.inc({ env: rawInput.envId, stop_reason: summary.stop_reason });
-      rolloutReward.observe({ env: rawInput.envId }, summary.reward);
+      // A dropped rollout (infra_error, setup_error) has no reward to show.
+      if (!isUnscored(summary)) rolloutReward.observe({ env: rawInput.envId }, summary.reward);
       rolloutSeconds.observe({ env: rawInput.envId }, (performance.now() - t0) / 1000);
       return summary;
     } catch (err) {
