@@ -233,7 +233,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
         progress: (e) => live.progress({ phase: 'agent', ...e }),
       });
       // The loop ends with "error" only when a tool's sandbox call itself failed (a lost container).
-      if (result.stop_reason === 'error') infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
+      if (result.stop_reason === 'error' && infra === undefined) infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
       if (result.stop_reason !== 'error') {
         t = performance.now();
         try {

@@ -126,7 +126,7 @@ describe('rollout activity: a task that cannot be set up is a dropped rollout, n
     const last = setup([]);
     const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 3 }).run(last.acts.rollout, input(SETUP_ENV));
     expect(summary.stop_reason).toBe('infra_error');
-    expect((await trajectoryOf(last.store, summary.trajectory)).error).toMatch(/sandbox failed during setup: Cannot connect to the Docker daemon/);
+    expect((await trajectoryOf(last.store, summary.trajectory)).error).toMatch(/^the sandbox failed during setup: Cannot connect to the Docker daemon/);
   });
 
   test('a task id missing from its task file is setup_error; a task file that does not exist still fails loudly', async () => {
