@@ -23,6 +23,7 @@ import type { RolloutActivities, RolloutInput } from './activityTypes';
 import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
+import { DISK_WAIT_CAP_S } from './storeWait';
 import type { SampledTask } from './types';
 
 export interface StepRolloutsInput {
@@ -146,7 +147,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
         if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull' && patched(PATCHES.diskWait)) {
           log.warn('a rollout found its disk full; waiting for space', { i, error: err.cause.message });
           await waitForDisk(diskWait);
-          diskWait = Math.min(diskWait * 2, 30);
+          diskWait = Math.min(diskWait * 2, DISK_WAIT_CAP_S);
           round--;
           continue;
         }

@@ -5,6 +5,9 @@ import { ActivityFailure, ApplicationFailure, log, patched, sleep } from '@tempo
 import { PATCHES } from './patches';
 import type { RunControl } from './runControl';
 
+/** The longest pause between tries while a disk is full, in seconds. */
+export const DISK_WAIT_CAP_S = 120;
+
 /**
  * Runs an activity call; while the artifact store is unreachable (StoreUnavailable)
  * the run waits with status `waiting-for-store` and tries again, never failing
@@ -23,7 +26,10 @@ export function untilStore<T>(run: RunControl, call: () => Promise<T>): Promise<
 }
 
 async function waitForStore<T>(run: RunControl, call: () => Promise<T>): Promise<T> {
-  for (let wait = 2; ; wait = Math.min(wait * 2, 30)) {
+  // A full disk waits for a person, so its polls are sparser (to 2 minutes): a wait of days
+  // adds ~8k history events a day instead of ~30k (these waits do not continue as new).
+  let forDisk = false;
+  for (let wait = 2; ; wait = Math.min(wait * 2, forDisk ? DISK_WAIT_CAP_S : 30)) {
     try {
       const r = await call();
       if (run.setWaitingForStore(false)) log.info('the artifact store is back; the run goes on');
@@ -32,10 +38,12 @@ async function waitForStore<T>(run: RunControl, call: () => Promise<T>): Promise
     } catch (err) {
       const type = err instanceof ActivityFailure && err.cause instanceof ApplicationFailure ? err.cause.type : undefined;
       if (type === 'StoreUnavailable') {
+        forDisk = false;
         if (run.setWaitingForDisk(false)) log.info('the disk has space again');
         if (run.setWaitingForStore(true)) log.warn('the artifact store is unreachable; the run waits for it', { error: (err as ActivityFailure).cause!.message });
       // patched() only where a DiskFull arrives: a history recorded before it failed the run there, and replays so.
       } else if (type === 'DiskFull' && patched(PATCHES.diskWait)) {
+        forDisk = true;
         if (run.setWaitingForStore(false)) log.info('the artifact store is back');
         if (run.setWaitingForDisk(true)) log.warn('a disk is full; the run waits for space', { error: (err as ActivityFailure).cause!.message });
       } else {
