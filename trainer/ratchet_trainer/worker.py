@@ -283,6 +283,8 @@ class TrainerActivities:
             except tuple(_STEP_FAULTS) as e:
                 log.warning("step fault: nothing applied, the run skips this step", extra={"run_id": trainer.run_id, "step": step, "error": str(e)})
                 raise ApplicationError(str(e), type=_STEP_FAULTS[type(e)], non_retryable=True) from e
+            except OSError as e:  # the S3 download cache filling its disk while fetching the batch
+                raise self._disk_full_or_raise(e) from e
             finally:
                 release_freed_memory()
             if metrics.get("applied"):
