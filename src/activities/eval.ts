@@ -14,7 +14,7 @@ import type { RunConfig } from '../config/schema';
 import { bareFunction, setScores } from '../envs/swe-grep/rewards';
 import { normalizePath } from '../envs/shell';
 import type { EvalResult, Prf } from '../report/records';
-import type { RolloutSummary, Trajectory } from '../rollouts/trajectory';
+import { isUnscored, type RolloutSummary, type Trajectory } from '../rollouts/trajectory';
 import type { Logger } from '../shared/logger';
 import { paths } from '../shared/paths';
 import { loadTasks, TaskLoadError } from '../tasks/load';
@@ -71,7 +71,7 @@ export interface EvalEpisode {
   instanceId: string;
   sample: number;
   summary?: RolloutSummary;
-  /** The rollout failed after its retries; counted in `errors`, not in the scores. */
+  /** The rollout failed after its retries; counted in `errors`, not in the scores (so are infra_error and setup_error). */
   error?: string;
 }
 
@@ -209,6 +209,16 @@ export function scoreEval(p: {
     finished_at: p.finishedAt,
     episodes_per_minute: episodes.length / minutes,
   };
+}
+
+/**
+ * The episodes an eval scores, and how many it counts as errors: one that failed outright,
+ * or one the infrastructure ended or whose task could not be set up (infra_error,
+ * setup_error), which says nothing about the policy and so is never a zero score. Pure.
+ */
+export function splitEpisodes(episodes: EvalEpisode[]): { counted: (EvalEpisode & { summary: RolloutSummary })[]; errors: number } {
+  const counted = episodes.filter((e): e is EvalEpisode & { summary: RolloutSummary } => e.summary !== undefined && !isUnscored(e.summary));
+  return { counted, errors: episodes.length - counted.length };
 }
 
 export function evalKey(runId: string, version: number, tasksetHash: string): string {
@@ -352,14 +362,13 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
     }
     const tasks = new Map(ts.tasks.map((t) => [t.instance_id, t]));
     const scored: ScoredEpisode[] = [];
-    for (const e of input.episodes) {
-      if (!e.summary) continue;
+    const { counted, errors } = splitEpisodes(input.episodes);
+    for (const e of counted) {
       // The final answer (predicted files...) lives only in the trajectory: claim check, verified.
       const traj = await store.getJson<Trajectory>(e.summary.trajectory);
       scored.push({ instanceId: e.instanceId, summary: e.summary, final: traj.final ?? {}, promptTokens: traj.stats?.prompt_tokens ?? 0 });
       live.progress({ phase: 'reading trajectories', read: scored.length, of: input.episodes.length });
     }
-    const errors = input.episodes.filter((e) => !e.summary).length;
     const result = scoreEval({ plan, version, episodes: scored, errors, tasks, startedAt: input.startedAt, finishedAt: input.finishedAt, workflowId: input.workflowId });
     const key = evalKey(plan.runId, version, plan.taskset.hash);
     await store.putJson(key, result);

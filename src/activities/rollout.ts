@@ -7,7 +7,7 @@ import { runAgent, type AgentResult } from '../agent/loop';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import { toolSpec, type ToolContext } from '../agent/tool';
 import type { ArtifactStore } from '../artifacts/store';
-import { storeFor, type StoreSettings } from '../artifacts/stores';
+import { diskFullFailure, storeFor, type StoreSettings } from '../artifacts/stores';
 import { ArtifactsFields, RunConfig } from '../config/schema';
 import { runKeys } from './config';
 import { loadEnvironment } from '../envs/load';
@@ -16,11 +16,12 @@ import type { Environment } from '../envs/types';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { TestEvidence } from '../envs/tests';
 import { scoreRubric, zeroScore, type Score } from '../envs/types';
-import { RolloutSummary, samplingRecord, Trajectory } from '../rollouts/trajectory';
+import { isUnscored, RolloutSummary, samplingRecord, Trajectory } from '../rollouts/trajectory';
 import { componentLogger } from '../shared/logger';
 import { EVAL_STEP } from '../shared/steps';
 import { loadTask, resolveDataset } from '../tasks/load';
 import { Task } from '../tasks/schema';
+import { isTaskSetupError, TaskSetupError } from '../tasks/setupError';
 import { runTestsWithDiff } from './scoring';
 import { withLiveness, type Liveness } from './liveness';
 import { LIVENESS_DEFAULTS } from '../shared/liveness';
@@ -117,12 +118,14 @@ export function createRolloutActivities(deps: RolloutDeps) {
     try {
       const summary = await episode(rawInput);
       rolloutsTotal.inc({ env: rawInput.envId, stop_reason: summary.stop_reason });
-      rolloutReward.observe({ env: rawInput.envId }, summary.reward);
+      // A dropped rollout (infra_error, setup_error) has no reward to show.
+      if (!isUnscored(summary)) rolloutReward.observe({ env: rawInput.envId }, summary.reward);
       rolloutSeconds.observe({ env: rawInput.envId }, (performance.now() - t0) / 1000);
       return summary;
     } catch (err) {
       rolloutErrorsTotal.inc({ env: rawInput.envId ?? 'unknown' });
-      throw err;
+      // Saving the trajectory found its disk full: StepRollouts waits for space (waiting-for-disk).
+      throw diskFullFailure(err) ?? err;
     }
   }
 
@@ -143,15 +146,31 @@ export function createRolloutActivities(deps: RolloutDeps) {
     const started = performance.now();
     // Cancelled by Temporal, or one heartbeat timeout after the watchdog saw no progress.
     const signal = live.signal;
-    // A bad env id or a missing task fails the same way on every retry: say so once.
+    // A bad env id is the run's input, the same for every rollout: it fails the step loudly.
     const env = await nonRetryable(() => environmentFor(input.runId, input.envId, input.artifacts));
-    const task = 'instance_id' in input.task
-      ? (input.task as Task)
-      : await nonRetryable(() => loadTask(resolveDataset((input.task as { datasetPath: string }).datasetPath, input.taskSetDir), (input.task as { instanceId: string }).instanceId));
-    const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: task.instance_id });
+    const taskId = 'instance_id' in input.task ? (input.task as Task).instance_id : (input.task as { instanceId: string }).instanceId;
+    const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: taskId });
+    // A task that cannot be set up is one dropped rollout, not a failed run.
+    const setupFailed = (err: unknown) => recordSetupFailure(input, env, taskId, (err as Error).message, started, rlog);
+    let task: Task;
+    try {
+      task = 'instance_id' in input.task
+        ? (input.task as Task)
+        : await loadTask(resolveDataset((input.task as { datasetPath: string }).datasetPath, input.taskSetDir), taskId);
+    } catch (err) {
+      // The row is missing from a file that exists: that task's problem. A missing or unreadable file is the run's.
+      if (isTaskSetupError(err)) return setupFailed(err);
+      throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidRolloutTask');
+    }
 
+    let source: Pick<AcquireOptions, 'image' | 'repo' | 'imageRepo'> = {};
+    try {
+      if (task.source || env.needsRepository !== false) source = sandboxSource(task, input.taskSetDir);
+    } catch (err) {
+      return setupFailed(err);
+    }
     const acquire: AcquireOptions = {
-      ...(task.source || env.needsRepository !== false ? sandboxSource(task, input.taskSetDir) : {}),
+      ...source,
       labels: { run: input.runId, step: input.step, rollout: `${input.groupId}-${input.rolloutIndex}` },
       limits: input.sandbox,
       signal,
@@ -162,7 +181,15 @@ export function createRolloutActivities(deps: RolloutDeps) {
     let sandboxMs = 0;
     let t = performance.now();
     live.progress({ phase: 'acquiring sandbox' });
-    const sandbox: Sandbox = await deps.sandboxes.acquire(acquire);
+    let sandbox: Sandbox;
+    try {
+      sandbox = await deps.sandboxes.acquire(acquire);
+    } catch (err) {
+      // The snapshot cannot give this task's repository (e.g. the base commit is not in it).
+      // Anything else (Docker down) throws as before, and Temporal retries.
+      if (isTaskSetupError(err) && !signal?.aborted) return setupFailed(err);
+      throw err;
+    }
     sandboxMs += performance.now() - t;
     live.progress({ phase: 'sandbox acquired' });
 
@@ -170,11 +197,24 @@ export function createRolloutActivities(deps: RolloutDeps) {
     let final: Record<string, unknown> = {};
     // Set when the infrastructure, not the agent, ended or spoiled the episode.
     let infra: string | undefined;
+    // Set when the environment's setup failed on this task.
+    let setupError: string | undefined;
     try {
       const toolCtx: ToolContext = { sandbox, task, state: {}, execTimeoutMs, signal };
-      // A setup that fails is the environment's bug or the task's, the same on every retry.
-      if (env.setup) await nonRetryable(() => env.setup!(toolCtx));
-      result = await runAgent({
+      if (env.setup) {
+        try {
+          await env.setup(toolCtx);
+        } catch (err) {
+          if (signal?.aborted) throw err;
+          // A sandbox or dockerd that is gone says nothing about the task: an infrastructure
+          // failure (retried, then infra_error). Otherwise the environment's setup failed on
+          // this task, the same on every retry.
+          if (isSandboxUnreachable(err)) infra = `the sandbox failed during setup: ${(err as Error).message}`;
+          else setupError = `environment setup failed: ${(err as Error).message}`;
+        }
+      }
+      if (setupError !== undefined) return await setupFailed(new Error(setupError));
+      result = infra !== undefined ? noEpisode(infra) : await runAgent({
         model: clientFor(input.inferenceBaseUrl),
         modelName: input.modelName,
         policyVersion: input.policyVersion,
@@ -193,7 +233,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
         progress: (e) => live.progress({ phase: 'agent', ...e }),
       });
       // The loop ends with "error" only when a tool's sandbox call itself failed (a lost container).
-      if (result.stop_reason === 'error') infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
+      if (result.stop_reason === 'error' && infra === undefined) infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
       if (result.stop_reason !== 'error') {
         t = performance.now();
         try {
@@ -295,10 +335,82 @@ export function createRolloutActivities(deps: RolloutDeps) {
     });
   }
 
+  /**
+   * Saves the trajectory of a rollout whose task could not be set up: no turns, zero reward,
+   * stop_reason setup_error with the error kept. The batch builder drops it (cause task_setup)
+   * and leaves it out of its group's baseline; the step's reward statistics skip it.
+   */
+  async function recordSetupFailure(
+    input: z.output<typeof RolloutInput>, env: Environment, taskId: string, error: string, started: number, rlog: typeof log,
+  ): Promise<RolloutSummary> {
+    rlog.warn({ err: error }, 'task cannot be set up: rollout recorded as setup_error and dropped');
+    const score = zeroScore(env.rubric, input.rubric);
+    const stats = noEpisode(error).stats;
+    const totalMs = performance.now() - started;
+    const trajectory = Trajectory.parse({
+      format: 'ratchet.trajectory/v1',
+      run_id: input.runId,
+      step: input.step,
+      env_id: env.id,
+      task_id: taskId,
+      group_id: input.groupId,
+      rollout_index: input.rolloutIndex,
+      model: input.modelName,
+      tools: env.tools.map(toolSpec),
+      messages: [],
+      turns: [],
+      stop_reason: 'setup_error',
+      error,
+      sampling: samplingRecord(input.sampling),
+      final: { reward_weights: score.weights },
+      reward: { total: score.total, components: score.components },
+      stats,
+      timing: { model_ms: 0, tools_ms: 0, sandbox_ms: 0, total_ms: totalMs },
+    });
+    const ref = await storeFor(input.artifacts, deps.store).putJson(trajectoryKey(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
+    return RolloutSummary.parse({
+      task_id: taskId,
+      group_id: input.groupId,
+      rollout_index: input.rolloutIndex,
+      trajectory: ref,
+      reward: score.total,
+      components: score.components,
+      stop_reason: 'setup_error',
+      policy_version: input.policyVersion,
+      completion_tokens: 0,
+      tool_calls: 0,
+      model_ms: 0,
+      tools_ms: 0,
+      sandbox_ms: 0,
+      prompt_tokens: 0,
+      tools_used: {},
+      commands: {},
+    });
+  }
+
   return { rollout };
 }
 
 export type RolloutActivities = ReturnType<typeof createRolloutActivities>;
+
+/** An episode that never started: no messages, no turns, ended by the sandbox. */
+function noEpisode(error: string): AgentResult {
+  return {
+    messages: [], turns: [], stop_reason: 'error', error,
+    stats: { prompt_tokens: 0, completion_tokens: 0, tool_calls: 0, tool_errors: 0, commands: [], tools_used: {} },
+    model_ms: 0, tools_ms: 0,
+  };
+}
+
+/**
+ * Errors that say the container or dockerd is gone, not that a command failed in it.
+ * Docker's own words (dockerode passes them through) and the socket's error codes.
+ */
+export function isSandboxUnreachable(err: unknown): boolean {
+  const e = err as { code?: string; message?: string };
+  if (e?.code && ['ECONNREFUSED', 'ENOENT', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT'].includes(e.code) && /docker|socket|connect/i.test(e.message ?? '')) return true;
+  return /Cannot connect to the Docker daemon|No such container|is not running|connect ECONNREFUSED|connect ENOENT .*docker\.sock|socket hang up|dockerd/i.test(e?.message ?? '');
+}
 
 /**
  * Attempts of one rollout activity that an infrastructure failure may use before the
@@ -328,7 +440,7 @@ async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
 export function sandboxSource(task: Task, taskSetDir: string): Pick<AcquireOptions, 'image' | 'repo' | 'imageRepo'> {
   const source = task.source;
   if (!source) {
-    throw new Error(`task "${task.instance_id}" has no source; add source: {type: "snapshot", repo_path: "repos/<name>.git"} or {type: "image", image: "..."}`);
+    throw new TaskSetupError(`task "${task.instance_id}" has no source; add source: {type: "snapshot", repo_path: "repos/<name>.git"} or {type: "image", image: "..."}`);
   }
   if (source.type === 'image') return { image: source.image, imageRepo: { dir: source.repo_dir, baseCommit: task.base_commit } };
   return { repo: { hostPath: path.resolve(taskSetDir, source.repo_path), baseCommit: task.base_commit } };

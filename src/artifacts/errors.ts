@@ -21,3 +21,28 @@ export class StoreConfigError extends Error {
     this.name = 'StoreConfigError';
   }
 }
+
+/** Errno codes of a full disk: no space left, or the user's quota spent. */
+const DISK_FULL_CODES = new Set(['ENOSPC', 'EDQUOT']);
+
+/**
+ * A write found its disk full (ENOSPC/EDQUOT): an operator frees space, and the run,
+ * waiting with status waiting-for-disk, goes on by itself. Retrying the write whole is
+ * safe: every store write is atomic (a temp file renamed into place) and keyed.
+ */
+export class DiskFullError extends Error {
+  static readonly type = 'DiskFull';
+  constructor(readonly path: string, readonly code: string) {
+    super(`disk full writing ${path} (${code}). The run waits (status waiting-for-disk) and resumes when space is freed. ` +
+      'Fix: free space on that filesystem (old runs under the artifacts root, the S3 download cache .cache/s3), or raise the quota');
+    this.name = 'DiskFullError';
+  }
+}
+
+/** The DiskFullError an error is (ENOSPC/EDQUOT, with the path Node names, else `fallbackPath`); undefined otherwise. */
+export function diskFullFrom(err: unknown, fallbackPath?: string): DiskFullError | undefined {
+  if (err instanceof DiskFullError) return err;
+  const e = err as NodeJS.ErrnoException | undefined;
+  if (!e || typeof e.code !== 'string' || !DISK_FULL_CODES.has(e.code)) return undefined;
+  return new DiskFullError(e.path ?? fallbackPath ?? 'an unknown path', e.code);
+}

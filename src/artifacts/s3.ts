@@ -175,13 +175,19 @@ export class S3ArtifactStore implements ArtifactStore {
     const manSha = sha256(man.body);
     if (manSha !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, manSha);
     const tmp = `${dest}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
-    await mapLimit(manifestEntries(man.body.toString('utf8')), 4, async ({ rel, sha }) => {
-      const got = await this.getObject(`${objectKey}/${rel}`);
-      const actual = got ? sha256(got.body) : 'missing';
-      if (actual !== sha) throw new ArtifactIntegrityError(`${ref.uri}/${rel}`, sha, actual);
-      await atomicWrite(path.join(tmp, rel), got!.body);
-    });
-    await atomicWrite(path.join(tmp, MANIFEST), man.body);
+    try {
+      await mapLimit(manifestEntries(man.body.toString('utf8')), 4, async ({ rel, sha }) => {
+        const got = await this.getObject(`${objectKey}/${rel}`);
+        const actual = got ? sha256(got.body) : 'missing';
+        if (actual !== sha) throw new ArtifactIntegrityError(`${ref.uri}/${rel}`, sha, actual);
+        await atomicWrite(path.join(tmp, rel), got!.body);
+      });
+      await atomicWrite(path.join(tmp, MANIFEST), man.body);
+    } catch (err) {
+      // A half download (a full disk, the store gone mid-way) must not keep holding the cache's space.
+      await fs.rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+      throw err;
+    }
     await fs.rm(dest, { recursive: true, force: true });
     await fs.rename(tmp, dest).catch(async (err: unknown) => {
       // A concurrent download of the same version won: use it.

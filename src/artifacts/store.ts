@@ -3,6 +3,7 @@ import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { paths } from '../shared/paths';
+import { diskFullFrom } from './errors';
 import type { ArtifactRef } from './ref';
 
 export class ArtifactIntegrityError extends Error {
@@ -113,10 +114,16 @@ export async function verifyLocalDir(dir: string, ref: ArtifactRef): Promise<str
 }
 
 export async function atomicWrite(file: string, buf: Buffer): Promise<void> {
-  await fs.mkdir(path.dirname(file), { recursive: true });
   const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
-  await fs.writeFile(tmp, buf);
-  await fs.rename(tmp, file);
+  try {
+    await fs.mkdir(path.dirname(file), { recursive: true });
+    await fs.writeFile(tmp, buf);
+    await fs.rename(tmp, file);
+  } catch (err) {
+    // A half-written temp file on a full disk holds the space an operator is freeing.
+    await fs.rm(tmp, { force: true }).catch(() => undefined);
+    throw diskFullFrom(err, file) ?? err;
+  }
 }
 
 export class LocalArtifactStore implements ArtifactStore {
@@ -179,11 +186,16 @@ export class LocalArtifactStore implements ArtifactStore {
     const { text, bytes, files } = await manifestFor(dir);
     if (path.resolve(dir) !== path.resolve(final)) {
       const tmp = `${final}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
-      for (const rel of files) {
-        await fs.mkdir(path.dirname(path.join(tmp, rel)), { recursive: true });
-        await fs.copyFile(path.join(dir, rel), path.join(tmp, rel));
+      try {
+        for (const rel of files) {
+          await fs.mkdir(path.dirname(path.join(tmp, rel)), { recursive: true });
+          await fs.copyFile(path.join(dir, rel), path.join(tmp, rel));
+        }
+        await fs.writeFile(path.join(tmp, MANIFEST), text);
+      } catch (err) {
+        await fs.rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+        throw diskFullFrom(err, final) ?? err;
       }
-      await fs.writeFile(path.join(tmp, MANIFEST), text);
       await fs.rm(final, { recursive: true, force: true });
       await fs.mkdir(path.dirname(final), { recursive: true });
       await fs.rename(tmp, final);

@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ApplicationFailure } from '@temporalio/common';
 import { paths } from '../shared/paths';
-import { StoreConfigError, StoreUnavailableError } from './errors';
+import { DiskFullError, diskFullFrom, StoreConfigError, StoreUnavailableError } from './errors';
 import type { ArtifactRef } from './ref';
 import type { StoreSettings } from './settings';
 import { S3ArtifactStore } from './s3';
@@ -72,7 +72,14 @@ export async function checkStore(store: ArtifactStore): Promise<void> {
 export function asActivityFailure(err: unknown): unknown {
   if (err instanceof StoreUnavailableError) return ApplicationFailure.create({ message: err.message, type: StoreUnavailableError.type, nonRetryable: true });
   if (err instanceof StoreConfigError) return ApplicationFailure.create({ message: err.message, type: StoreConfigError.type, nonRetryable: true });
-  return err;
+  // Any write that found its disk full, wherever it was (the store, the S3 download cache): the run waits.
+  return diskFullFailure(err) ?? err;
+}
+
+/** A full disk as the typed failure the workflows wait on (DiskFull); undefined for any other error. */
+export function diskFullFailure(err: unknown): ApplicationFailure | undefined {
+  const full = diskFullFrom(err);
+  return full && ApplicationFailure.create({ message: full.message, type: DiskFullError.type, nonRetryable: true, details: [{ path: full.path, code: full.code }] });
 }
 
 /** Runs an activity body, translating store failures (see asActivityFailure). */

@@ -55,12 +55,24 @@ export type Turn = z.infer<typeof Turn>;
  * `error`: the episode ended on a failure the agent caused (e.g. it broke its sandbox) and is scored.
  * `infra_error`: the infrastructure failed (a lost container, Docker failing while scoring) on
  * every attempt: the rollout is recorded but dropped, never a reward, never in a group's baseline.
+ * `setup_error`: the task could not be set up (its row, its repository snapshot, or the environment's
+ * setup failed on it, the same way every time): recorded with the error and dropped like `infra_error`.
  */
-export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error', 'infra_error']);
+export const StopReason = z.enum(['completed', 'max_tokens', 'max_tool_calls', 'max_turns', 'context_length', 'error', 'infra_error', 'setup_error']);
 
-/** Rollouts that carry no reward: the infrastructure, not the policy, decided how they ended. */
+/** The infrastructure, not the policy, decided how the rollout ended. */
 export function isInfrastructureFailure(r: { stop_reason: StopReason }): boolean {
   return r.stop_reason === 'infra_error';
+}
+
+/** The task could not be set up (missing row, bad snapshot, env.setup failed): the agent never ran. */
+export function isSetupFailure(r: { stop_reason: StopReason }): boolean {
+  return r.stop_reason === 'setup_error';
+}
+
+/** Rollouts that carry no reward: never scored, never in a group's baseline, dropped from the batch. */
+export function isUnscored(r: { stop_reason: StopReason }): boolean {
+  return isInfrastructureFailure(r) || isSetupFailure(r);
 }
 export type StopReason = z.infer<typeof StopReason>;
 

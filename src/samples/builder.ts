@@ -1,4 +1,4 @@
-import { isInfrastructureFailure, type SamplingRecord, type Trajectory } from '../rollouts/trajectory';
+import { isInfrastructureFailure, isSetupFailure, type SamplingRecord, type Trajectory } from '../rollouts/trajectory';
 import { advantageRecipe, groupAdvantages, type AdvantageConfig } from './advantages';
 import { assembleTrajectory, type NonPrefixCause, type NonPrefixPolicy } from './assemble';
 import { BatchBuildError } from './errors';
@@ -41,9 +41,12 @@ export interface BuildContext {
   modelName: string;
 }
 
-/** `infrastructure`: the rollout ended on an infrastructure failure (stop_reason infra_error); counted per rollout. */
-export type DropCause = 'missing_reward' | 'uniform_group' | 'stale' | 'truncated_masked' | 'no_trainable_tokens' | 'infrastructure';
-export const DROP_CAUSES: readonly DropCause[] = ['missing_reward', 'uniform_group', 'stale', 'truncated_masked', 'no_trainable_tokens', 'infrastructure'];
+/**
+ * `infrastructure`: the rollout ended on an infrastructure failure (stop_reason infra_error);
+ * `task_setup`: its task could not be set up (stop_reason setup_error). Both counted per rollout.
+ */
+export type DropCause = 'missing_reward' | 'uniform_group' | 'stale' | 'truncated_masked' | 'no_trainable_tokens' | 'infrastructure' | 'task_setup';
+export const DROP_CAUSES: readonly DropCause[] = ['missing_reward', 'uniform_group', 'stale', 'truncated_masked', 'no_trainable_tokens', 'infrastructure', 'task_setup'];
 
 export interface ManifestSample {
   index: number;
@@ -142,10 +145,11 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
   const dropped = zeroCounts(DROP_CAUSES);
   const breaks = zeroCounts<NonPrefixCause>(['template_rewrote_history', 'assistant_retokenized', 'stop_token_not_rendered']);
 
-  // Rewards and group advantages, per rollout. An infrastructure failure has no reward:
-  // it never enters a group's baseline.
+  // Rewards and group advantages, per rollout. An infrastructure failure or a task that could
+  // not be set up has no reward: it never enters a group's baseline.
   const infra = sorted.map((x) => isInfrastructureFailure(x.trajectory));
-  const rewardOf = sorted.map((x, i) => (infra[i] ? undefined : x.reward ?? x.trajectory.reward));
+  const setupFailed = sorted.map((x) => isSetupFailure(x.trajectory));
+  const rewardOf = sorted.map((x, i) => (infra[i] || setupFailed[i] ? undefined : x.reward ?? x.trajectory.reward));
   const groups = new Map<string, number[]>();
   sorted.forEach((x, i) => {
     if (rewardOf[i] === undefined) return;
@@ -173,6 +177,7 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
   sorted.forEach((x, i) => {
     const traj = x.trajectory;
     if (infra[i]) { dropped.infrastructure++; return; }
+    if (setupFailed[i]) { dropped.task_setup++; return; }
     const label = `trajectory ${x.label} (task ${traj.task_id}, rollout ${traj.rollout_index})`;
     const { turns, retokenized } = completeTurns(traj, tok, cfg.allow_retokenize, label);
     if (retokenized) retokenizedRollouts++;

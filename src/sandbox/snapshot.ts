@@ -3,6 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
+import { TaskSetupError } from '../tasks/setupError';
 
 export interface RepoSpec {
   /** A git snapshot on this host: a bare repo (`repos/<name>-<version>.git`) or a work tree with `.git/`. */
@@ -39,12 +40,12 @@ export function baseCommitTar(repo: RepoSpec): Promise<Buffer> {
 function validate(repo: RepoSpec): void {
   // Full ids only: a commit is fetched by id, and git cannot fetch an abbreviation.
   if (!/^([0-9a-f]{40}|[0-9a-f]{64})$/.test(repo.baseCommit)) {
-    throw new Error(`repo.baseCommit must be a full 40- or 64-hex commit id, got ${JSON.stringify(repo.baseCommit)}; fix the task row's base_commit`);
+    throw new TaskSetupError(`repo.baseCommit must be a full 40- or 64-hex commit id, got ${JSON.stringify(repo.baseCommit)}; fix the task row's base_commit`);
   }
   const nested = path.join(repo.hostPath, '.git');
   const gitDir = fs.existsSync(path.join(nested, 'HEAD')) ? nested : repo.hostPath;
   if (!fs.existsSync(path.join(gitDir, 'HEAD')) || !fs.existsSync(path.join(gitDir, 'objects'))) {
-    throw new Error(
+    throw new TaskSetupError(
       `repo.hostPath ${repo.hostPath} is not a git repository (no HEAD and objects/); ` +
         'point it at a snapshot such as .ratchet/tasks/repos/<name>-<version>.git, or regenerate the task set',
     );
@@ -62,7 +63,7 @@ async function build(repo: RepoSpec): Promise<Buffer> {
       await git('-c', 'safe.directory=*', 'fetch', '-q', '--no-tags', '--depth', '1', `file://${path.resolve(repo.hostPath)}`, repo.baseCommit);
     } catch (err) {
       const stderr = String((err as { stderr?: string }).stderr ?? err).trim();
-      throw new Error(`base commit ${repo.baseCommit} is not in the snapshot ${repo.hostPath} (git fetch: ${stderr}); fix the task row's base_commit or regenerate the task set`);
+      throw new TaskSetupError(`base commit ${repo.baseCommit} is not in the snapshot ${repo.hostPath} (git fetch: ${stderr}); fix the task row's base_commit or regenerate the task set`);
     }
     // FETCH_HEAD names the host path; the container does not need it.
     await fs.promises.rm(path.join(dir, 'FETCH_HEAD'), { force: true });

@@ -3,6 +3,7 @@ import { Worker } from 'node:worker_threads';
 import * as path from 'node:path';
 import { componentLogger } from '../shared/logger';
 import { Task, TASK_LIMITS } from './schema';
+import { TaskSetupError } from './setupError';
 
 const log = componentLogger('tasks');
 
@@ -96,7 +97,7 @@ export async function loadTask(file: string, instanceId: string): Promise<Task> 
   const task = entry.byId.get(instanceId);
   const tasks = { length: entry.count };
   if (!task) {
-    throw new Error(`task "${instanceId}" is not in ${file} (${tasks.length} valid rows). ` +
+    throw new TaskSetupError(`task "${instanceId}" is not in ${file} (${tasks.length} valid rows). ` +
       'Fix: regenerate the task set, or sample ids from the same file the rollout reads.');
   }
   return task;

@@ -17,6 +17,8 @@ export interface RolloutProgressSignal {
   done: number;
   total: number;
   waitingForInference?: boolean;
+  /** A rollout found its disk full (DiskFull): the parent shows waiting-for-disk. Absent before it existed. */
+  waitingForDisk?: boolean;
 }
 export const rolloutProgressSignal = defineSignal<[RolloutProgressSignal]>('rolloutProgress');
 

@@ -21,4 +21,6 @@ export const PATCHES = {
   summariesByRef: 'step-rollouts-summaries-by-ref',
   /** StoreUnavailable: the run waits (waiting-for-store) and calls again, instead of failing. */
   storeWait: 'v0.3-store-wait',
+  /** DiskFull: the run waits (waiting-for-disk) and calls again, instead of failing. */
+  diskWait: 'v0.4-disk-wait',
 } as const;

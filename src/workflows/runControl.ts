@@ -21,6 +21,7 @@ export class RunControl {
   waitingForTrainer = false;
   waitingForInference = false;
   waitingForStore = false;
+  waitingForDisk = false;
   phase: Phase = 'init';
   step = 0;
   maxSteps = 0;
@@ -40,6 +41,7 @@ export class RunControl {
     if (this.stopRequested) return 'stopping';
     if (this.pauseRequested) return 'paused';
     if (this.waitingForStore) return 'waiting-for-store';
+    if (this.waitingForDisk) return 'waiting-for-disk';
     if (this.waitingForInference) return 'waiting-for-inference';
     if (this.waitingForTrainer) return 'waiting-for-trainer';
     return this.started ? 'running' : 'starting';
@@ -85,6 +87,14 @@ export class RunControl {
     return true;
   }
 
+  /** Like setWaitingForInference, for a full disk (DiskFull). */
+  setWaitingForDisk(on: boolean): boolean {
+    if (this.waitingForDisk === on) return false;
+    this.waitingForDisk = on;
+    this.publish();
+    return true;
+  }
+
   /** Sets a wait flag and publishes only when it changes; true when it did. */
   setWaitingForInference(on: boolean): boolean {
     if (this.waitingForInference === on) return false;
@@ -99,6 +109,7 @@ export class RunControl {
     setHandler(rolloutProgressSignal, (p) => {
       this.rolloutCounts.set(p.step, { done: p.done, total: p.total });
       if (p.waitingForInference !== undefined) this.setWaitingForInference(p.waitingForInference);
+      if (p.waitingForDisk !== undefined) this.setWaitingForDisk(p.waitingForDisk);
     });
     setHandler(pauseUpdate, () => {
       this.pauseRequested = true;

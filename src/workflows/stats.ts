@@ -17,8 +17,9 @@ export interface RolloutStats {
 }
 
 export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: number): RolloutStats {
-  // Infrastructure failures carry no reward: they are counted (stopReasons) but never scored.
-  const scored = rollouts.filter((r) => r.stop_reason !== 'infra_error');
+  // Infrastructure failures and tasks that could not be set up carry no reward: they are
+  // counted (stopReasons) but never scored. (Inline, not isUnscored: workflow code imports little.)
+  const scored = rollouts.filter((r) => r.stop_reason !== 'infra_error' && r.stop_reason !== 'setup_error');
   const ns = scored.length || 1;
   const n = rollouts.length || 1;
   const mean = scored.reduce((a, r) => a + r.reward, 0) / ns;

@@ -23,6 +23,7 @@ import type { RolloutActivities, RolloutInput } from './activityTypes';
 import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
+import { DISK_WAIT_CAP_S } from './storeWait';
 import type { SampledTask } from './types';
 
 export interface StepRolloutsInput {
@@ -91,10 +92,10 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   const stride = Math.max(1, Math.ceil(input.tasks.length / 8));
   const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
 
-  const report = async (): Promise<void> => {
+  const report = async (extra: { waitingForDisk?: boolean } = {}): Promise<void> => {
     if (!parent) return;
     try {
-      await parent.signal(rolloutProgressSignal, { step: input.step, done, total, waitingForInference });
+      await parent.signal(rolloutProgressSignal, { step: input.step, done, total, waitingForInference, ...extra });
     } catch (err) {
       // Progress is cosmetic; a parent that moved on must not fail the rollouts.
       log.warn('could not report rollout progress to the parent', { error: String(err) });
@@ -128,11 +129,28 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     };
   };
 
+  // Rollouts that found their disk full and wait for space now; the parent shows waiting-for-disk while any do.
+  let diskWaiters = 0;
+  const waitForDisk = async (diskWait: number): Promise<void> => {
+    if (diskWaiters++ === 0) await report({ waitingForDisk: true });
+    await sleep(`${diskWait} seconds`);
+    if (--diskWaiters === 0) await report({ waitingForDisk: false });
+  };
+
   const runOne = async (i: number): Promise<RolloutSummary> => {
-    for (let round = 1; ; round++) {
+    for (let round = 1, diskWait = 2; ; round++) {
       try {
         return await rollout(inputFor(i));
       } catch (err) {
+        // A full disk: wait for an operator to free space, for as long as it takes (not a round).
+        // patched() only where a DiskFull arrives: an older history failed there, and replays so.
+        if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull' && patched(PATCHES.diskWait)) {
+          log.warn('a rollout found its disk full; waiting for space', { i, error: err.cause.message });
+          await waitForDisk(diskWait);
+          diskWait = Math.min(diskWait * 2, DISK_WAIT_CAP_S);
+          round--;
+          continue;
+        }
         if (!(err instanceof ActivityFailure) || round >= MAX_ROUNDS) throw err;
         if (err.cause instanceof ApplicationFailure && err.cause.nonRetryable) throw err;
         // Retries ran out: most often inference restarted and lost its adapters. Put the version back, then retry.

@@ -102,6 +102,7 @@ export type RunStatus =
   | 'stopping'
   | 'waiting-for-inference'
   | 'waiting-for-store'
+  | 'waiting-for-disk'
   | 'waiting-for-trainer'
   | 'completed'
   | 'stopped';

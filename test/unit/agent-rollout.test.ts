@@ -1,10 +1,12 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createRolloutActivities, type RolloutInput } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { ENVIRONMENTS } from '../../src/envs/registry';
+import type { Environment } from '../../src/envs/types';
+import { TaskSetupError } from '../../src/tasks/setupError';
 import { EVAL_STEP } from '../../src/shared/steps';
 import { Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
@@ -90,6 +92,86 @@ describe('rollout activity: infrastructure failures are never rewards', () => {
     const acts = createRolloutActivities({ store, sandboxes: new ScoringFails(CALC_FILES), openaiFactory: () => model });
     await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('code-repair')))
       .rejects.toMatchObject({ type: 'InfrastructureError' });
+  });
+});
+
+describe('rollout activity: a task that cannot be set up is a dropped rollout, not a failed run', () => {
+  const SETUP_ENV = 'swe-grep-setup-test';
+  let setupError: Error = new Error('unset');
+  const registry = ENVIRONMENTS as Record<string, Environment>;
+  beforeAll(() => {
+    registry[SETUP_ENV] = { ...ENVIRONMENTS['swe-grep'], id: SETUP_ENV, setup: async () => { throw setupError; } };
+  });
+  afterAll(() => { delete registry[SETUP_ENV]; });
+
+  test('env.setup throwing: saved as setup_error with the error and zero reward; sandbox released, no model call', async () => {
+    setupError = new Error('pip install failed: no matching distribution');
+    const { store, sandboxes, model, acts } = setup([]);
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input(SETUP_ENV));
+    expect(summary).toMatchObject({ stop_reason: 'setup_error', reward: 0, task_id: 'calc-1', completion_tokens: 0 });
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.stop_reason).toBe('setup_error');
+    expect(t.error).toMatch(/environment setup failed: pip install failed/);
+    expect(t.reward?.total).toBe(0);
+    expect(t.turns).toEqual([]);
+    expect(model.requests).toHaveLength(0);
+    expect(sandboxes.sandboxes[0]!.released).toBe(true);
+  });
+
+  test('env.setup failing because Docker is down is retried (InfrastructureError), then infra_error, never setup_error', async () => {
+    setupError = new Error('Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?');
+    const first = setup([]);
+    await expect(new MockActivityEnvironment({ attempt: 1 }).run(first.acts.rollout, input(SETUP_ENV)))
+      .rejects.toMatchObject({ type: 'InfrastructureError', nonRetryable: false });
+    const last = setup([]);
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 3 }).run(last.acts.rollout, input(SETUP_ENV));
+    expect(summary.stop_reason).toBe('infra_error');
+    expect((await trajectoryOf(last.store, summary.trajectory)).error).toMatch(/^the sandbox failed during setup: Cannot connect to the Docker daemon/);
+  });
+
+  test('a task id missing from its task file is setup_error; a task file that does not exist still fails loudly', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-tasks-'));
+    writeFileSync(path.join(dir, 'tasks.jsonl'), `${JSON.stringify(task)}\n`);
+    const { store, acts } = setup([]);
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 1 })
+      .run(acts.rollout, input('swe-grep', { taskSetDir: dir, task: { datasetPath: 'tasks.jsonl', instanceId: 'gone-7' } }));
+    expect(summary).toMatchObject({ stop_reason: 'setup_error', task_id: 'gone-7', reward: 0 });
+    expect((await trajectoryOf(store, summary.trajectory)).error).toMatch(/task "gone-7" is not in/);
+    await expect(new MockActivityEnvironment({ attempt: 1 })
+      .run(acts.rollout, input('swe-grep', { taskSetDir: dir, task: { datasetPath: 'nope.jsonl', instanceId: 'calc-1' } })))
+      .rejects.toMatchObject({ type: 'InvalidRolloutTask', nonRetryable: true });
+  });
+
+  test('a snapshot that cannot be materialised is setup_error; dockerd unreachable at acquire still throws for Temporal to retry', async () => {
+    class Acquire extends FakeSandboxManager {
+      constructor(private readonly err: Error) { super(CALC_FILES); }
+      override async acquire(): Promise<never> { throw this.err; }
+    }
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+    const bad = createRolloutActivities({ store, sandboxes: new Acquire(new TaskSetupError('base commit abc is not in the snapshot /tasks/repos/calc.git')), openaiFactory: () => new ScriptedModel([]) });
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 1 }).run(bad.rollout, input('swe-grep'));
+    expect(summary.stop_reason).toBe('setup_error');
+    expect((await trajectoryOf(store, summary.trajectory)).error).toMatch(/not in the snapshot/);
+
+    const down = createRolloutActivities({ store, sandboxes: new Acquire(new Error('cannot reach dockerd (ECONNREFUSED)')), openaiFactory: () => new ScriptedModel([]) });
+    const err = await new MockActivityEnvironment({ attempt: 1 }).run(down.rollout, input('swe-grep')).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect((err as Error).message).toMatch(/cannot reach dockerd/);
+    expect((err as { nonRetryable?: boolean }).nonRetryable).not.toBe(true);
+  });
+
+  test('saving the trajectory on a full disk fails as DiskFull (non-retryable), for StepRollouts to wait on', async () => {
+    const { store, acts } = setup([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
+    jest.spyOn(store, 'putJson').mockRejectedValueOnce(Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', path: '/art/runs/run1/x.json.tmp-1' }));
+    await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('swe-grep')))
+      .rejects.toMatchObject({ type: 'DiskFull', nonRetryable: true, message: expect.stringMatching(/disk full writing \/art\/runs\/run1\/x\.json\.tmp-1/) });
+  });
+
+  test('a task with no source is setup_error', async () => {
+    const { store, acts } = setup([]);
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('swe-grep', { task: { ...task, source: undefined } }));
+    expect(summary.stop_reason).toBe('setup_error');
+    expect((await trajectoryOf(store, summary.trajectory)).error).toMatch(/has no source/);
   });
 });
 

@@ -1,4 +1,4 @@
-import { episodePassed, meanPrf, passAtK, resolveTaskset, scoreEval, type EvalPlan, type ScoredEpisode } from '../../src/activities/eval';
+import { episodePassed, meanPrf, passAtK, resolveTaskset, scoreEval, splitEpisodes, type EvalPlan, type ScoredEpisode } from '../../src/activities/eval';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import { Task } from '../../src/tasks/schema';
 import { parseRunConfig } from '../../src/config/load';
@@ -102,6 +102,20 @@ describe('scoreEval', () => {
     // debug: fail_to_pass is 1 only when all FAIL_TO_PASS pass and no PASS_TO_PASS broke
     expect(episodePassed(summary('t', 0, 1, { fail_to_pass: 1, pass_to_pass: 1 }))).toBe(true);
     expect(episodePassed(summary('t', 0, 0.5, { fail_to_pass: 0.5, pass_to_pass: 1 }))).toBe(false);
+  });
+});
+
+describe('splitEpisodes', () => {
+  it('counts failed, infra_error and setup_error episodes as errors, never as zero scores', () => {
+    const ok = summary('t1', 0, 1, { tests_pass: 1 });
+    const { counted, errors } = splitEpisodes([
+      { instanceId: 't1', sample: 0, summary: ok },
+      { instanceId: 't1', sample: 1, error: 'activity failed' },
+      { instanceId: 't2', sample: 0, summary: { ...summary('t2', 0, 0, {}), stop_reason: 'setup_error' } },
+      { instanceId: 't2', sample: 1, summary: { ...summary('t2', 1, 0, {}), stop_reason: 'infra_error' } },
+    ]);
+    expect(counted.map((e) => e.summary)).toEqual([ok]);
+    expect(errors).toBe(3);
   });
 });
 

@@ -70,6 +70,23 @@ describe('batch builder (Qwen3 tokenizer, single-turn episodes)', () => {
     expect(with_.manifest.num_trajectories).toBe(2);
   });
 
+  test('a task that could not be set up is dropped (task_setup) and never enters its group\'s baseline', () => {
+    const ok = [single(tok, { idx: 0, reward: 1 }), single(tok, { idx: 1, reward: 0 })];
+    // As the rollout activity records it: no turns, zero reward, the error kept.
+    const unset = { ...single(tok, { idx: 2, reward: 0 }), stop_reason: 'setup_error' as const, turns: [], messages: [], error: 'base commit not in snapshot' };
+    const with_ = buildBatchFromTrajectories([...ok, unset].map((t) => inp(t)), CFG, tok, CTX);
+    const without = buildBatchFromTrajectories(ok.map((t) => inp(t)), CFG, tok, CTX);
+    expect(with_.stats.dropped.task_setup).toBe(1);
+    expect(with_.stats.dropped.infrastructure).toBe(0);
+    expect(with_.manifest.dropped.task_setup).toBe(1);
+    // A zero reward in the baseline would make it 1/3, not 1/2.
+    expect(with_.manifest.samples.map((s) => s.advantage)).toEqual(without.manifest.samples.map((s) => s.advantage));
+    expect(with_.manifest.samples.map((s) => s.advantage)).toEqual([0.5, -0.5]);
+    expect(with_.stats.mean_reward).toBe(0.5);
+    expect(with_.manifest.rollouts).toBe(3);
+    expect(with_.manifest.num_trajectories).toBe(2);
+  });
+
   test('same trajectories in any order give the same bytes', () => {
     const ts = [0, 1, 2, 3].map((i) => single(tok, { group: `g${i % 2}`, idx: i, reward: i * 0.25 }));
     const a = buildBatchFromTrajectories(ts.map((t) => inp(t)), CFG, tok, CTX);

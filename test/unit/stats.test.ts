@@ -34,4 +34,15 @@ describe('rolloutStats', () => {
     expect(s.components).toEqual({ a: 0.5 });
     expect(s.stopReasons).toEqual({ completed: 2, infra_error: 1 });
   });
+
+  it('a rollout whose task could not be set up is counted but not scored', () => {
+    const s = rolloutStats([
+      summary({ reward: 1, components: { a: 1 } }),
+      summary({ reward: 0, components: { a: 0 } }),
+      summary({ reward: 0, components: { a: 0 }, stop_reason: 'setup_error' }),
+    ], 2);
+    expect(s.meanReward).toBeCloseTo(0.5);
+    expect(s.components).toEqual({ a: 0.5 });
+    expect(s.stopReasons).toEqual({ completed: 2, setup_error: 1 });
+  });
 });

@@ -309,6 +309,35 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect([...f.applied.values()]).toEqual([1, 1]);
     });
   });
+
+  test('trainer.save finds its disk full: the run waits (waiting-for-disk), then saves, with no double step', async () => {
+    await withWorkers({ diskFullTimes: 2, orchestrator: { max_steps: 2 } }, async (f) => {
+      const handle = await start();
+      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-disk');
+      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-disk');
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(2);
+      expect(f.events.filter((e) => e.what === 'disk-full').map((e) => e.step)).toEqual([0, 0]);
+      // Each step trained once, recorded once: only the save was called again.
+      expect([...f.applied.values()]).toEqual([1, 1]);
+      expect(f.records.map((r) => r.record.step)).toEqual([0, 1]);
+      expect((await handle.query(progressQuery)).status).toBe('completed');
+      await record(handle, 'trainrun-disk-wait');
+    });
+  });
+
+  test('a rollout finds its disk full: the run waits (waiting-for-disk), then the step completes with every rollout', async () => {
+    await withWorkers({ rolloutDiskFullTimes: 2, orchestrator: { max_steps: 1 } }, async (f) => {
+      const handle = await start();
+      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-disk');
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(1);
+      expect(f.events.filter((e) => e.what === 'rollout-disk-full').length).toBe(2);
+      expect(f.records.map((r) => r.record.rollouts)).toEqual([6]);
+      expect([...f.applied.values()]).toEqual([1]);
+      expect((await handle.query(progressQuery)).status).toBe('completed');
+    });
+  });
 });
 
 /** The validator's message: the client wraps it as the cause of WorkflowUpdateFailedError. */

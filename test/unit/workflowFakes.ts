@@ -30,6 +30,10 @@ export interface FakeOptions {
   inferenceDownTimes?: number;
   /** recordStep finds the artifact store unreachable this many times first (StoreUnavailable). */
   storeDownTimes?: number;
+  /** trainer.save finds its disk full this many times first (DiskFull), after the step was applied. */
+  diskFullTimes?: number;
+  /** The first rollout finds its disk full this many times first (DiskFull), saving its trajectory. */
+  rolloutDiskFullTimes?: number;
   /** buildBatch finds no trainable token at these steps (EmptyBatch). */
   emptyBatchSteps?: number[];
   /** Existing run state (a resume). */
@@ -63,6 +67,8 @@ export function makeFakes(opts: FakeOptions = {}) {
   let announces = 0;
   let downLeft = opts.inferenceDownTimes ?? 0;
   let storeDownLeft = opts.storeDownTimes ?? 0;
+  let diskFullLeft = opts.diskFullTimes ?? 0;
+  let rolloutDiskFullLeft = opts.rolloutDiskFullTimes ?? 0;
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
   // StepRollouts stores its summaries as one artifact; the fakes keep them in memory by uri.
@@ -136,6 +142,12 @@ export function makeFakes(opts: FakeOptions = {}) {
     async rollout(input: RolloutInput): Promise<RolloutSummary> {
       events.push({ t: now(), what: 'rollout-start', step: input.step, version: input.policyVersion });
       if (opts.rolloutMs) await sleep(opts.rolloutMs);
+      if (rolloutDiskFullLeft > 0) {
+        rolloutDiskFullLeft--;
+        events.push({ t: now(), what: 'rollout-disk-full', step: input.step });
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable('disk full writing /art/runs/r/steps/0/rollouts/g/0.json (ENOSPC) (fake)', 'DiskFull');
+      }
       const reward = (input.rolloutIndex + input.step) / 10;
       return {
         task_id: input.task.instanceId, group_id: input.groupId, rollout_index: input.rolloutIndex,
@@ -199,6 +211,12 @@ export function makeFakes(opts: FakeOptions = {}) {
         return { loss: 0.5, applied: true, tokens: 100 };
       },
       async 'trainer.save'(input: { run_id: string; step: number }) {
+        if (diskFullLeft > 0) {
+          diskFullLeft--;
+          events.push({ t: now(), what: 'disk-full', step: input.step });
+          const { ApplicationFailure } = await import('@temporalio/common');
+          throw ApplicationFailure.nonRetryable(`disk full writing /art/runs/${input.run_id}/checkpoints/${input.step} (ENOSPC) (fake)`, 'DiskFull');
+        }
         return { checkpoint: ref(`ckpt-step-${input.step}`), adapter: ref(`adapter-step-${input.step}`), policy_version: version };
       },
       async 'trainer.release'(input: { run_id: string }) {

@@ -39,7 +39,7 @@ from .core.artifacts import ArtifactError, check_ref
 from .core.batch import BatchError, load_batch
 from .core.checkpoint import CheckpointError, read_checkpoint_state, restore_checkpoint, save_checkpoint
 from .core.config import ConfigError, parse_trainer_config
-from .core.store import StoreConfigError, StoreUnavailable, store_for
+from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full, store_for
 from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError, Trainer
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
 from .liveness import LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
@@ -60,7 +60,7 @@ FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 # The activities that touch the model run in a thread and opt out of the SDK's
 # thread-injected cancel exception (see the heartbeat in step).
 # Input errors: retrying the same payload cannot succeed, so fail the activity at once.
-_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, StepConflictError, ArtifactError, StoreConfigError, StoreUnavailable)
+_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, StepConflictError, ArtifactError, StoreConfigError, StoreUnavailable, DiskFull)
 # Deterministic for one step: the same batch fails the same way on any trainer. The
 # workflow records the step with the error and goes on (docs/contracts.md).
 _STEP_FAULTS = {NonFiniteGradientError: "NonFiniteGradient", StepOutOfMemoryError: "StepOutOfMemory"}
@@ -149,7 +149,16 @@ class TrainerActivities:
 
     def _fail(self, e: Exception) -> ApplicationError:
         # StoreUnavailable keeps its type: the workflow waits for the store (waiting-for-store) and calls again.
+        # A full disk, however it surfaced, is DiskFull: the workflow waits for space (waiting-for-disk).
+        e = disk_full(e) or e
         return ApplicationError(str(e), type=type(e).__name__, non_retryable=True)
+
+    def _disk_full_or_raise(self, e: OSError) -> ApplicationError:
+        """An OSError that is a full disk becomes a DiskFull failure; any other one propagates as before."""
+        if disk_full(e) is None:
+            raise e
+        log.warning("disk full: the run waits for space", extra={"error": str(disk_full(e))})
+        return self._fail(e)
 
     def _store(self, req: dict[str, Any]):
         """The run's S3 store from the activity's `store` settings; None for file:// runs."""
@@ -227,6 +236,8 @@ class TrainerActivities:
                         restore_checkpoint(new, ckpt, store)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
+            except OSError as e:  # the S3 download cache filling its disk
+                raise self._disk_full_or_raise(e) from e
             self.trainer = new
             log.info("trainer loaded", extra={"run_id": run_id, "step": new.last_step,
                                               "policy_version": new.policy_version, "from_checkpoint": ckpt is not None})
@@ -272,6 +283,8 @@ class TrainerActivities:
             except tuple(_STEP_FAULTS) as e:
                 log.warning("step fault: nothing applied, the run skips this step", extra={"run_id": trainer.run_id, "step": step, "error": str(e)})
                 raise ApplicationError(str(e), type=_STEP_FAULTS[type(e)], non_retryable=True) from e
+            except OSError as e:  # the S3 download cache filling its disk while fetching the batch
+                raise self._disk_full_or_raise(e) from e
             finally:
                 release_freed_memory()
             if metrics.get("applied"):
@@ -287,6 +300,8 @@ class TrainerActivities:
                 return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)), self._store(req))
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
+            except OSError as e:
+                raise self._disk_full_or_raise(e) from e
 
 
 def record_step_metrics(metrics: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ re-hashed, and a directory artifact is committed by writing MANIFEST.sha256 last
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import shutil
@@ -31,6 +32,35 @@ class StoreUnavailable(RuntimeError):
 
 class StoreConfigError(ValueError):
     """A wrong setting (bucket, credentials): retrying cannot help."""
+
+
+# "No space left on device" and "Disk quota exceeded": an operator frees space, the run resumes.
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class DiskFull(RuntimeError):
+    """A write found its disk full; the workflow waits (waiting-for-disk) and retries."""
+
+    def __init__(self, path: str, detail: str):
+        super().__init__(
+            f"disk full writing {path} ({detail}). The run waits (status waiting-for-disk) and resumes "
+            "when space is freed. Fix: free space on that filesystem (old checkpoints under runs/, the S3 "
+            "download cache .cache/s3), or raise the quota")
+        self.path = path
+
+
+def disk_full(err: BaseException) -> DiskFull | None:
+    """The DiskFull an exception is, or was caused by (ENOSPC/EDQUOT anywhere in its chain); None otherwise."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, DiskFull):
+            return e
+        if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
+            return DiskFull(str(e.filename or "an unknown path"), f"{errno.errorcode.get(e.errno, e.errno)}: {e.strerror}")
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _manifest_entries(text: str) -> list[tuple[str, str]]:
@@ -228,4 +258,4 @@ def local_dir_ref(ref: ArtifactRef, what: str, store: S3Store | None) -> Path:
     return verify_dir(ref, what)
 
 
-__all__ = ["S3Store", "StoreConfigError", "StoreUnavailable", "local_dir_ref", "read_file_ref", "sha256_file", "store_for"]
+__all__ = ["DiskFull", "S3Store", "StoreConfigError", "StoreUnavailable", "disk_full", "local_dir_ref", "read_file_ref", "sha256_file", "store_for"]
