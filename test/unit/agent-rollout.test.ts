@@ -11,6 +11,10 @@ import { EVAL_STEP } from '../../src/shared/steps';
 import { Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
+// Some cases run real git, Python and retry back-offs in subprocesses: on a loaded 2-core CI
+// machine they take more than jest's 5 s default (they are not timing tests).
+jest.setTimeout(30_000);
+
 const gold = 'diff --git a/pkg/calc.py b/pkg/calc.py\n--- a/pkg/calc.py\n+++ b/pkg/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n';
 const task = {
   instance_id: 'calc-1', repo: 'calc', base_commit: 'HEAD', problem_statement: 'add(2, 3) returns -1', patch: gold,
