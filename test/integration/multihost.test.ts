@@ -258,6 +258,8 @@ EOF`]);
       }
     }
     expect(res).toMatchObject({ stepsCompleted: MAX_STEPS, policyVersion: MAX_STEPS, stopped: 'completed' });
+    // This process checks the store as the operator does: with the deployment's credentials.
+    Object.assign(process.env, { AWS_ACCESS_KEY_ID: 'ratchet', AWS_SECRET_ACCESS_KEY: 'ratchet-secret', AWS_REGION: 'us-east-1' });
     const records = await checkInvariantsInStore({ runId, maxSteps: MAX_STEPS, rolloutsPerStep: 4, inferenceUrl: INFERENCE, s3: { url: `s3://${BUCKET}/runs`, endpoint: S3_ENDPOINT } });
     // The trainer was replaced mid-run and the new one resumed from S3.
     expect(records.find((r) => r.step === trainerLostAt)!.trainer.restarts).toBeGreaterThanOrEqual(1);
