@@ -1,7 +1,9 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { Client } from '@temporalio/client';
 import { loadEvalTaskset, type EvalSweepInput } from '../activities/eval';
-import { defaultStore } from '../artifacts/stores';
+import { storeSettings, type StoreSettings } from '../artifacts/settings';
+import { defaultStore, storeFor } from '../artifacts/stores';
+import { loadRunConfig } from '../config/load';
 import { CliError, EXIT } from './exit';
 
 export interface EvalFlags {
@@ -12,6 +14,8 @@ export interface EvalFlags {
   k: string;
   force?: boolean;
   concurrency?: string;
+  /** The run's config file: its [artifacts] section says where the run lives. */
+  config?: string;
 }
 
 const posInt = (flag: string, v: string): number => {
@@ -34,7 +38,20 @@ export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<
     input.newest = posInt('--newest', f.newest ?? '1');
   }
   if (f.concurrency) input.maxConcurrent = posInt('--concurrency', f.concurrency);
-  await assertRunExists(client, f.run);
+  // The run's store comes from its own config file: the store is where the run's
+  // recorded state lives, so it cannot be read from there first. Without --config
+  // the sweep uses the workers' default store (RATCHET_ARTIFACTS_URL), as before.
+  if (f.config) {
+    let config;
+    try {
+      config = (await loadRunConfig(f.config)).config;
+    } catch (err) {
+      throw new CliError(`--config: ${(err as Error).message}`, EXIT.invalidInput);
+    }
+    const artifacts = storeSettings(config.artifacts);
+    if (artifacts) input.artifacts = artifacts;
+  }
+  await assertRunExists(client, f.run, input.artifacts);
   try {
     await loadEvalTaskset(f.taskset);
   } catch (err) {
@@ -47,8 +64,8 @@ export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<
 }
 
 /** A run exists once its TrainRun stored its config in the artifact store. */
-export async function assertRunExists(client: Client, run: string): Promise<void> {
-  const store = defaultStore();
+export async function assertRunExists(client: Client, run: string, artifacts?: StoreSettings): Promise<void> {
+  const store = storeFor(artifacts, defaultStore());
   const where = `${store.url}/runs/${run}/config.json`;
   if (await store.exists(`runs/${run}/config.json`)) return;
   let workflowExists = false;
@@ -58,6 +75,7 @@ export async function assertRunExists(client: Client, run: string): Promise<void
   } catch { /* not found: reported below */ }
   throw new CliError(workflowExists
     ? `run "${run}" has a workflow but no stored config yet (${where}); it has not started its first step. Fix: wait for it, or check its worker logs.`
-    : `run "${run}" not found: no workflow with that id and no ${where}. Fix: list runs with \`ratchet status\`.`,
+    : `run "${run}" not found: no workflow with that id and no ${where}. Fix: list runs with \`ratchet status\`; ` +
+      (artifacts ? 'check the [artifacts] url/endpoint of the --config file.' : 'if the run keeps its artifacts elsewhere (s3://), pass its config: --config <run.toml>.'),
   workflowExists ? EXIT.notReady : EXIT.notFound);
 }

@@ -94,7 +94,8 @@ export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult>
       const adapter = plan.adapters[String(version)];
       if (!adapter) throw ApplicationFailure.nonRetryable(`run ${plan.runId} has no adapter recorded for policy v${version}; it cannot be served`, 'VersionNotFound');
       // Load only (keepFromVersion 0 unloads nothing): a run training on the same server keeps its adapters.
-      await syncWeights({ runId: plan.runId, baseUrls: [plan.inferenceBaseUrl], policyVersion: version, adapter, keepFromVersion: 0, liveness: forActivity(livenessOf(plan), 'weight_sync') });
+      await syncWeights({ runId: plan.runId, baseUrls: [plan.inferenceBaseUrl], policyVersion: version, adapter, keepFromVersion: 0,
+        ...(plan.artifacts ? { artifacts: plan.artifacts } : {}), liveness: forActivity(livenessOf(plan), 'weight_sync') });
     }
     const episodes = await slidingWindow(jobs, input.maxConcurrent ?? 4, async ({ t, ti, s }): Promise<EvalEpisode> => {
       try {
