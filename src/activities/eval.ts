@@ -75,6 +75,8 @@ export interface EvalPlan {
   adapters: Record<string, ArtifactRef>;
   /** The sweep input's store settings; absent in plans of sweeps started without them. */
   artifacts?: StoreSettings;
+  /** The run's inference.sync_task_queues: each inference host's worker pulls and loads the adapter. */
+  syncTaskQueues?: string[];
 }
 
 export interface EvalEpisode {
@@ -359,6 +361,7 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps) {
         liveness: livenessOf(config),
         adapters: Object.fromEntries(versions.filter((v) => v > 0 && adapterOf.get(v)).map((v) => [String(v), adapterOf.get(v)!])),
         ...(input.artifacts ? { artifacts: input.artifacts } : {}),
+        ...(config.inference.sync_task_queues?.length ? { syncTaskQueues: config.inference.sync_task_queues } : {}),
       };
       logger.info({ runId, taskset: plan.taskset, k, versions, skipped }, 'eval sweep planned');
       return plan;

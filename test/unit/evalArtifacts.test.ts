@@ -49,6 +49,9 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
     await runStore.putJson('runs/r1/config.json', config);
     const adapter = await runStore.put('runs/r1/adapters/1/adapter_model.safetensors', 'weights');
     await runStore.put('runs/r1/metrics.jsonl', `${JSON.stringify({ policy_version: 1, adapter })}\n`);
+    // r2: the same run served by an inference host that shares no disk (its own sync queue).
+    await runStore.putJson('runs/r2/config.json', { ...config, inference: { ...config.inference, sync_task_queues: ['evalart-inference-host'] } });
+    await runStore.put('runs/r2/metrics.jsonl', `${JSON.stringify({ policy_version: 1, adapter })}\n`);
     const first = (await fs.readFile(path.join(paths.tasks(), 'heldout.jsonl'), 'utf8')).split('\n')[0]!;
     taskset = path.join(tmp, 'one.jsonl');
     await fs.writeFile(taskset, `${first}\n`);
@@ -72,6 +75,7 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
   let n = 0;
   async function sweep(input: EvalSweepInput) {
     const synced: SyncWeightsInput[] = [];
+    const hostSynced: SyncWeightsInput[] = [];
     const rollouts: RolloutInput[] = [];
     const evalActs = createEvalActivities({ store: defaultStore(), logger: rootLogger });
     const main = {
@@ -92,12 +96,13 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
     const workers = await Promise.all([
       Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: main }),
       Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: rollout }),
+      Worker.create({ connection: conn, taskQueue: 'evalart-inference-host', activities: { async syncWeights(i: SyncWeightsInput) { hostSynced.push(i); return { ms: 1 }; } } }),
     ]);
     const all = Promise.all(workers.map((w) => w.run()));
     try {
       const result = await env.client.workflow.execute('EvalSweep', { taskQueue: 'ratchet', workflowId: `evalart-${++n}-${Date.now()}`, args: [input] })
         .then((r) => ({ ok: true as const, r }), (err: unknown) => ({ ok: false as const, err }));
-      return { result, synced, rollouts };
+      return { result, synced, hostSynced, rollouts };
     } finally {
       for (const w of workers) w.shutdown();
       await all;
@@ -115,6 +120,16 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
     expect(synced[0]!.artifacts).toEqual(artifacts);
     expect(await runStore.exists(summary!.key)).toBeTruthy();
     expect(await new LocalArtifactStore(envStoreDir).exists(summary!.key)).toBeFalsy();
+  });
+
+  it('syncs on the inference host\'s own queue (inference.sync_task_queues) with the run\'s store, as TrainRun does', async () => {
+    const artifacts = { url: `file://${runStore.root}` };
+    const { result, synced, hostSynced } = await sweep({ runId: 'r2', versions: [1], taskset, k: 1, artifacts });
+    if (!result.ok) throw new Error(failureText(result));
+    expect(synced).toHaveLength(0);
+    expect(hostSynced).toHaveLength(1);
+    expect(hostSynced[0]!.artifacts).toEqual(artifacts);
+    expect(hostSynced[0]!.adapter?.uri).toContain('/run-store/runs/r1/adapters/1/');
   });
 
   it('without artifacts (an old input) uses the worker default store, which does not hold the run', async () => {
