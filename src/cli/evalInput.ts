@@ -38,10 +38,13 @@ export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<
     input.newest = posInt('--newest', f.newest ?? '1');
   }
   if (f.concurrency) input.maxConcurrent = posInt('--concurrency', f.concurrency);
-  // The run's store comes from its own config file: the store is where the run's
-  // recorded state lives, so it cannot be read from there first. Without --config
-  // the sweep uses the workers' default store (RATCHET_ARTIFACTS_URL), as before.
-  if (f.config) {
+  // The run's store: from --config's [artifacts], else from the TrainRun's memo
+  // (TrainRun records its settings there; the run-state file cannot say where the
+  // store is, since it lives in it). Neither: the workers' default store, as before.
+  if (!f.config) {
+    const recorded = await recordedArtifacts(client, f.run);
+    if (recorded) input.artifacts = recorded;
+  } else {
     let config;
     try {
       config = (await loadRunConfig(f.config)).config;
@@ -78,4 +81,14 @@ export async function assertRunExists(client: Client, run: string, artifacts?: S
     : `run "${run}" not found: no workflow with that id and no ${where}. Fix: list runs with \`ratchet status\`; ` +
       (artifacts ? 'check the [artifacts] url/endpoint of the --config file.' : 'if the run keeps its artifacts elsewhere (s3://), pass its config: --config <run.toml>.'),
   workflowExists ? EXIT.notReady : EXIT.notFound);
+}
+
+/** The [artifacts] settings a TrainRun recorded in its memo; undefined for a run on the default store or no workflow. */
+export async function recordedArtifacts(client: Client, run: string): Promise<StoreSettings | undefined> {
+  try {
+    const memo = (await client.workflow.getHandle(run).describe()).memo as { artifacts?: StoreSettings } | undefined;
+    return memo?.artifacts && (memo.artifacts.url || memo.artifacts.root) ? memo.artifacts : undefined;
+  } catch {
+    return undefined; // no such workflow (or history gone): assertRunExists reports it
+  }
 }

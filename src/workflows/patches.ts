@@ -25,4 +25,6 @@ export const PATCHES = {
   diskWait: 'v0.4-disk-wait',
   /** EvalSweep syncs adapters on each inference host's own queue (inference.sync_task_queues), as TrainRun does. */
   evalSyncHosts: 'v0.3-eval-sync-hosts',
+  /** TrainRun records its [artifacts] settings in its memo, so `ratchet eval` finds the run's store. */
+  artifactsMemo: 'v0.3-artifacts-memo',
 } as const;
