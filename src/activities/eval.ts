@@ -8,8 +8,10 @@ import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
 import type { ArtifactStore } from '../artifacts/store';
 import { sha256 } from '../artifacts/store';
+import { storeFor, storeForRef } from '../artifacts/stores';
 import type { RunConfig } from '../config/schema';
 import { bareFunction, setScores } from '../envs/swe-grep/rewards';
 import { normalizePath } from '../envs/shell';
@@ -37,6 +39,12 @@ export interface EvalSweepInput {
   force?: boolean;
   /** In-flight rollouts at once. */
   maxConcurrent?: number;
+  /**
+   * The run's [artifacts] store (never a credential): the sweep reads the run and
+   * writes its results there. Absent (inputs from before this field): the worker's
+   * default store, RATCHET_ARTIFACTS_URL or the local directory.
+   */
+  artifacts?: StoreSettings;
 }
 
 export interface EvalTaskRef {
@@ -65,6 +73,10 @@ export interface EvalPlan {
   liveness?: LivenessWindows;
   /** Each planned version's adapter (version > 0), served before its episodes run. */
   adapters: Record<string, ArtifactRef>;
+  /** The sweep input's store settings; absent in plans of sweeps started without them. */
+  artifacts?: StoreSettings;
+  /** The run's inference.sync_task_queues: each inference host's worker pulls and loads the adapter. */
+  syncTaskQueues?: string[];
 }
 
 export interface EvalEpisode {
@@ -286,15 +298,23 @@ export async function availableVersions(store: ArtifactStore, runId: string): Pr
   return [...(await runVersions(store, runId)).keys()].sort((a, b) => a - b);
 }
 
-export function createEvalActivities({ store, logger }: EvalDeps) {
+/** The run is not in this store: names the run, the store's URL and the fix. */
+export function runNotFound(runId: string, storeUrl: string, fromInput: boolean): ApplicationFailure {
+  const fix = fromInput
+    ? 'Fix: pass the run\'s own config (`ratchet eval --config <run.toml>`) so the sweep uses its [artifacts] store, or correct [artifacts] url/endpoint there'
+    : 'Fix: pass the run\'s config (`ratchet eval --config <run.toml>`) so the sweep uses its [artifacts] store, or set RATCHET_ARTIFACTS_URL on the workers';
+  return ApplicationFailure.nonRetryable(`run "${runId}" not found: no runs/${runId}/config.json in the artifact store ${storeUrl}. ` +
+    `${fix}; check the id with \`ratchet status\`.`, 'RunNotFound');
+}
+
+export function createEvalActivities({ store: workerStore, logger }: EvalDeps) {
   return {
     async evalPlan(input: EvalSweepInput): Promise<EvalPlan> {
       const { runId } = input;
+      // The run's own store when the sweep names one; the worker's default otherwise (old inputs).
+      const store = storeFor(input.artifacts, workerStore);
       const config = await readJson<RunConfig>(store, `runs/${runId}/config.json`);
-      if (!config) {
-        throw ApplicationFailure.nonRetryable(`run "${runId}" not found: no runs/${runId}/config.json in ${store.url}. ` +
-          'Fix: check the id with `ratchet status`; a run has a config once its TrainRun started.', 'RunNotFound');
-      }
+      if (!config) throw runNotFound(runId, store.url, Boolean(input.artifacts));
       const k = input.k ?? 4;
       if (!Number.isInteger(k) || k < 1) throw ApplicationFailure.nonRetryable(`k must be a positive integer (got ${k})`, 'InvalidInput');
       const ts = await loadEvalTaskset(input.taskset ?? 'heldout');
@@ -340,6 +360,8 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
         seed: config.orchestrator.seed,
         liveness: livenessOf(config),
         adapters: Object.fromEntries(versions.filter((v) => v > 0 && adapterOf.get(v)).map((v) => [String(v), adapterOf.get(v)!])),
+        ...(input.artifacts ? { artifacts: input.artifacts } : {}),
+        ...(config.inference.sync_task_queues?.length ? { syncTaskQueues: config.inference.sync_task_queues } : {}),
       };
       logger.info({ runId, taskset: plan.taskset, k, versions, skipped }, 'eval sweep planned');
       return plan;
@@ -355,6 +377,7 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
 
   async function recordVersion(input: RecordEvalInput, live: Liveness): Promise<EvalVersionSummary> {
     const { plan, version } = input;
+    const store = storeFor(plan.artifacts, workerStore);
     const ts = await loadEvalTaskset(plan.taskset.path);
     if (ts.hash !== plan.taskset.hash) {
       throw ApplicationFailure.nonRetryable(`task set ${plan.taskset.path} changed during the sweep (hash ${plan.taskset.hash} → ${ts.hash}). ` +
@@ -365,7 +388,7 @@ export function createEvalActivities({ store, logger }: EvalDeps) {
     const { counted, errors } = splitEpisodes(input.episodes);
     for (const e of counted) {
       // The final answer (predicted files...) lives only in the trajectory: claim check, verified.
-      const traj = await store.getJson<Trajectory>(e.summary.trajectory);
+      const traj = await storeForRef(e.summary.trajectory, plan.artifacts, workerStore).getJson<Trajectory>(e.summary.trajectory);
       scored.push({ instanceId: e.instanceId, summary: e.summary, final: traj.final ?? {}, promptTokens: traj.stats?.prompt_tokens ?? 0 });
       live.progress({ phase: 'reading trajectories', read: scored.length, of: input.episodes.length });
     }

@@ -16,7 +16,8 @@ export function addEvalFlags(cmd: Command): Command {
     .option('--taskset <name|path>', 'task set name under .ratchet/tasks or a JSONL path', 'heldout')
     .option('--k <n>', 'samples per task (pass@k)', '4')
     .option('--force', 're-evaluate versions already evaluated on this task set')
-    .option('--concurrency <n>', 'rollouts in flight at once');
+    .option('--concurrency <n>', 'rollouts in flight at once')
+    .option('--config <file>', "the run's config file: the sweep reads the run and writes results in its [artifacts] store");
 }
 
 export function register(program: Command): void {

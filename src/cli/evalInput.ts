@@ -1,7 +1,9 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { Client } from '@temporalio/client';
 import { loadEvalTaskset, type EvalSweepInput } from '../activities/eval';
-import { defaultStore } from '../artifacts/stores';
+import { storeSettings, type StoreSettings } from '../artifacts/settings';
+import { defaultStore, storeFor } from '../artifacts/stores';
+import { loadRunConfig } from '../config/load';
 import { CliError, EXIT } from './exit';
 
 export interface EvalFlags {
@@ -12,6 +14,8 @@ export interface EvalFlags {
   k: string;
   force?: boolean;
   concurrency?: string;
+  /** The run's config file: its [artifacts] section says where the run lives. */
+  config?: string;
 }
 
 const posInt = (flag: string, v: string): number => {
@@ -34,7 +38,23 @@ export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<
     input.newest = posInt('--newest', f.newest ?? '1');
   }
   if (f.concurrency) input.maxConcurrent = posInt('--concurrency', f.concurrency);
-  await assertRunExists(client, f.run);
+  // The run's store: from --config's [artifacts], else from the TrainRun's memo
+  // (TrainRun records its settings there; the run-state file cannot say where the
+  // store is, since it lives in it). Neither: the workers' default store, as before.
+  if (!f.config) {
+    const recorded = await recordedArtifacts(client, f.run);
+    if (recorded) input.artifacts = recorded;
+  } else {
+    let config;
+    try {
+      config = (await loadRunConfig(f.config)).config;
+    } catch (err) {
+      throw new CliError(`--config: ${(err as Error).message}`, EXIT.invalidInput);
+    }
+    const artifacts = storeSettings(config.artifacts);
+    if (artifacts) input.artifacts = artifacts;
+  }
+  await assertRunExists(client, f.run, input.artifacts);
   try {
     await loadEvalTaskset(f.taskset);
   } catch (err) {
@@ -47,8 +67,8 @@ export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<
 }
 
 /** A run exists once its TrainRun stored its config in the artifact store. */
-export async function assertRunExists(client: Client, run: string): Promise<void> {
-  const store = defaultStore();
+export async function assertRunExists(client: Client, run: string, artifacts?: StoreSettings): Promise<void> {
+  const store = storeFor(artifacts, defaultStore());
   const where = `${store.url}/runs/${run}/config.json`;
   if (await store.exists(`runs/${run}/config.json`)) return;
   let workflowExists = false;
@@ -58,6 +78,17 @@ export async function assertRunExists(client: Client, run: string): Promise<void
   } catch { /* not found: reported below */ }
   throw new CliError(workflowExists
     ? `run "${run}" has a workflow but no stored config yet (${where}); it has not started its first step. Fix: wait for it, or check its worker logs.`
-    : `run "${run}" not found: no workflow with that id and no ${where}. Fix: list runs with \`ratchet status\`.`,
+    : `run "${run}" not found: no workflow with that id and no ${where}. Fix: list runs with \`ratchet status\`; ` +
+      (artifacts ? 'check the [artifacts] url/endpoint of the --config file.' : 'if the run keeps its artifacts elsewhere (s3://), pass its config: --config <run.toml>.'),
   workflowExists ? EXIT.notReady : EXIT.notFound);
+}
+
+/** The [artifacts] settings a TrainRun recorded in its memo; undefined for a run on the default store or no workflow. */
+export async function recordedArtifacts(client: Client, run: string): Promise<StoreSettings | undefined> {
+  try {
+    const memo = (await client.workflow.getHandle(run).describe()).memo as { artifacts?: StoreSettings } | undefined;
+    return memo?.artifacts && (memo.artifacts.url || memo.artifacts.root) ? memo.artifacts : undefined;
+  } catch {
+    return undefined; // no such workflow (or history gone): assertRunExists reports it
+  }
 }

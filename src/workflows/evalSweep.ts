@@ -5,12 +5,14 @@
  * artifact store (runs/<run>/evals/<version>/<taskset-hash>.json) and, small, to
  * this workflow's memo, so the Web UI shows them without opening a file.
  */
-import { ApplicationFailure, log, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, log, patched, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary } from '../activities/eval';
 import type { MainActivities } from '../activities';
 import { adapterName } from '../shared/adapters';
 import { EVAL_STEP } from '../shared/steps';
 import { forActivity, livenessOf } from '../shared/liveness';
+import { syncAllHosts } from './inferenceWait';
+import { PATCHES } from './patches';
 import type { RolloutActivities, RolloutInput } from './activityTypes';
 
 export type { EvalSweepInput } from '../activities/eval';
@@ -94,7 +96,13 @@ export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult>
       const adapter = plan.adapters[String(version)];
       if (!adapter) throw ApplicationFailure.nonRetryable(`run ${plan.runId} has no adapter recorded for policy v${version}; it cannot be served`, 'VersionNotFound');
       // Load only (keepFromVersion 0 unloads nothing): a run training on the same server keeps its adapters.
-      await syncWeights({ runId: plan.runId, baseUrls: [plan.inferenceBaseUrl], policyVersion: version, adapter, keepFromVersion: 0, liveness: forActivity(livenessOf(plan), 'weight_sync') });
+      const req = { runId: plan.runId, baseUrls: [plan.inferenceBaseUrl], policyVersion: version, adapter, keepFromVersion: 0,
+        ...(plan.artifacts ? { artifacts: plan.artifacts } : {}), liveness: forActivity(livenessOf(plan), 'weight_sync') };
+      // Inference hosts that share no disk with this worker: each one's own worker pulls the
+      // adapter from the run's store into its cache and loads it, exactly as TrainRun syncs.
+      // Plans from before syncTaskQueues existed never reach patched(), so old histories replay.
+      if (plan.syncTaskQueues?.length && patched(PATCHES.evalSyncHosts)) await syncAllHosts(req, plan.syncTaskQueues);
+      else await syncWeights(req);
     }
     const episodes = await slidingWindow(jobs, input.maxConcurrent ?? 4, async ({ t, ti, s }): Promise<EvalEpisode> => {
       try {

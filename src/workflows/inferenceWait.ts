@@ -25,7 +25,7 @@ export const isInferenceUnavailable = (err: unknown): err is ActivityFailure & {
  * disk), or, with inference.sync_task_queues, by each inference host's own worker,
  * which pulls the adapter from the store into its cache first. Slowest host's time.
  */
-function syncAllHosts(req: SyncWeightsInput, hosts: string[]): Promise<{ ms: number }> {
+export function syncAllHosts(req: SyncWeightsInput, hosts: string[]): Promise<{ ms: number }> {
   // Not async: with no hosts the activity's own promise comes back (no added microtasks; see storeWait.ts).
   if (hosts.length === 0) return sync.syncWeights(req);
   return Promise.all(hosts.map((q) => syncOn(q).syncWeights({ ...req, baseUrls: [] })))

@@ -26,6 +26,7 @@ import {
   isCancellation,
   log,
   patched,
+  upsertMemo,
   startChild,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -87,6 +88,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   }
   const config: RunConfig = loaded.config;
   const artifacts = storeSettings(config.artifacts);
+  // Where the run lives, for `ratchet eval` on any host (no credentials: settings only).
+  // Runs on the default store record nothing, so their histories are unchanged.
+  if (artifacts && patched(PATCHES.artifactsMemo)) upsertMemo({ artifacts });
   const orch = config.orchestrator;
   run.maxSteps = orch.max_steps;
   run.step = resume?.nextStep ?? 0;
