@@ -264,7 +264,7 @@ EOF`]);
     // The trainer was replaced mid-run and the new one resumed from S3.
     expect(records.find((r) => r.step === trainerLostAt)!.trainer.restarts).toBeGreaterThanOrEqual(1);
     // Cross-host timings (the adapter goes trainer host -> S3 -> inference host -> vLLM), for BENCHMARKS.md.
-    const timings = records.map((r) => ({ step: r.step, ...(r as unknown as { timing_ms: Record<string, number> }).timing_ms }));
+    const timings = records.map((r) => ({ step: r.step, timing_ms: (r as unknown as { timing_ms: Record<string, number> }).timing_ms }));
     mkdirSync(path.join(STATE, 'test-reports'), { recursive: true });
     writeFileSync(path.join(STATE, 'test-reports', 'multihost-timing.json'), JSON.stringify({ runId, timings }, null, 1));
   }, 3_600_000);
