@@ -179,8 +179,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
   test('inference down at weight sync: the run waits (waiting-for-inference), then goes on', async () => {
     await withWorkers({ inferenceDownTimes: 1, orchestrator: { max_steps: 1 } }, async (f) => {
       const handle = await start();
-      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-inference');
-      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-inference');
+      await waitForStatus(handle, 'waiting-for-inference');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(1);
       expect(f.syncs.length).toBe(2);
@@ -193,8 +192,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const a = await start();
       await waitFor(async () => f.leased.get('w1') === a.workflowId);
       const b = await start();
-      await waitFor(async () => (await b.query(progressQuery)).status === 'waiting-for-trainer');
-      expect((await b.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-trainer');
+      await waitForStatus(b, 'waiting-for-trainer');
       const [ra, rb] = await Promise.all([a.result(), b.result()]);
       expect([ra.stepsCompleted, rb.stepsCompleted]).toEqual([3, 3]);
       for (const run of [a.workflowId, b.workflowId]) {
@@ -300,8 +298,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
   test('artifact store down mid-run: the run waits (waiting-for-store), then records the step once and goes on', async () => {
     await withWorkers({ storeDownTimes: 2, orchestrator: { max_steps: 2 } }, async (f) => {
       const handle = await start();
-      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-store');
-      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-store');
+      await waitForStatus(handle, 'waiting-for-store');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(2);
       expect(f.records.map((r) => r.record.step)).toEqual([0, 1]);
@@ -313,8 +310,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
   test('trainer.save finds its disk full: the run waits (waiting-for-disk), then saves, with no double step', async () => {
     await withWorkers({ diskFullTimes: 2, orchestrator: { max_steps: 2 } }, async (f) => {
       const handle = await start();
-      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-disk');
-      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-disk');
+      await waitForStatus(handle, 'waiting-for-disk');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(2);
       expect(f.events.filter((e) => e.what === 'disk-full').map((e) => e.step)).toEqual([0, 0]);
@@ -351,6 +347,12 @@ async function updateError(p: Promise<unknown>): Promise<string> {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits until the run reports `status`, then checks the Web UI's search attribute says the same. */
+async function waitForStatus(handle: WorkflowHandle<typeof TrainRun>, status: string): Promise<void> {
+  await waitFor(async () => (await handle.query(progressQuery)).status === status);
+  expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe(status);
+}
 
 async function waitFor(pred: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const end = Date.now() + timeoutMs;
