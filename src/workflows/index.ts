@@ -2,3 +2,4 @@
 export { TrainRun } from './trainRun';
 export { StepRollouts } from './stepRollouts';
 export { EvalSweep } from './evalSweep';
+export { OutageWait } from './outageWait';

@@ -23,6 +23,8 @@ export const PATCHES = {
   storeWait: 'v0.3-store-wait',
   /** DiskFull: the run waits (waiting-for-disk) and calls again, instead of failing. */
   diskWait: 'v0.4-disk-wait',
+  /** A store/disk wait that outlasts a few tries hands the call to an OutageWait child that continues as new. */
+  outageHandoff: 'v0.4-outage-handoff',
   /** EvalSweep syncs adapters on each inference host's own queue (inference.sync_task_queues), as TrainRun does. */
   evalSyncHosts: 'v0.3-eval-sync-hosts',
   /** TrainRun records its [artifacts] settings in its memo, so `ratchet eval` finds the run's store. */

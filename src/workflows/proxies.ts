@@ -3,15 +3,18 @@
  * retries in one place: what a dead worker, a slow trainer or a down server
  * looks like to the workflow is decided here.
  */
-import { proxyActivities } from '@temporalio/workflow';
+import { proxyActivities, type ActivityOptions } from '@temporalio/workflow';
 import type { MainActivities } from '../activities';
 import type { BatchActivities, TrainerActivities } from './activityTypes';
 import type { TrainerTimeouts } from './types';
 
-export const light = proxyActivities<MainActivities & BatchActivities>({
+/** Light main-worker activities. The options are exported so a long outage can hand a call to OutageWait as data. */
+export const LIGHT: ActivityOptions = {
   startToCloseTimeout: '10 minutes',
   retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 10 },
-});
+};
+export type LightActivities = MainActivities & BatchActivities;
+export const light = proxyActivities<LightActivities>(LIGHT);
 
 export const sync = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
@@ -31,26 +34,28 @@ export const announcer = proxyActivities<TrainerActivities>({
  * The trainer heartbeats every ~10 s from a liveness thread however slow a micro-batch is, and stops when
  * its watchdog sees no progress (trainer/ratchet_trainer/liveness.py): a hung trainer times out too.
  */
-export function trainerOn(taskQueue: string, t: TrainerTimeouts = {}) {
-  return proxyActivities<TrainerActivities>({
+export function trainerOptions(taskQueue: string, t: TrainerTimeouts = {}): ActivityOptions {
+  return {
     taskQueue,
     scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
     startToCloseTimeout: '2 hours',
     heartbeatTimeout: t.heartbeat ?? '1 minute',
     retry: { maximumAttempts: 2 },
-  });
+  };
 }
+export const trainerOn = (taskQueue: string, t: TrainerTimeouts = {}) => proxyActivities<TrainerActivities>(trainerOptions(taskQueue, t));
 
 // Loading a checkpoint and saving one heartbeat the same way; they may take a while on CPU.
-export function trainerIoOn(taskQueue: string, t: TrainerTimeouts = {}) {
-  return proxyActivities<TrainerActivities>({
+export function trainerIoOptions(taskQueue: string, t: TrainerTimeouts = {}): ActivityOptions {
+  return {
     taskQueue,
     scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
     startToCloseTimeout: '20 minutes',
     heartbeatTimeout: t.heartbeat ?? '1 minute',
     retry: { maximumAttempts: 2 },
-  });
+  };
 }
+export const trainerIoOn = (taskQueue: string, t: TrainerTimeouts = {}) => proxyActivities<TrainerActivities>(trainerIoOptions(taskQueue, t));
 
 /** An inference host's worker (src/workers/inference.ts): a host that is down is noticed by schedule-to-start. */
 export function syncOn(taskQueue: string) {

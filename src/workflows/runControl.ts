@@ -13,6 +13,7 @@ import {
   stopAfterCurrentStepUpdate,
 } from './messages';
 import { detailsMarkdown } from './stats';
+import type { OutageWaitLimits } from './outageWait';
 import type { Phase, Progress, RunStatus, StepSummary } from './types';
 
 export class RunControl {
@@ -30,6 +31,10 @@ export class RunControl {
   pauseRequested = false;
   stopRequested = false;
   prefetchedStep: number | undefined;
+  /** How store/disk waits split between this history and OutageWait children (tests shorten them). */
+  outageLimits: OutageWaitLimits | undefined;
+  /** OutageWait children started by this execution (their workflow ids count them). */
+  outageHandoffs = 0;
   readonly rolloutCounts = new Map<number, { done: number; total: number }>();
   private published = '';
 

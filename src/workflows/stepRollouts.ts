@@ -13,6 +13,7 @@ import {
   proxyActivities,
   sleep,
   workflowInfo,
+  type ActivityOptions,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
@@ -23,7 +24,7 @@ import type { RolloutActivities, RolloutInput } from './activityTypes';
 import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
-import { DISK_WAIT_CAP_S } from './storeWait';
+import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, callOf, handOff, type OutageWaitLimits } from './outageWait';
 import type { SampledTask } from './types';
 
 export interface StepRolloutsInput {
@@ -42,15 +43,18 @@ export interface StepRolloutsInput {
   parentWorkflowId?: string;
   /** The run's [artifacts] store (absent: the workers' default). */
   artifacts?: StoreSettings;
+  /** The run's split of long disk waits (TrainRunInput.outageWaits). */
+  outageWaits?: OutageWaitLimits;
 }
 
-const { rollout } = proxyActivities<RolloutActivities>({
+const ROLLOUT_OPTIONS: ActivityOptions = {
   taskQueue: 'ratchet-rollout',
   startToCloseTimeout: '30 minutes',
   // Rollouts heartbeat every ~10 s and stop when stalled (src/activities/liveness.ts): a dead or hung attempt is noticed in a minute.
   heartbeatTimeout: '1 minute',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
-});
+};
+const { rollout } = proxyActivities<RolloutActivities>(ROLLOUT_OPTIONS);
 
 const { storeRolloutSummaries } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
@@ -137,17 +141,33 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     if (--diskWaiters === 0) await report({ waitingForDisk: false });
   };
 
+  // A disk full for longer than a few tries: the rollout is handed to an OutageWait child, which
+  // continues as new while the disk stays full, so this history grows by one child (outageWait.ts).
+  let handoffs = 0;
+  const handOffRollout = async (i: number, waitS: number): Promise<RolloutSummary> => {
+    if (diskWaiters++ === 0) await report({ waitingForDisk: true });
+    try {
+      return await handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(ROLLOUT_OPTIONS, 'rollout', inputFor(i)), 'DiskFull', waitS, input.outageWaits, handoffs++);
+    } finally {
+      if (--diskWaiters === 0) await report({ waitingForDisk: false });
+    }
+  };
+
   const runOne = async (i: number): Promise<RolloutSummary> => {
-    for (let round = 1, diskWait = 2; ; round++) {
+    const handoffAfter = input.outageWaits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER;
+    for (let round = 1, diskWait = 2, diskTries = 0; ; round++) {
       try {
+        // patched() only at the hand-off: a history recorded before it waited on here, and replays so.
+        if (diskTries >= handoffAfter && patched(PATCHES.outageHandoff)) return await handOffRollout(i, diskWait);
         return await rollout(inputFor(i));
       } catch (err) {
         // A full disk: wait for an operator to free space, for as long as it takes (not a round).
         // patched() only where a DiskFull arrives: an older history failed there, and replays so.
         if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull' && patched(PATCHES.diskWait)) {
           log.warn('a rollout found its disk full; waiting for space', { i, error: err.cause.message });
+          diskTries++;
           await waitForDisk(diskWait);
-          diskWait = Math.min(diskWait * 2, DISK_WAIT_CAP_S);
+          diskWait = Math.min(diskWait * 2, input.outageWaits?.capS ?? DISK_WAIT_CAP_S);
           round--;
           continue;
         }

@@ -1,12 +1,14 @@
 /**
  * Waiting out an unreachable artifact store. Workflow code.
  */
-import { ActivityFailure, ApplicationFailure, log, patched, sleep } from '@temporalio/workflow';
+import {
+  ActivityFailure, ApplicationFailure, log, patched, proxyActivities, sleep, type ActivityInterfaceFor, type ActivityOptions,
+} from '@temporalio/workflow';
+import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, handOff, type OutageCall } from './outageWait';
 import { PATCHES } from './patches';
 import type { RunControl } from './runControl';
 
-/** The longest pause between tries while a disk is full, in seconds. */
-export const DISK_WAIT_CAP_S = 120;
+export { DISK_WAIT_CAP_S } from './outageWait';
 
 /**
  * Runs an activity call; while the artifact store is unreachable (StoreUnavailable)
@@ -15,21 +17,27 @@ export const DISK_WAIT_CAP_S = 120;
  * A full disk (DiskFull, from a store write or trainer.save) waits the same way, with
  * status `waiting-for-disk`, until an operator frees space.
  *
+ * A wait that outlasts `handoffAfter` tries hands `handoff` (the same call, as data) to an
+ * OutageWait child workflow, which continues as new while the outage lasts (outageWait.ts):
+ * this history then grows by one child, however long the outage. Without `handoff` the
+ * wait stays here.
+ *
  * Behind patched(): the wrapper adds no command, but its awaits resolve the call a few
  * microtasks later, which reorders commands against an update handler that runs in the
  * same activation (a stop arriving as recordStep completes). A history recorded without
  * the marker gets the call's own promise back, untouched, and replays as recorded.
  */
-export function untilStore<T>(run: RunControl, call: () => Promise<T>): Promise<T> {
+export function untilStore<T>(run: RunControl, call: () => Promise<T>, handoff?: OutageCall): Promise<T> {
   if (!patched(PATCHES.storeWait)) return call();
-  return waitForStore(run, call);
+  return waitForStore(run, call, handoff);
 }
 
-async function waitForStore<T>(run: RunControl, call: () => Promise<T>): Promise<T> {
-  // A full disk waits for a person, so its polls are sparser (to 2 minutes): a wait of days
-  // adds ~8k history events a day instead of ~30k (these waits do not continue as new).
+async function waitForStore<T>(run: RunControl, call: () => Promise<T>, handoff: OutageCall | undefined): Promise<T> {
+  // A full disk waits for a person, so its polls are sparser (to 2 minutes).
   let forDisk = false;
-  for (let wait = 2; ; wait = Math.min(wait * 2, forDisk ? DISK_WAIT_CAP_S : 30)) {
+  const limits = run.outageLimits;
+  const cap = () => limits?.capS ?? (forDisk ? DISK_WAIT_CAP_S : STORE_WAIT_CAP_S);
+  for (let wait = 2, failed = 0; ; wait = Math.min(wait * 2, cap())) {
     try {
       const r = await call();
       if (run.setWaitingForStore(false)) log.info('the artifact store is back; the run goes on');
@@ -49,7 +57,28 @@ async function waitForStore<T>(run: RunControl, call: () => Promise<T>): Promise
       } else {
         throw err;
       }
+      // patched() only at the hand-off: a history recorded before it waited on here, and replays so.
+      if (handoff && ++failed >= (limits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER) && patched(PATCHES.outageHandoff)) {
+        const r = await handOff<T>(handoff, forDisk ? 'DiskFull' : 'StoreUnavailable', wait, limits, run.outageHandoffs++);
+        if (run.setWaitingForStore(false)) log.info('the artifact store is back; the run goes on');
+        if (run.setWaitingForDisk(false)) log.info('the disk has space again; the run goes on');
+        return r;
+      }
       await sleep(`${wait} seconds`);
     }
   }
+}
+
+/**
+ * proxyActivities(options) whose every call goes through untilStore, with the call itself as
+ * the hand-off: `patientActivities<LightActivities>(run, LIGHT).recordStep(req)`.
+ */
+export function patientActivities<A extends object>(run: RunControl, options: ActivityOptions): ActivityInterfaceFor<A> {
+  const direct = proxyActivities<Record<string, (...args: unknown[]) => Promise<unknown>>>(options);
+  return new Proxy({}, {
+    get: (_target, activity) => {
+      if (typeof activity !== 'string') return undefined;
+      return (...args: unknown[]) => untilStore(run, () => direct[activity]!(...args), { activity, options, args });
+    },
+  }) as ActivityInterfaceFor<A>;
 }

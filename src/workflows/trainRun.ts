@@ -38,11 +38,11 @@ import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
 import { PATCHES } from './patches';
-import { light } from './proxies';
+import { LIGHT, light, type LightActivities } from './proxies';
 import { RunControl } from './runControl';
 import { rolloutStats } from './stats';
 import { StepRollouts, type StepRolloutsInput, type StepRolloutsResult } from './stepRollouts';
-import { untilStore } from './storeWait';
+import { patientActivities } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
 import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
 import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type TrainRunInput, type TrainRunResult } from './types';
@@ -70,6 +70,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const info = workflowInfo();
   const runId = input.runId ?? info.workflowId;
   const run = new RunControl(runId);
+  run.outageLimits = input.outageWaits;
+  // Light activities that wait out a down store or a full disk (storeWait.ts).
+  const patient = patientActivities<LightActivities>(run, LIGHT);
   run.step = input.resume?.nextStep ?? 0;
   run.policyVersion = input.resume?.policyVersion ?? 0;
   run.installHandlers();
@@ -79,10 +82,10 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   let resume: ResumeState | undefined = input.resume;
   if (resume) {
     const settings = resume.artifacts;
-    const config = await untilStore(run, () => light.readConfig(resume!.configRef, settings));
+    const config = await patient.readConfig(resume.configRef, settings);
     loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
   } else {
-    const opened = await untilStore(run, () => light.openRun({ configPath: input.configPath, runId }));
+    const opened = await patient.openRun({ configPath: input.configPath, runId });
     loaded = opened.loaded;
     resume = opened.resume;
   }
@@ -143,10 +146,10 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
    */
   async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[] | undefined, summaries: ArtifactRef | undefined) {
     try {
-      const built = await untilStore(run, () => light.buildBatch({
+      const built = await patient.buildBatch({
         runId, step: s, trainerPolicyVersion: run.policyVersion, orchestrator: orch, modelPath: config.model.path, artifacts,
         ...(summaries ? { summaries } : { trajectories: rollouts }),
-      }));
+      });
       return { built, emptyBatch: undefined };
     } catch (err) {
       if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'EmptyBatch')) throw err;
@@ -168,6 +171,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(), tasks,
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch, liveness: windows },
       taskSetDir, seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
+      ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
     };
     run.rolloutCounts.set(s, { done: 0, total: tasks.length * orch.rollouts_per_example });
     const scope = new CancellationScope();
@@ -254,13 +258,13 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       run.phase = 'metrics';
       const stats = rollouts
         ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
-        : await untilStore(run, () => light.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts }));
+        : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts });
       const record = stepRecord({
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts);
-      run.lastStep = await untilStore(run, () => light.recordStep({ record, state: nextState }));
+      run.lastStep = await patient.recordStep({ record, state: nextState });
       run.rolloutCounts.delete(step);
       run.step++;
       run.phase = 'idle';

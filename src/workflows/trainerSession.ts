@@ -10,11 +10,11 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import { forActivity, type LivenessWindows } from '../shared/liveness';
-import type { TrainerStepMetrics } from './activityTypes';
+import type { TrainerActivities, TrainerStepMetrics } from './activityTypes';
 import { PATCHES } from './patches';
-import { announcer, trainerIoOn, trainerOn } from './proxies';
+import { announcer, trainerIoOn, trainerIoOptions, trainerOptions } from './proxies';
 import type { RunControl } from './runControl';
-import { untilStore } from './storeWait';
+import { patientActivities } from './storeWait';
 import { toTrainerConfig } from './trainerConfig';
 import type { TrainerTimeouts } from './types';
 
@@ -94,9 +94,9 @@ export class TrainerSession {
     }
     this.carried = undefined;
     const q = task_queue;
-    const loadedState = await untilStore(run, () => trainerIoOn(q, this.timeouts)['trainer.load']({
+    const loadedState = await patientActivities<TrainerActivities>(run, trainerIoOptions(q, this.timeouts))['trainer.load']({
       run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, store: this.store, liveness: forActivity(this.windows, 'trainer'),
-    }));
+    });
     if (loadedState.policy_version !== run.policyVersion) {
       throw ApplicationFailure.nonRetryable(
         `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? 'the base model'}, but the run is at version ${run.policyVersion}`,
@@ -119,9 +119,9 @@ export class TrainerSession {
       try {
         const q = await this.ensure(checkpoint);
         this.run.phase = 'training';
-        const metrics = await untilStore(this.run, () => trainerOn(q, this.timeouts)['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer') }));
+        const metrics = await patientActivities<TrainerActivities>(this.run, trainerOptions(q, this.timeouts))['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer') });
         this.run.phase = 'saving';
-        const saved = await untilStore(this.run, () => trainerIoOn(q, this.timeouts)['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') }));
+        const saved = await patientActivities<TrainerActivities>(this.run, trainerIoOptions(q, this.timeouts))['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') });
         return { metrics, saved, restarts };
       } catch (err) {
         const type = appFailureType(err);

@@ -7,6 +7,7 @@ import type { Duration } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
+import type { OutageWaitLimits } from './outageWait';
 
 /** State carried across continue-as-new and used to resume a run: nothing large. */
 export interface ResumeState {
@@ -48,6 +49,12 @@ export interface TrainRunInput {
    * grow one history toward its limit.
    */
   inferenceWaitsPerExecution?: number;
+  /**
+   * How a store or disk outage's wait is split: tries in this history before the call is handed
+   * to an OutageWait child that continues as new, tries per child execution, the pause cap.
+   * Defaults suit production; tests shorten them.
+   */
+  outageWaits?: OutageWaitLimits;
 }
 
 export interface TrainerTimeouts {

@@ -334,6 +334,70 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect((await handle.query(progressQuery)).status).toBe('completed');
     });
   });
+
+  // Short limits stand in for days: 2 tries in the run, then an OutageWait child that continues as new every 2 tries.
+  const shortOutage = { handoffAfter: 2, perExecution: 2, capS: 1 };
+
+  /** The OutageWait children a workflow started, and how many executions each child's chain has. */
+  async function outageChildren(handle: WorkflowHandle): Promise<{ id: string; executions: number }[]> {
+    const history = await handle.fetchHistory();
+    const ids = (history.events ?? [])
+      .map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes)
+      .filter((a) => a?.workflowType?.name === 'OutageWait')
+      .map((a) => a!.workflowId!);
+    return Promise.all(ids.map(async (id) => {
+      let executions = 0;
+      for await (const _ of env.client.workflow.list({ query: `WorkflowId = '${id}'` })) executions++;
+      return { id, executions };
+    }));
+  }
+
+  test('a long store outage: the wait moves to an OutageWait child that continues as new; the step is recorded once', async () => {
+    await withWorkers({ storeDownTimes: 6, orchestrator: { max_steps: 2 } }, async (f) => {
+      const handle = await start({ outageWaits: shortOutage });
+      await waitForStatus(handle, 'waiting-for-store');
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(2);
+      expect(f.events.filter((e) => e.what === 'store-down').length).toBe(6);
+      expect(f.records.map((r) => r.record.step)).toEqual([0, 1]);
+      expect([...f.applied.values()]).toEqual([1, 1]);
+      // 2 tries in the run, then 4 failed + 1 good in the child: 2 tries per execution, so 3 executions.
+      let children: { id: string; executions: number }[] = [];
+      await waitFor(async () => (children = await outageChildren(handle)).every((c) => c.executions === 3) && children.length === 1);
+      const recordSteps = (await handle.fetchHistory()).events!.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'recordStep');
+      // Step 0's two failed tries and step 1's call: the outage's other tries are in the child's histories.
+      expect(recordSteps.length).toBe(3);
+      await record(handle, 'trainrun-store-outage-handoff');
+    });
+  });
+
+  test('a disk full for long at trainer.save: handed to OutageWait, saved once, no double step', async () => {
+    await withWorkers({ diskFullTimes: 5, orchestrator: { max_steps: 2 } }, async (f) => {
+      const handle = await start({ outageWaits: shortOutage });
+      await waitForStatus(handle, 'waiting-for-disk');
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(2);
+      expect(f.events.filter((e) => e.what === 'disk-full').map((e) => e.step)).toEqual([0, 0, 0, 0, 0]);
+      expect([...f.applied.values()]).toEqual([1, 1]);
+      expect(f.records.map((r) => r.record.step)).toEqual([0, 1]);
+      const children = await outageChildren(handle);
+      expect(children.length).toBe(1);
+    });
+  });
+
+  test('a rollout\'s disk full for long: the rollout is handed to OutageWait and the step completes with every rollout', async () => {
+    await withWorkers({ rolloutDiskFullTimes: 5, orchestrator: { max_steps: 1 } }, async (f) => {
+      const handle = await start({ outageWaits: shortOutage });
+      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-disk');
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(1);
+      expect(f.events.filter((e) => e.what === 'rollout-disk-full').length).toBe(5);
+      expect(f.batches.map((b) => f.summariesOf(b).length)).toEqual([6]);
+      const children = await outageChildren(env.client.workflow.getHandle(`${handle.workflowId}-step-0-rollouts`));
+      expect(children.length).toBe(1);
+      expect((await handle.query(progressQuery)).status).toBe('completed');
+    });
+  });
 });
 
 /** The validator's message: the client wraps it as the cause of WorkflowUpdateFailedError. */
