@@ -1,10 +1,10 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { Client } from '@temporalio/client';
 import { loadEvalTaskset, type EvalSweepInput } from '../activities/eval';
-import { storeSettings, type StoreSettings } from '../artifacts/settings';
+import type { StoreSettings } from '../artifacts/settings';
 import { defaultStore, storeFor } from '../artifacts/stores';
-import { loadRunConfig } from '../config/load';
 import { CliError, EXIT } from './exit';
+import { runArtifacts } from './runStore';
 
 export interface EvalFlags {
   run: string;
@@ -38,22 +38,9 @@ export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<
     input.newest = posInt('--newest', f.newest ?? '1');
   }
   if (f.concurrency) input.maxConcurrent = posInt('--concurrency', f.concurrency);
-  // The run's store: from --config's [artifacts], else from the TrainRun's memo
-  // (TrainRun records its settings there; the run-state file cannot say where the
-  // store is, since it lives in it). Neither: the workers' default store, as before.
-  if (!f.config) {
-    const recorded = await recordedArtifacts(client, f.run);
-    if (recorded) input.artifacts = recorded;
-  } else {
-    let config;
-    try {
-      config = (await loadRunConfig(f.config)).config;
-    } catch (err) {
-      throw new CliError(`--config: ${(err as Error).message}`, EXIT.invalidInput);
-    }
-    const artifacts = storeSettings(config.artifacts);
-    if (artifacts) input.artifacts = artifacts;
-  }
+  // The run's store: from --config's [artifacts], else from the TrainRun's memo. Neither: the workers' default store.
+  const artifacts = await runArtifacts(f.run, { config: f.config, client: async () => client });
+  if (artifacts) input.artifacts = artifacts;
   await assertRunExists(client, f.run, input.artifacts);
   try {
     await loadEvalTaskset(f.taskset);
@@ -83,12 +70,4 @@ export async function assertRunExists(client: Client, run: string, artifacts?: S
   workflowExists ? EXIT.notReady : EXIT.notFound);
 }
 
-/** The [artifacts] settings a TrainRun recorded in its memo; undefined for a run on the default store or no workflow. */
-export async function recordedArtifacts(client: Client, run: string): Promise<StoreSettings | undefined> {
-  try {
-    const memo = (await client.workflow.getHandle(run).describe()).memo as { artifacts?: StoreSettings } | undefined;
-    return memo?.artifacts && (memo.artifacts.url || memo.artifacts.root) ? memo.artifacts : undefined;
-  } catch {
-    return undefined; // no such workflow (or history gone): assertRunExists reports it
-  }
-}
+export { recordedArtifacts } from './runStore';

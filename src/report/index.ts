@@ -1,5 +1,6 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
+import type { ArtifactStore } from '../artifacts/store';
 import { defaultStore } from '../artifacts/stores';
 import { paths } from '../shared/paths';
 import { buildReportData } from './aggregate';
@@ -23,11 +24,15 @@ export function defaultReportPath(runId: string, artifactsRoot = paths.artifacts
   return path.join(runDir(runId, artifactsRoot), 'report.html');
 }
 
-export async function generateReport(runId: string, opts: { out?: string; artifactsRoot?: string; now?: Date } = {}): Promise<ReportOutcome> {
+/**
+ * opts.store: the run's store (`ratchet report` finds it from --config or the run's memo);
+ * opts.artifactsRoot: a local store directory (tests, benches); neither: the default store.
+ */
+export async function generateReport(runId: string, opts: { out?: string; artifactsRoot?: string; store?: ArtifactStore; now?: Date } = {}): Promise<ReportOutcome> {
   const t0 = performance.now();
   const root = opts.artifactsRoot ?? paths.artifacts();
-  // Records and evals come through the store (an s3:// one when RATCHET_ARTIFACTS_URL says so); the HTML is a local file.
-  const store = opts.artifactsRoot ?? defaultStore();
+  // Records and evals come through the store (s3:// or file://); the HTML is a local file.
+  const store = opts.store ?? opts.artifactsRoot ?? defaultStore();
   const records = await loadStepRecords(runId, store);
   const { results, skipped } = await loadEvalResults(runId, store);
   const html = renderReportHtml(buildReportData(runId, records, results, opts.now));
