@@ -346,9 +346,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       .filter((a) => a?.workflowType?.name === 'OutageWait')
       .map((a) => a!.workflowId!);
     return Promise.all(ids.map(async (id) => {
-      let executions = 0;
-      for await (const _ of env.client.workflow.list({ query: `WorkflowId = '${id}'` })) executions++;
-      return { id, executions };
+      const executions: string[] = [];
+      for await (const w of env.client.workflow.list({ query: `WorkflowId = '${id}'` })) executions.push(w.runId);
+      return { id, executions: executions.length };
     }));
   }
 
