@@ -16,6 +16,7 @@ import type { Progress, TrainRunInput, TrainRunResult } from '../workflows/types
 import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
 import type { Logger } from '../shared/logger';
 import { injectFault } from './faults';
+import { releaseHistoriesDir, saveRunHistories } from './histories';
 import { checkRun, leftoverSandboxes, strayWorkers } from './invariants';
 import { comparePoints, planFaults, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
 
@@ -193,6 +194,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     violations.push(...left.map((n) => `sandbox left over: ${n}`));
     violations.push(...(await strayWorkers()));
     for (const f of faults) if (f.error) violations.push(`fault ${f.index} (${f.kind} at step ${f.step} ${f.phase}): ${f.error}`);
+    // A real run through real faults: its history is what the replay test should hold.
+    const prefix = `real-soak-${opts.steps}-steps-${opts.faults}-faults-seed-${opts.seed}`;
+    await saveRunHistories(client, runId, path.join(paths.home(), 'test-reports', 'soak-histories'), prefix);
+    if (process.env.RATCHET_RECORD_HISTORIES === '1') await saveRunHistories(client, runId, releaseHistoriesDir(), prefix);
     return { runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, wallS, baselineWallS, faults, violations };
   } finally {
     await close();
