@@ -2,15 +2,23 @@
  * S3 store (MinIO, infra/minio.sh) against the file store, in the same run: put
  * and get throughput for a step's batch (one object) and for a checkpoint (a
  * directory artifact: files + MANIFEST, fetched into a fresh local cache).
- *   bash infra/minio.sh start && npm run bench:store [-- --batch-mb 4 --checkpoint-mb 16 --repeat 5]
+ * With --weight-sync (needs `ratchet up`: vLLM serving SmolLM2, and a real adapter from an
+ * earlier run, or --adapter <dir>): weight-sync latency through each store, from the
+ * trainer's save (the adapter put into the store) to vLLM serving it (the inference side
+ * pulls it into a cold cache, verifies it and calls load_lora_adapter).
+ *   bash infra/minio.sh start && npm run bench:store [-- --batch-mb 4 --checkpoint-mb 16 --repeat 5 --weight-sync]
  * Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (default: infra/minio.sh's).
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { S3ArtifactStore } from '../artifacts/s3';
 import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
+import type { StoreSettings } from '../artifacts/settings';
+import { createWeightSyncActivities } from '../activities/weightSync';
+import { DEFAULTS, paths } from '../shared/paths';
+import { componentLogger } from '../shared/logger';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 
 const arg = (name: string, fallback: number): number => {
@@ -58,6 +66,82 @@ async function measure(backend: string, make: (cache: string) => ArtifactStore, 
   return { backend, batchPut: median(t.batchPut), batchGet: median(t.batchGet), ckptPut: median(t.ckptPut), ckptGet: median(t.ckptGet) };
 }
 
+interface SyncRow { backend: string; putMs: number; serveMs: number; totalMs: number }
+
+/** The newest real adapter an earlier run saved under the local artifacts (vLLM only loads real ones). */
+function newestAdapter(): string | undefined {
+  const runs = path.join(paths.artifacts(), 'runs');
+  if (!existsSync(runs)) return undefined;
+  let best: { dir: string; t: number } | undefined;
+  for (const run of readdirSync(runs)) {
+    const ckpts = path.join(runs, run, 'checkpoints');
+    if (!existsSync(ckpts)) continue;
+    for (const c of readdirSync(ckpts)) {
+      const dir = path.join(ckpts, c, 'adapter');
+      if (!existsSync(path.join(dir, 'adapter_model.safetensors'))) continue;
+      const t = statSync(dir).mtimeMs;
+      if (!best || t > best.t) best = { dir, t };
+    }
+  }
+  return best?.dir;
+}
+
+/** Saved → served: the adapter put into `store`, then the sync activity's pull (cold cache) + vLLM load. */
+async function measureSync(backend: string, store: ArtifactStore, settings: StoreSettings | undefined, adapterDir: string, inference: string, repeat: number): Promise<SyncRow> {
+  const logger = componentLogger('bench-store');
+  const t = { put: [] as number[], serve: [] as number[], total: [] as number[] };
+  for (let i = 0; i < repeat; i++) {
+    const runId = `bench-ws-${backend.startsWith('s3') ? 's3' : 'file'}-${process.pid}-${i}`;
+    const cache = mkdtempSync(path.join(tmpdir(), 'ratchet-bench-sync-cache-'));
+    // The inference host's default store: an empty local one, so an s3:// adapter must come through its own settings.
+    const sync = createWeightSyncActivities({ logger, store: new LocalArtifactStore(cache) });
+    try {
+      const t0 = performance.now();
+      const ref = await store.putDir(`runs/${runId}/checkpoints/step-0/adapter`, adapterDir);
+      const t1 = performance.now();
+      await sync.syncWeights({ runId, baseUrls: [inference], policyVersion: 1, adapter: ref, keepFromVersion: 0, artifacts: settings });
+      const t2 = performance.now();
+      t.put.push(t1 - t0);
+      t.serve.push(t2 - t1);
+      t.total.push(t2 - t0);
+    } finally {
+      await sync.unloadRunAdapters({ runId, baseUrls: [inference] });
+      rmSync(cache, { recursive: true, force: true });
+    }
+  }
+  return { backend, putMs: median(t.put), serveMs: median(t.serve), totalMs: median(t.total) };
+}
+
+async function weightSyncLines(fileRoot: string, s3Settings: StoreSettings, makeS3: () => ArtifactStore, repeat: number): Promise<string[]> {
+  const inference = (() => { const i = process.argv.indexOf('--inference'); return i >= 0 ? process.argv[i + 1]! : DEFAULTS.inferenceUrl; })();
+  const adapterArg = process.argv.indexOf('--adapter');
+  const adapterDir = adapterArg >= 0 ? process.argv[adapterArg + 1]! : newestAdapter();
+  if (!adapterDir) throw new Error(`--weight-sync needs a real adapter: none under ${paths.artifacts()}/runs/*/checkpoints/*/adapter. Fix: run \`bash infra/main.sh\` once, or pass --adapter <dir>`);
+  try {
+    await fetch(`${inference}/models`);
+  } catch {
+    throw new Error(`--weight-sync: vLLM at ${inference} does not answer. Fix: bin/ratchet up (or --inference <url>)`);
+  }
+  const file = await measureSync('file://', new LocalArtifactStore(fileRoot), undefined, adapterDir, inference, repeat);
+  const s3 = await measureSync(`s3:// (MinIO)`, makeS3(), s3Settings, adapterDir, inference, repeat);
+  const mb = readdirSync(adapterDir).reduce((a, f) => a + statSync(path.join(adapterDir, f)).size, 0) / 1024 / 1024;
+  const row = (r: SyncRow) => `| ${r.backend} | ${r.putMs.toFixed(0)} | ${r.serveMs.toFixed(0)} | ${r.totalMs.toFixed(0)} |`;
+  return [
+    '',
+    `**Weight sync, saved → served**: a real LoRA adapter (${mb.toFixed(1)} MB, from an earlier SmolLM2-135M run) put into each store`,
+    `(what trainer.save does), then the sync activity (the inference side: pull into a cold cache and verify for s3://,`,
+    `in place for file://; then vLLM's load_lora_adapter) until vLLM serves it. vLLM CPU at ${inference}; medians of ${repeat}.`,
+    '',
+    '| store | put (ms) | pull + load, until served (ms) | saved → served (ms) |',
+    '| --- | ---: | ---: | ---: |',
+    row(file),
+    row(s3),
+    '',
+    `S3 / file saved → served: ${(s3.totalMs / file.totalMs).toFixed(2)}x. Across hosts (the five-host netns test, S3 through`,
+    'MinIO on the control host) the same path took 0.2-0.4 s a step (see "Weight sync across hosts" above).',
+  ];
+}
+
 async function main(): Promise<void> {
   const batchMb = arg('batch-mb', 4);
   const ckptMb = arg('checkpoint-mb', 16);
@@ -71,6 +155,10 @@ async function main(): Promise<void> {
   const fileRoot = mkdtempSync(path.join(tmpdir(), 'ratchet-bench-store-'));
   const file = await measure('file://', () => new LocalArtifactStore(fileRoot), batch, ckpt, repeat);
   const s3 = await measure(`s3:// (MinIO at ${endpoint})`, (cache) => new S3ArtifactStore({ url: `s3://${bucket}/bench`, endpoint }, cache), batch, ckpt, repeat);
+  const s3Settings = { url: `s3://${bucket}/bench`, endpoint };
+  const syncLines = process.argv.includes('--weight-sync')
+    ? await weightSyncLines(fileRoot, s3Settings, () => new S3ArtifactStore(s3Settings, mkdtempSync(path.join(tmpdir(), 'ratchet-bench-cache-'))), repeat)
+    : [];
   rmSync(fileRoot, { recursive: true, force: true });
   rmSync(ckpt, { recursive: true, force: true });
 
@@ -86,7 +174,7 @@ async function main(): Promise<void> {
     'The checkpoint read goes into a fresh local cache each time (what another host does on first use); the file store',
     'verifies in place. Medians of the repeats; the file store is the baseline, measured in the same run.',
     '',
-    `Command: \`bash infra/minio.sh start && npm run bench:store -- --batch-mb ${batchMb} --checkpoint-mb ${ckptMb} --repeat ${repeat}\` (source \`src/bench/store.ts\`).`,
+    `Command: \`bash infra/minio.sh start && npm run bench:store -- --batch-mb ${batchMb} --checkpoint-mb ${ckptMb} --repeat ${repeat}${syncLines.length ? ' --weight-sync' : ''}\` (source \`src/bench/store.ts\`).`,
     `Machine: ${machineLine()}; MinIO on the same machine (loopback), single drive.`,
     '',
     '| store | batch put | batch get | checkpoint put | checkpoint get |',
@@ -96,6 +184,7 @@ async function main(): Promise<void> {
     '',
     `S3 / file time: batch put ${ratio(s3.batchPut, file.batchPut)}x, batch get ${ratio(s3.batchGet, file.batchGet)}x, ` +
       `checkpoint put ${ratio(s3.ckptPut, file.ckptPut)}x, checkpoint get ${ratio(s3.ckptGet, file.ckptGet)}x.`,
+    ...syncLines,
   ]);
   console.log(section);
 }
