@@ -23,6 +23,8 @@ export const PATCHES = {
   storeWait: 'v0.3-store-wait',
   /** DiskFull: the run waits (waiting-for-disk) and calls again, instead of failing. */
   diskWait: 'v0.4-disk-wait',
+  /** A rollout's disk wait shows waiting-for-disk from its first DiskFull to its first try that ends otherwise (no flapping between tries). */
+  diskWaitHeld: 'v0.4-disk-wait-status-held',
   /** A store/disk wait that outlasts a few tries hands the call to an OutageWait child that continues as new. */
   outageHandoff: 'v0.4-outage-handoff',
   /** EvalSweep syncs adapters on each inference host's own queue (inference.sync_task_queues), as TrainRun does. */

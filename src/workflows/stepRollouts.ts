@@ -134,22 +134,43 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   };
 
   // Rollouts that found their disk full and wait for space now; the parent shows waiting-for-disk while any do.
+  // Histories from before the diskWaitHeld patch reported each pause on its own (the status fell back to
+  // running between tries); they replay that way.
   let diskWaiters = 0;
-  const waitForDisk = async (diskWait: number): Promise<void> => {
+  const waitForDiskUnheld = async (diskWait: number): Promise<void> => {
     if (diskWaiters++ === 0) await report({ waitingForDisk: true });
     await sleep(`${diskWait} seconds`);
     if (--diskWaiters === 0) await report({ waitingForDisk: false });
+  };
+  // Since: a rollout counts as waiting from its first DiskFull until one of its tries ends otherwise.
+  const onDisk = new Set<number>();
+  const diskWaitStarts = async (i: number): Promise<void> => {
+    if (onDisk.has(i)) return;
+    onDisk.add(i);
+    if (onDisk.size === 1) await report({ waitingForDisk: true });
+  };
+  const diskWaitEnds = async (i: number): Promise<void> => {
+    if (!onDisk.delete(i)) return;
+    if (onDisk.size === 0) await report({ waitingForDisk: false });
   };
 
   // A disk full for longer than a few tries: the rollout is handed to an OutageWait child, which
   // continues as new while the disk stays full, so this history grows by one child (outageWait.ts).
   let handoffs = 0;
   const handOffRollout = async (i: number, waitS: number): Promise<RolloutSummary> => {
-    if (diskWaiters++ === 0) await report({ waitingForDisk: true });
+    await diskWaitStarts(i);
+    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(ROLLOUT_OPTIONS, 'rollout', inputFor(i)), 'DiskFull', waitS, input.outageWaits, handoffs++);
+  };
+
+  /** One try of rollout i (or its hand-off); a try that ends other than DiskFull ends its disk wait. */
+  const attempt = async (i: number, handOffNow: boolean, waitS: number): Promise<RolloutSummary> => {
     try {
-      return await handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(ROLLOUT_OPTIONS, 'rollout', inputFor(i)), 'DiskFull', waitS, input.outageWaits, handoffs++);
-    } finally {
-      if (--diskWaiters === 0) await report({ waitingForDisk: false });
+      const r = handOffNow ? await handOffRollout(i, waitS) : await rollout(inputFor(i));
+      await diskWaitEnds(i);
+      return r;
+    } catch (err) {
+      if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull')) await diskWaitEnds(i);
+      throw err;
     }
   };
 
@@ -158,15 +179,19 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     for (let round = 1, diskWait = 2, diskTries = 0; ; round++) {
       try {
         // patched() only at the hand-off: a history recorded before it waited on here, and replays so.
-        if (diskTries >= handoffAfter && patched(PATCHES.outageHandoff)) return await handOffRollout(i, diskWait);
-        return await rollout(inputFor(i));
+        return await attempt(i, diskTries >= handoffAfter && patched(PATCHES.outageHandoff), diskWait);
       } catch (err) {
         // A full disk: wait for an operator to free space, for as long as it takes (not a round).
         // patched() only where a DiskFull arrives: an older history failed there, and replays so.
         if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull' && patched(PATCHES.diskWait)) {
           log.warn('a rollout found its disk full; waiting for space', { i, error: err.cause.message });
           diskTries++;
-          await waitForDisk(diskWait);
+          if (patched(PATCHES.diskWaitHeld)) {
+            await diskWaitStarts(i);
+            await sleep(`${diskWait} seconds`);
+          } else {
+            await waitForDiskUnheld(diskWait);
+          }
           diskWait = Math.min(diskWait * 2, input.outageWaits?.capS ?? DISK_WAIT_CAP_S);
           round--;
           continue;
