@@ -10,6 +10,7 @@
  *   npm run build && npm run bench:orchestration [-- --sizes 64,256,1024 --steps 3 --server-sizes 1024,4096 --only servers]
  */
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client } from '@temporalio/client';
@@ -18,6 +19,8 @@ import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode } 
 import { RunConfig } from '../config/schema';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../rollouts/trajectory';
+import { createRolloutSummaryActivities, type StoreRolloutSummariesInput } from '../activities/rolloutSummaries';
+import { LocalArtifactStore } from '../artifacts/store';
 import { paths, ratchetHome, REPO_ROOT } from '../shared/paths';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 import { SA } from '../workflows/messages';
@@ -58,7 +61,11 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
     }
   };
   let version = 0;
+  // The real summaries activities on a throwaway local store: StepRollouts hands a step's summaries over as one artifact.
+  const summaries = createRolloutSummaryActivities({ store: new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-orch-'))) });
   const main = {
+    storeRolloutSummaries: timed('summaries', (i: StoreRolloutSummariesInput) => summaries.storeRolloutSummaries(i)),
+    rolloutStatsOf: timed('stats', (i: Parameters<typeof summaries.rolloutStatsOf>[0] & { step?: number }) => summaries.rolloutStatsOf(i)),
     openRun: async (i: { runId: string }) => ({ loaded: { runId: i.runId, config, configRef: fakeRef('config'), configSha256: '0'.repeat(64) } }),
     readConfig: async () => config,
     sampleTasks: timed('sample', async (i: { step: number; batchSize: number }) => ({
@@ -67,7 +74,7 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
     })),
     syncWeights: timed('sync', async (i: { policyVersion: number; step?: number }) => ({ policyVersion: i.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 })),
     unloadRunAdapters: async () => ({ unloaded: [], down: [] }),
-    buildBatch: timed('batch', async (i: { step: number; trajectories: unknown[] }) => ({ batch: fakeRef('b'), manifest: fakeRef('m'), summary: { samples: i.trajectories.length, dropped: {} } })),
+    buildBatch: timed('batch', async (i: { step: number; trajectories?: unknown[]; summaries?: ArtifactRef }) => ({ batch: fakeRef('b'), manifest: fakeRef('m'), summary: { samples: i.trajectories?.length ?? 0, dropped: {} } })),
     recordStep: timed('metrics', async (i: { record: { step: number; mean_reward: number; policy_version: number }; step?: number }) => ({
       step: i.record.step, meanReward: i.record.mean_reward, components: {}, rollouts: 0, dropped: 0, policyVersion: i.record.policy_version,
     })),
@@ -97,6 +104,24 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
     'trainer.release': async () => ({ released: true, worker_id: 'bench' }),
   };
   return { main, rollout, announce, trainer, intervals };
+}
+
+/**
+ * A history's event count, read in small pages: a 4,096-rollout step's child history
+ * holds ~5 MB of events, and one default page of it is larger than gRPC's 4 MB message
+ * limit (fetchHistory fails with RESOURCE_EXHAUSTED).
+ */
+async function countEvents(client: Client, workflowId: string): Promise<number> {
+  let n = 0;
+  let nextPageToken: Uint8Array | undefined;
+  do {
+    const page = await client.workflowService.getWorkflowExecutionHistory({
+      namespace: client.options.namespace, execution: { workflowId }, maximumPageSize: 200, nextPageToken,
+    });
+    n += page.history?.events?.length ?? 0;
+    nextPageToken = page.nextPageToken?.length ? page.nextPageToken : undefined;
+  } while (nextPageToken);
+  return n;
 }
 
 function arg(name: string, dflt: string): string {
@@ -164,9 +189,9 @@ async function main(): Promise<void> {
       const handle = await server.client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'bench', runId }] });
       await handle.result();
       const total = performance.now() - t0;
-      const parentEvents = (await handle.fetchHistory()).events?.length ?? 0;
+      const parentEvents = await countEvents(server.client, runId);
       let childEvents = 0;
-      for (let s = 0; s < steps; s++) childEvents += (await server.client.workflow.getHandle(`${runId}-step-${s}-rollouts`).fetchHistory()).events?.length ?? 0;
+      for (let s = 0; s < steps; s++) childEvents += await countEvents(server.client, `${runId}-step-${s}-rollouts`);
       return { acts, total, parentEvents, childEvents };
     } finally {
       for (const w of workers) w.shutdown();

@@ -14,6 +14,13 @@ import { readStepRecords } from '../../src/activities/metrics';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import { S3ArtifactStore } from '../../src/artifacts/s3';
 import { startTrainRun } from '../../src/workflows/client';
+import { resolveTaskset } from '../../src/activities/eval';
+import { storeFor, defaultStore } from '../../src/artifacts/stores';
+import { evalInputFromFlags } from '../../src/cli/evalInput';
+import { runArtifacts } from '../../src/cli/runStore';
+import { generateReport } from '../../src/report';
+import { writeTaskSubset } from '../../src/tasks/subset';
+import type { EvalSweepResult } from '../../src/workflows/evalSweep';
 import { MINIO, REPO, describeLong, useMinioCredentials } from '../helpers/stack';
 import { distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
@@ -30,6 +37,7 @@ describeLong('TrainRun with an s3:// artifact store (real MinIO, private worker 
   let restoreStackWorkers: () => Promise<void> = async () => {};
   const prefix = `it-trainrun-${Date.now()}`;
   const url = `s3://${MINIO.bucket}/${prefix}`;
+  let trainedRunId: string | undefined;
 
   beforeAll(async () => {
     if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
@@ -61,6 +69,7 @@ describeLong('TrainRun with an s3:// artifact store (real MinIO, private worker 
     await fs.writeFile(config, `${text}[artifacts]\nurl = "${url}"\nendpoint = "${MINIO.endpoint}"\n`);
     const runId = `it-trainrun-s3-${Date.now()}`;
     const result = await (await startTrainRun(client, config, { runId })).result();
+    trainedRunId = runId;
     expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
 
     const store = new S3ArtifactStore({ url, endpoint: MINIO.endpoint }, path.join(dir, 'checker-cache'));
@@ -92,4 +101,25 @@ describeLong('TrainRun with an s3:// artifact store (real MinIO, private worker 
     const models = (await (await fetch(`${INFERENCE}/models`)).json()) as { data: { id: string }[] };
     expect(models.data.map((m) => m.id).filter((id) => id.startsWith(`${runId}/`))).toEqual([]);
   }, 1_500_000);
+
+  test('ratchet eval and ratchet report find the run in S3 through its memo: results written there, report read from there', async () => {
+    if (!trainedRunId) throw new Error('the training test above did not finish: nothing to evaluate');
+    const runId = trainedRunId;
+    const taskset = path.join(dir, 'heldout-1.jsonl');
+    expect(writeTaskSubset(resolveTaskset('heldout').file, 1, taskset)).toBe(1);
+    // What `ratchet eval --run <id> --versions 2 --k 1` builds: no --config, so the store comes from the run's memo.
+    const input = await evalInputFromFlags(client, { run: runId, versions: '2', taskset, k: '1', force: true });
+    expect(input.artifacts).toMatchObject({ url, endpoint: MINIO.endpoint });
+    const res = await client.workflow.execute('EvalSweep', { taskQueue: 'ratchet', workflowId: `${runId}-eval-s3`, args: [input] }) as EvalSweepResult;
+    expect(res.evaluated.map((e) => [e.version, e.episodes])).toEqual([[2, 1]]);
+
+    const store = new S3ArtifactStore({ url, endpoint: MINIO.endpoint }, path.join(dir, 'checker-cache-eval'));
+    expect(await store.exists(res.evaluated[0]!.key)).toBe(true);
+    for (const name of ['main', 'rollout', 'inference']) expect(existsSync(path.join(privateDir(name), 'runs', runId, 'evals'))).toBe(false);
+
+    // `ratchet report <id>`: the run's memo again; records and the eval result come from S3.
+    const settings = await runArtifacts(runId, { client: async () => client });
+    const report = await generateReport(runId, { out: path.join(dir, 'report.html'), store: storeFor(settings, defaultStore()) });
+    expect([report.steps, report.evals]).toEqual([2, 1]);
+  }, 900_000);
 });
