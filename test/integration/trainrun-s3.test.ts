@@ -114,7 +114,7 @@ describeLong('TrainRun with an s3:// artifact store (real MinIO, private worker 
     expect(res.evaluated.map((e) => [e.version, e.episodes])).toEqual([[2, 1]]);
 
     const store = new S3ArtifactStore({ url, endpoint: MINIO.endpoint }, path.join(dir, 'checker-cache-eval'));
-    expect(await store.exists(res.evaluated[0]!.key)).toBe(true);
+    expect((await store.exists(res.evaluated[0]!.key))?.uri).toBe(`${url}/${res.evaluated[0]!.key}`);
     for (const name of ['main', 'rollout', 'inference']) expect(existsSync(path.join(privateDir(name), 'runs', runId, 'evals'))).toBe(false);
 
     // `ratchet report <id>`: the run's memo again; records and the eval result come from S3.
