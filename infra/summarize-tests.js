@@ -4,7 +4,10 @@ const path = require('node:path');
 
 const dir = process.argv[2];
 let passed = 0, failed = 0, skipped = 0;
-for (const file of fs.readdirSync(dir)) {
+// Only the reports themselves: the folder also holds artifacts such as the soak's saved histories.
+for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+  if (!entry.isFile()) continue;
+  const file = entry.name;
   const text = fs.readFileSync(path.join(dir, file), 'utf8');
   if (file.endsWith('.json')) {
     const r = JSON.parse(text);

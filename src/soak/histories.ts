@@ -11,7 +11,7 @@ import { promises as fs, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { Client } from '@temporalio/client';
 import { connectClient } from '../cli/temporal';
-import { historyToObject } from '../shared/historyJson';
+import { recordedHistoryToObject } from '../shared/historyJson';
 import { REPO_ROOT } from '../shared/paths';
 
 /** test/fixtures/histories/v<package.json version>: where this release's recorded histories go. */
@@ -30,7 +30,7 @@ export async function saveRunHistories(client: Client, workflowId: string, dir: 
   for (const [i, r] of runs.entries()) {
     const history = await client.workflow.getHandle(workflowId, r.runId).fetchHistory();
     const file = path.join(dir, runs.length === 1 ? `${prefix}.json` : `${prefix}-${i + 1}.json`);
-    await fs.writeFile(file, `${JSON.stringify(historyToObject(history), null, 1)}\n`);
+    await fs.writeFile(file, `${JSON.stringify(recordedHistoryToObject(workflowId, history), null, 1)}\n`);
     files.push(file);
   }
   return files;

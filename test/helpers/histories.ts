@@ -8,7 +8,7 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
-import { historyToObject } from '../unit/workflowHistories';
+import { recordedHistoryToObject } from '../unit/workflowHistories';
 
 export const HISTORIES_ROOT = path.join(__dirname, '..', 'fixtures', 'histories');
 // eslint-disable-next-line @typescript-eslint/no-require-imports -- package.json is not a module
@@ -22,7 +22,7 @@ export async function recordHistory(handle: WorkflowHandle, name: string): Promi
   const history = await handle.fetchHistory();
   const dir = path.join(HISTORIES_ROOT, RELEASE);
   await fs.mkdir(dir, { recursive: true });
-  await fs.writeFile(path.join(dir, `${name}.json`), `${JSON.stringify(historyToObject(history), null, 1)}\n`);
+  await fs.writeFile(path.join(dir, `${name}.json`), `${JSON.stringify(recordedHistoryToObject(handle.workflowId, history), null, 1)}\n`);
 }
 
 /** Every stored history: [release, file] pairs, oldest release first. */

@@ -8,7 +8,7 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import { historyFromObject } from './workflowHistories';
+import { recordedHistoryFromObject } from './workflowHistories';
 import { storedHistories } from '../helpers/histories';
 
 jest.setTimeout(300_000);
@@ -18,10 +18,11 @@ test('every recorded history of every release replays deterministically', async 
   const stored = await storedHistories();
   expect(new Set(stored.map((s) => s.release)).size).toBeGreaterThanOrEqual(1);
   expect(stored.length).toBeGreaterThanOrEqual(3);
-  const histories = await Promise.all(stored.map(async (s) => ({
-    workflowId: `${s.release}/${path.basename(s.file, '.json')}`,
-    history: historyFromObject(JSON.parse(await fs.readFile(s.file, 'utf8'))),
-  })));
+  // Each replays under the workflow id it was recorded with (older files: a name from the file).
+  const histories = await Promise.all(stored.map(async (s) => recordedHistoryFromObject(
+    JSON.parse(await fs.readFile(s.file, 'utf8')),
+    `${s.release}/${path.basename(s.file, '.json')}`,
+  )));
   const failures: string[] = [];
   let replayed = 0;
   for await (const r of Worker.runReplayHistories({ workflowsPath: require.resolve('../../src/workflows'), replayName: 'ratchet-replay' }, histories)) {
