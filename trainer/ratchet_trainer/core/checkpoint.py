@@ -5,6 +5,14 @@ runs/<run_id>/checkpoints/step-<n>-<batch sha256, first 16 hex>/
   model/              full fine-tuning: model.safetensors + config.json (+ MANIFEST.sha256)
   optimizer.pt  rng.pt  ledger.json  trainer_state.json  MANIFEST.sha256
 
+Saved by several ranks (a torch.distributed job), the trainable and optimiser state are
+sharded instead of optimizer.pt: every rank writes its shards into `sharded/`
+(torch.distributed.checkpoint, see sharded.py), while rank 0 alone writes the whole
+adapter/model (gathered: vLLM and single-process readers need it), rng, ledger and
+trainer_state.json (with "sharded": true and the world size), then the manifest. A sharded
+checkpoint loads at any world size, one process included; a single-process one loads
+under several ranks (every rank reads the whole files and keeps its shards).
+
 The directory is written under a temporary name and renamed, so a reader sees a
 whole checkpoint or none. The name carries the batch the step trained on: a
 step redone after a crash (the run resumed before recording it, re-sampled, and
@@ -20,12 +28,15 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from .artifacts import MANIFEST, ArtifactRef, commit_dir, dir_ref, tmp_sibling, write_manifest
+from .distributed import local_tensor, world
+from .sharded import check_sharded_fits, distribute_like, load_sharded, save_sharded, trainable_params
 from .store import S3Store, local_dir_ref
 from .trainer import Trainer
 
@@ -67,15 +78,16 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
     weights = "adapter" if trainer.cfg.model.lora is not None else "model"
     if store is not None:
         key = checkpoint_key(trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
-        existing = store.dir_ref(key)
+        existing = _agreed(lambda: store.dir_ref(key))
         if existing is None:
             final = _write_local(trainer, artifacts_root, step)
-            _upload(store, key, final, weights)
-            existing = store.dir_ref(key)
+            if world()[0] == 0:
+                _upload(store, key, final, weights)
+            existing = _agreed(lambda: store.dir_ref(key))
             log.info("checkpoint uploaded", extra={"run_id": trainer.run_id, "step": step, "uri": existing and existing["uri"]})
         else:
             log.info("checkpoint already in the store; returning it", extra={"run_id": trainer.run_id, "step": step})
-        weights_ref = store.dir_ref(f"{key}/{weights}")
+        weights_ref = _agreed(lambda: store.dir_ref(f"{key}/{weights}"))
         assert existing is not None and weights_ref is not None
         return {"checkpoint": existing, "adapter": weights_ref if weights == "adapter" else None, "weights": weights_ref,
                 "policy_version": trainer.policy_version}
@@ -85,6 +97,17 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
     if weights == "adapter":
         out["adapter"] = out["weights"]
     return out
+
+
+def _agreed(fn: Callable[[], Any]) -> Any:
+    """fn() on rank 0, the same answer on every rank (a collective under several ranks): the ranks
+    must agree whether to write, or some would wait in a collective the others never enter."""
+    rank, world_size = world()
+    if world_size == 1:
+        return fn()
+    box = [fn() if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _upload(store: S3Store, key: str, final: Path, weights: str) -> None:
@@ -99,7 +122,12 @@ def _upload(store: S3Store, key: str, final: Path, weights: str) -> None:
 
 def _write_local(trainer: Trainer, artifacts_root: Path, step: int) -> Path:
     final = checkpoint_dir(artifacts_root, trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
-    if not (final / "MANIFEST.sha256").is_file():
+    if _agreed(lambda: (final / "MANIFEST.sha256").is_file()):
+        log.info("checkpoint already on disk; returning it", extra={"run_id": trainer.run_id, "step": step})
+        return final
+    if world()[1] > 1:
+        _write_local_ranks(trainer, final, step)
+    else:
         tmp = tmp_sibling(final)
         tmp.mkdir(parents=True)
         try:
@@ -108,22 +136,54 @@ def _write_local(trainer: Trainer, artifacts_root: Path, step: int) -> Path:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        log.info("checkpoint written", extra={"run_id": trainer.run_id, "step": step, "path": str(final)})
-    else:
-        log.info("checkpoint already on disk; returning it", extra={"run_id": trainer.run_id, "step": step})
+    log.info("checkpoint written", extra={"run_id": trainer.run_id, "step": step, "path": str(final)})
     return final
 
 
-def _write(trainer: Trainer, d: Path, step: int) -> None:
+def _write_local_ranks(trainer: Trainer, final: Path, step: int) -> None:
+    """Every rank writes into one temporary directory (so its name is derived from the final one,
+    the same on every rank; the artifacts root must be shared by the ranks), rank 0 commits it."""
+    rank = world()[0]
+    tmp = final.parent / f".{final.name}.tmp-ranks"
+    if rank == 0:  # an earlier attempt that died half-way left its files here
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    try:
+        save_sharded(trainer, tmp)
+        whole = _whole_weights(trainer)  # a collective: every rank gathers, rank 0 writes
+        if rank == 0:
+            _write(trainer, tmp, step, whole=whole)
+        dist.barrier()  # every rank's shards are on disk before the manifest lists them
+        if rank == 0:
+            write_manifest(tmp)
+            commit_dir(tmp, final)
+    finally:
+        if rank == 0 and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    dist.barrier()
+
+
+def _whole_weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    """The trainable tensors gathered whole from the shards (model state-dict keys), in the same
+    order on every rank."""
+    if trainer.cfg.model.lora is not None:
+        return {k: local_tensor(p.detach()).cpu() for k, p in trainable_params(trainer.model).items()}
+    return {k: local_tensor(v.detach()).cpu() for k, v in trainer.model.state_dict().items()}
+
+
+def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] | None = None) -> None:
+    """The checkpoint's files; `whole` (several ranks): the gathered trainable tensors, and the
+    optimiser state is in sharded/ instead of optimizer.pt."""
     model = trainer.model
     if trainer.cfg.model.lora is not None:
         # peft's own writer: the layout vLLM's /v1/load_lora_adapter reads; fp32 masters, not bf16 copies.
         with trainer.master_weights():
-            model.save_pretrained(str(d / "adapter"), safe_serialization=True)
+            model.save_pretrained(str(d / "adapter"), safe_serialization=True, state_dict=whole)
         write_manifest(d / "adapter")
     else:
         (d / "model").mkdir()
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        state = whole if whole is not None else {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         # Tied embeddings share storage; safetensors stores each tensor once.
         seen: dict[int, str] = {}
         for k in list(state):
@@ -134,9 +194,11 @@ def _write(trainer: Trainer, d: Path, step: int) -> None:
         save_file(state, str(d / "model" / "model.safetensors"))
         model.config.save_pretrained(str(d / "model"))
         write_manifest(d / "model")
-    torch.save(trainer.optimizer.state_dict(), d / "optimizer.pt")
+    if whole is None:
+        torch.save(trainer.optimizer.state_dict(), d / "optimizer.pt")
     torch.save(_rng_state(), d / "rng.pt")
     (d / "ledger.json").write_text(json.dumps({str(k): v for k, v in sorted(trainer.ledger.items())}, indent=1))
+    sharded = {"sharded": True, "world_size": world()[1]} if whole is not None else {}
     (d / "trainer_state.json").write_text(json.dumps({
         "format": STATE_FORMAT,
         "run_id": trainer.run_id,
@@ -146,8 +208,10 @@ def _write(trainer: Trainer, d: Path, step: int) -> None:
         "model_fingerprint": trainer.cfg.model_fingerprint(),
         "trainer_config": trainer.cfg.to_dict(),
         "torch": torch.__version__,
+        **sharded,
     }, indent=1))
-    write_manifest(d)
+    if whole is None:  # several ranks: rank 0 lists the files once every rank's shards are written
+        write_manifest(d)
 
 
 def read_checkpoint_state(ref: ArtifactRef, run_id: str, fingerprint: str, store: S3Store | None = None) -> tuple[Path, dict[str, Any]]:
@@ -171,22 +235,42 @@ def read_checkpoint_state(ref: ArtifactRef, run_id: str, fingerprint: str, store
 
 
 def restore_checkpoint(trainer: Trainer, ref: ArtifactRef, store: S3Store | None = None) -> dict[str, Any]:
-    """Load weights, optimiser, RNG and ledger into `trainer`; all reads and checks happen first."""
+    """Load weights, optimiser, RNG and ledger into `trainer`; all reads and checks happen first.
+    Any checkpoint loads at any world size: a sharded one through DCP (resharded on load), a
+    single-process one read whole by every rank, which keeps its shards."""
     root, state = read_checkpoint_state(ref, trainer.run_id, trainer.cfg.model_fingerprint(), store)
+    rng = torch.load(root / "rng.pt", map_location="cpu", weights_only=False)
+    ledger = {int(k): v for k, v in json.loads((root / "ledger.json").read_text()).items()}
+    if state.get("sharded"):
+        check_sharded_fits(trainer, root, ref["uri"])
+        load_sharded(trainer, root)
+    else:
+        _load_whole(trainer, root, ref["uri"])
+    torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    trainer.ledger = ledger
+    log.info("checkpoint restored", extra={"run_id": trainer.run_id, "step": state["step"], "path": str(root),
+                                           "sharded": bool(state.get("sharded")), "world_size": world()[1]})
+    return state
+
+
+def _load_whole(trainer: Trainer, root: Path, uri: str) -> None:
+    """A single-process checkpoint: the whole adapter/model and optimizer.pt."""
     if trainer.cfg.model.lora is not None:
         weights = load_file(str(root / "adapter" / "adapter_model.safetensors"))
     else:
         weights = load_file(str(root / "model" / "model.safetensors"))
     optim = torch.load(root / "optimizer.pt", map_location="cpu", weights_only=True)
-    rng = torch.load(root / "rng.pt", map_location="cpu", weights_only=False)
-    ledger = {int(k): v for k, v in json.loads((root / "ledger.json").read_text()).items()}
     current = trainer.trainable_state()
     for k, v in weights.items():
         if k not in current:
-            raise CheckpointError(f"checkpoint {ref['uri']}: tensor {k} is not in this model")
+            raise CheckpointError(f"checkpoint {uri}: tensor {k} is not in this model")
         if tuple(current[k].shape) != tuple(v.shape):
-            raise CheckpointError(f"checkpoint {ref['uri']}: tensor {k} has shape {list(v.shape)}, the model has {list(current[k].shape)}")
-
+            raise CheckpointError(f"checkpoint {uri}: tensor {k} has shape {list(v.shape)}, the model has {list(current[k].shape)}")
+    if world()[1] > 1:
+        _load_whole_into_shards(trainer, weights, optim, uri)
+        return
     with torch.no_grad():
         if trainer.cfg.model.lora is not None:
             from peft import set_peft_model_state_dict
@@ -196,9 +280,31 @@ def restore_checkpoint(trainer: Trainer, ref: ArtifactRef, store: S3Store | None
         else:
             trainer.model.load_state_dict(weights, strict=True)
     trainer.optimizer.load_state_dict(optim)
-    torch.set_rng_state(rng["torch"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    trainer.ledger = ledger
-    log.info("checkpoint restored", extra={"run_id": trainer.run_id, "step": state["step"], "path": str(root)})
-    return state
+
+
+def _load_whole_into_shards(trainer: Trainer, weights: dict[str, torch.Tensor], optim: dict[str, Any], uri: str) -> None:
+    """Every rank holds the whole tensors; each keeps its own shards (cut locally, no communication)."""
+    if trainer.cfg.model.lora is not None:
+        from peft import get_peft_model_state_dict
+
+        # The adapter file's keys (peft's, without the adapter name) -> this model's parameters.
+        targets = get_peft_model_state_dict(trainer.model, state_dict=trainer.model.state_dict(keep_vars=True))
+    else:
+        targets = trainer.model.state_dict(keep_vars=True)
+    missing = sorted(set(targets) - set(weights))
+    if missing:
+        raise CheckpointError(f"checkpoint {uri}: has no tensor {missing[0]}, which this model trains. "
+                              "Fix: load it with the trainer_config it was written with")
+    params = trainer.params
+    for i, st in optim["state"].items():
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor) and v.dim() and tuple(v.shape) != tuple(params[int(i)].shape):
+                raise CheckpointError(f"checkpoint {uri}: optimiser state {k} of parameter {i} has shape {list(v.shape)}, "
+                                      f"the parameter has {list(params[int(i)].shape)}")
+    with torch.no_grad():
+        for k, p in targets.items():
+            p.copy_(distribute_like(weights[k], p))
+    optim = {"state": {i: {k: distribute_like(v, params[int(i)]) if isinstance(v, torch.Tensor) and v.dim() else v
+                           for k, v in st.items()} for i, st in optim["state"].items()},
+             "param_groups": optim["param_groups"]}
+    trainer.optimizer.load_state_dict(optim)
