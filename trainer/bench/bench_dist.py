@@ -14,6 +14,9 @@ sharding, so the largest model tried is bounded by one GPU's memory for bf16 wei
 Usage (on the GPU box):
   python3 trainer/bench/bench_dist.py --gpus 1,2 --models qwen3-8b,qwen3-32b --out $OUT/dist.json
   python3 trainer/bench/bench_dist.py --tiny --gpus 1,2 --out /tmp/dist.json   # CPU (gloo) check of the script
+  python3 trainer/bench/bench_dist.py --gpus 2 --via-worker --out $OUT/worker.json
+    # also through the worker's rank-0 control plane (ratchet_trainer/ranks.py, commands.py) in the same
+    # job: load, steps, a sharded save and a reload from it, against the direct Trainer.step's time
 """
 
 from __future__ import annotations
@@ -109,12 +112,71 @@ def rank_main(args) -> None:
         rec.update(status="oom" if "out of memory" in str(e).lower() else "error",
                    error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}")
         print(json.dumps(rec), file=sys.stderr, flush=True)
+    if args.via_worker and rec.get("status") == "ok":
+        del trainer
+        if cuda:
+            torch.cuda.empty_cache()
+        try:
+            rec["via_worker"] = via_worker(args, cfg, batch, cuda)
+        except Exception as e:  # noqa: BLE001 - recorded, like an OOM
+            rec["via_worker"] = {"status": "error", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:400]}"}
     if rank == 0:
         Path(args.result).write_text(json.dumps(rec))
     try:
         dist.destroy_process_group()
     except Exception:
         pass
+
+
+def via_worker(args, cfg, batch, cuda: bool) -> dict | None:
+    """The same steps through the trainer worker's commands: rank 0 leads (as the Temporal worker does,
+    without Temporal), the other ranks follow. Returns rank 0's timings (None on the others)."""
+    import torch
+    import torch.distributed as dist
+
+    from ratchet_trainer.commands import TrainerCommands, follow
+    from ratchet_trainer.core.batch import write_batch
+    from ratchet_trainer.ranks import Ranks
+
+    ranks = Ranks()  # the default group exists (NCCL/gloo above): adds the gloo control group
+    root = Path(args.result).with_suffix(".worker")  # this job's own: every rank gets the same --result
+    cmds = TrainerCommands(root / "artifacts", f"rank {ranks.rank}", ranks)
+    if not ranks.leader:
+        follow(ranks, cmds)
+        dist.barrier()
+        return None
+    starts = batch.sample_offsets.tolist()
+    samples = [{"input_ids": batch.input_ids[a:b].tolist(), "loss_mask": batch.loss_mask[a:b].tolist(),
+                "advantage": float(batch.advantages[a:b][batch.loss_mask[a:b].bool()][0]),
+                "inference_logprobs": batch.inference_logprobs[a:b].tolist()} for a, b in zip(starts, starts[1:])]
+    refs = write_batch(root, "batch", samples, {"run_id": "bench", "vocab_size": batch.manifest["vocab_size"], "seq_len": cfg.seq_len})
+
+    def timed(fn):
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        out = fn()
+        if cuda:
+            torch.cuda.synchronize()
+        return out, time.perf_counter() - t
+
+    load_req = {"run_id": "bench", "trainer_config": cfg.to_dict(), "checkpoint": None}
+    try:
+        _, build_s = timed(lambda: cmds.load(load_req))
+        times, m = [], None
+        for s in range(args.steps + 1):  # the first is warm-up
+            (m, _), dt = timed(lambda: cmds.step({"run_id": "bench", "step": s, "batch": refs[0], "manifest": refs[1]}))
+            if s:
+                times.append(dt)
+        saved, save_s = timed(lambda: cmds.save({"run_id": "bench", "step": args.steps}))
+        _, reload_s = timed(lambda: cmds.load({**load_req, "checkpoint": saved["checkpoint"]}))
+        (after, _), step_after_s = timed(lambda: cmds.step({"run_id": "bench", "step": args.steps + 1, "batch": refs[0], "manifest": refs[1]}))
+    finally:
+        cmds.stop_followers()
+    dist.barrier()
+    return {"status": "ok", "build_s": build_s, "step_s": sorted(times)[len(times) // 2], "step_times_s": times,
+            "loss": m["loss"], "save_s": save_s, "reload_s": reload_s, "step_after_reload_s": step_after_s,
+            "loss_after_reload": after["loss"], "checkpoint": saved["checkpoint"]["uri"]}
 
 
 def driver(args) -> None:
@@ -136,7 +198,7 @@ def driver(args) -> None:
                    str(Path(__file__).resolve()), "--rank-mode", "--result", str(res), "--model", model,
                    "--seq", str(args.seq), "--samples", str(args.samples), "--steps", str(args.steps),
                    "--rank", str(args.rank), "--ac", str(args.ac)] + (["--tiny"] if args.tiny else []) + \
-                  (["--compile"] if args.compile else [])
+                  (["--compile"] if args.compile else []) + (["--via-worker"] if args.via_worker else [])
             print("$", " ".join(cmd), flush=True)
             t0 = time.perf_counter()
             try:
@@ -164,6 +226,9 @@ def driver(args) -> None:
                   f"{r['mfu']:7.1%} {r['peak_gib_max_rank']:8.1f} {eff:>7}")
         else:
             print(f"{r['model']:10} {r['gpus']:4} {r['status']:7} {r.get('error', '')[:150]}")
+        w = r.get("via_worker")
+        if w:
+            print(f"  via the worker's ranks: {json.dumps({k: v for k, v in w.items() if k != 'step_times_s'})}")
 
 
 def main() -> None:
@@ -181,6 +246,7 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--via-worker", action="store_true", help="also time the steps through the worker's rank-0 control plane")
     ap.add_argument("--rank-mode", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)

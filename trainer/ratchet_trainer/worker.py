@@ -8,6 +8,7 @@ that holds its model in memory. If this process dies, its queue goes quiet; the
 workflow announces again, and the new worker first loads the last checkpoint.
 
   python -m ratchet_trainer.worker --address 127.0.0.1:7233
+  torchrun --nproc-per-node 2 -m ratchet_trainer.worker ...   (one trainer over 2 GPUs: ranks.py)
 """
 
 from __future__ import annotations
@@ -35,14 +36,16 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from . import connection
-from .core.artifacts import ArtifactError, check_ref
-from .core.batch import BatchError, load_batch
-from .core.checkpoint import CheckpointError, read_checkpoint_state, restore_checkpoint, save_checkpoint
-from .core.config import ConfigError, parse_trainer_config
-from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full, store_for
+from .commands import TrainerCommands, TrainerNotLoaded, follow
+from .core.artifacts import ArtifactError
+from .core.batch import BatchError
+from .core.checkpoint import CheckpointError
+from .core.config import ConfigError
+from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full
 from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError, Trainer
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
 from .liveness import LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
+from .ranks import RankFailed, Ranks, launched_by_torchrun
 
 log = logging.getLogger("ratchet_trainer.worker")
 
@@ -60,7 +63,8 @@ FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 # The activities that touch the model run in a thread and opt out of the SDK's
 # thread-injected cancel exception (see the heartbeat in step).
 # Input errors: retrying the same payload cannot succeed, so fail the activity at once.
-_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, StepConflictError, ArtifactError, StoreConfigError, StoreUnavailable, DiskFull)
+_NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, StepConflictError, ArtifactError, StoreConfigError, StoreUnavailable, DiskFull,
+                  TrainerNotLoaded, RankFailed)
 # Deterministic for one step: the same batch fails the same way on any trainer. The
 # workflow records the step with the error and goes on (docs/contracts.md).
 _STEP_FAULTS = {NonFiniteGradientError: "NonFiniteGradient", StepOutOfMemoryError: "StepOutOfMemory"}
@@ -103,15 +107,18 @@ def activity_cancelled(step: int) -> Exception:
 
 
 class TrainerActivities:
-    """Holds at most one run's trainer; activities on it are serialised by a lock."""
+    """Holds at most one run's trainer; activities on it are serialised by a lock. Under torchrun this
+    is rank 0, and its model calls (commands.py) run on every rank."""
 
     def __init__(self, artifacts_root: Path, worker_id: str | None = None, shared_queue: str = SHARED_QUEUE,
-                 liveness: ProcessLiveness | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S):
+                 liveness: ProcessLiveness | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+                 ranks: Ranks | None = None):
         self.artifacts_root = artifacts_root
         self.liveness = liveness
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.task_queue = f"{shared_queue}-{self.worker_id}"
-        self.trainer: Trainer | None = None
+        self.ranks = ranks
+        self.commands = TrainerCommands(artifacts_root, self.worker_id, ranks)
         self._lock = threading.Lock()
         # Held for microseconds only (announce runs on the event loop, the rest in threads).
         self._lease_lock = threading.Lock()
@@ -147,9 +154,20 @@ class TrainerActivities:
             with self._lease_lock:
                 self.lease.end(run_id)
 
+    @property
+    def trainer(self) -> Trainer | None:
+        return self.commands.trainer
+
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        self.commands.trainer = trainer
+
     def _fail(self, e: Exception) -> ApplicationError:
         # StoreUnavailable keeps its type: the workflow waits for the store (waiting-for-store) and calls again.
         # A full disk, however it surfaced, is DiskFull: the workflow waits for space (waiting-for-disk).
+        # Failed on another rank only: the type of that rank's error, the message names every rank's.
+        if isinstance(e, RankFailed):
+            return ApplicationError(str(e), type=e.error_type, non_retryable=True)
         e = disk_full(e) or e
         return ApplicationError(str(e), type=type(e).__name__, non_retryable=True)
 
@@ -159,23 +177,6 @@ class TrainerActivities:
             raise e
         log.warning("disk full: the run waits for space", extra={"error": str(disk_full(e))})
         return self._fail(e)
-
-    def _store(self, req: dict[str, Any]):
-        """The run's S3 store from the activity's `store` settings; None for file:// runs."""
-        try:
-            return store_for(req.get("store"), self.artifacts_root / ".cache" / "s3")
-        except Exception as e:  # noqa: BLE001 - a bad setting is the caller's to fix
-            raise ApplicationError(f"store settings {req.get('store')!r}: {e}", type="StoreConfigError", non_retryable=True) from e
-
-    def _trainer_for(self, run_id: str) -> Trainer:
-        if self.trainer is None or self.trainer.run_id != run_id:
-            held = self.trainer.run_id if self.trainer else None
-            raise ApplicationError(
-                f"worker {self.worker_id} holds no trainer for run {run_id!r} (holds {held!r}). "
-                "Fix: call trainer.load on this queue first (after a worker restart, load the last checkpoint)",
-                type="TrainerNotLoaded", non_retryable=True,
-            )
-        return self.trainer
 
     def _live(self, name: str, req: dict[str, Any]):
         """Timer heartbeats + the stall watchdog for one activity; the window comes with the request."""
@@ -198,12 +199,12 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.release", no_thread_cancel_exception=True)
     def release(self, req: dict[str, Any]) -> dict[str, Any]:
-        """The run ended: give the trainer back and free its model's memory. Idempotent."""
+        """The run ended: give the trainer back and free its model's memory (on every rank). Idempotent."""
         run_id = req.get("run_id")
         with self._lock, self._lease_lock:
             released = self.lease.release(run_id)
-            if released and self.trainer is not None and self.trainer.run_id == run_id:
-                self.trainer = None
+            if released:
+                self.commands.release(req)
         if released:
             release_freed_memory()
             log.info("trainer released", extra={"run_id": run_id, "worker_id": self.worker_id})
@@ -214,60 +215,31 @@ class TrainerActivities:
         run_id = req.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
-        store = self._store(req)
         with self._live("trainer.load", req) as live, self._lock, self._leased(run_id, on_busy="busy"):
             live.progress({"phase": "loading", "run_id": run_id})
             try:
-                cfg = parse_trainer_config(req.get("trainer_config") or {})
-                ckpt = req.get("checkpoint")
-                if ckpt is not None:
-                    check_ref(ckpt, "checkpoint")
-                    # Verify before building: a bad checkpoint must leave the current trainer as it is.
-                    read_checkpoint_state(ckpt, run_id, cfg.model_fingerprint(), store)
-                    live.progress({"phase": "checkpoint verified", "run_id": run_id})
-                current = self.trainer
-                if current is not None and current.run_id == run_id and current.cfg == cfg and ckpt is not None:
-                    restore_checkpoint(current, ckpt, store)
-                    new = current
-                else:
-                    new = Trainer(run_id, cfg)
-                    live.progress({"phase": "model built", "run_id": run_id})
-                    if ckpt is not None:
-                        restore_checkpoint(new, ckpt, store)
+                return self.commands.load(req, progress=live.progress)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
             except OSError as e:  # the S3 download cache filling its disk
                 raise self._disk_full_or_raise(e) from e
-            self.trainer = new
-            log.info("trainer loaded", extra={"run_id": run_id, "step": new.last_step,
-                                              "policy_version": new.policy_version, "from_checkpoint": ckpt is not None})
-            return {"step": new.last_step, "policy_version": new.policy_version, "ledger": sorted(new.ledger)}
 
     @activity.defn(name="trainer.step", no_thread_cancel_exception=True)
     def step(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._live("trainer.step", req) as live, self._lock, self._leased(req.get("run_id"), on_busy="gone"):
-            live.progress({"phase": "lock acquired", "step": req.get("step")})
-            trainer = self._trainer_for(req.get("run_id"))
             step = req.get("step")
-            if not isinstance(step, int) or step < 0:
-                raise ApplicationError(f"trainer.step needs step (an integer >= 0), got {step!r}", type="BatchError", non_retryable=True)
-            batch_sha256 = (req.get("batch") or {}).get("sha256")
-            try:
-                done = trainer.applied(step, batch_sha256)
-            except _NON_RETRYABLE as e:
-                raise self._fail(e) from e
-            if done is not None:
-                return done
+            live.progress({"phase": "lock acquired", "step": step})
             fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
             fault_step = os.environ.get(FAULT_STEP_ENV)
-            if fault_step not in (None, "") and int(fault_step) != step:
+            if fault_step not in (None, "") and fault_step != str(step):
                 fault_sleep = 0.0
 
             def heartbeat(progress: dict[str, Any]) -> None:
                 # Cancellation is checked here, between micro-batches, never injected into torch mid-kernel
                 # (an exception raised inside autograd's checkpoint hooks corrupts its thread state).
-                # The liveness thread's heartbeats bring the cancellation in.
-                if activity.is_cancelled():
+                # The liveness thread's heartbeats bring the cancellation in. Under several ranks the
+                # step runs to its end: the other ranks are already in the next micro-batch's collectives.
+                if activity.is_cancelled() and self.ranks is None:
                     raise activity_cancelled(step)
                 live.progress(progress)
                 if fault_sleep and progress["micro_batch"] > 0:
@@ -276,12 +248,11 @@ class TrainerActivities:
                     time.sleep(fault_sleep)  # a slow micro-batch: no progress, no heartbeat from this thread
 
             try:
-                batch = load_batch(check_ref(req.get("batch"), "batch"), check_ref(req.get("manifest"), "batch manifest"), self._store(req))
-                metrics = trainer.step(step, batch, heartbeat=heartbeat, batch_sha256=batch_sha256)
+                metrics, trainer = self.commands.step(req, heartbeat=heartbeat)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
             except tuple(_STEP_FAULTS) as e:
-                log.warning("step fault: nothing applied, the run skips this step", extra={"run_id": trainer.run_id, "step": step, "error": str(e)})
+                log.warning("step fault: nothing applied, the run skips this step", extra={"run_id": req.get("run_id"), "step": step, "error": str(e)})
                 raise ApplicationError(str(e), type=_STEP_FAULTS[type(e)], non_retryable=True) from e
             except OSError as e:  # the S3 download cache filling its disk while fetching the batch
                 raise self._disk_full_or_raise(e) from e
@@ -294,10 +265,9 @@ class TrainerActivities:
     @activity.defn(name="trainer.save", no_thread_cancel_exception=True)
     def save(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._live("trainer.save", req) as live, self._lock, self._leased(req.get("run_id"), on_busy="gone"):
-            trainer = self._trainer_for(req.get("run_id"))
             live.progress({"phase": "saving", "step": req.get("step")})
             try:
-                return save_checkpoint(trainer, self.artifacts_root, int(req.get("step", -2)), self._store(req))
+                return self.commands.save(req)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
             except OSError as e:
@@ -341,7 +311,8 @@ class JsonFormatter(logging.Formatter):
 
 async def run_worker(address: str | None, namespace: str | None, artifacts_root: Path, ready_file: Path | None = None,
                      shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None, profile: str | None = None,
-                     liveness_file: Path | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> None:
+                     liveness_file: Path | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+                     ranks: Ranks | None = None, rank_pids: list[int] | None = None) -> None:
     # address/namespace/profile: flags over TEMPORAL_* over temporal.toml (ratchet_trainer/connection.py).
     conn = connection.resolve(address, namespace, profile)
     client = await connection.connect_client(conn, **({"runtime": runtime} if runtime else {}))
@@ -349,17 +320,22 @@ async def run_worker(address: str | None, namespace: str | None, artifacts_root:
     # Touched every few seconds while the process runs and no activity is stalled; the stack's supervisor
     # kill -9s and restarts a trainer whose file goes stale (frozen, wedged): it cannot do that itself.
     liveness = ProcessLiveness(liveness_file).start()
-    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness, lease_ttl_s=lease_ttl_s)
+    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness, lease_ttl_s=lease_ttl_s, ranks=ranks)
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     shared = Worker(client, task_queue=shared_queue, activities=[acts.announce])
     own = Worker(client, task_queue=acts.task_queue, activities=[acts.announce, acts.load, acts.step, acts.save, acts.release],
                  activity_executor=pool, max_concurrent_activities=2)
-    log.info("trainer worker started", extra={"address": address, "worker_id": acts.worker_id,
+    world_size = ranks.size if ranks else 1
+    log.info("trainer worker started", extra={"address": address, "worker_id": acts.worker_id, "world_size": world_size,
                                               "task_queue": acts.task_queue, "artifacts": str(artifacts_root)})
     if ready_file is not None:
-        ready_file.write_text(json.dumps({"task_queue": acts.task_queue, "worker_id": acts.worker_id}))
-    await asyncio.gather(shared.run(), own.run())
+        ready_file.write_text(json.dumps({"task_queue": acts.task_queue, "worker_id": acts.worker_id,
+                                          "world_size": world_size, "rank_pids": rank_pids or [os.getpid()]}))
+    try:
+        await asyncio.gather(shared.run(), own.run())
+    finally:
+        acts.commands.stop_followers()
 
 
 def main() -> None:
@@ -385,13 +361,19 @@ def main() -> None:
         connection.resolve(args.address, args.namespace, args.profile)
     except connection.ConnectionConfigError as e:
         raise SystemExit(f"error: {e}") from None
-    runtime = telemetry_runtime(args.metrics_port)
-    log.info("Prometheus metrics", extra={"url": f"http://127.0.0.1:{args.metrics_port}/metrics" if runtime else "off"})
     if args.lease_minutes <= 0:
         raise SystemExit(f"--lease-minutes / RATCHET_TRAINER_LEASE_MINUTES={args.lease_minutes} must be > 0. Fix: e.g. 30")
+    # Under torchrun (WORLD_SIZE > 1) rank 0 is this worker and every other rank follows it (ranks.py).
+    ranks = Ranks() if launched_by_torchrun() else None
+    rank_pids = ranks.pids() if ranks else None
+    if ranks is not None and not ranks.leader:
+        follow(ranks, TrainerCommands(args.artifacts, f"rank {ranks.rank}", ranks))
+        return
+    runtime = telemetry_runtime(args.metrics_port)
+    log.info("Prometheus metrics", extra={"url": f"http://127.0.0.1:{args.metrics_port}/metrics" if runtime else "off"})
     try:
         asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime, args.profile,
-                               args.liveness_file, lease_ttl_s=args.lease_minutes * 60))
+                               args.liveness_file, lease_ttl_s=args.lease_minutes * 60, ranks=ranks, rank_pids=rank_pids))
     except ConnectionError as e:
         raise SystemExit(f"error: {e}") from None
 

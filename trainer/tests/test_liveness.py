@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from temporalio.testing import ActivityEnvironment
 
+from ratchet_trainer import commands as commands_mod
 from ratchet_trainer import worker as worker_mod
 from ratchet_trainer.core.config import ConfigError
 from ratchet_trainer.liveness import LivenessConfig, ProcessLiveness, Watchdog, activity_liveness
@@ -135,7 +136,7 @@ class SlowTrainer:
         return {"step": step, "applied": False}
 
 
-# trainer.step checks its refs before loading (load_batch is stubbed below): well-formed stand-ins.
+# trainer.step checks its refs before loading (commands.load_batch is stubbed below): well-formed stand-ins.
 _BATCH_REFS = {
     "batch": {"uri": "file:///nonexistent/batch.safetensors", "sha256": "0" * 64, "bytes": 1},
     "manifest": {"uri": "file:///nonexistent/manifest.json", "sha256": "1" * 64, "bytes": 1},
@@ -143,7 +144,7 @@ _BATCH_REFS = {
 
 
 def _acts(tmp_path: Path, monkeypatch, slow_s: float):
-    monkeypatch.setattr(worker_mod, "load_batch", lambda *_: SimpleNamespace())
+    monkeypatch.setattr(commands_mod, "load_batch", lambda *_: SimpleNamespace())
     acts = worker_mod.TrainerActivities(tmp_path, worker_id="test", liveness=ProcessLiveness(None))
     acts.trainer = SlowTrainer(slow_s)
     return acts
