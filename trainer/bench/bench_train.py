@@ -243,6 +243,9 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--layouts", default="padded,packed-sdpa,packed-flex", help="--packing: which layouts")
     ap.add_argument("--compile", action="store_true", help="--packing: torch.compile the decoder layers in every run")
+    ap.add_argument("--micro-batch-tokens", type=int, default=0,
+                    help="--packing: one token budget per micro-batch at every seq, as a run sets it "
+                         "(default max(4096, seq): at 4k and 8k a padded micro-batch then holds one sample)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -299,7 +302,8 @@ def main() -> None:
             for label in args.layouts.split(","):
                 packing, attn = layouts[label]
                 record(run_one(base, model_conf, "lora", args.rank, seq, True, samples, args.steps, device, peak, gen,
-                               packing=packing, lengths=lengths, micro_batch_tokens=max(4096, seq),
+                               packing=packing, lengths=lengths,
+                               micro_batch_tokens=args.micro_batch_tokens or max(4096, seq),
                                opts={"attn": attn, "compile": args.compile},
                                label=label + (" +compile" if args.compile else "")))
         print_table(results["runs"])
