@@ -51,3 +51,26 @@ def rank_main(rank: int, world: int, init_file: str, out: str, refs, odd_refs) -
             torch.save({**res, "odd_error": odd_error, "unchanged": unchanged}, out)
     finally:
         dist.destroy_process_group()
+
+
+def pretrained_cfg(model_dir: str):
+    return make_cfg("tiny", model={"path": model_dir, "config": None}, optim={"max_grad_norm": 0.0})
+
+
+def rank_main_pretrained(rank: int, world: int, init_file: str, out: str, refs, model_dir: str) -> None:
+    """A model from model.path across ranks: only rank 0 may read its weights (sharded_init.py)."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        if rank != 0:
+            import transformers
+
+            def refuse(*a, **k):
+                raise AssertionError(f"rank {rank} read the weights: only rank 0 may")
+            transformers.AutoModelForCausalLM.from_pretrained = refuse
+        tr = Trainer("run", pretrained_cfg(model_dir))
+        on_meta = [n for n, p in tr.model.named_parameters() if local_tensor(p.detach()).is_meta]
+        res = run_step(tr, refs)
+        if rank == 0:
+            torch.save({**res, "on_meta": on_meta}, out)
+    finally:
+        dist.destroy_process_group()

@@ -31,3 +31,34 @@ def test_two_ranks_give_the_single_process_loss_and_gradients(tmp_path):
         torch.testing.assert_close(dual["grads"][k], g, rtol=1e-5, atol=5e-7)
     for k, v in single["state"].items():
         torch.testing.assert_close(dual["state"][k], v, rtol=1e-5, atol=5e-7)
+
+
+def test_a_pretrained_model_across_ranks_is_read_by_rank_0_alone_and_trains_as_one_process(tmp_path):
+    """model.path under 2 ranks: every rank builds on the meta device and shards, rank 0 alone reads the
+    weights and broadcasts them (a model larger than one GPU never lands whole on one). The step equals
+    a single process that loaded the same directory with from_pretrained."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from helpers import TINY
+
+    conf = dict(TINY)
+    torch.manual_seed(123)  # weights unlike the seed-0 random init the trainer itself would draw
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(conf.pop("model_type"), **conf)).save_pretrained(tmp_path / "model")
+    vocab = 256
+    refs = write_batch(tmp_path, "b", make_samples(vocab), {"run_id": "run", "step": 0, "vocab_size": vocab})
+
+    single = dist_worker.run_step(Trainer("run", dist_worker.pretrained_cfg(str(tmp_path / "model"))), refs)
+
+    out = tmp_path / "rank0.pt"
+    mp.spawn(dist_worker.rank_main_pretrained, args=(2, str(tmp_path / "init"), str(out), refs, str(tmp_path / "model")),
+             nprocs=2, join=True)
+    dual = torch.load(out, weights_only=False)
+
+    assert dual["on_meta"] == []
+    for k in ("loss", "entropy", "tokens", "grad_norm"):
+        assert abs(single["metrics"][k] - dual["metrics"][k]) <= 1e-6 * max(1.0, abs(single["metrics"][k])), k
+    assert single["grads"].keys() == dual["grads"].keys() and single["grads"]
+    for k, g in single["grads"].items():
+        torch.testing.assert_close(dual["grads"][k], g, rtol=1e-5, atol=5e-7)
+    for k, v in single["state"].items():
+        torch.testing.assert_close(dual["state"][k], v, rtol=1e-5, atol=5e-7)

@@ -138,21 +138,24 @@ def set_training_mode(model: nn.Module) -> None:
         layer.training = True
 
 
-def build_model(cfg: TrainerConfig, device: torch.device, attn: str | None = None) -> nn.Module:
+def build_model(cfg: TrainerConfig, device: torch.device, attn: str | None = None,
+                dtype: torch.dtype | None = None) -> nn.Module:
     """The trainable model: base weights, then (if configured) a fresh LoRA adapter.
 
     Random init and LoRA's A matrices draw from torch's RNG seeded with cfg.seed,
     so a restart rebuilds bit-identical base weights before an adapter is loaded.
+    On the meta device only the structure is built (no memory, no weights read).
     """
-    model = build_base(cfg, device, attn)
+    model = build_base(cfg, device, attn, dtype)
     apply_activation_checkpointing(model, cfg.model.ac.freq)
     return make_trainable(model, cfg)
 
 
-def build_base(cfg: TrainerConfig, device: torch.device, attn: str | None = None) -> nn.Module:
+def build_base(cfg: TrainerConfig, device: torch.device, attn: str | None = None,
+               dtype: torch.dtype | None = None) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    dtype = resolve_dtype(cfg, device)
+    dtype = dtype or resolve_dtype(cfg, device)
     attn = attn or resolve_attn_implementation(cfg, device, False)
     torch.manual_seed(cfg.seed)
     if cfg.model.path is not None:
@@ -160,8 +163,13 @@ def build_base(cfg: TrainerConfig, device: torch.device, attn: str | None = None
         if not (path / "config.json").is_file():
             raise ConfigError(f"trainer_config.model.path {str(path)!r} has no config.json. "
                               "Fix: point at a local HF model directory (e.g. .ratchet/models/SmolLM2-135M-Instruct)")
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=attn)
-        model.to(device)
+        if device.type == "meta":
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)), dtype=dtype,
+                                                         attn_implementation=attn)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=attn)
+            model.to(device)
     else:
         conf = dict(cfg.model.config or {})
         model_type = conf.pop("model_type", None)

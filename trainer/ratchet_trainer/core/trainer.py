@@ -30,6 +30,7 @@ from .model import (build_model, check_kernel_support, chunked_head_supported, c
                     resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation,
                     set_training_mode, vocab_size)
 from .precision import MasterWeights
+from .sharded_init import build_sharded_from_rank0, upcast_trainable
 
 log = logging.getLogger(__name__)
 
@@ -74,24 +75,29 @@ class Trainer:
         # Kernel options are checked before any model is built or touched.
         self.attn_implementation = resolve_attn_implementation(cfg, self.device, self.packing)
         check_kernel_support(cfg, self.device, self.attn_implementation)
-        if model is None:
-            model = build_model(cfg, self.device, self.attn_implementation)
-        else:
-            set_attn_implementation(model, self.attn_implementation)
-        self.model = model
-        self.compiled = cfg.model.compile is True or (cfg.model.compile == "auto" and self.device.type == "cuda")
-        if self.compiled:
-            compile_layers(self.model)
         self.rank, self.world_size = world()
+        self.compiled = cfg.model.compile is True or (cfg.model.compile == "auto" and self.device.type == "cuda")
         compute = resolve_dtype(cfg, self.device)
-        if self.world_size > 1:
-            # FSDP2's mixed precision is the master-weight scheme across ranks: fp32 shards, bf16 compute.
-            for p in self.model.parameters():
-                if p.requires_grad:
-                    p.data = p.data.float()
-            causal = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-            shard_model(self.model, decoder_layers(self.model), causal.get_decoder(),
-                        compute if compute != torch.float32 else None)
+
+        def prepare(m: torch.nn.Module) -> None:  # compile, then (across ranks) shard
+            if self.compiled:
+                compile_layers(m)
+            if self.world_size > 1:
+                causal = m.get_base_model() if hasattr(m, "get_base_model") else m
+                shard_model(m, decoder_layers(m), causal.get_decoder(), compute if compute != torch.float32 else None)
+
+        if model is None and self.world_size > 1 and cfg.model.path is not None:
+            # Pretrained weights across ranks: never whole on a GPU (sharded_init.py).
+            model = build_sharded_from_rank0(cfg, self.device, self.attn_implementation, compute, prepare)
+        else:
+            if model is None:
+                model = build_model(cfg, self.device, self.attn_implementation)
+            else:
+                set_attn_implementation(model, self.attn_implementation)
+            if self.world_size > 1:
+                upcast_trainable(model)
+            prepare(model)
+        self.model = model
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # Logprobs from hidden states in chunks, unless the model post-processes its logits.
         self.logprob_chunk_tokens = cfg.logprob_chunk_tokens if chunked_head_supported(self.model) else 0
