@@ -136,7 +136,10 @@ async function devServer(): Promise<Server> {
   const env = await TestWorkflowEnvironment.createLocal({
     server: { executable: { type: 'existing-path', path: paths.temporalBin() }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
   });
-  return { name: 'dev server (SQLite in memory)', connection: env.nativeConnection, client: env.client, close: () => env.teardown() };
+  // The bench's client goes through the same Rust (native) connection as on the PostgreSQL server:
+  // env.client is a grpc-js client, whose 4 MB receive limit a 4,096-rollout step's reads exceed.
+  const client = new Client({ connection: env.nativeConnection });
+  return { name: 'dev server (SQLite in memory)', connection: env.nativeConnection, client, close: () => env.teardown() };
 }
 
 /** The self-hosted server on PostgreSQL, started fresh by the same script users run, on ports of its own. */
