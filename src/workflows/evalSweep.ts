@@ -78,6 +78,8 @@ export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: st
     inferenceBaseUrl: plan.inferenceBaseUrl,
     seed: (plan.seed * 1_000_003 + version * 7919 + taskIndex * 131 + sample) >>> 0,
     liveness: forActivity(livenessOf(plan), 'rollout'),
+    // The run's store, not the rollout worker's default: on another host a local path is unreadable.
+    ...(plan.artifacts ? { artifacts: plan.artifacts } : {}),
   };
 }
 

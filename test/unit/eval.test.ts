@@ -151,5 +151,18 @@ describe('evalRolloutInput', () => {
     expect(input.modelName).toBe('r1/policy-v3');
     expect(trajectoryKey('r1', input.step, input.groupId, 1)).toBe('runs/r1/evals/trajectories/eval-v3-t1/1.json');
     expect(trajectoryKey('r1', 0, 'g', 1)).toBe('runs/r1/steps/0/rollouts/g/1.json');
+    expect(input.artifacts).toBeUndefined(); // no [artifacts]: the worker's default store
+  });
+
+  it("sends each episode's trajectory to the run's own store, not the rollout worker's default", () => {
+    const config = parseRunConfig('[[env]]\nid = "swe-grep"\n', 'x.toml');
+    const artifacts = { url: 's3://bucket/runs-prefix', endpoint: 'http://10.0.0.1:9000' };
+    const s3Plan: EvalPlan = {
+      ...plan, envId: 'swe-grep', sampling: config.sampling, envArgs: config.env[0]!.args, rubric: config.env[0]!.rubric, sandbox: config.sandbox, artifacts,
+    };
+    const input = evalRolloutInput(s3Plan, 1, 't1', 'heldout.jsonl', 0, 0);
+    const parsed = RolloutInput.safeParse(input);
+    expect(parsed.success ? '' : parsed.error.message).toBe('');
+    expect(parsed.success && parsed.data.artifacts?.url).toBe('s3://bucket/runs-prefix');
   });
 });
