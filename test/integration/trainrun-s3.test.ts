@@ -21,14 +21,14 @@ import { runArtifacts } from '../../src/cli/runStore';
 import { generateReport } from '../../src/report';
 import { writeTaskSubset } from '../../src/tasks/subset';
 import type { EvalSweepResult } from '../../src/workflows/evalSweep';
-import { MINIO, REPO, describeLong, useMinioCredentials } from '../helpers/stack';
+import { MINIO, REPO, describeWithStack, useMinioCredentials } from '../helpers/stack';
 import { distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const QUEUE = `ratchet-inference-it-${process.pid}`;
 
-// Two real CPU steps with private worker dirs: a long test (npm run test:long), outside CI's budget.
-describeLong('TrainRun with an s3:// artifact store (real MinIO, private worker dirs)', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv', 'minio'], () => {
+// Two real CPU steps with private worker dirs and an eval sweep: ~1.5 minutes, part of CI.
+describeWithStack('TrainRun with an s3:// artifact store (real MinIO, private worker dirs)', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv', 'minio'], () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-trainrun-s3-'));
   const privateDir = (name: string) => path.join(dir, `${name}-artifacts`);
   const procs: Proc[] = [];
