@@ -23,6 +23,8 @@ BRIDGE="${RATCHET_NETNS_BRIDGE:-rtbr0}"
 SUBNET="${RATCHET_NETNS_SUBNET:-10.77.0}"
 GATEWAY="$SUBNET.1"
 HOSTS_DIR="${RATCHET_NETNS_DIR:-$RATCHET_HOME/hosts}"
+# Another set of hosts beside these (a second test): other RATCHET_NETNS_PREFIX, _BRIDGE,
+# _SUBNET, _VETH and _DIR.
 
 host_index() {
   local i
@@ -32,7 +34,8 @@ host_index() {
 addr() { echo "$SUBNET.$((10 + $(host_index "$1")))"; }
 ns() { host_index "$1" >/dev/null; echo "$PREFIX$1"; }
 # Interface names are at most 15 characters: the veth's root end is named by index.
-veth() { echo "rtv$(host_index "$1")"; }
+VETH_PREFIX="${RATCHET_NETNS_VETH:-rtv}"
+veth() { echo "$VETH_PREFIX$(host_index "$1")"; }
 
 up() {
   [ "$(id -u)" = 0 ] || die "network namespaces need root. Fix: sudo bash infra/cluster/netns.sh up"
