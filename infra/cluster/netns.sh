@@ -83,6 +83,15 @@ down() {
   log "hosts down"
 }
 
+# The top-level /tmp directories that hold any of the given paths ("/tmp/x" for /tmp/x/y/z).
+tmp_tops() {
+  local p
+  for p in "$@"; do
+    p=$(realpath -m "$p")
+    case "$p" in /tmp/?*) p=${p#/tmp/}; echo "/tmp/${p%%/*}" ;; esac
+  done | sort -u | tr '\n' ' '
+}
+
 # exec HOST CMD... : in the host's network namespace and a mount namespace of its own.
 run_on() {
   local h="$1"; shift
@@ -96,18 +105,28 @@ run_on() {
   # Every command on one host binds the same directories, so they share /tmp as on one machine.
   exec ip netns exec "$n" unshare --mount --propagation private -- bash -c '
     set -e
-    own=$1 hosts=$2 artifacts=$3 s3cache=$4; shift 4
+    own=$1 hosts=$2 artifacts=$3 s3cache=$4 carry=$5; shift 5
     keep=$(mktemp -d /run/ratchet-host.XXXXXX)
     mount --bind "$own" "$keep"
     mount -t tmpfs -o size=64k,mode=755 hosts "$hosts"
     mkdir -p "$own"
     mount --move "$keep" "$own"
     rmdir "$keep"
+    # The checkout and RATCHET_HOME stay at their paths when they live under /tmp (a CI
+    # clone): their trees, mounts included, are carried across the private /tmp.
+    carried=""
+    for d in $carry; do
+      k=$(mktemp -d /run/ratchet-carry.XXXXXX); mount --rbind "$d" "$k"; carried="$carried $d=$k"
+    done
     mount --bind "$own/tmp" /tmp
+    for dk in $carried; do
+      d=${dk%%=*} k=${dk#*=}; mkdir -p "$d"; mount --move "$k" "$d"; rmdir "$k"
+    done
     mount --bind "$own/artifacts" "$artifacts"
     mount --bind "$own/s3-cache" "$s3cache"
     exec "$@"
   ' ratchet-host "$own" "$HOSTS_DIR" "$RATCHET_HOME/artifacts" "$RATCHET_HOME/cache/s3" \
+    "$(tmp_tops "$RATCHET_ROOT" "$RATCHET_HOME" "$HOSTS_DIR")" \
     env RATCHET_HOST_NAME="$h" RATCHET_HOST_DIR="$own" "$@"
 }
 
