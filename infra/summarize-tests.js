@@ -4,10 +4,12 @@ const path = require('node:path');
 
 const dir = process.argv[2];
 let passed = 0, failed = 0, skipped = 0;
-// Only the reports themselves: the folder also holds artifacts such as the soak's saved histories.
+// Only the reports themselves (infra/test.sh names them jest-*.json and pytest-*.xml): the folder
+// also holds what tests leave there, such as the soak's saved histories and the multi-host timings.
 for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
   if (!entry.isFile()) continue;
   const file = entry.name;
+  if (!/^(jest-.*\.json|pytest-.*\.xml)$/.test(file)) continue;
   const text = fs.readFileSync(path.join(dir, file), 'utf8');
   if (file.endsWith('.json')) {
     const r = JSON.parse(text);
@@ -21,6 +23,10 @@ for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
       passed += total - fail - skip; failed += fail; skipped += skip;
     }
   }
+}
+if (![passed, failed, skipped].every(Number.isFinite)) {
+  console.log(`test summary unreadable (${passed} passed, ${failed} failed, ${skipped} skipped): a report in ${dir} is not in the expected format`);
+  process.exit(1);
 }
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
 process.exit(failed > 0 ? 1 : 0);
