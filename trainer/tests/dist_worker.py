@@ -28,6 +28,20 @@ def capture_grads(tr: Trainer) -> dict[str, torch.Tensor]:
     return grads
 
 
+def assert_same_step(single: dict, dual: dict, metrics=("loss", "entropy", "tokens", "grad_norm")) -> None:
+    """Ranks' step (rank 0's results) against one process's: metrics, every gradient, the update.
+    fp32: one process sums its micro-batches in another order than the ranks' reduced parts
+    (trajectory units decide the micro-batches), so single elements differ in the last bits
+    (~1e-7), and so do the updated weights."""
+    for k in metrics:
+        assert abs(single["metrics"][k] - dual["metrics"][k]) <= 1e-6 * max(1.0, abs(single["metrics"][k])), k
+    assert single["grads"].keys() == dual["grads"].keys() and single["grads"]
+    for k, g in single["grads"].items():
+        torch.testing.assert_close(dual["grads"][k], g, rtol=1e-5, atol=5e-7)
+    for k, v in single["state"].items():
+        torch.testing.assert_close(dual["state"][k], v, rtol=1e-5, atol=5e-7)
+
+
 def run_step(tr: Trainer, refs) -> dict:
     grads = capture_grads(tr)
     metrics = tr.step(0, load_batch(*refs))
