@@ -1,18 +1,23 @@
 /**
  * bench:learn — does a Ratchet run make the agent better? Two TrainRuns on the real
  * CPU stack, identical (config, seed, tasks) but for the learning rate: the run
- * (`--lr`) and a control with lr 0, one after the other in this bench run. Then an
- * EvalSweep of each at policy v0 and at its final version on held-out tasks, k
- * samples per task, with a bootstrap 95% confidence interval over tasks.
+ * (`--lr`) and a control with lr 0, side by side (the bench starts a second trainer
+ * worker, so each run holds one). Then an EvalSweep of each at policy v0 and at its
+ * final version on held-out tasks, k samples per task, with a bootstrap 95%
+ * confidence interval over tasks.
  *
- * Task distribution: swe-grep localization (taskgen's synthesized bugs in tiny
- * repositories): the issue names a function, and `grep -rn <name>` finds the file
- * that defines it, so a 135M model can succeed by a policy it can learn (call bash
- * with grep, then answer with the file it printed). Fair because the control sees
- * the same tasks, seeds and sampling; only the updates differ.
+ * Task distribution (`--tasks traceback`, the default): swe-grep localization over
+ * taskgen's bugs, each issue rewritten as the failing test's traceback
+ * (src/tasks/traceback.ts). The test file and the library file each appear once, and
+ * only the library file is right, so a 135M model has something it can learn (pick
+ * the frame outside the tests) and a chance to stumble on it at v0 (GRPO needs reward
+ * variance within a group). `--tasks plain` keeps taskgen's issues, which need a
+ * search the model does not make. Fair because the control sees the same tasks,
+ * seeds and sampling; only the updates differ.
  *
- * Needs `ratchet up` and the task sets (infra/tasks.sh). Writes its table into BENCHMARKS.md.
- *   npm run bench:learn [-- --steps 30 --batch 4 --rollouts 4 --lr 2e-4 --eval-tasks 8 --k 4]
+ * Needs `ratchet up` and the task sets (infra/tasks.sh). Writes its table into
+ * BENCHMARKS.md and each run's HTML report (the other run's reward drawn beside it).
+ *   npm run bench:learn [-- --steps 30 --batch 1 --rollouts 4 --lr 2e-4 --eval-tasks 8 --k 4 --max-turns 1 --temperature 0.7]
  */
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
@@ -22,7 +27,11 @@ import type { StepRecord } from '../activities/metrics';
 import { LocalArtifactStore } from '../artifacts/store';
 import { connectClient } from '../cli/temporal';
 import { paths, TASK_QUEUES } from '../shared/paths';
+import { generateReport } from '../report';
+import { workerSpecs } from '../stack';
+import { startService, stopService } from '../stack/processes';
 import { writeTaskSubset } from '../tasks/subset';
+import { tracebackVariant } from '../tasks/traceback';
 import type { EvalSweepResult } from '../workflows/evalSweep';
 import type { TrainRunInput } from '../workflows/types';
 import { machineLine, writeBenchSection } from './benchmarksFile';
@@ -32,13 +41,20 @@ const arg = (name: string, fallback: string): string => {
   return i >= 0 ? process.argv[i + 1]! : fallback;
 };
 const STEPS = Number(arg('steps', '30'));
-const BATCH = Number(arg('batch', '4'));
+const BATCH = Number(arg('batch', '1'));
 const ROLLOUTS = Number(arg('rollouts', '4'));
 const LR = Number(arg('lr', '2e-4'));
 const EVAL_TASKS = Number(arg('eval-tasks', '8'));
 const K = Number(arg('k', '4'));
+const MAX_TURNS = Number(arg('max-turns', '1'));
+const FEW_SHOT = arg('few-shot', 'true') === 'true';
+// 0.7: at 1.0 SmolLM2-135M's tool arguments are mostly noise; at 0.4 it copies the test path nearly every time.
+const TEMPERATURE = Number(arg('temperature', '0.7'));
+const TASKS = arg('tasks', 'traceback');
+if (TASKS !== 'traceback' && TASKS !== 'plain') throw new Error(`--tasks must be traceback or plain, got ${JSON.stringify(TASKS)}`);
 
-function config(dir: string, name: string, lr: number): string {
+/** Run config: one-turn episodes (read the traceback, answer) keep a 30-step run and its control near an hour on 2 CPU cores. */
+function config(dir: string, name: string, lr: number, dataset: string): string {
   const file = path.join(dir, `${name}.toml`);
   writeFileSync(file, `name = "${name}"
 [trainer]
@@ -52,8 +68,8 @@ alpha = 16
 [trainer.optim]
 lr = ${lr}
 [sampling]
-temperature = 1.0
-max_tokens = 128
+temperature = ${TEMPERATURE}
+max_tokens = 96
 tool_choice = "required"
 [orchestrator]
 batch_size = ${BATCH}
@@ -65,12 +81,12 @@ max_concurrent_rollouts = ${BATCH * ROLLOUTS}
 seed = 0
 [[env]]
 id = "swe-grep"
-dataset = "train.jsonl"
+dataset = "${dataset}"
 [env.args]
-max_tokens = 512
-max_tool_calls = 8
-max_turns = 6
-few_shot = true
+max_tokens = 384
+max_tool_calls = ${MAX_TURNS}
+max_turns = ${MAX_TURNS}
+few_shot = ${FEW_SHOT}
 `);
   return file;
 }
@@ -95,12 +111,12 @@ export function bootstrapCi(values: number[], draws = 2000, seed = 1): { mean: n
 interface EvalPoint { version: number; reward: { mean: number; lo: number; hi: number }; fileF1: number | null; episodes: number }
 interface RunResult { runId: string; records: StepRecord[]; evals: EvalPoint[] }
 
-async function train(dir: string, name: string, lr: number, evalSet: string): Promise<RunResult> {
+async function train(dir: string, name: string, lr: number, dataset: string, evalSet: string): Promise<RunResult> {
   const { client, close } = await connectClient();
   const runId = `${name}-${Date.now().toString(36)}`;
   try {
     process.stderr.write(`${name}: run ${runId}, ${STEPS} steps of ${BATCH}x${ROLLOUTS} rollouts, lr ${lr}\n`);
-    const input: TrainRunInput = { configPath: config(dir, name, lr), runId };
+    const input: TrainRunInput = { configPath: config(dir, name, lr, dataset), runId };
     await client.workflow.execute('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input] });
     const records = readFileSync(path.join(paths.artifacts(), 'runs', runId, 'metrics.jsonl'), 'utf8')
       .split('\n').filter(Boolean).map((l) => JSON.parse(l) as StepRecord);
@@ -123,13 +139,38 @@ async function train(dir: string, name: string, lr: number, evalSet: string): Pr
   }
 }
 
+/** A second trainer worker for the bench's duration: a trainer serves one run at a time (its lease), and the two runs go side by side. */
+const SECOND_TRAINER = 'worker-trainer-bench-learn';
+async function startSecondTrainer(): Promise<void> {
+  const spec = workerSpecs().find((w) => w.name === 'worker-trainer');
+  if (!spec) throw new Error('no worker-trainer in the stack spec (src/stack/index.ts)');
+  // No metrics port (the stack's trainer holds the default one) and no liveness file (the supervisor does not own it).
+  await startService({ ...spec, name: SECOND_TRAINER, args: [...spec.args, '--metrics-port', 'off'], env: { PYTHONUNBUFFERED: '1' } });
+}
+
 async function main(): Promise<void> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-learn-'));
-  const evalSet = path.join(dir, `heldout-first${EVAL_TASKS}.jsonl`);
-  const written = writeTaskSubset(resolveTaskset('heldout').file, EVAL_TASKS, evalSet);
+  const variant = TASKS === 'traceback' ? tracebackVariant : undefined;
+  const trainSet = path.join(dir, `train-${TASKS}.jsonl`);
+  writeTaskSubset(path.join(paths.tasks(), 'train.jsonl'), Number.MAX_SAFE_INTEGER, trainSet, variant);
+  const evalSet = path.join(dir, `heldout-${TASKS}-first${EVAL_TASKS}.jsonl`);
+  const written = writeTaskSubset(resolveTaskset('heldout').file, EVAL_TASKS, evalSet, variant);
   if (written < EVAL_TASKS) throw new Error(`the heldout task set has ${written} rows; --eval-tasks asked for ${EVAL_TASKS}`);
-  const learn = await train(dir, 'bench-learn', LR, evalSet);
-  const control = await train(dir, 'bench-learn-control', 0, evalSet);
+  await startSecondTrainer();
+  let learn: RunResult;
+  let control: RunResult;
+  try {
+    [learn, control] = await Promise.all([
+      train(dir, 'bench-learn', LR, trainSet, evalSet),
+      train(dir, 'bench-learn-control', 0, trainSet, evalSet),
+    ]);
+  } finally {
+    await stopService(SECOND_TRAINER);
+  }
+  const reports = [
+    await generateReport(learn.runId, { baseline: control.runId }),
+    await generateReport(control.runId, { baseline: learn.runId }),
+  ];
 
   const curve = (r: RunResult) => r.records.map((x) => x.mean_reward.toFixed(2)).join(' ');
   // correct_files is the recall of the gold file: 1 when the answer names it. Its step mean is the share of episodes that end correct.
@@ -146,11 +187,13 @@ async function main(): Promise<void> {
   const section = writeBenchSection('learn', [
     '### Does it learn? A run against an lr-0 control (real CPU stack)',
     '',
-    `Two TrainRuns of ${STEPS} steps, ${BATCH} swe-grep tasks x ${ROLLOUTS} rollouts, same config, seed and tasks; lr ${LR} vs 0.`,
+    `Two TrainRuns of ${STEPS} steps side by side, ${BATCH} swe-grep tasks (${TASKS} issues) x ${ROLLOUTS} rollouts, ` +
+      `same config, seed and tasks; lr ${LR} vs 0. Episodes of at most ${MAX_TURNS} turns, few-shot ${FEW_SHOT}, temperature ${TEMPERATURE}.`,
     `EvalSweep of each at v0 and its final version on the first ${EVAL_TASKS} held-out tasks, k=${K}; reward mean over tasks`,
     'with a bootstrap 95% interval. Reward / correct share: mean of the first and last quarter of the steps.',
     '',
-    `Command: \`npm run bench:learn -- --steps ${STEPS} --batch ${BATCH} --rollouts ${ROLLOUTS} --lr ${LR} --eval-tasks ${EVAL_TASKS} --k ${K}\` (source \`src/bench/learn.ts\`).`,
+    `Command: \`npm run bench:learn -- --steps ${STEPS} --batch ${BATCH} --rollouts ${ROLLOUTS} --lr ${LR} --eval-tasks ${EVAL_TASKS} --k ${K} ` +
+      `--max-turns ${MAX_TURNS} --few-shot ${FEW_SHOT} --temperature ${TEMPERATURE} --tasks ${TASKS}\` (source \`src/bench/learn.ts\`).`,
     `Machine: ${machineLine()}.`,
     '',
     '| run | id | steps | reward (first → last quarter) | correct file (first → last quarter) | eval v0 [95% CI] | eval final [95% CI] |',
@@ -162,7 +205,8 @@ async function main(): Promise<void> {
     '',
     `Reward per step, control: ${curve(control)}`,
     '',
-    `The curves are also in each run's HTML report: \`ratchet report ${learn.runId}\`, \`ratchet report ${control.runId}\`.`,
+    `Both curves are in each run's HTML report (the other run dashed): ${reports.map((r) => `\`${path.relative(paths.artifacts(), r.file)}\``).join(', ')} ` +
+      `under the artifacts root, or \`ratchet report ${learn.runId} --baseline ${control.runId}\`.`,
   ]);
   process.stdout.write(`${section}\n`);
 }

@@ -45,6 +45,14 @@ export interface ReportData {
    */
   mismatch: { absMean: (number | null)[]; absMax: (number | null)[]; maskedFrac: (number | null)[]; cappedFrac: (number | null)[] };
   evals: EvalSeries[];
+  /** Another run's mean reward per step, drawn beside this run's (`ratchet report --baseline`): a control run, say. */
+  baseline?: BaselineSeries;
+}
+
+export interface BaselineSeries {
+  runId: string;
+  /** Mean reward at each of this report's steps; null where the baseline has no such step. */
+  mean: (number | null)[];
 }
 
 export interface EvalSeries {
@@ -81,7 +89,14 @@ function addInto(into: Map<string, number>, hist: Record<string, number>): void 
 
 const round = (x: number, digits = 4): number => Number(x.toFixed(digits));
 
-export function buildReportData(runId: string, records: StepRecord[], evals: EvalResult[], now = new Date()): ReportData {
+/** The baseline's mean reward aligned to the report's steps (matched by step number, not by position). */
+export function buildBaselineSeries(baselineRunId: string, baseline: StepRecord[], steps: number[]): BaselineSeries {
+  const byStep = new Map(baseline.map((r) => [r.step, r.reward.mean]));
+  return { runId: baselineRunId, mean: steps.map((s) => byStep.get(s) ?? null) };
+}
+
+export function buildReportData(runId: string, records: StepRecord[], evals: EvalResult[], now = new Date(),
+  baseline?: { runId: string; records: StepRecord[] }): ReportData {
   if (records.length === 0) throw new Error('buildReportData needs at least one step record');
   const sorted = [...records].sort((a, b) => a.step - b.step);
   const first = sorted[0]!;
@@ -156,6 +171,7 @@ export function buildReportData(runId: string, records: StepRecord[], evals: Eva
       cappedFrac: sorted.map((r) => trainerMetric(r, 'mismatch_capped_frac')),
     },
     evals: buildEvalSeries(evals),
+    ...(baseline ? { baseline: buildBaselineSeries(baseline.runId, baseline.records, sorted.map((r) => r.step)) } : {}),
   };
 }
 

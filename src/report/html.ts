@@ -148,8 +148,10 @@ const CLIENT_JS = String.raw`
     { label: 'mean', data: D.reward.mean, borderColor: '#3b5bdb', backgroundColor: '#3b5bdb', borderWidth: 2.5, pointRadius: labels.length > 40 ? 0 : 2.5, tension: 0.25 },
     { label: 'mean - std', data: lo, borderColor: 'transparent', pointRadius: 0, fill: false },
     { label: 'min', data: D.reward.min, borderColor: 'transparent', pointRadius: 0, fill: false }
-  ] }, options: { interaction: { mode: 'index', intersect: false }, scales: { x: stepAxis, y: { title: { display: true, text: 'reward' } } },
-    plugins: { legend: { labels: { filter: function (it) { return it.datasetIndex <= 2; },
+  ].concat(D.baseline ? [{ label: 'baseline ' + D.baseline.runId, data: D.baseline.mean, borderColor: '#e8590c', backgroundColor: '#e8590c',
+    borderDash: [6, 4], borderWidth: 2, pointRadius: labels.length > 40 ? 0 : 2, tension: 0.25, spanGaps: true, fill: false }] : []) },
+    options: { interaction: { mode: 'index', intersect: false }, scales: { x: stepAxis, y: { title: { display: true, text: 'reward' } } },
+    plugins: { legend: { labels: { filter: function (it) { return it.datasetIndex <= 2 || it.datasetIndex === 5; },
       generateLabels: function (c) { var l = Chart.defaults.plugins.legend.labels.generateLabels(c);
         return l.map(function (x) { if (x.text === 'max') x.text = 'min–max'; if (x.text === 'mean + std') x.text = '± std'; return x; }); } } } } } });
 
@@ -239,7 +241,8 @@ ${rolloutShareCard(data)}
 ${latestEvalCard(data)}
 </div>
 <div class="grid">
-${section('reward', 'Reward per step', 'Mean over the step\'s rollouts; bands show ± one standard deviation and the min–max range.', canvas('chart-reward', 300), true)}
+${section('reward', 'Reward per step', 'Mean over the step\'s rollouts; bands show ± one standard deviation and the min–max range.' +
+    (data.baseline ? ` Dashed: the mean reward of run ${escapeHtml(data.baseline.runId)} at the same steps.` : ''), canvas('chart-reward', 300), true)}
 ${section('components', 'Reward components', 'Each rubric component\'s mean, logged on its own.', Object.keys(data.components).length ? canvas('chart-components') : none('reward components'))}
 ${section('mismatch', 'Train/inference mismatch', 'How far the trainer\'s logprobs of the sampled tokens are from vLLM\'s, and the share of tokens the loss\'s correction masked (floor logprobs, or over the threshold) or capped (truncated importance weight).',
     data.mismatch.absMean.some((x) => x !== null) ? canvas('chart-mismatch') : none('trainer mismatch metrics'))}

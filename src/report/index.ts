@@ -28,14 +28,19 @@ export function defaultReportPath(runId: string, artifactsRoot = paths.artifacts
  * opts.store: the run's store (`ratchet report` finds it from --config or the run's memo);
  * opts.artifactsRoot: a local store directory (tests, benches); neither: the default store.
  */
-export async function generateReport(runId: string, opts: { out?: string; artifactsRoot?: string; store?: ArtifactStore; now?: Date } = {}): Promise<ReportOutcome> {
+export async function generateReport(runId: string, opts: {
+  out?: string; artifactsRoot?: string; store?: ArtifactStore; now?: Date;
+  /** Another run (same store) whose mean reward the reward chart draws beside this run's: a control run, say. */
+  baseline?: string;
+} = {}): Promise<ReportOutcome> {
   const t0 = performance.now();
   const root = opts.artifactsRoot ?? paths.artifacts();
   // Records and evals come through the store (s3:// or file://); the HTML is a local file.
   const store = opts.store ?? opts.artifactsRoot ?? defaultStore();
   const records = await loadStepRecords(runId, store);
   const { results, skipped } = await loadEvalResults(runId, store);
-  const html = renderReportHtml(buildReportData(runId, records, results, opts.now));
+  const baseline = opts.baseline ? { runId: opts.baseline, records: await loadStepRecords(opts.baseline, store) } : undefined;
+  const html = renderReportHtml(buildReportData(runId, records, results, opts.now, baseline));
   const file = path.resolve(opts.out ?? defaultReportPath(runId, root));
   await fs.mkdir(path.dirname(file), { recursive: true });
   const tmp = `${file}.tmp-${process.pid}`;

@@ -16,6 +16,16 @@ describe('report data', () => {
     const r = { ...records[0]!, episodes: 10, started_at: '2025-01-01T00:00:00Z', finished_at: '2025-01-01T00:06:00Z' };
     expect(buildReportData('r', [r], []).throughput.episodesPerHour[0]).toBe(100);
   });
+  it('aligns a baseline run by step number, null where it has no such step', () => {
+    const mine = syntheticStepRecords(4);
+    const theirs = syntheticStepRecords(6).filter((r) => r.step !== 2).map((r) => ({ ...r, reward: { ...r.reward, mean: 10 + r.step } }));
+    const d = buildReportData('r', mine, [], new Date(), { runId: 'control', records: [...theirs].reverse() });
+    expect(d.baseline).toEqual({ runId: 'control', mean: [10, 11, null, 13] });
+    expect(buildReportData('r', mine, []).baseline).toBeUndefined();
+    const html = renderReportHtml(d, '');
+    expect(html).toContain('mean reward of run control at the same steps');
+    expect(renderReportHtml(buildReportData('r', mine, []), '')).not.toContain('at the same steps');
+  });
   it('groups evals by task set across versions', () => {
     const d = buildReportData('r', records, syntheticEvalResults('r', [5, 0, 10]));
     expect(d.evals).toHaveLength(1);
