@@ -50,6 +50,16 @@ const MAX_TURNS = Number(arg('max-turns', '1'));
 const FEW_SHOT = arg('few-shot', 'true') === 'true';
 // 0.7: at 1.0 SmolLM2-135M's tool arguments are mostly noise; at 0.4 it copies the test path nearly every time.
 const TEMPERATURE = Number(arg('temperature', '0.7'));
+// Rubric weights over swe-grep's defaults. Its defaults score a wrong answer (-0.8) below no answer (-0.5), so
+// GRPO's advantages teach a small model to stop answering before it finds a right one: the first attempt's
+// learning run went silent in 15 of 28 episodes against the control's 5 (BENCHMARKS.md). Here a wrong answer
+// (-0.25) scores above silence and a right one (1.5) far above both.
+const RUBRIC = arg('rubric', 'incorrect_files_penalty=0.25,completion_bonus=0.5');
+const rubricToml = RUBRIC === '' ? '' : `[env.rubric]\n${RUBRIC.split(',').map((kv) => {
+  const [k, v] = kv.split('=');
+  if (!k || !/^[a-z_]+$/.test(k) || v === undefined || !Number.isFinite(Number(v))) throw new Error(`--rubric: "${kv}" is not name=number (e.g. completion_bonus=0.5)`);
+  return `${k} = ${Number(v)}`;
+}).join('\n')}\n`;
 const TASKS = arg('tasks', 'traceback');
 if (TASKS !== 'traceback' && TASKS !== 'plain') throw new Error(`--tasks must be traceback or plain, got ${JSON.stringify(TASKS)}`);
 
@@ -87,7 +97,7 @@ max_tokens = 384
 max_tool_calls = ${MAX_TURNS}
 max_turns = ${MAX_TURNS}
 few_shot = ${FEW_SHOT}
-`);
+${rubricToml}`);
   return file;
 }
 
@@ -188,7 +198,7 @@ async function main(): Promise<void> {
     '### Does it learn? A run against an lr-0 control (real CPU stack)',
     '',
     `Two TrainRuns of ${STEPS} steps side by side, ${BATCH} swe-grep tasks (${TASKS} issues) x ${ROLLOUTS} rollouts, ` +
-      `same config, seed and tasks; lr ${LR} vs 0. Episodes of at most ${MAX_TURNS} turns, few-shot ${FEW_SHOT}, temperature ${TEMPERATURE}.`,
+      `same config, seed and tasks; lr ${LR} vs 0. Episodes of at most ${MAX_TURNS} turns, few-shot ${FEW_SHOT}, temperature ${TEMPERATURE}; rubric weights over swe-grep's defaults: ${RUBRIC || 'none'}.`,
     `EvalSweep of each at v0 and its final version on the first ${EVAL_TASKS} held-out tasks, k=${K}; reward mean over tasks`,
     'with a bootstrap 95% interval. Reward / correct share: mean of the first and last quarter of the steps.',
     '',
