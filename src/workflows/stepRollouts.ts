@@ -18,7 +18,7 @@ import {
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
-import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
+import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
@@ -37,9 +37,6 @@ const { storeRolloutSummaries } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
   retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
 });
-
-/** Summaries per stored part (src/activities/rolloutSummaries.ts SUMMARIES_PER_PART; workflow code cannot import it). */
-const SUMMARIES_PER_PART = 1000;
 
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
 export const SUMMARIES_BY_REF_PATCH = PATCHES.summariesByRef;
