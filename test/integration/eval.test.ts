@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
-import { createEvalActivities, type EvalSweepInput } from '../../src/activities/eval';
+import { createEvalActivities } from '../../src/activities/eval';
+import type { EvalSweepInput, EvalSweepResult } from '../../src/contracts/eval';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { main } from '../../src/cli/index';
 import { EXIT } from '../../src/cli/exit';
@@ -20,7 +21,6 @@ import { logger } from '../../src/shared/logger';
 import { paths } from '../../src/shared/paths';
 import type { SyncWeightsInput } from '../../src/activities/weightSync';
 import type { RolloutInput } from '../../src/workflows/activityTypes';
-import type { EvalSweepResult } from '../../src/workflows/evalSweep';
 
 const TEMPORAL = paths.temporalBin();
 const maybe = existsSync(TEMPORAL) ? describe : describe.skip;
