@@ -23,7 +23,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { resolveTaskset } from '../evals/tasksets';
-import type { StepRecord } from '../activities/metrics';
+import type { StepRecord } from '../contracts';
 import { LocalArtifactStore } from '../artifacts/store';
 import { connectClient } from '../cli/temporal';
 import { paths, TASK_QUEUES } from '../shared/paths';
@@ -33,7 +33,7 @@ import { startService, stopService } from '../stack/processes';
 import { writeTaskSubset } from '../tasks/subset';
 import { tracebackVariant } from '../tasks/traceback';
 import type { EvalSweepResult } from '../contracts/eval';
-import type { TrainRunInput } from '../workflows/types';
+import type { TrainRunInput } from '../contracts';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 
 export interface LearnOptions {

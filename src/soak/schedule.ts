@@ -5,7 +5,7 @@
  * Every kind and every phase are covered as soon as there are as many faults as
  * kinds (resp. phases): each is a round of a seeded shuffle, not a random draw.
  */
-import type { Phase } from '../workflows/types';
+import type { Phase } from '../contracts';
 
 export const FAULT_KINDS = [
   'kill-main', // kill -9 of the workflow worker

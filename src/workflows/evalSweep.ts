@@ -6,14 +6,13 @@
  * this workflow's memo, so the Web UI shows them without opening a file.
  */
 import { ApplicationFailure, log, patched, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
+import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
 import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalSweepResult, EvalVersionSummary } from '../contracts/eval';
-import type { MainActivities } from '../activities';
 import { adapterName } from '../shared/adapters';
 import { EVAL_STEP } from '../shared/steps';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { syncAllHosts } from './inferenceWait';
 import { PATCHES } from './patches';
-import type { RolloutActivities, RolloutInput } from './activityTypes';
 
 export type { EvalSweepInput, EvalSweepResult } from '../contracts/eval';
 

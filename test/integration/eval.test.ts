@@ -19,8 +19,7 @@ import { EvalResult } from '../../src/report/records';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import { logger } from '../../src/shared/logger';
 import { paths } from '../../src/shared/paths';
-import type { SyncWeightsInput } from '../../src/activities/weightSync';
-import type { RolloutInput } from '../../src/workflows/activityTypes';
+import type { RolloutInput, SyncWeightsInput } from '../../src/contracts';
 
 const TEMPORAL = paths.temporalBin();
 const maybe = existsSync(TEMPORAL) ? describe : describe.skip;
