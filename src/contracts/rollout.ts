@@ -2,7 +2,9 @@
  * The rollout activity's input, as the rollout worker validates it: what
  * StepRollouts and EvalSweep send for one episode. Its result is a
  * RolloutSummary (src/rollouts/trajectory.ts): a reference to the saved
- * trajectory and a small summary, never the trajectory itself.
+ * trajectory and a small summary, never the trajectory itself. What workflows
+ * send is `RolloutInput` in ./activities.ts, a narrower shape this schema accepts
+ * (src/activities/index.ts checks that at compile time).
  */
 import { z } from 'zod';
 import { ArtifactsFields, RunConfig } from '../config/schema';
