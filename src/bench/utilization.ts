@@ -15,7 +15,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { connectClient } from '../cli/temporal';
 import { DEFAULTS, paths, TASK_QUEUES } from '../shared/paths';
-import type { StepRecord } from '../contracts';
+import { StepRecord } from '../contracts';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 import type { TrainRunInput, TrainRunResult } from '../contracts';
 
@@ -99,7 +99,7 @@ async function measure(dir: string, asyncLevel: number): Promise<Measured> {
   const wallS = (performance.now() - t0) / 1000;
   await sampler;
   const records = readFileSync(path.join(paths.artifacts(), 'runs', runId, 'metrics.jsonl'), 'utf8')
-    .split('\n').filter(Boolean).map((l) => JSON.parse(l) as StepRecord);
+    .split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)));
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
   return {
     asyncLevel,
