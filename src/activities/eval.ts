@@ -4,270 +4,29 @@
  * policy version's results. Episodes themselves run through the rollout worker's
  * `rollout` activity, the same code path training uses.
  */
-import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../artifacts/settings';
 import type { ArtifactStore } from '../artifacts/store';
-import { sha256 } from '../artifacts/store';
 import { storeFor, storeForRef } from '../artifacts/stores';
 import type { RunConfig } from '../config/schema';
-import { bareFunction, setScores } from '../envs/swe-grep/rewards';
-import { normalizePath } from '../envs/shell';
-import type { EvalResult, Prf } from '../report/records';
-import { isUnscored, type RolloutSummary, type Trajectory } from '../rollouts/trajectory';
+import type { EvalActivities, EvalPlan, EvalSweepInput, EvalVersionSummary, RecordEvalInput } from '../contracts/eval';
+import type { Environment } from '../envs/types';
+import { scoreEval, splitEpisodes, type ScoredEpisode } from '../evals/scoring';
+import { loadEvalTaskset } from '../evals/tasksets';
+import type { Trajectory } from '../rollouts/trajectory';
 import type { Logger } from '../shared/logger';
-import { paths } from '../shared/paths';
-import { loadTasks, TaskLoadError } from '../tasks/load';
-import { goldFiles, type Task } from '../tasks/schema';
 import { evalEpisodesTotal } from '../metrics';
-import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
+import { forActivity, livenessOf } from '../shared/liveness';
+import { createEnvironmentResolver } from './environments';
 import { withLiveness, type Liveness } from './liveness';
-
-export interface EvalSweepInput {
-  runId: string;
-  /** Explicit policy versions; wins over `newest`. */
-  versions?: number[];
-  /** The newest N policy versions the run has produced (default 1). */
-  newest?: number;
-  /** A task set name under the task dir (`heldout` → .ratchet/tasks/heldout.jsonl) or a file path. */
-  taskset?: string;
-  /** Samples per task (pass@k's n). */
-  k?: number;
-  /** Re-evaluate versions that already have a result for this task set. */
-  force?: boolean;
-  /** In-flight rollouts at once. */
-  maxConcurrent?: number;
-  /**
-   * The run's [artifacts] store (never a credential): the sweep reads the run and
-   * writes its results there. Absent (inputs from before this field): the worker's
-   * default store, RATCHET_ARTIFACTS_URL or the local directory.
-   */
-  artifacts?: StoreSettings;
-}
-
-export interface EvalTaskRef {
-  instanceId: string;
-  datasetPath: string;
-  hasTests: boolean;
-}
-
-export interface EvalPlan {
-  runId: string;
-  taskset: { name: string; path: string; hash: string; tasks: number };
-  k: number;
-  versions: number[];
-  skipped: number[];
-  tasks: EvalTaskRef[];
-  envId: string;
-  taskSetDir: string;
-  sampling: RunConfig['sampling'];
-  envArgs: RunConfig['env'][number]['args'];
-  rubric: RunConfig['env'][number]['rubric'];
-  sandbox: RunConfig['sandbox'];
-  inferenceBaseUrl: string;
-  servedModel: string;
-  seed: number;
-  /** The run's [liveness] windows; absent in plans recorded before the section existed. */
-  liveness?: LivenessWindows;
-  /** Each planned version's adapter (version > 0), served before its episodes run. */
-  adapters: Record<string, ArtifactRef>;
-  /** The sweep input's store settings; absent in plans of sweeps started without them. */
-  artifacts?: StoreSettings;
-  /** The run's inference.sync_task_queues: each inference host's worker pulls and loads the adapter. */
-  syncTaskQueues?: string[];
-}
-
-export interface EvalEpisode {
-  instanceId: string;
-  sample: number;
-  summary?: RolloutSummary;
-  /** The rollout failed after its retries; counted in `errors`, not in the scores (so are infra_error and setup_error). */
-  error?: string;
-}
-
-export interface RecordEvalInput {
-  plan: EvalPlan;
-  version: number;
-  episodes: EvalEpisode[];
-  startedAt: string;
-  finishedAt: string;
-  workflowId?: string;
-}
-
-/** What the workflow keeps in its memo per version: small. */
-export interface EvalVersionSummary {
-  version: number;
-  key: string;
-  passAt1: number | null;
-  passAtK: number | null;
-  meanReward: number;
-  fileF1: number | null;
-  functionF1: number | null;
-  episodes: number;
-  errors: number;
-}
 
 /** Keeps one version's rollout results far below Temporal's 2 MB payload limit. */
 export const MAX_EPISODES_PER_VERSION = 2_000;
 
-// ---------------------------------------------------------------- pure scoring
-
-/**
- * Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), as a product so
- * large n does not overflow. n samples, c of them passed.
- */
-export function passAtK(n: number, c: number, k: number): number {
-  if (k <= 0 || n <= 0) throw new RangeError(`pass@k needs n > 0 and k > 0 (got n=${n}, k=${k})`);
-  if (c < 0 || c > n) throw new RangeError(`pass@k needs 0 <= c <= n (got c=${c}, n=${n})`);
-  if (k > n) throw new RangeError(`pass@${k} needs at least ${k} samples per task (got n=${n})`);
-  if (n - c < k) return 1;
-  let prod = 1;
-  for (let i = n - c + 1; i <= n; i++) prod *= 1 - k / i;
-  return 1 - prod;
-}
-
-/**
- * An episode passed when the task's tests decided it: code-repair's `tests_pass`,
- * or debug's `fail_to_pass` (1 only when every FAIL_TO_PASS test passes and no
- * PASS_TO_PASS test broke). Null for an environment without tests (localization).
- */
-export function episodePassed(summary: RolloutSummary): boolean | null {
-  const v = summary.components.tests_pass ?? summary.components.fail_to_pass;
-  return typeof v === 'number' ? v >= 1 : null;
-}
-
-const strings = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
-
-/** Macro-averaged precision / recall / F1 over episodes whose task has a gold set. */
-export function meanPrf(pairs: { predicted: string[]; gold: string[] }[]): Prf | null {
-  const scored = pairs.filter((p) => p.gold.length > 0).map((p) => setScores(p.predicted, p.gold));
-  if (scored.length === 0) return null;
-  const mean = (f: (s: (typeof scored)[number]) => number) => scored.reduce((a, s) => a + f(s), 0) / scored.length;
-  return { precision: mean((s) => s.precision), recall: mean((s) => s.recall), f1: mean((s) => s.f1), episodes: scored.length };
-}
-
-const avg = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
-
-export interface ScoredEpisode {
-  instanceId: string;
-  summary: RolloutSummary;
-  /** The environment's final answer, from the trajectory (files, functions, diff...). */
-  final: Record<string, unknown>;
-  promptTokens: number;
-}
-
-/** Aggregates one version's episodes into an EvalResult. Pure. */
-export function scoreEval(p: {
-  plan: EvalPlan; version: number; episodes: ScoredEpisode[]; errors: number; tasks: Map<string, Task>;
-  startedAt: string; finishedAt: string; workflowId?: string;
-}): EvalResult {
-  const { plan, episodes } = p;
-  const byTask = new Map<string, ScoredEpisode[]>();
-  for (const e of episodes) byTask.set(e.instanceId, [...(byTask.get(e.instanceId) ?? []), e]);
-
-  const perTask = [...byTask.entries()].map(([instanceId, eps]) => {
-    const outcomes = eps.map((e) => episodePassed(e.summary));
-    const decided = outcomes.every((o) => o !== null) && (p.tasks.get(instanceId)?.FAIL_TO_PASS.length ?? 0) > 0;
-    return {
-      instance_id: instanceId,
-      n: eps.length,
-      passed: decided ? outcomes.filter((o) => o === true).length : null,
-      reward_mean: avg(eps.map((e) => e.summary.reward)),
-    };
-  });
-
-  // pass@j for j in {1, k}, averaged over tasks the tests decided with all k samples present.
-  const decided = perTask.filter((t) => t.passed !== null && t.n >= plan.k);
-  let passAt: Record<string, number> | null = null;
-  if (decided.length > 0) {
-    passAt = {};
-    for (const j of [...new Set([1, plan.k])]) passAt[String(j)] = avg(decided.map((t) => passAtK(t.n, t.passed!, j)));
-  }
-
-  const rewards = episodes.map((e) => e.summary.reward);
-  const meanReward = avg(rewards);
-  const componentNames = [...new Set(episodes.flatMap((e) => Object.keys(e.summary.components)))].sort();
-  const components = Object.fromEntries(componentNames.map((n) => [n, avg(episodes.map((e) => e.summary.components[n] ?? 0))]));
-
-  const goldFns = (id: string) => (p.tasks.get(id)?.gold_functions ?? []).map(bareFunction);
-  const goldFs = (id: string) => { const t = p.tasks.get(id); return t ? goldFiles(t).map(normalizePath) : []; };
-  const fileLoc = meanPrf(episodes.map((e) => ({ predicted: strings(e.final.files).map(normalizePath).filter(Boolean), gold: goldFs(e.instanceId) })));
-  const fnLoc = meanPrf(episodes.map((e) => ({ predicted: strings(e.final.functions).map(bareFunction).filter(Boolean), gold: goldFns(e.instanceId) })));
-  // Localization only means something for an environment that answers with files.
-  const answersFiles = episodes.some((e) => 'files' in e.final || 'functions' in e.final);
-
-  const minutes = Math.max(1e-9, (Date.parse(p.finishedAt) - Date.parse(p.startedAt)) / 60_000);
-  return {
-    format: 'ratchet.eval/v1',
-    run_id: plan.runId,
-    policy_version: p.version,
-    taskset: plan.taskset,
-    k: plan.k,
-    episodes: episodes.length,
-    pass_at: passAt,
-    reward: { mean: meanReward, std: Math.sqrt(avg(rewards.map((r) => (r - meanReward) ** 2))) },
-    components,
-    localization: { file: answersFiles ? fileLoc : null, function: answersFiles ? fnLoc : null },
-    per_episode: {
-      tokens: avg(episodes.map((e) => e.summary.completion_tokens + e.promptTokens)),
-      tool_calls: avg(episodes.map((e) => e.summary.tool_calls)),
-    },
-    per_task: perTask,
-    errors: p.errors,
-    workflow_id: p.workflowId,
-    started_at: p.startedAt,
-    finished_at: p.finishedAt,
-    episodes_per_minute: episodes.length / minutes,
-  };
-}
-
-/**
- * The episodes an eval scores, and how many it counts as errors: one that failed outright,
- * or one the infrastructure ended or whose task could not be set up (infra_error,
- * setup_error), which says nothing about the policy and so is never a zero score. Pure.
- */
-export function splitEpisodes(episodes: EvalEpisode[]): { counted: (EvalEpisode & { summary: RolloutSummary })[]; errors: number } {
-  const counted = episodes.filter((e): e is EvalEpisode & { summary: RolloutSummary } => e.summary !== undefined && !isUnscored(e.summary));
-  return { counted, errors: episodes.length - counted.length };
-}
-
 export function evalKey(runId: string, version: number, tasksetHash: string): string {
   return `runs/${runId}/evals/${version}/${tasksetHash}.json`;
 }
-
-/** `heldout` → <tasks>/heldout.jsonl; anything with a slash or an extension is a path. */
-export function resolveTaskset(taskset: string, taskDir = paths.tasks()): { name: string; file: string } {
-  if (taskset.includes('/') || /\.(jsonl|json|ndjson|parquet)$/i.test(taskset)) {
-    const file = path.resolve(taskset);
-    return { name: path.basename(file).replace(/\.[^.]+$/, ''), file };
-  }
-  return { name: taskset, file: path.join(taskDir, `${taskset}.jsonl`) };
-}
-
-/** Validates a task set for evaluation; a non-retryable failure names the file, rows and fix. */
-export async function loadEvalTaskset(taskset: string): Promise<{ name: string; file: string; hash: string; tasks: Task[] }> {
-  const { name, file } = resolveTaskset(taskset);
-  let bytes: Buffer;
-  try {
-    bytes = await fs.readFile(file);
-  } catch {
-    throw ApplicationFailure.nonRetryable(`task set "${taskset}" not found: no file ${file}. ` +
-      'Fix: generate it (bash infra/tasks.sh) or pass --taskset <path/to/tasks.jsonl>.', 'TaskSetNotFound');
-  }
-  let tasks: Task[];
-  try {
-    tasks = (await loadTasks(file)).tasks;
-  } catch (err) {
-    if (err instanceof TaskLoadError) throw ApplicationFailure.nonRetryable(`task set ${file} failed validation:\n${err.message}`, 'TaskSetInvalid');
-    throw ApplicationFailure.nonRetryable(`task set ${file}: ${(err as Error).message}`, 'TaskSetInvalid');
-  }
-  if (tasks.length === 0) throw ApplicationFailure.nonRetryable(`task set ${file} has no tasks. Fix: point --taskset at a non-empty JSONL file.`, 'TaskSetInvalid');
-  return { name, file, hash: sha256(bytes).slice(0, 16), tasks };
-}
-
-// ---------------------------------------------------------------- activities
 
 export interface EvalDeps {
   store: ArtifactStore;
@@ -307,7 +66,9 @@ export function runNotFound(runId: string, storeUrl: string, fromInput: boolean)
     `${fix}; check the id with \`ratchet status\`.`, 'RunNotFound');
 }
 
-export function createEvalActivities({ store: workerStore, logger }: EvalDeps) {
+export function createEvalActivities({ store: workerStore, logger }: EvalDeps): EvalActivities {
+  const environmentFor = createEnvironmentResolver(workerStore);
+
   return {
     async evalPlan(input: EvalSweepInput): Promise<EvalPlan> {
       const { runId } = input;
@@ -384,15 +145,22 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps) {
         'Fix: do not edit a task set while it is evaluated; trigger the sweep again.', 'TaskSetChanged');
     }
     const tasks = new Map(ts.tasks.map((t) => [t.instance_id, t]));
+    // What "solved" means and which rewards are metrics is the environment's to say.
+    let env: Environment;
+    try {
+      env = await environmentFor(plan.runId, plan.envId, plan.artifacts);
+    } catch (err) {
+      throw ApplicationFailure.nonRetryable(`eval of run "${plan.runId}": environment "${plan.envId}" cannot be loaded: ${(err as Error).message}`, 'EnvironmentError');
+    }
     const scored: ScoredEpisode[] = [];
     const { counted, errors } = splitEpisodes(input.episodes);
     for (const e of counted) {
-      // The final answer (predicted files...) lives only in the trajectory: claim check, verified.
+      // The prompt's size lives only in the trajectory: claim check, verified.
       const traj = await storeForRef(e.summary.trajectory, plan.artifacts, workerStore).getJson<Trajectory>(e.summary.trajectory);
-      scored.push({ instanceId: e.instanceId, summary: e.summary, final: traj.final ?? {}, promptTokens: traj.stats?.prompt_tokens ?? 0 });
+      scored.push({ instanceId: e.instanceId, summary: e.summary, promptTokens: traj.stats?.prompt_tokens ?? 0 });
       live.progress({ phase: 'reading trajectories', read: scored.length, of: input.episodes.length });
     }
-    const result = scoreEval({ plan, version, episodes: scored, errors, tasks, startedAt: input.startedAt, finishedAt: input.finishedAt, workflowId: input.workflowId });
+    const result = scoreEval({ plan, version, episodes: scored, errors, tasks, metrics: env.evalMetrics ?? {}, startedAt: input.startedAt, finishedAt: input.finishedAt, workflowId: input.workflowId });
     const key = evalKey(plan.runId, version, plan.taskset.hash);
     await store.putJson(key, result);
     evalEpisodesTotal.inc(result.episodes);
@@ -410,5 +178,3 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps) {
     };
   }
 }
-
-export type EvalActivities = ReturnType<typeof createEvalActivities>;

@@ -15,10 +15,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { LocalArtifactStore } from '../artifacts/store';
 import { connectClient } from '../cli/temporal';
-import { resolveTaskset } from '../activities/eval';
+import { resolveTaskset } from '../evals/tasksets';
 import { TASK_QUEUES } from '../shared/paths';
 import { writeTaskSubset } from '../tasks/subset';
-import type { EvalSweepResult } from '../workflows/evalSweep';
+import type { EvalSweepResult } from '../contracts/eval';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 
 const arg = (name: string, fallback?: string): string | undefined => {

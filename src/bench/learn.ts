@@ -22,7 +22,7 @@
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { resolveTaskset } from '../activities/eval';
+import { resolveTaskset } from '../evals/tasksets';
 import { StepRecord } from '../contracts';
 import { LocalArtifactStore } from '../artifacts/store';
 import { connectClient } from '../cli/temporal';
@@ -32,7 +32,7 @@ import { workerSpecs } from '../stack';
 import { startService, stopService } from '../stack/processes';
 import { writeTaskSubset } from '../tasks/subset';
 import { tracebackVariant } from '../tasks/traceback';
-import type { EvalSweepResult } from '../workflows/evalSweep';
+import type { EvalSweepResult } from '../contracts/eval';
 import type { TrainRunInput } from '../contracts';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { EvalSweepResult } from '../workflows/evalSweep';
+import type { EvalSweepResult } from '../contracts/eval';
 import { TASK_QUEUES } from '../shared/paths';
 import { evalInputFromFlags, type EvalFlags } from './evalInput';
 import { EXIT } from './exit';

@@ -1,6 +1,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { Client } from '@temporalio/client';
-import { loadEvalTaskset, type EvalSweepInput } from '../activities/eval';
+import type { EvalSweepInput } from '../contracts/eval';
+import { loadEvalTaskset } from '../evals/tasksets';
 import type { StoreSettings } from '../artifacts/settings';
 import { defaultStore, storeFor } from '../artifacts/stores';
 import { CliError, EXIT } from './exit';

@@ -11,13 +11,10 @@ import type { StoreSettings } from '../artifacts/settings';
 import { ArtifactsFields, type EnvConfig, type RunConfig, type SandboxConfig } from '../config/schema';
 import { RolloutSummary } from '../rollouts/trajectory';
 import type { ActivityLivenessInput } from '../shared/liveness';
-// Eval's contracts move to ./eval.ts with the split of src/activities/eval.ts; until then they come from there.
-import type { EvalActivities } from '../activities/eval';
+import type { EvalActivities } from './eval';
 import type { StepRecord, RunStateFile } from './records';
 import type { LoadedConfig, ResumeState } from './run';
 import type { RolloutStats, SampledTask, StepSummary } from './step';
-
-export type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary } from '../activities/eval';
 
 // ---- Config (src/activities/config.ts) ----
 

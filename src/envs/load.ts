@@ -5,7 +5,7 @@ import type { z } from 'zod';
 import { REPO_ROOT } from '../shared/paths';
 import type { Task } from '../tasks/schema';
 import { ENVIRONMENTS } from './registry';
-import type { Environment, RewardFn, ScoreInput } from './types';
+import type { Environment, EvalMetrics, RewardFn, ScoreInput } from './types';
 
 /**
  * Environments from outside this repository: a local module or an installed
@@ -130,10 +130,10 @@ export function validateEnvironment(raw: unknown, module: string, id: string): E
       if (!isFn(tool.run)) problems.push(`${label}: missing \`run(args, ctx)\``);
     });
   }
+  const names = new Set<string>();
   if (!Array.isArray(e.rubric) || e.rubric.length === 0) {
     problems.push('missing export field `rubric` (a non-empty array of { name, weight, fn })');
   } else {
-    const names = new Set<string>();
     e.rubric.forEach((r: unknown, i) => {
       const rf = (r ?? {}) as Record<string, unknown>;
       const label = typeof rf.name === 'string' && rf.name ? `reward "${rf.name}"` : `rubric[${i}]`;
@@ -144,6 +144,7 @@ export function validateEnvironment(raw: unknown, module: string, id: string): E
       if (!isFn(rf.fn)) problems.push(`${label}: missing \`fn(input)\` returning a number`);
     });
   }
+  if (e.evalMetrics !== undefined) problems.push(...evalMetricsProblems(e.evalMetrics, names));
   if (problems.length > 0) throw new EnvironmentError(module, problems);
   return {
     id,
@@ -156,7 +157,37 @@ export function validateEnvironment(raw: unknown, module: string, id: string): E
     rubric: e.rubric as RewardFn[],
     needsRepository: e.needsRepository !== false,
     ...(isFn(e.setup) ? { setup: e.setup as Environment['setup'] } : {}),
+    ...(e.evalMetrics !== undefined ? { evalMetrics: e.evalMetrics as EvalMetrics } : {}),
   };
+}
+
+/** `evalMetrics` names rewards of the rubric, each part in its shape (docs/environments.md). */
+export function evalMetricsProblems(raw: unknown, rewards: Set<string>): string[] {
+  if (raw === null || typeof raw !== 'object') return ['`evalMetrics` must be an object { solved?, localization? }'];
+  const m = raw as Record<string, unknown>;
+  const problems: string[] = [];
+  const reward = (where: string, v: unknown) => {
+    if (typeof v !== 'string' || !rewards.has(v)) problems.push(`${where} must name a reward of the rubric (got ${JSON.stringify(v) ?? 'nothing'}; rewards: ${[...rewards].join(', ')})`);
+  };
+  const applies = (where: string, v: unknown) => {
+    if (v !== undefined && !isFn(v)) problems.push(`${where}.applies must be a function (task) => boolean`);
+  };
+  if (m.solved !== undefined) {
+    const s = (m.solved ?? {}) as Record<string, unknown>;
+    reward('evalMetrics.solved.reward', s.reward);
+    if (typeof s.min !== 'number' || !Number.isFinite(s.min)) problems.push('evalMetrics.solved.min must be a finite number (solved when the reward is at least min)');
+    applies('evalMetrics.solved', s.applies);
+  }
+  if (m.localization !== undefined) {
+    const l = (m.localization ?? {}) as Record<string, unknown>;
+    for (const level of ['file', 'function'] as const) {
+      if (l[level] === undefined) continue;
+      const prf = (l[level] ?? {}) as Record<string, unknown>;
+      for (const k of ['precision', 'recall', 'f1']) reward(`evalMetrics.localization.${level}.${k}`, prf[k]);
+      applies(`evalMetrics.localization.${level}`, prf.applies);
+    }
+  }
+  return problems;
 }
 
 /**

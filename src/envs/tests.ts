@@ -40,3 +40,8 @@ export function fractionPassed(ids: string[], results: Record<string, TestStatus
   if (ids.length === 0) return 1;
   return ids.filter((id) => results[id] === 'passed').length / ids.length;
 }
+
+/** The task has failing tests to decide whether an episode solved it. */
+export function hasFailingTests(task: { FAIL_TO_PASS: string[] }): boolean {
+  return task.FAIL_TO_PASS.length > 0;
+}

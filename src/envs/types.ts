@@ -28,6 +28,33 @@ export interface RewardFn {
 }
 
 /**
+ * Precision, recall and F1 of a set the agent names (files, functions), as three of the
+ * environment's rewards. An eval macro-averages them over the episodes whose task has a
+ * gold set (`applies`).
+ */
+export interface PrfMetric {
+  precision: string;
+  recall: string;
+  f1: string;
+  /** Whether the task has a gold set to compare with; default: every task. */
+  applies?(task: Task): boolean;
+}
+
+/**
+ * What an eval reports for an environment, named by its rewards: eval code reads
+ * these and nothing else of the environment. Absent parts are not reported.
+ */
+export interface EvalMetrics {
+  /**
+   * An episode solved its task when this reward is at least `min`: pass@1 and pass@k.
+   * Only tasks where `applies` holds count (e.g. those with tests to decide them); default: every task.
+   */
+  solved?: { reward: string; min: number; applies?(task: Task): boolean };
+  /** Localization: file- and function-level precision / recall / F1. */
+  localization?: { file?: PrfMetric; function?: PrfMetric };
+}
+
+/**
  * An environment, declaratively: how to prompt, which tools, how to read the
  * final answer, and the rubric. The agent loop and the rollout activity are shared.
  */
@@ -44,6 +71,8 @@ export interface Environment {
   /** Whether scoring runs the task's tests against the final diff in a fresh sandbox. */
   needsTests: boolean;
   rubric: RewardFn[];
+  /** What an eval reports: which reward says "solved", which rewards are metrics. Default: none. */
+  evalMetrics?: EvalMetrics;
   /**
    * Whether every task must bring a repository (`source`). Environments from a
    * module may say false: a task without one gets an empty /work sandbox.

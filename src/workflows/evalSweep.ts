@@ -6,16 +6,15 @@
  * this workflow's memo, so the Web UI shows them without opening a file.
  */
 import { ApplicationFailure, log, patched, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
-import type {
-  EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary, MainActivities, RolloutActivities, RolloutInput,
-} from '../contracts/activities';
+import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
+import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalSweepResult, EvalVersionSummary } from '../contracts/eval';
 import { adapterName } from '../shared/adapters';
 import { EVAL_STEP } from '../shared/steps';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { syncAllHosts } from './inferenceWait';
 import { PATCHES } from './patches';
 
-export type { EvalSweepInput } from '../contracts/activities';
+export type { EvalSweepInput, EvalSweepResult } from '../contracts/eval';
 
 const { evalPlan, evalRecord } = proxyActivities<EvalActivities>({
   startToCloseTimeout: '10 minutes',
@@ -37,14 +36,6 @@ const { syncWeights } = proxyActivities<MainActivities>({
   heartbeatTimeout: '1 minute',
   retry: { maximumAttempts: 5 },
 });
-
-export interface EvalSweepResult {
-  runId: string;
-  taskset: EvalPlan['taskset'];
-  k: number;
-  evaluated: EvalVersionSummary[];
-  skipped: number[];
-}
 
 /** Runs fn over items with at most `width` in flight: bounded fan-out, deterministic order of results. */
 async function slidingWindow<T, R>(items: T[], width: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {

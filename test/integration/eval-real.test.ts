@@ -22,7 +22,7 @@ import { SandboxManager } from '../../src/sandbox';
 import { writeTaskSubset } from '../../src/tasks/subset';
 import { logger } from '../../src/shared/logger';
 import { EVAL_STEP } from '../../src/shared/steps';
-import type { EvalSweepResult } from '../../src/workflows/evalSweep';
+import type { EvalSweepResult } from '../../src/contracts/eval';
 import { describeWithStack, REPO, STATE, TEMPORAL_BIN } from '../helpers/stack';
 
 const SOURCES = [path.join(STATE, 'tasks', 'heldout.jsonl'), path.join(REPO, 'taskgen', 'fixtures', 'sample_tasks.jsonl')];

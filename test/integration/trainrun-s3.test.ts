@@ -14,13 +14,13 @@ import { readStepRecords } from '../../src/activities/metrics';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import { S3ArtifactStore } from '../../src/artifacts/s3';
 import { startTrainRun } from '../../src/workflows/client';
-import { resolveTaskset } from '../../src/activities/eval';
+import { resolveTaskset } from '../../src/evals/tasksets';
 import { storeFor, defaultStore } from '../../src/artifacts/stores';
 import { evalInputFromFlags } from '../../src/cli/evalInput';
 import { runArtifacts } from '../../src/cli/runStore';
 import { generateReport } from '../../src/report';
 import { writeTaskSubset } from '../../src/tasks/subset';
-import type { EvalSweepResult } from '../../src/workflows/evalSweep';
+import type { EvalSweepResult } from '../../src/contracts/eval';
 import { MINIO, REPO, describeWithStack, useMinioCredentials } from '../helpers/stack';
 import { distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 

@@ -2,13 +2,14 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createRolloutActivities, type RolloutInput } from '../../src/activities/rollout';
+import { createRolloutActivities } from '../../src/activities/rollout';
+import type { RolloutInput } from '../../src/contracts/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { ENVIRONMENTS } from '../../src/envs/registry';
 import type { Environment } from '../../src/envs/types';
 import { TaskSetupError } from '../../src/tasks/setupError';
 import { EVAL_STEP } from '../../src/shared/steps';
-import { Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
+import { isUnscored, Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
 // Some cases run real git, Python and retry back-offs in subprocesses: on a loaded 2-core CI
@@ -96,6 +97,55 @@ describe('rollout activity: infrastructure failures are never rewards', () => {
     const acts = createRolloutActivities({ store, sandboxes: new ScoringFails(CALC_FILES), openaiFactory: () => model });
     await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('code-repair')))
       .rejects.toMatchObject({ type: 'InfrastructureError' });
+  });
+});
+
+describe('rollout activity: a container lost before finalize is an infrastructure failure, never a zero reward', () => {
+  /** The agent's last turn goes well; the container dies before the environment reads the final answer. */
+  function dyingSetup(docker: { read: string; probe: string }) {
+    let lost = false;
+    class DiesAfterTheEpisode extends FakeSandboxManager {
+      override async acquire(opts: Parameters<FakeSandboxManager['acquire']>[0]) {
+        const sb = await super.acquire(opts);
+        const exec = sb.exec.bind(sb);
+        sb.exec = async (cmd, o) => { if (lost) throw new Error(docker.probe); return exec(cmd, o); };
+        const diff = sb.diff.bind(sb);
+        sb.diff = async () => { if (lost) throw new Error(docker.read); return diff(); };
+        return sb;
+      }
+    }
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+    const sandboxes = new DiesAfterTheEpisode(CALC_FILES);
+    const model = new ScriptedModel([
+      { tool_calls: [call('apply_patch', { path: 'pkg/calc.py', search: 'def add(a, b):\n    return a - b', replace: 'def add(a, b):\n    return a + b' })] },
+      () => { lost = true; return { content: 'Fixed.' }; },
+    ]);
+    return { store, sandboxes, acts: createRolloutActivities({ store, sandboxes, openaiFactory: () => model }) };
+  }
+  const noSuchContainer = { read: '(HTTP code 404) no such container - No such container: ratchet-sbx-1', probe: '(HTTP code 404) no such container - No such container: ratchet-sbx-1' };
+
+  test('Docker saying the container is gone while the answer is read: retried (InfrastructureError), not scored', async () => {
+    const { acts, sandboxes } = dyingSetup(noSuchContainer);
+    await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('code-repair')))
+      .rejects.toMatchObject({ type: 'InfrastructureError', nonRetryable: false });
+    expect(sandboxes.acquired).toHaveLength(1); // no scoring test run
+    expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
+  });
+
+  test('a read that fails without saying why, with the container found dead by a probe, is the same', async () => {
+    const { acts } = dyingSetup({ read: 'sandbox ratchet-sbx-1: diff(HEAD) exited with 137: ', probe: '(HTTP code 409) container stopped/paused - Container 3f1c is not running' });
+    await expect(new MockActivityEnvironment({ attempt: 2 }).run(acts.rollout, input('code-repair')))
+      .rejects.toMatchObject({ type: 'InfrastructureError', nonRetryable: false });
+  });
+
+  test('on the last attempt it is recorded as infra_error, which no group baseline sees', async () => {
+    const { acts, store } = dyingSetup(noSuchContainer);
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 3 }).run(acts.rollout, input('code-repair'));
+    expect(summary.stop_reason).toBe('infra_error');
+    expect(isUnscored(summary)).toBe(true);
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.stop_reason).toBe('infra_error');
+    expect(t.error).toMatch(/sandbox was lost before the final answer was read: .*No such container/);
   });
 });
 

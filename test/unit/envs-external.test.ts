@@ -70,6 +70,8 @@ test.each([
   ['a reward that throws', envBody({ rubric: `[{ name: 'r', weight: 1, fn: (i) => i.final.files.length }]` }), /reward "r" threw on an empty answer/],
   ['an id other than the config says', envBody({ id: `'theirs'` }), /exports id "theirs", but the run config's \[\[env\]\]\.id is "mine"/],
   ['a module that throws on load', 'throw new Error("boom at import");', /loading it threw: Error: boom at import/],
+  ['eval metrics naming a reward it does not have', envBody({ evalMetrics: `{ solved: { reward: 'wrong', min: 1 } }` }), /evalMetrics\.solved\.reward must name a reward of the rubric \(got "wrong"; rewards: right\)/],
+  ['localization without all three rewards', envBody({ evalMetrics: `{ localization: { file: { precision: 'right', recall: 'right' } } }` }), /evalMetrics\.localization\.file\.f1 must name a reward of the rubric/],
 ])('%s: named with the module, before anything starts', async (name, body, message) => {
   const file = envModule(name.replace(/\W+/g, '-'), body);
   const code = await main(['check', config(file), '--offline']);
@@ -77,6 +79,13 @@ test.each([
   const text = err.join('\n');
   expect(text).toContain(`environment module ${file}`);
   expect(text).toMatch(message);
+});
+
+test('eval metrics that name its rewards are kept', async () => {
+  const { loadEnvironment } = await import('../../src/envs/load');
+  const file = envModule('with-eval-metrics', envBody({ evalMetrics: `{ solved: { reward: 'right', min: 1 } }` }));
+  expect(loadEnvironment({ id: 'mine', module: file }).evalMetrics).toEqual({ solved: { reward: 'right', min: 1 } });
+  expect(await main(['check', config(file), '--offline'])).toBe(EXIT.ok);
 });
 
 test('a module path that does not exist', async () => {

@@ -1,8 +1,15 @@
-import { episodePassed, meanPrf, passAtK, resolveTaskset, scoreEval, splitEpisodes, type EvalPlan, type ScoredEpisode } from '../../src/activities/eval';
+import type { EvalPlan } from '../../src/contracts/eval';
+import { RolloutInput } from '../../src/contracts/rollout';
+import { ENVIRONMENTS } from '../../src/envs/registry';
+import { normalizePath } from '../../src/envs/shell';
+import { bareFunction, setScores } from '../../src/envs/swe-grep/rewards';
+import { scoreRubric, type EvalMetrics } from '../../src/envs/types';
+import { episodeSolved, meanPrf, passAtK, scoreEval, splitEpisodes, type ScoredEpisode } from '../../src/evals/scoring';
+import { resolveTaskset } from '../../src/evals/tasksets';
+import { trajectoryKey } from '../../src/rollouts/record';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
-import { Task } from '../../src/tasks/schema';
+import { goldFiles, Task } from '../../src/tasks/schema';
 import { parseRunConfig } from '../../src/config/load';
-import { RolloutInput, trajectoryKey } from '../../src/activities/rollout';
 import { EVAL_STEP } from '../../src/shared/steps';
 import { evalRolloutInput } from '../../src/workflows/evalSweep';
 
@@ -34,18 +41,14 @@ describe('passAtK (unbiased estimator)', () => {
 });
 
 describe('meanPrf', () => {
-  it('macro-averages and ignores episodes without gold', () => {
-    const r = meanPrf([
-      { predicted: ['a.py'], gold: ['a.py'] },
-      { predicted: ['a.py', 'b.py'], gold: ['a.py'] },
-      { predicted: ['x.py'], gold: [] },
-    ])!;
+  it('macro-averages', () => {
+    const r = meanPrf([{ precision: 1, recall: 1, f1: 1 }, { precision: 0.5, recall: 1, f1: 2 / 3 }])!;
     expect(r.episodes).toBe(2);
     expect(r.precision).toBeCloseTo(0.75);
     expect(r.recall).toBeCloseTo(1);
   });
-  it('is null without any gold set', () => {
-    expect(meanPrf([{ predicted: ['a'], gold: [] }])).toBeNull();
+  it('is null without any episode', () => {
+    expect(meanPrf([])).toBeNull();
   });
 });
 
@@ -68,40 +71,85 @@ const plan: EvalPlan = {
   inferenceBaseUrl: 'http://x/v1', servedModel: 'm', seed: 0, adapters: {},
 };
 
+const codeRepair = ENVIRONMENTS['code-repair'].evalMetrics!;
+const sweGrep = ENVIRONMENTS['swe-grep'].evalMetrics!;
+const span = { startedAt: '2025-01-01T00:00:00Z', finishedAt: '2025-01-01T00:02:00Z' };
+
 describe('scoreEval', () => {
-  it('computes pass@1 and pass@k where tests decide, localization where the env answers files', () => {
-    let ep: ScoredEpisode[];
-    try {
-      ep = [
-        { instanceId: 't1', summary: summary('t1', 0, 1, { tests_pass: 1 }), final: { files: ['src/t1.py'], functions: ['fix_me'] }, promptTokens: 50 },
-        { instanceId: 't1', summary: summary('t1', 1, 0, { tests_pass: 0 }), final: { files: ['src/other.py'] }, promptTokens: 50 },
-        { instanceId: 't2', summary: summary('t2', 0, 0, { tests_pass: 0 }), final: { files: [] }, promptTokens: 50 },
-        { instanceId: 't2', summary: summary('t2', 1, 0, { tests_pass: 0 }), final: { files: ['src/t2.py'] }, promptTokens: 50 },
-      ];
-    } catch (e) { throw e; }
+  it('computes pass@1 and pass@k where the environment says what solved is (code-repair: tests_pass)', () => {
+    const ep: ScoredEpisode[] = [
+      { instanceId: 't1', summary: summary('t1', 0, 1, { tests_pass: 1 }), promptTokens: 50 },
+      { instanceId: 't1', summary: summary('t1', 1, 0, { tests_pass: 0 }), promptTokens: 50 },
+      { instanceId: 't2', summary: summary('t2', 0, 0, { tests_pass: 0 }), promptTokens: 50 },
+      { instanceId: 't2', summary: summary('t2', 1, 0, { tests_pass: 0 }), promptTokens: 50 },
+    ];
     const tasks = new Map([['t1', task('t1', ['test_a'])], ['t2', task('t2', ['test_b'])]]);
-    const r = scoreEval({ plan, version: 3, episodes: ep, errors: 1, tasks, startedAt: '2025-01-01T00:00:00Z', finishedAt: '2025-01-01T00:02:00Z' });
+    const r = scoreEval({ plan, version: 3, episodes: ep, errors: 1, tasks, metrics: codeRepair, ...span });
     expect(r.pass_at).toEqual({ 1: 0.25, 2: 0.5 });
     expect(r.errors).toBe(1);
     expect(r.episodes_per_minute).toBeCloseTo(2);
-    expect(r.localization.file!.recall).toBeCloseTo(0.5);
-    expect(r.localization.function!.episodes).toBe(4);
+    expect(r.localization).toEqual({ file: null, function: null });
     expect(r.per_episode.tokens).toBe(150);
     expect(r.per_task.find((t) => t.instance_id === 't1')).toMatchObject({ n: 2, passed: 1 });
   });
-  it('has no pass@k for a set without tests', () => {
-    const tasks = new Map([['t1', task('t1', [])]]);
-    const ep: ScoredEpisode[] = [0, 1].map((i) => ({ instanceId: 't1', summary: summary('t1', i, 0.5, { correct_files: 1 }), final: { files: ['src/t1.py'] }, promptTokens: 0 }));
-    const r = scoreEval({ plan, version: 3, episodes: ep, errors: 0, tasks, startedAt: '2025-01-01T00:00:00Z', finishedAt: '2025-01-01T00:01:00Z' });
+  it('has no pass@k for a set without tests, nor for an environment without a solved reward', () => {
+    const ep: ScoredEpisode[] = [0, 1].map((i) => ({ instanceId: 't1', summary: summary('t1', i, 0.5, { tests_pass: 1 }), promptTokens: 0 }));
+    expect(scoreEval({ plan, version: 3, episodes: ep, errors: 0, tasks: new Map([['t1', task('t1', [])]]), metrics: codeRepair, ...span }).pass_at).toBeNull();
+    const r = scoreEval({ plan, version: 3, episodes: ep, errors: 0, tasks: new Map([['t1', task('t1', ['test_a'])]]), metrics: {}, ...span });
     expect(r.pass_at).toBeNull();
-    expect(r.localization.file!.f1).toBe(1);
+    expect(r.per_task[0]!.passed).toBeNull();
+    expect(r.localization).toEqual({ file: null, function: null });
   });
-  it('episodePassed reads the tests_pass component, null when absent', () => {
-    expect(episodePassed(summary('t', 0, 1, { tests_pass: 1 }))).toBe(true);
-    expect(episodePassed(summary('t', 0, 1, {}))).toBeNull();
+  it('episodeSolved reads the environment\'s solved reward, null when it has none', () => {
+    expect(episodeSolved(summary('t', 0, 1, { tests_pass: 1 }), codeRepair.solved)).toBe(true);
+    expect(episodeSolved(summary('t', 0, 1, {}), codeRepair.solved)).toBeNull();
+    expect(episodeSolved(summary('t', 0, 1, { tests_pass: 1 }), undefined)).toBeNull();
     // debug: fail_to_pass is 1 only when all FAIL_TO_PASS pass and no PASS_TO_PASS broke
-    expect(episodePassed(summary('t', 0, 1, { fail_to_pass: 1, pass_to_pass: 1 }))).toBe(true);
-    expect(episodePassed(summary('t', 0, 0.5, { fail_to_pass: 0.5, pass_to_pass: 1 }))).toBe(false);
+    const debug = ENVIRONMENTS.debug.evalMetrics!.solved;
+    expect(episodeSolved(summary('t', 0, 1, { fail_to_pass: 1, pass_to_pass: 1 }), debug)).toBe(true);
+    expect(episodeSolved(summary('t', 0, 0.5, { fail_to_pass: 0.5, pass_to_pass: 1 }), debug)).toBe(false);
+  });
+
+  it('swe-grep: localization from its rewards equals the precision / recall / F1 of its answers against the gold sets', () => {
+    const noFns = Task.parse({ ...task('t3', []), gold_functions: [] });
+    const tasks = new Map([['t1', task('t1', ['test_a'])], ['t2', task('t2', [])], ['t3', noFns]]);
+    const answers: [string, Record<string, unknown>][] = [
+      ['t1', { files: ['src/t1.py'], functions: ['src/t1.py::fix_me'] }],
+      ['t1', { files: ['./src/t1.py', 'src/other.py'], functions: ['other', 'Cls.fix_me'] }],
+      ['t2', { files: [], functions: [] }],
+      ['t2', { files: ['src/other.py'], functions: ['fix_me()'] }],
+      ['t3', { files: ['src/t3.py'], functions: ['x'] }],
+    ];
+    const limits = { max_tokens: 1, max_tool_calls: 1, max_turns: 1 };
+    const stats = { prompt_tokens: 0, completion_tokens: 0, tool_calls: 0, tool_errors: 0, commands: [], tools_used: {} };
+    const ep: ScoredEpisode[] = answers.map(([id, final], i) => {
+      const s = scoreRubric(ENVIRONMENTS['swe-grep'].rubric, { task: tasks.get(id)!, final, answered: true, stop_reason: 'completed', stats, limits });
+      return { instanceId: id, summary: summary(id, i, s.total, s.components), promptTokens: 0 };
+    });
+    const r = scoreEval({ plan: { ...plan, envId: 'swe-grep' }, version: 3, episodes: ep, errors: 0, tasks, metrics: sweGrep, ...span });
+
+    // What the eval computed before environments declared their metrics: set scores of the answers, macro-averaged.
+    const strings = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
+    const before = (pairs: { predicted: string[]; gold: string[] }[]) => {
+      const scored = pairs.filter((p) => p.gold.length > 0).map((p) => setScores(p.predicted, p.gold));
+      const mean = (f: (s: (typeof scored)[number]) => number) => scored.reduce((a, s) => a + f(s), 0) / scored.length;
+      return { precision: mean((s) => s.precision), recall: mean((s) => s.recall), f1: mean((s) => s.f1), episodes: scored.length };
+    };
+    const file = before(answers.map(([id, f]) => ({ predicted: strings(f.files).map(normalizePath).filter(Boolean), gold: goldFiles(tasks.get(id)!).map(normalizePath) })));
+    const fn = before(answers.map(([id, f]) => ({ predicted: strings(f.functions).map(bareFunction).filter(Boolean), gold: (tasks.get(id)!.gold_functions ?? []).map(bareFunction) })));
+    expect(r.localization.file).toEqual(file);
+    expect(r.localization.function).toEqual(fn);
+    expect(r.localization.function!.episodes).toBe(4);
+    expect(r.pass_at).toBeNull();
+  });
+});
+
+describe('environments declare their eval metrics with rewards they have', () => {
+  test.each(Object.values(ENVIRONMENTS).map((e) => [e.id, e] as const))('%s', (_id, env) => {
+    const rewards = new Set(env.rubric.map((r) => r.name));
+    const m: EvalMetrics = env.evalMetrics ?? {};
+    const named = [m.solved?.reward, ...[m.localization?.file, m.localization?.function].flatMap((p) => (p ? [p.precision, p.recall, p.f1] : []))];
+    for (const name of named.filter((n): n is string => n !== undefined)) expect(rewards).toContain(name);
   });
 });
 

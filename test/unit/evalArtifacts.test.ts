@@ -12,7 +12,8 @@ import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundle
 import { WorkflowFailedError } from '@temporalio/client';
 import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
 import { SA } from '../../src/workflows/messages';
-import { createEvalActivities, type EvalSweepInput } from '../../src/activities/eval';
+import { createEvalActivities } from '../../src/activities/eval';
+import type { EvalSweepInput } from '../../src/contracts/eval';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { defaultStore } from '../../src/artifacts/stores';
 import { loadRunConfig } from '../../src/config/load';

@@ -81,7 +81,7 @@ describe('loadTasks (Parquet, SWE-bench style columns)', () => {
 
 describe('sandboxSource', () => {
   it('a snapshot task names its bare repo under the task set; an image task its repo_dir', async () => {
-    const { sandboxSource } = await import('../../src/activities/rollout');
+    const { sandboxSource } = await import('../../src/rollouts/task');
     const base = {
       instance_id: 'i', repo: 'o/r', base_commit: 'a'.repeat(40), problem_statement: 'p', patch: '', test_patch: '',
       FAIL_TO_PASS: [], PASS_TO_PASS: [],

@@ -1,5 +1,6 @@
 import { shellTool } from '../shell';
 import { DEMO_ISSUE, DEMO_REPO, demonstration } from '../demonstration';
+import { hasFailingTests } from '../tests';
 import type { Environment } from '../types';
 import { applyPatchTool } from './apply-patch';
 import { codeRepairRubric } from './rewards';
@@ -23,4 +24,6 @@ export const codeRepair: Environment = {
   },
   needsTests: true,
   rubric: codeRepairRubric,
+  // Solved: every FAIL_TO_PASS test passes and no PASS_TO_PASS test broke.
+  evalMetrics: { solved: { reward: 'tests_pass', min: 1, applies: hasFailingTests } },
 };

@@ -1,4 +1,5 @@
 import { DEMO_ISSUE, DEMO_REPO, demonstration } from '../demonstration';
+import { hasFailingTests } from '../tests';
 import type { Environment } from '../types';
 import { debugRubric } from './rewards';
 import { debugTools } from './tools';
@@ -23,4 +24,6 @@ export const debug: Environment = {
   },
   needsTests: true,
   rubric: debugRubric,
+  // fail_to_pass is 1 only when every FAIL_TO_PASS test passes and no PASS_TO_PASS test broke.
+  evalMetrics: { solved: { reward: 'fail_to_pass', min: 1, applies: hasFailingTests } },
 };

@@ -3,7 +3,7 @@ import { defineTool } from '../../agent/tool';
 import { shellTool } from '../shell';
 import { DEMO_ISSUE, DEMO_REPO, demonstration } from '../demonstration';
 import type { Environment } from '../types';
-import { sweGrepRubric } from './rewards';
+import { sweGrepEvalMetrics, sweGrepRubric } from './rewards';
 
 /** Code localization (seed 001): search the repository with bash, answer with the files to change. */
 export const sweGrep: Environment = {
@@ -38,4 +38,5 @@ export const sweGrep: Environment = {
   },
   needsTests: false,
   rubric: sweGrepRubric,
+  evalMetrics: sweGrepEvalMetrics,
 };

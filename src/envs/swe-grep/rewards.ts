@@ -1,4 +1,4 @@
-import type { RewardFn, ScoreInput } from '../types';
+import type { EvalMetrics, RewardFn, ScoreInput } from '../types';
 import { normalizePath } from '../shell';
 import { goldFiles } from '../../tasks/schema';
 
@@ -53,3 +53,11 @@ export const sweGrepRubric: RewardFn[] = [
   { name: 'function_recall', weight: 0, fn: (i) => (i.task.gold_functions?.length ? functions(i).recall : 0) },
   { name: 'function_f1', weight: 0, fn: (i) => (i.task.gold_functions?.length ? functions(i).f1 : 0) },
 ];
+
+/** An eval's localization: the file and function rewards, over the tasks that have gold files / functions. */
+export const sweGrepEvalMetrics: EvalMetrics = {
+  localization: {
+    file: { precision: 'file_precision', recall: 'file_recall', f1: 'file_f1', applies: (task) => goldFiles(task).length > 0 },
+    function: { precision: 'function_precision', recall: 'function_recall', f1: 'function_f1', applies: (task) => (task.gold_functions?.length ?? 0) > 0 },
+  },
+};

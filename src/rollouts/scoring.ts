@@ -1,9 +1,18 @@
+/**
+ * Scoring an episode: the environment's rubric over its final answer, after the
+ * task's tests ran against the final diff in a fresh sandbox where the
+ * environment asks for it.
+ */
 import { performance } from 'node:perf_hooks';
+import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { AcquireOptions, SandboxManager } from '../envs/sandbox';
 import { REPO_DIR } from '../envs/sandbox';
 import { parsePytestSummary, type TestEvidence } from '../envs/tests';
 import { pytestCommand } from '../envs/tests-run';
+import { scoreRubric, zeroScore, type Environment, type Score } from '../envs/types';
+import type { Liveness } from '../activities/liveness';
 import type { Task } from '../tasks/schema';
+import type { Ran } from './episode';
 
 const AGENT_PATCH = '/tmp/ratchet-agent.patch';
 const TEST_PATCH = '/tmp/ratchet-test.patch';
@@ -52,4 +61,50 @@ export async function runTestsWithDiff(input: TestRunInput): Promise<{ evidence:
   } finally {
     await sandbox.release();
   }
+}
+
+export interface EpisodeScore {
+  score: Score;
+  tests?: TestEvidence;
+  /** Sandbox time of the test run. */
+  sandboxMs: number;
+  /** Set when Docker failed to run the tests: that says nothing about the agent's diff. */
+  infra?: string;
+}
+
+/** An episode the loop or the sandbox ended with "error" scores zero; any other is scored by the rubric. */
+export async function scoreEpisode(p: {
+  input: ParsedRolloutInput; env: Environment; episode: Ran; sandboxes: SandboxManager; live: Liveness;
+}): Promise<EpisodeScore> {
+  const { input, env, episode } = p;
+  const { result, final, task } = episode;
+  if (result.stop_reason === 'error') return { score: zeroScore(env.rubric, input.rubric), sandboxMs: 0 };
+  const signal = p.live.signal;
+  let tests: TestEvidence | undefined;
+  let sandboxMs = 0;
+  let infra: string | undefined;
+  if (env.needsTests) {
+    p.live.progress({ phase: 'scoring test run' });
+    try {
+      const out = await runTestsWithDiff({
+        sandboxes: p.sandboxes,
+        acquire: episode.acquire,
+        task,
+        diff: typeof final.diff === 'string' ? final.diff : '',
+        timeoutMs: Math.max(input.sandbox.exec_timeout_s * 1000 * 3, 60_000),
+        signal,
+      });
+      tests = out.evidence;
+      sandboxMs = out.sandboxMs;
+      p.live.progress({ phase: 'scored' });
+    } catch (err) {
+      if (signal?.aborted) throw err;
+      infra = `the scoring test run failed: ${(err as Error).message}`;
+    }
+  }
+  const limits = { max_tokens: input.envArgs.max_tokens, max_tool_calls: input.envArgs.max_tool_calls, max_turns: input.envArgs.max_turns };
+  const score = scoreRubric(env.rubric, {
+    task, final, answered: result.answer !== undefined, stop_reason: result.stop_reason, stats: result.stats, limits, tests,
+  }, input.rubric);
+  return { score, ...(tests ? { tests } : {}), sandboxMs, ...(infra !== undefined ? { infra } : {}) };
 }

@@ -1,0 +1,112 @@
+/**
+ * What EvalSweep and its activities say to each other: the sweep's input and
+ * result, the plan, one policy version's episodes and its summary. Episodes run
+ * through the rollout activity (src/contracts/rollout.ts); the full per-version
+ * result is the artifact EvalResult (src/report/records.ts).
+ */
+import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
+import type { RunConfig } from '../config/schema';
+import type { RolloutSummary } from '../rollouts/trajectory';
+import type { LivenessWindows } from '../shared/liveness';
+
+export interface EvalSweepInput {
+  runId: string;
+  /** Explicit policy versions; wins over `newest`. */
+  versions?: number[];
+  /** The newest N policy versions the run has produced (default 1). */
+  newest?: number;
+  /** A task set name under the task dir (`heldout` → .ratchet/tasks/heldout.jsonl) or a file path. */
+  taskset?: string;
+  /** Samples per task (pass@k's n). */
+  k?: number;
+  /** Re-evaluate versions that already have a result for this task set. */
+  force?: boolean;
+  /** In-flight rollouts at once. */
+  maxConcurrent?: number;
+  /**
+   * The run's [artifacts] store (never a credential): the sweep reads the run and
+   * writes its results there. Absent (inputs from before this field): the worker's
+   * default store, RATCHET_ARTIFACTS_URL or the local directory.
+   */
+  artifacts?: StoreSettings;
+}
+
+export interface EvalTaskRef {
+  instanceId: string;
+  datasetPath: string;
+  hasTests: boolean;
+}
+
+export interface EvalPlan {
+  runId: string;
+  taskset: { name: string; path: string; hash: string; tasks: number };
+  k: number;
+  versions: number[];
+  skipped: number[];
+  tasks: EvalTaskRef[];
+  envId: string;
+  taskSetDir: string;
+  sampling: RunConfig['sampling'];
+  envArgs: RunConfig['env'][number]['args'];
+  rubric: RunConfig['env'][number]['rubric'];
+  sandbox: RunConfig['sandbox'];
+  inferenceBaseUrl: string;
+  servedModel: string;
+  seed: number;
+  /** The run's [liveness] windows; absent in plans recorded before the section existed. */
+  liveness?: LivenessWindows;
+  /** Each planned version's adapter (version > 0), served before its episodes run. */
+  adapters: Record<string, ArtifactRef>;
+  /** The sweep input's store settings; absent in plans of sweeps started without them. */
+  artifacts?: StoreSettings;
+  /** The run's inference.sync_task_queues: each inference host's worker pulls and loads the adapter. */
+  syncTaskQueues?: string[];
+}
+
+export interface EvalEpisode {
+  instanceId: string;
+  sample: number;
+  summary?: RolloutSummary;
+  /** The rollout failed after its retries; counted in `errors`, not in the scores (so are infra_error and setup_error). */
+  error?: string;
+}
+
+export interface RecordEvalInput {
+  plan: EvalPlan;
+  version: number;
+  episodes: EvalEpisode[];
+  startedAt: string;
+  finishedAt: string;
+  workflowId?: string;
+}
+
+/** What the workflow keeps in its memo per version: small. */
+export interface EvalVersionSummary {
+  version: number;
+  key: string;
+  passAt1: number | null;
+  passAtK: number | null;
+  meanReward: number;
+  fileF1: number | null;
+  functionF1: number | null;
+  episodes: number;
+  errors: number;
+}
+
+/** EvalSweep's result. */
+export interface EvalSweepResult {
+  runId: string;
+  taskset: EvalPlan['taskset'];
+  k: number;
+  evaluated: EvalVersionSummary[];
+  skipped: number[];
+}
+
+/** The activities EvalSweep calls on the `ratchet` queue (src/activities/eval.ts implements them). */
+export interface EvalActivities {
+  /** Resolves versions, validates and hashes the task set, skips what is already evaluated. */
+  evalPlan(input: EvalSweepInput): Promise<EvalPlan>;
+  /** Scores one version's episodes and writes runs/<run>/evals/<version>/<hash>.json. Idempotent. */
+  evalRecord(input: RecordEvalInput): Promise<EvalVersionSummary>;
+}

@@ -1,0 +1,38 @@
+/** Eval task sets: a name under the task dir or a path, validated and hashed before a sweep. */
+import { promises as fs } from 'node:fs';
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { sha256 } from '../artifacts/store';
+import { paths } from '../shared/paths';
+import { loadTasks, TaskLoadError } from '../tasks/load';
+import type { Task } from '../tasks/schema';
+
+/** `heldout` → <tasks>/heldout.jsonl; anything with a slash or an extension is a path. */
+export function resolveTaskset(taskset: string, taskDir = paths.tasks()): { name: string; file: string } {
+  if (taskset.includes('/') || /\.(jsonl|json|ndjson|parquet)$/i.test(taskset)) {
+    const file = path.resolve(taskset);
+    return { name: path.basename(file).replace(/\.[^.]+$/, ''), file };
+  }
+  return { name: taskset, file: path.join(taskDir, `${taskset}.jsonl`) };
+}
+
+/** Validates a task set for evaluation; a non-retryable failure names the file, rows and fix. */
+export async function loadEvalTaskset(taskset: string): Promise<{ name: string; file: string; hash: string; tasks: Task[] }> {
+  const { name, file } = resolveTaskset(taskset);
+  let bytes: Buffer;
+  try {
+    bytes = await fs.readFile(file);
+  } catch {
+    throw ApplicationFailure.nonRetryable(`task set "${taskset}" not found: no file ${file}. ` +
+      'Fix: generate it (bash infra/tasks.sh) or pass --taskset <path/to/tasks.jsonl>.', 'TaskSetNotFound');
+  }
+  let tasks: Task[];
+  try {
+    tasks = (await loadTasks(file)).tasks;
+  } catch (err) {
+    if (err instanceof TaskLoadError) throw ApplicationFailure.nonRetryable(`task set ${file} failed validation:\n${err.message}`, 'TaskSetInvalid');
+    throw ApplicationFailure.nonRetryable(`task set ${file}: ${(err as Error).message}`, 'TaskSetInvalid');
+  }
+  if (tasks.length === 0) throw ApplicationFailure.nonRetryable(`task set ${file} has no tasks. Fix: point --taskset at a non-empty JSONL file.`, 'TaskSetInvalid');
+  return { name, file, hash: sha256(bytes).slice(0, 16), tasks };
+}

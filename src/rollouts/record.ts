@@ -1,0 +1,107 @@
+/**
+ * A rollout's record, built in one place: the trajectory saved to the artifact
+ * store, and the summary that crosses Temporal (a reference to it and a few
+ * numbers). Scored, dropped and never-started rollouts are all recorded here.
+ */
+import type { AgentResult } from '../agent/loop';
+import { toolSpec } from '../agent/tool';
+import type { ArtifactStore } from '../artifacts/store';
+import type { ParsedRolloutInput } from '../contracts/rollout';
+import type { TestEvidence } from '../envs/tests';
+import type { Environment, Score } from '../envs/types';
+import { EVAL_STEP } from '../shared/steps';
+import { RolloutSummary, samplingRecord, Trajectory } from './trajectory';
+
+export function trajectoryKey(runId: string, step: number, groupId: string, rolloutIndex: number): string {
+  if (step === EVAL_STEP) return `runs/${runId}/evals/trajectories/${groupId}/${rolloutIndex}.json`;
+  return `runs/${runId}/steps/${step}/rollouts/${groupId}/${rolloutIndex}.json`;
+}
+
+/** What one attempt of a rollout ended with. */
+export interface RolloutOutcome {
+  taskId: string;
+  /** The agent's episode; its stop_reason and error are the rollout's. */
+  result: Pick<AgentResult, 'messages' | 'turns' | 'stop_reason' | 'error' | 'stats' | 'model_ms' | 'tools_ms'>;
+  final: Record<string, unknown>;
+  tests?: TestEvidence;
+  score: Score;
+  sandboxMs: number;
+  totalMs: number;
+}
+
+/** A rollout whose task could not be set up: no turns, zero reward, the error kept. */
+export function setupFailureOutcome(taskId: string, error: string, score: Score, totalMs: number): RolloutOutcome {
+  return {
+    taskId,
+    result: {
+      messages: [], turns: [], stop_reason: 'setup_error', error,
+      stats: { prompt_tokens: 0, completion_tokens: 0, tool_calls: 0, tool_errors: 0, commands: [], tools_used: {} },
+      model_ms: 0, tools_ms: 0,
+    },
+    final: {},
+    score,
+    sandboxMs: 0,
+    totalMs,
+  };
+}
+
+export function trajectoryOf(input: ParsedRolloutInput, env: Pick<Environment, 'id' | 'tools'>, o: RolloutOutcome): Trajectory {
+  const { result, score } = o;
+  return Trajectory.parse({
+    format: 'ratchet.trajectory/v1',
+    run_id: input.runId,
+    step: input.step,
+    env_id: env.id,
+    task_id: o.taskId,
+    group_id: input.groupId,
+    rollout_index: input.rolloutIndex,
+    model: input.modelName,
+    tools: env.tools.map(toolSpec),
+    messages: result.messages,
+    turns: result.turns,
+    stop_reason: result.stop_reason,
+    ...(result.error !== undefined ? { error: result.error } : {}),
+    sampling: samplingRecord(input.sampling),
+    final: { ...o.final, ...(o.tests ? { tests: o.tests } : {}), reward_weights: score.weights },
+    reward: { total: score.total, components: score.components },
+    stats: result.stats,
+    timing: { model_ms: result.model_ms, tools_ms: result.tools_ms, sandbox_ms: o.sandboxMs, total_ms: o.totalMs },
+  });
+}
+
+export function summaryOf(input: ParsedRolloutInput, o: RolloutOutcome, trajectory: RolloutSummary['trajectory']): RolloutSummary {
+  const { result, score } = o;
+  return RolloutSummary.parse({
+    task_id: o.taskId,
+    group_id: input.groupId,
+    rollout_index: input.rolloutIndex,
+    trajectory,
+    reward: score.total,
+    components: score.components,
+    stop_reason: result.stop_reason,
+    policy_version: input.policyVersion,
+    completion_tokens: result.stats.completion_tokens,
+    tool_calls: result.stats.tool_calls,
+    model_ms: result.model_ms,
+    tools_ms: result.tools_ms,
+    sandbox_ms: o.sandboxMs,
+    prompt_tokens: result.stats.prompt_tokens,
+    tools_used: result.stats.tools_used,
+    commands: countBy(result.stats.commands),
+  });
+}
+
+/** Saves the trajectory under its key in the run's store; returns it with the summary that refers to it. */
+export async function recordRollout(
+  store: ArtifactStore, input: ParsedRolloutInput, env: Pick<Environment, 'id' | 'tools'>, o: RolloutOutcome,
+): Promise<{ trajectory: Trajectory; summary: RolloutSummary }> {
+  const trajectory = trajectoryOf(input, env, o);
+  const ref = await store.putJson(trajectoryKey(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
+  return { trajectory, summary: summaryOf(input, o, ref) };
+}
+
+function countBy(xs: string[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const x of xs) out[x] = (out[x] ?? 0) + 1;
+  return out;
+}
