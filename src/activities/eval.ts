@@ -7,6 +7,7 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { runKeys } from '../artifacts/keys';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { ArtifactStore } from '../artifacts/store';
@@ -234,7 +235,7 @@ export function splitEpisodes(episodes: EvalEpisode[]): { counted: (EvalEpisode 
 }
 
 export function evalKey(runId: string, version: number, tasksetHash: string): string {
-  return `runs/${runId}/evals/${version}/${tasksetHash}.json`;
+  return runKeys.evalResult(runId, version, tasksetHash);
 }
 
 /** `heldout` → <tasks>/heldout.jsonl; anything with a slash or an extension is a path. */
@@ -282,7 +283,7 @@ async function readJson<T>(store: ArtifactStore, key: string): Promise<T | undef
 /** Policy versions the run has produced (0, the base model, and each finished step's), with their adapters. */
 export async function runVersions(store: ArtifactStore, runId: string): Promise<Map<number, ArtifactRef | undefined>> {
   const versions = new Map<number, ArtifactRef | undefined>([[0, undefined]]);
-  const text = (await store.read(`runs/${runId}/metrics.jsonl`))?.toString('utf8') ?? '';
+  const text = (await store.read(runKeys.metrics(runId)))?.toString('utf8') ?? '';
   for (const line of text.split('\n')) {
     if (!line.trim()) continue;
     try {
@@ -303,7 +304,7 @@ export function runNotFound(runId: string, storeUrl: string, fromInput: boolean)
   const fix = fromInput
     ? 'Fix: pass the run\'s own config (`ratchet eval --config <run.toml>`) so the sweep uses its [artifacts] store, or correct [artifacts] url/endpoint there'
     : 'Fix: pass the run\'s config (`ratchet eval --config <run.toml>`) so the sweep uses its [artifacts] store, or set RATCHET_ARTIFACTS_URL on the workers';
-  return ApplicationFailure.nonRetryable(`run "${runId}" not found: no runs/${runId}/config.json in the artifact store ${storeUrl}. ` +
+  return ApplicationFailure.nonRetryable(`run "${runId}" not found: no ${runKeys.config(runId)} in the artifact store ${storeUrl}. ` +
     `${fix}; check the id with \`ratchet status\`.`, 'RunNotFound');
 }
 
@@ -313,7 +314,7 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps) {
       const { runId } = input;
       // The run's own store when the sweep names one; the worker's default otherwise (old inputs).
       const store = storeFor(input.artifacts, workerStore);
-      const config = await readJson<RunConfig>(store, `runs/${runId}/config.json`);
+      const config = await readJson<RunConfig>(store, runKeys.config(runId));
       if (!config) throw runNotFound(runId, store.url, Boolean(input.artifacts));
       const k = input.k ?? 4;
       if (!Number.isInteger(k) || k < 1) throw ApplicationFailure.nonRetryable(`k must be a positive integer (got ${k})`, 'InvalidInput');

@@ -9,7 +9,7 @@ import { toolSpec, type ToolContext } from '../agent/tool';
 import type { ArtifactStore } from '../artifacts/store';
 import { diskFullFailure, storeFor, type StoreSettings } from '../artifacts/stores';
 import { ArtifactsFields, RunConfig } from '../config/schema';
-import { runKeys } from './config';
+import { runKeys } from '../artifacts/keys';
 import { loadEnvironment } from '../envs/load';
 import { ENVIRONMENTS } from '../envs/registry';
 import type { Environment } from '../envs/types';
@@ -71,8 +71,7 @@ export interface RolloutDeps {
 }
 
 export function trajectoryKey(runId: string, step: number, groupId: string, rolloutIndex: number): string {
-  if (step === EVAL_STEP) return `runs/${runId}/evals/trajectories/${groupId}/${rolloutIndex}.json`;
-  return `runs/${runId}/steps/${step}/rollouts/${groupId}/${rolloutIndex}.json`;
+  return runKeys.trajectory(runId, step, groupId, rolloutIndex);
 }
 
 export function createRolloutActivities(deps: RolloutDeps) {

@@ -5,6 +5,7 @@
  * limit near 2,600 rollouts per step.
  */
 import { z } from 'zod';
+import { runKeys } from '../artifacts/keys';
 import { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
@@ -14,9 +15,6 @@ import { rolloutStats, type RolloutStats } from '../workflows/stats';
 
 /** Summaries per stored part: ~0.8 KB each, so a part's activity input stays far below 2 MB. */
 export const SUMMARIES_PER_PART = 1000;
-
-export const summariesKey = (runId: string, step: number, part?: number): string =>
-  `runs/${runId}/steps/${step}/rollouts/summaries${part === undefined ? '' : `-part-${part}`}.json`;
 
 const StoreInput = z.object({
   runId: z.string().min(1),
@@ -42,9 +40,9 @@ export function createRolloutSummaryActivities({ store }: { store: ArtifactStore
         if (input.parts) {
           const all: RolloutSummary[] = [];
           for (const p of input.parts) all.push(...await readRolloutSummaries(store, p, input.artifacts));
-          return runStore.putJson(summariesKey(input.runId, input.step), all);
+          return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step), all);
         }
-        return runStore.putJson(summariesKey(input.runId, input.step, input.part), input.summaries ?? []);
+        return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step, input.part), input.summaries ?? []);
       });
     },
 

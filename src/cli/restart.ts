@@ -8,7 +8,8 @@
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Command } from 'commander';
 import { LocalArtifactStore, uriToPath } from '../artifacts/store';
-import { runKeys, type RunStateFile } from '../activities/config';
+import { type RunStateFile } from '../activities/config';
+import { runKeys } from '../artifacts/keys';
 import { TASK_QUEUES } from '../shared/paths';
 import type { TrainRunInput } from '../workflows/types';
 import { CliError, EXIT } from './exit';
