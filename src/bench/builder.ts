@@ -27,6 +27,7 @@ import type { ChatMessage, RolloutSummary, ToolSpec, Trajectory, Turn } from '..
 import { buildBatchFromTrajectories, type BuilderConfig } from '../samples/builder';
 import { loadModelTokenizer, type ModelTokenizer } from '../samples/tokenizer';
 import { paths, REPO_ROOT } from '../shared/paths';
+import { mulberry32 } from '../shared/random';
 
 const GROUPS = Number(process.env.BENCH_GROUPS ?? 64);
 const ROLLOUTS = Number(process.env.BENCH_ROLLOUTS ?? 8);
@@ -38,17 +39,6 @@ const TOOLS: ToolSpec[] = [
   { type: 'function', function: { name: 'bash', description: 'Run a read-only shell command in the repository', parameters: { type: 'object', properties: { cmd: { type: 'string' } }, required: ['cmd'] } } },
   { type: 'function', function: { name: 'result', description: 'Report the files that need to change', parameters: { type: 'object', properties: { files: { type: 'array', items: { type: 'string' } } }, required: ['files'] } } },
 ];
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Real code text for tool outputs and replies: TypeScript's own library declarations. */
 const CORPUS = readFileSync(path.join(REPO_ROOT, 'node_modules', 'typescript', 'lib', 'lib.dom.d.ts'), 'utf8');
