@@ -27,6 +27,7 @@ export const RUNS_PREFIX = 'runs';
 
 const run = (runId: string): string => `${RUNS_PREFIX}/${runId}`;
 const stepDir = (runId: string, step: number): string => `${run(runId)}/steps/${step}`;
+const rolloutsDir = (runId: string, step: number): string => `${stepDir(runId, step)}/rollouts`;
 
 export const runKeys = {
   /** Everything of one run (a prefix, or a directory on a local store). */
@@ -40,14 +41,16 @@ export const runKeys = {
 
   /** A step's folder. */
   step: stepDir,
+  /** A training step's trajectories and rollout summaries. */
+  rollouts: rolloutsDir,
   /** A trajectory: a training step's, or an eval episode's (step EVAL_STEP), kept apart from step 0's. */
   trajectory: (runId: string, step: number, groupId: string, rolloutIndex: number): string =>
     step === EVAL_STEP
       ? `${run(runId)}/evals/trajectories/${groupId}/${rolloutIndex}.json`
-      : `${stepDir(runId, step)}/rollouts/${groupId}/${rolloutIndex}.json`,
+      : `${rolloutsDir(runId, step)}/${groupId}/${rolloutIndex}.json`,
   /** A step's rollout summaries as one artifact, or one part of them. */
   rolloutSummaries: (runId: string, step: number, part?: number): string =>
-    `${stepDir(runId, step)}/rollouts/summaries${part === undefined ? '' : `-part-${part}`}.json`,
+    `${rolloutsDir(runId, step)}/summaries${part === undefined ? '' : `-part-${part}`}.json`,
   /** The training batch of a step and its manifest. */
   batch: (runId: string, step: number): { batch: string; manifest: string } =>
     ({ batch: `${stepDir(runId, step)}/batch.safetensors`, manifest: `${stepDir(runId, step)}/batch.json` }),

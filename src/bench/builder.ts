@@ -147,7 +147,7 @@ async function main(): Promise<void> {
     const python = path.join(paths.venv('trainer'), 'bin', 'python');
     let baseline: { full_s: number; per_turn_s: number; tokens: number; read_s: number } | undefined;
     try {
-      const out = execFileSync(python, [path.join(REPO_ROOT, 'src', 'bench', 'builder_baseline.py'), MODEL, path.join(root, runKeys.step('bench', 0), 'rollouts'), String(REPEATS)],
+      const out = execFileSync(python, [path.join(REPO_ROOT, 'src', 'bench', 'builder_baseline.py'), MODEL, path.join(root, runKeys.rollouts('bench', 0)), String(REPEATS)],
         { encoding: 'utf8', env: { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_OFFLINE: '1' }, maxBuffer: 1 << 24 });
       baseline = JSON.parse(out.trim().split('\n').pop()!);
     } catch (err) {
