@@ -1,12 +1,11 @@
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
-import { z } from 'zod';
 import { runKeys } from '../artifacts/keys';
 import { ArtifactRef } from '../artifacts/ref';
-import { ArtifactsFields } from '../config/schema';
 import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
 import type { StoreSettings } from '../artifacts/settings';
 import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
+import { BuildBatchInput, type BatchActivities } from '../contracts';
 import { readRolloutSummaries } from './rolloutSummaries';
 import { RolloutSummary, type Trajectory } from '../rollouts/trajectory';
 import { buildBatchFromTrajectories, type BatchStats, type BuilderInput } from '../samples/builder';
@@ -24,35 +23,6 @@ import { componentLogger, type Logger } from '../shared/logger';
  * rewrites identical files. Bad input fails non-retryably with the cause as the
  * ApplicationFailure type; retrying would give the same answer.
  */
-
-const BuilderOrchestratorConfig = z.object({
-  seq_len: z.number().int().positive(),
-  mask_truncated_completions: z.boolean(),
-  async_level: z.number().int().min(0),
-  advantage: z.object({
-    kind: z.enum(['grpo', 'dr_grpo']),
-    std_normalize: z.boolean(),
-    drop_uniform_groups: z.boolean(),
-  }),
-  non_prefix_policy: z.enum(['split', 'fail']),
-  allow_retokenize: z.boolean(),
-});
-
-export const BuildBatchActivityInput = z.object({
-  runId: z.string().min(1),
-  step: z.number().int().nonnegative(),
-  trainerPolicyVersion: z.number().int().nonnegative(),
-  /** Rollout summaries (their reward is the scored one), or bare trajectory references. */
-  trajectories: z.array(z.union([RolloutSummary, ArtifactRef])).default([]),
-  /** The step's summaries as one artifact (StepRollouts' result): read here, never inline in a payload. */
-  summaries: ArtifactRef.optional(),
-  /** The run's [orchestrator] section; only the builder's keys are read. */
-  orchestrator: BuilderOrchestratorConfig.passthrough(),
-  modelPath: z.string().min(1),
-  /** The run's [artifacts] store; absent: the worker's default store. */
-  artifacts: ArtifactsFields.optional(),
-});
-export type BuildBatchActivityInput = z.input<typeof BuildBatchActivityInput>;
 
 export interface BuildBatchResult {
   batch: ArtifactRef;
@@ -102,12 +72,12 @@ export function createBatchActivities(deps: BatchActivityDeps) {
     return parsed.value;
   }
 
-  async function buildBatch(rawInput: BuildBatchActivityInput): Promise<BuildBatchResult> {
+  async function buildBatch(rawInput: BuildBatchInput): Promise<BuildBatchResult> {
     return withStoreErrors(() => buildBatchIn(rawInput));
   }
 
-  async function buildBatchIn(rawInput: BuildBatchActivityInput): Promise<BuildBatchResult> {
-    const inputParsed = BuildBatchActivityInput.safeParse(rawInput);
+  async function buildBatchIn(rawInput: BuildBatchInput): Promise<BuildBatchResult> {
+    const inputParsed = BuildBatchInput.safeParse(rawInput);
     if (!inputParsed.success) {
       const issue = inputParsed.error.issues[0]!;
       fail('InvalidInput', `buildBatch input field ${issue.path.join('.')}: ${issue.message}`);
@@ -164,7 +134,5 @@ export function createBatchActivities(deps: BatchActivityDeps) {
     return { batch, manifest: manifestRef, summary: stats };
   }
 
-  return { buildBatch };
+  return { buildBatch } satisfies BatchActivities;
 }
-
-export type BatchActivities = ReturnType<typeof createBatchActivities>;

@@ -10,19 +10,11 @@ import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections
 import { resolveConfigPath } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
-import { pickResume, type LoadedConfig, type ResumeState } from '../workflows/types';
+import { pickResume, RunStateFile, type ConfigActivities, type LoadedConfig, type ResumeState } from '../contracts';
 
 export interface ConfigDeps {
   store: ArtifactStore;
   logger: Logger;
-}
-
-/** The durable record of the last completed step: what a resumed run starts from. */
-export interface RunStateFile extends ResumeState {
-  format: 'ratchet.run-state/v1';
-  runId: string;
-  configSha256: string;
-  completedStep: number;
 }
 
 const resolveRepoPath = resolveConfigPath;
@@ -32,7 +24,7 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
   async function readState(runStore: ArtifactStore, runId: string): Promise<RunStateFile | undefined> {
     const ref = await runStore.exists(runKeys.state(runId));
     if (!ref) return undefined;
-    return runStore.getJson<RunStateFile>(ref);
+    return RunStateFile.parse(await runStore.getJson(ref));
   }
 
   return {
@@ -78,7 +70,7 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
     async readConfig(ref: ArtifactRef, artifacts?: StoreSettings): Promise<RunConfig> {
       return withStoreErrors(async () => RunConfig.parse(await storeForRef(ref, artifacts, store).getJson(ref)));
     },
-  };
+  } satisfies ConfigActivities;
 }
 
 function resolveArtifactPaths(a: ArtifactsConfig): ArtifactsConfig {

@@ -4,21 +4,12 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Logger } from '../shared/logger';
 import { paths } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
-import type { SampledTask } from '../workflows/types';
+import type { DatasetActivities, SampledTask, SampleTasksInput } from '../contracts';
 
 export interface DatasetDeps {
   logger: Logger;
   /** Reads a task file's instance ids; defaults to src/tasks' loader. */
   listInstanceIds?: (file: string) => Promise<string[]>;
-}
-
-export interface SampleTasksInput {
-  runId: string;
-  step: number;
-  seed: number;
-  batchSize: number;
-  taskSetDir: string;
-  envs: { id: string; dataset: string; weight: number }[];
 }
 
 /** A deterministic stream of uint32s from a string key (sha256 counter mode): no Math.random. */
@@ -117,5 +108,5 @@ export function createDatasetActivities({ logger, listInstanceIds = taskFileInst
       logger.info({ runId: input.runId, step: input.step, tasks: tasks.map((t) => t.instanceId) }, 'sampled tasks');
       return { taskSetDir: input.taskSetDir, tasks };
     },
-  };
+  } satisfies DatasetActivities;
 }

@@ -5,7 +5,7 @@
  */
 import type { ArtifactStore } from '../artifacts/store';
 import type { Logger } from '../shared/logger';
-import type * as contract from '../workflows/activityTypes';
+import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
 import { createBatchActivities } from './buildBatch';
 import { createConfigActivities } from './config';
 import { createDatasetActivities } from './dataset';
@@ -21,6 +21,7 @@ export interface ActivityDeps {
   weightSync?: Omit<WeightSyncDeps, 'logger'>;
 }
 
+/** The main worker's activities, checked against the contract workflows proxy (src/contracts/activities.ts). */
 export function createActivities(deps: ActivityDeps) {
   return {
     ...createConfigActivities(deps),
@@ -30,14 +31,15 @@ export function createActivities(deps: ActivityDeps) {
     ...createMetricsActivities(deps),
     ...createRolloutSummaryActivities(deps),
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
-  };
+  } satisfies MainActivities;
 }
 
-export type MainActivities = ReturnType<typeof createActivities>;
-
-// Compile-time checks: the implementations accept what the workflow sends (src/workflows/activityTypes.ts).
+// Compile-time checks: the rollout worker's activity (its own worker, src/activities/rollout.ts) accepts what
+// the workflows send and answers what they expect (src/contracts/activities.ts).
+type Rollout = ReturnType<typeof createRolloutActivities>['rollout'];
 type Accepts<Impl extends (input: never) => unknown, Sent> = Sent extends Parameters<Impl>[0] ? true : never;
+type Answers<Impl extends (input: never) => unknown, Expected> = Awaited<ReturnType<Impl>> extends Expected ? true : never;
 export const contractChecks: [
-  Accepts<ReturnType<typeof createBatchActivities>['buildBatch'], contract.BuildBatchInput>,
-  Accepts<ReturnType<typeof createRolloutActivities>['rollout'], contract.RolloutInput>,
+  Accepts<Rollout, RolloutInput>,
+  Answers<Rollout, Awaited<ReturnType<RolloutActivities['rollout']>>>,
 ] = [true, true];

@@ -2,9 +2,8 @@ import * as path from 'node:path';
 import { type ArtifactStore, LocalArtifactStore } from '../artifacts/store';
 import { storeFor, withStoreErrors } from '../artifacts/stores';
 import type { Logger } from '../shared/logger';
-import type { StepSummary } from '../workflows/types';
+import { StepRecord, type MetricsActivities, type RecordStepInput, type StepSummary } from '../contracts';
 import { runKeys } from '../artifacts/keys';
-import { type RunStateFile } from './config';
 import { lastMeanReward, stepsTotal, trainerStepSeconds } from '../metrics';
 import { RunConfig } from '../config/schema';
 import { paths, REPO_ROOT } from '../shared/paths';
@@ -15,45 +14,6 @@ import { writeWandbStep } from '../metrics/sinks/wandb';
 export interface MetricsDeps {
   store: ArtifactStore;
   logger: Logger;
-}
-
-/** One line of runs/<run>/metrics.jsonl: what `ratchet report` plots. */
-export interface StepRecord {
-  format: 'ratchet.step/v1';
-  run_id: string;
-  step: number;
-  /** Workflow time at the end of the step (ISO). */
-  time: string;
-  policy_version: number;
-  mean_reward: number;
-  reward_std: number;
-  reward_components: Record<string, number>;
-  rollouts: number;
-  samples: number;
-  dropped: Record<string, number>;
-  stop_reasons: Record<string, number>;
-  /** Mean policy version lag of the trained samples (trainer version − sample version). */
-  mean_staleness: number;
-  completion_tokens: number;
-  prompt_tokens?: number;
-  tool_calls: number;
-  tool_calls_by_tool?: Record<string, number>;
-  shell_commands?: Record<string, number>;
-  /** Policy-version lag of this step's rollouts -> count. */
-  staleness_histogram?: Record<string, number>;
-  trainer: Record<string, unknown>;
-  /** Set when the step trained on nothing (e.g. EmptyBatch: no trainable token), with the cause. */
-  error?: { type: string; message: string };
-  timing_ms: Record<string, number>;
-  batch: unknown;
-  checkpoint?: unknown;
-  adapter?: unknown;
-  weight_sync?: unknown;
-}
-
-export interface RecordStepInput {
-  record: StepRecord;
-  state: RunStateFile;
 }
 
 export function createMetricsActivities({ store, logger }: MetricsDeps) {
@@ -136,29 +96,33 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
       };
       });
     },
-  };
+  } satisfies MetricsActivities;
 }
 
-function parseRecord(line: string): StepRecord | undefined {
+/** The two fields recordStep compares in a line it wrote before (any JSON line: a torn one is skipped). */
+type WrittenLine = { step?: unknown; batch?: { batch?: { sha256?: string } } | null };
+
+function parseRecord(line: string): WrittenLine | undefined {
   if (!line.trim()) return undefined;
   try {
-    return JSON.parse(line) as StepRecord;
+    return JSON.parse(line) as WrittenLine;
   } catch {
     return undefined;
   }
 }
 
 /** What a step trained on: the batch's sha256, or undefined for a step that trained on nothing. */
-function batchSha(r: StepRecord): string | undefined {
-  return (r.batch as { batch?: { sha256?: string } } | undefined)?.batch?.sha256;
+function batchSha(r: WrittenLine): string | undefined {
+  return r.batch?.batch?.sha256;
 }
 
-/** Reads every step record of a run (the CLI's report and follow use this). */
+/** Reads every step record of a run through the one StepRecord schema; a torn or foreign line is skipped. */
 export async function readStepRecords(store: ArtifactStore, runId: string): Promise<StepRecord[]> {
   const text = (await store.read(runKeys.metrics(runId)))?.toString('utf8') ?? '';
   return text.split('\n').filter((l) => l.trim()).flatMap((l) => {
     try {
-      return [JSON.parse(l) as StepRecord];
+      const parsed = StepRecord.safeParse(JSON.parse(l));
+      return parsed.success ? [parsed.data] : [];
     } catch {
       return [];
     }

@@ -11,21 +11,11 @@ import type { ArtifactStore } from '../artifacts/store';
 import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { ArtifactsFields } from '../config/schema';
 import { RolloutSummary } from '../rollouts/trajectory';
-import { rolloutStats, type RolloutStats } from '../workflows/stats';
+import { rolloutStats } from '../rollouts/stats';
+import { StoreRolloutSummariesInput, type RolloutStats, type RolloutStatsInput, type RolloutSummaryActivities } from '../contracts';
 
 /** Summaries per stored part: ~0.8 KB each, so a part's activity input stays far below 2 MB. */
 export const SUMMARIES_PER_PART = 1000;
-
-const StoreInput = z.object({
-  runId: z.string().min(1),
-  step: z.number().int(),
-  /** One part of the summaries (at most SUMMARIES_PER_PART), or the parts to join into the step's one artifact. */
-  part: z.number().int().nonnegative().optional(),
-  summaries: z.array(RolloutSummary).optional(),
-  parts: z.array(ArtifactRef).optional(),
-  artifacts: ArtifactsFields.optional(),
-});
-export type StoreRolloutSummariesInput = z.input<typeof StoreInput>;
 
 export async function readRolloutSummaries(store: ArtifactStore, ref: ArtifactRef, settings?: z.infer<typeof ArtifactsFields>): Promise<RolloutSummary[]> {
   return z.array(RolloutSummary).parse(await storeForRef(ref, settings, store).getJson(ref));
@@ -34,7 +24,7 @@ export async function readRolloutSummaries(store: ArtifactStore, ref: ArtifactRe
 export function createRolloutSummaryActivities({ store }: { store: ArtifactStore }) {
   return {
     async storeRolloutSummaries(raw: StoreRolloutSummariesInput): Promise<ArtifactRef> {
-      const input = StoreInput.parse(raw);
+      const input = StoreRolloutSummariesInput.parse(raw);
       return withStoreErrors(async () => {
         const runStore = storeFor(input.artifacts, store);
         if (input.parts) {
@@ -47,11 +37,11 @@ export function createRolloutSummaryActivities({ store }: { store: ArtifactStore
     },
 
     /** The step's statistics for its record, computed beside the data instead of in the workflow. */
-    async rolloutStatsOf(input: { summaries: ArtifactRef; trainerPolicyVersion: number; artifacts?: z.infer<typeof ArtifactsFields> }): Promise<RolloutStats & { rollouts: number }> {
+    async rolloutStatsOf(input: RolloutStatsInput): Promise<RolloutStats & { rollouts: number }> {
       return withStoreErrors(async () => {
         const all = await readRolloutSummaries(store, input.summaries, input.artifacts);
         return { ...rolloutStats(all, input.trainerPolicyVersion), rollouts: all.length };
       });
     },
-  };
+  } satisfies RolloutSummaryActivities;
 }

@@ -1,12 +1,12 @@
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../artifacts/settings';
 import { LocalArtifactStore, type ArtifactStore, uriToPath, verifyLocalDir } from '../artifacts/store';
 import { storeForRef, withStoreErrors } from '../artifacts/stores';
 import { adapterName, adapterVersion } from '../shared/adapters';
 import type { Logger } from '../shared/logger';
-import { LIVENESS_DEFAULTS, type ActivityLivenessInput } from '../shared/liveness';
+import { LIVENESS_DEFAULTS } from '../shared/liveness';
+import type { SyncWeightsInput, SyncWeightsResult, WeightSyncActivities } from '../contracts';
 import { withLiveness, type Liveness } from './liveness';
 
 export interface WeightSyncDeps {
@@ -18,30 +18,6 @@ export interface WeightSyncDeps {
   replicaRetryMs?: number;
   sleep?: (ms: number) => Promise<void>;
 }
-
-export interface SyncWeightsInput {
-  runId: string;
-  baseUrls: string[];
-  /** The version to serve; 0 is the base model (nothing to load, but replicas must answer). */
-  policyVersion: number;
-  adapter?: ArtifactRef;
-  /** Versions below this are unloaded (newest − async_level − 1, so in-flight rollouts keep theirs). */
-  keepFromVersion: number;
-  /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
-  liveness?: ActivityLivenessInput;
-  /** The run's [artifacts] store: an s3:// adapter is fetched into this host's cache before vLLM loads it. */
-  artifacts?: StoreSettings;
-}
-
-export interface SyncWeightsResult {
-  policyVersion: number;
-  loaded: string[];
-  alreadyLoaded: string[];
-  unloaded: string[];
-  /** Wall time from the call to every replica serving the version. */
-  ms: number;
-}
-
 
 /** A local directory artifact's sha256 is over its MANIFEST.sha256; check it and every file it lists. */
 export async function verifyDirectoryArtifact(ref: ArtifactRef): Promise<string> {
@@ -163,7 +139,7 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
       return withLiveness({ name: 'syncWeights', heartbeatEveryMs: w.heartbeat_every_s * 1000, stallMs: w.stall_s * 1000, logger },
         (live) => syncWeights(live, input));
     },
-  };
+  } satisfies WeightSyncActivities;
 
   async function syncWeights(live: Liveness, input: SyncWeightsInput): Promise<SyncWeightsResult> {
     const started = Date.now();

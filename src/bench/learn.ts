@@ -23,7 +23,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { resolveTaskset } from '../activities/eval';
-import type { StepRecord } from '../activities/metrics';
+import type { StepRecord } from '../contracts';
 import { isEvalResultKey, runKeys } from '../artifacts/keys';
 import { LocalArtifactStore } from '../artifacts/store';
 import { connectClient } from '../cli/temporal';
@@ -34,7 +34,7 @@ import { startService, stopService } from '../stack/processes';
 import { writeTaskSubset } from '../tasks/subset';
 import { tracebackVariant } from '../tasks/traceback';
 import type { EvalSweepResult } from '../workflows/evalSweep';
-import type { TrainRunInput } from '../workflows/types';
+import type { TrainRunInput } from '../contracts';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 
 export interface LearnOptions {

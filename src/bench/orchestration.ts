@@ -19,12 +19,13 @@ import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode } 
 import { RunConfig } from '../config/schema';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../rollouts/trajectory';
-import { createRolloutSummaryActivities, type StoreRolloutSummariesInput } from '../activities/rolloutSummaries';
+import { createRolloutSummaryActivities } from '../activities/rolloutSummaries';
+import type { StoreRolloutSummariesInput } from '../contracts';
 import { LocalArtifactStore } from '../artifacts/store';
 import { paths, ratchetHome, REPO_ROOT } from '../shared/paths';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 import { SA } from '../workflows/messages';
-import type { RolloutInput } from '../workflows/activityTypes';
+import type { RolloutInput } from '../contracts';
 import type { TrainRun } from '../workflows/trainRun';
 
 const fakeRef = (s: string): ArtifactRef => ({ uri: `file:///bench/${s}`, sha256: '0'.repeat(64), bytes: 1 });

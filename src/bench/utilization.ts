@@ -16,9 +16,9 @@ import * as path from 'node:path';
 import { runKeys } from '../artifacts/keys';
 import { connectClient } from '../cli/temporal';
 import { DEFAULTS, paths, TASK_QUEUES } from '../shared/paths';
-import type { StepRecord } from '../activities/metrics';
+import type { StepRecord } from '../contracts';
 import { machineLine, writeBenchSection } from './benchmarksFile';
-import type { TrainRunInput, TrainRunResult } from '../workflows/types';
+import type { TrainRunInput, TrainRunResult } from '../contracts';
 
 const arg = (name: string, fallback: string): number => {
   const i = process.argv.indexOf(`--${name}`);

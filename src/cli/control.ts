@@ -1,6 +1,6 @@
 import { WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import type { UpdateDefinition } from '@temporalio/common';
-import type { RunStatus } from '../workflows/types';
+import type { RunStatus } from '../contracts';
 import { CliError, EXIT } from './exit';
 import { connectClient, notFound, type TemporalOptions } from './temporal';
 import { c } from './term';

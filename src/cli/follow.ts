@@ -3,7 +3,7 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import { loadStepRecords } from '../report/load';
 import type { StepRecord } from '../report/records';
 import { progressQuery } from '../workflows/messages';
-import type { Progress } from '../workflows/types';
+import type { Progress } from '../contracts';
 import { CliError, EXIT } from './exit';
 import { notFound } from './temporal';
 import { c, fmtMs, fmtReward, ProgressBar } from './term';

@@ -8,10 +8,9 @@
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Command } from 'commander';
 import { LocalArtifactStore, uriToPath } from '../artifacts/store';
-import { type RunStateFile } from '../activities/config';
 import { runKeys } from '../artifacts/keys';
 import { TASK_QUEUES } from '../shared/paths';
-import type { TrainRunInput } from '../workflows/types';
+import { RunStateFile, type TrainRunInput } from '../contracts';
 import { CliError, EXIT } from './exit';
 import { followRun } from './follow';
 import { connectClient, notFound, workflowUiUrl } from './temporal';
@@ -57,7 +56,7 @@ export function register(program: Command): void {
         }
         const store = new LocalArtifactStore();
         const ref = await store.exists(runKeys.state(run));
-        const state = ref ? await store.getJson<RunStateFile>(ref) : undefined;
+        const state = ref ? RunStateFile.parse(await store.getJson(ref)) : undefined;
         const { input, from } = restartPlan(run, status, state, opts.config);
         let handle;
         try {

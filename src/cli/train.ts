@@ -1,7 +1,7 @@
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import type { Command } from 'commander';
 import { TASK_QUEUES } from '../shared/paths';
-import type { TrainRunInput } from '../workflows/types';
+import type { TrainRunInput } from '../contracts';
 import { ConfigError, loadRunConfig } from '../config/load';
 import { checkOrThrow } from './check';
 import { CliError, EXIT } from './exit';

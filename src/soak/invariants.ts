@@ -7,7 +7,7 @@ import { execFile } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
-import type { StepRecord } from '../activities/metrics';
+import type { StepRecord } from '../contracts';
 import { verifyDirectoryArtifact } from '../activities/weightSync';
 import type { ArtifactRef } from '../artifacts/ref';
 import { LocalArtifactStore, uriToPath, verifyRef } from '../artifacts/store';

@@ -12,7 +12,7 @@ import { parse, stringify } from 'smol-toml';
 import { connectClient } from '../cli/temporal';
 import { progressQuery } from '../workflows/messages';
 import type { TrainRun } from '../workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../workflows/types';
+import type { Progress, TrainRunInput, TrainRunResult } from '../contracts';
 import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
 import type { Logger } from '../shared/logger';
 import { injectFault } from './faults';

@@ -6,7 +6,7 @@
  * kinds (resp. phases): each is a round of a seeded shuffle, not a random draw.
  */
 import { mulberry32 } from '../shared/random';
-import type { Phase } from '../workflows/types';
+import type { Phase } from '../contracts';
 
 export const FAULT_KINDS = [
   'kill-main', // kill -9 of the workflow worker

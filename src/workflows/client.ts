@@ -4,7 +4,7 @@
  */
 import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandle } from '@temporalio/client';
 import { SA, progressQuery } from './messages';
-import type { Progress, TrainRunInput, TrainRunResult } from './types';
+import type { Progress, TrainRunInput, TrainRunResult } from '../contracts/run';
 import type { TrainRun } from './trainRun';
 
 export interface StartTrainRunOptions {

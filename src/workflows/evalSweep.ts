@@ -6,16 +6,16 @@
  * this workflow's memo, so the Web UI shows them without opening a file.
  */
 import { ApplicationFailure, log, patched, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
-import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary } from '../activities/eval';
-import type { MainActivities } from '../activities';
+import type {
+  EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary, MainActivities, RolloutActivities, RolloutInput,
+} from '../contracts/activities';
 import { adapterName } from '../shared/adapters';
 import { EVAL_STEP } from '../shared/steps';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { syncAllHosts } from './inferenceWait';
 import { PATCHES } from './patches';
-import type { RolloutActivities, RolloutInput } from './activityTypes';
 
-export type { EvalSweepInput } from '../activities/eval';
+export type { EvalSweepInput } from '../contracts/activities';
 
 const { evalPlan, evalRecord } = proxyActivities<EvalActivities>({
   startToCloseTimeout: '10 minutes',

@@ -6,7 +6,7 @@
  * days would otherwise add a timer and an activity per minute). Workflow code.
  */
 import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched, sleep } from '@temporalio/workflow';
-import type { SyncWeightsInput } from '../activities/weightSync';
+import type { SyncWeightsInput } from '../contracts/activities';
 import { PATCHES } from './patches';
 import { sync, syncOn } from './proxies';
 import type { RunControl } from './runControl';

@@ -4,7 +4,8 @@
  */
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
-import type { Progress, RunStatus } from './types';
+import type { Progress, RunStatus } from '../contracts/run';
+import type { RolloutProgressSignal } from '../contracts/step';
 
 export const pauseUpdate = defineUpdate<RunStatus>('pause');
 export const resumeUpdate = defineUpdate<RunStatus>('resume');
@@ -12,14 +13,6 @@ export const stopAfterCurrentStepUpdate = defineUpdate<RunStatus>('stopAfterCurr
 export const progressQuery = defineQuery<Progress>('progress');
 
 /** Sent by a step's rollout child to its parent, by workflow id, as groups finish. */
-export interface RolloutProgressSignal {
-  step: number;
-  done: number;
-  total: number;
-  waitingForInference?: boolean;
-  /** A rollout found its disk full (DiskFull): the parent shows waiting-for-disk. Absent before it existed. */
-  waitingForDisk?: boolean;
-}
 export const rolloutProgressSignal = defineSignal<[RolloutProgressSignal]>('rolloutProgress');
 
 /** Registered by infra/temporal.sh; the Web UI filters runs on these. */

@@ -24,44 +24,13 @@ import {
   workflowInfo,
   type ActivityOptions,
 } from '@temporalio/workflow';
-
-/** The fault types an operator fixes; the run waits for them rather than failing. */
-export const OUTAGE_TYPES = ['StoreUnavailable', 'DiskFull'] as const;
-export type OutageType = (typeof OUTAGE_TYPES)[number];
-
-/** An activity call as data, so another workflow can make it. */
-export interface OutageCall {
-  activity: string;
-  options: ActivityOptions;
-  args: unknown[];
-}
-
-/** How long waits are split: tries in the caller before the hand-off, tries per child execution, the pause cap. */
-export interface OutageWaitLimits {
-  /** Failed tries the caller makes itself before handing the call to OutageWait (default 10: ~4 minutes at the 30 s cap). */
-  handoffAfter?: number;
-  /** Tries per OutageWait execution before it continues as new (default 100: ~1,100 events). */
-  perExecution?: number;
-  /** Cap of the pause between tries, in seconds (default 30 for the store, 120 for a full disk). */
-  capS?: number;
-}
+import { OUTAGE_TYPES, type OutageCall, type OutageType, type OutageWaitInput, type OutageWaitLimits } from '../contracts/outage';
 
 export const DEFAULT_HANDOFF_AFTER = 10;
 export const DEFAULT_TRIES_PER_EXECUTION = 100;
 export const STORE_WAIT_CAP_S = 30;
 /** A full disk waits for a person: sparser tries. */
 export const DISK_WAIT_CAP_S = 120;
-
-export interface OutageWaitInput {
-  call: OutageCall;
-  /** The fault that started the wait (for the log and the first pause's cap). */
-  fault: OutageType;
-  /** The pause before the next try, in seconds (carried across continue-as-new). */
-  waitS: number;
-  limits?: OutageWaitLimits;
-  /** Tries across every execution so far. */
-  triesSoFar?: number;
-}
 
 /** The outage type an activity failure is, or undefined. */
 export function outageOf(err: unknown): OutageType | undefined {

@@ -4,9 +4,9 @@
  * looks like to the workflow is decided here.
  */
 import { proxyActivities, type ActivityOptions } from '@temporalio/workflow';
-import type { MainActivities } from '../activities';
-import type { BatchActivities, TrainerActivities } from './activityTypes';
-import type { TrainerTimeouts } from './types';
+import type { BatchActivities, MainActivities } from '../contracts/activities';
+import type { TrainerActivities } from '../contracts/trainer';
+import type { TrainerTimeouts } from '../contracts/run';
 
 /** Light main-worker activities. The options are exported so a long outage can hand a call to OutageWait as data. */
 export const LIGHT: ActivityOptions = {

@@ -12,9 +12,9 @@ import {
   rolloutProgressSignal,
   stopAfterCurrentStepUpdate,
 } from './messages';
-import { detailsMarkdown } from './stats';
-import type { OutageWaitLimits } from './outageWait';
-import type { Phase, Progress, RunStatus, StepSummary } from './types';
+import type { OutageWaitLimits } from '../contracts/outage';
+import type { Phase, Progress, RunStatus } from '../contracts/run';
+import type { StepSummary } from '../contracts/step';
 
 export class RunControl {
   finalStatus: 'completed' | 'stopped' | undefined;
@@ -149,4 +149,22 @@ export class RunControl {
       },
     });
   }
+}
+
+/** A short markdown block for the Web UI (setCurrentDetails). */
+export function detailsMarkdown(p: {
+  runId: string; step: number; maxSteps: number; status: string; phase: string; policyVersion: number;
+  rolloutsDone: number; rolloutsTotal: number; lastReward?: number; lastComponents?: Record<string, number>;
+}): string {
+  const lines = [
+    `**Ratchet run \`${p.runId}\`** — ${p.status}`,
+    '',
+    `step ${p.step}/${p.maxSteps} · phase ${p.phase} · rollouts ${p.rolloutsDone}/${p.rolloutsTotal} · policy v${p.policyVersion}`,
+  ];
+  if (p.lastReward !== undefined) {
+    const comps = Object.entries(p.lastComponents ?? {}).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(', ');
+    lines.push('', `last step mean reward **${p.lastReward.toFixed(3)}**${comps ? ` (${comps})` : ''}`);
+  }
+  lines.push('', `\`ratchet status ${p.runId}\` · \`ratchet report ${p.runId}\``);
+  return lines.join('\n');
 }

@@ -3,13 +3,12 @@
  * and the run-state file a resumed run starts from. Pure: workflow code.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { RunStateFile } from '../activities/config';
-import type { StepRecord } from '../activities/metrics';
 import type { StoreSettings } from '../artifacts/settings';
-import type { BuildBatchOutput } from './activityTypes';
-import type { RolloutStats } from './stats';
+import type { BuildBatchOutput } from '../contracts/activities';
+import type { RunStateFile, StepRecord } from '../contracts/records';
+import type { LoadedConfig } from '../contracts/run';
+import type { RolloutStats } from '../contracts/step';
 import type { TrainedStep } from './trainerSession';
-import type { LoadedConfig } from './types';
 
 /** Workflow clock readings across one step (ms since the epoch). */
 export interface StepTimes {
@@ -89,8 +88,8 @@ export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: nu
     completedStep: record.step,
     nextStep: record.step + 1,
     policyVersion: record.policy_version,
-    checkpoint: record.checkpoint as ArtifactRef | undefined,
-    adapter: record.adapter as ArtifactRef | undefined,
+    checkpoint: record.checkpoint,
+    adapter: record.adapter,
     configRef: loaded.configRef,
     seed,
     lastMeanReward: record.mean_reward,

@@ -16,36 +16,13 @@ import {
   type ActivityOptions,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../artifacts/settings';
-import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../rollouts/trajectory';
-import type { MainActivities } from '../activities';
-import type { RolloutActivities, RolloutInput } from './activityTypes';
-import { forActivity, livenessOf, type LivenessWindows } from '../shared/liveness';
+import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
+import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
+import { forActivity, livenessOf } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
-import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, callOf, handOff, type OutageWaitLimits } from './outageWait';
-import type { SampledTask } from './types';
-
-export interface StepRolloutsInput {
-  runId: string;
-  step: number;
-  policyVersion: number;
-  modelName: string;
-  /** Served for policyVersion (to reload it into a replica that restarted). */
-  adapter?: ArtifactRef;
-  keepFromVersion: number;
-  tasks: SampledTask[];
-  config: Pick<RunConfig, 'sampling' | 'env' | 'sandbox' | 'inference' | 'orchestrator'> & { liveness?: LivenessWindows };
-  taskSetDir: string;
-  seed: number;
-  /** Workflow id to send progress to; absent when run on its own (benchmarks). */
-  parentWorkflowId?: string;
-  /** The run's [artifacts] store (absent: the workers' default). */
-  artifacts?: StoreSettings;
-  /** The run's split of long disk waits (TrainRunInput.outageWaits). */
-  outageWaits?: OutageWaitLimits;
-}
+import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, callOf, handOff } from './outageWait';
 
 const ROLLOUT_OPTIONS: ActivityOptions = {
   taskQueue: 'ratchet-rollout',
@@ -66,7 +43,6 @@ const SUMMARIES_PER_PART = 1000;
 
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
 export const SUMMARIES_BY_REF_PATCH = PATCHES.summariesByRef;
-export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number };
 
 const { syncWeights } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',

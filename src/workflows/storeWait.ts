@@ -4,7 +4,8 @@
 import {
   ActivityFailure, ApplicationFailure, log, patched, proxyActivities, sleep, type ActivityInterfaceFor, type ActivityOptions,
 } from '@temporalio/workflow';
-import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, handOff, type OutageCall } from './outageWait';
+import type { OutageCall } from '../contracts/outage';
+import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, handOff } from './outageWait';
 import { PATCHES } from './patches';
 import type { RunControl } from './runControl';
 

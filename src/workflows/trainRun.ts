@@ -40,12 +40,13 @@ import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
 import { PATCHES } from './patches';
 import { LIGHT, light, type LightActivities } from './proxies';
 import { RunControl } from './runControl';
-import { rolloutStats } from './stats';
-import { StepRollouts, type StepRolloutsInput, type StepRolloutsResult } from './stepRollouts';
+import { rolloutStats } from '../rollouts/stats';
+import { StepRollouts } from './stepRollouts';
 import { patientActivities } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
 import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
-import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type TrainRunInput, type TrainRunResult } from './types';
+import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
+import type { SampledTask, StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
 
 /** Cancels rollouts started ahead whose results are not needed (stop, or continue-as-new mid-wait). */
 async function cancelPending(pending: PendingRollouts): Promise<void> {

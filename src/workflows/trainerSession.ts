@@ -10,13 +10,13 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import { forActivity, type LivenessWindows } from '../shared/liveness';
-import type { TrainerActivities, TrainerStepMetrics } from './activityTypes';
+import type { TrainerTimeouts } from '../contracts/run';
+import type { TrainerActivities, TrainerStepMetrics } from '../contracts/trainer';
 import { PATCHES } from './patches';
 import { announcer, trainerIoOn, trainerIoOptions, trainerOptions } from './proxies';
 import type { RunControl } from './runControl';
 import { patientActivities } from './storeWait';
 import { toTrainerConfig } from './trainerConfig';
-import type { TrainerTimeouts } from './types';
 
 export interface SavedStep {
   checkpoint: ArtifactRef;

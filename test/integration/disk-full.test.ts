@@ -18,7 +18,7 @@ import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@t
 import { describeWithStack, REPO } from '../helpers/stack';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
+import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';

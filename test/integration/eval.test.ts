@@ -18,8 +18,8 @@ import { EvalResult } from '../../src/report/records';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import { logger } from '../../src/shared/logger';
 import { paths } from '../../src/shared/paths';
-import type { SyncWeightsInput } from '../../src/activities/weightSync';
-import type { RolloutInput } from '../../src/workflows/activityTypes';
+import type { SyncWeightsInput } from '../../src/contracts';
+import type { RolloutInput } from '../../src/contracts';
 import type { EvalSweepResult } from '../../src/workflows/evalSweep';
 
 const TEMPORAL = paths.temporalBin();

@@ -18,7 +18,7 @@ import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { adapterName } from '../../src/shared/adapters';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
+import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
 import {
   checkInvariants, distBuilt, killProc, ROLLOUT_LEASE_TTL_S, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
   type Proc, type TinyConfigOptions,

@@ -19,7 +19,7 @@ import { logger } from '../../src/shared/logger';
 import { Supervisor, type Supervised, type SupervisorAction } from '../../src/stack/supervisor';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
+import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';

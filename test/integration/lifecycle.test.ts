@@ -15,7 +15,7 @@ import { describeWithStack, REPO } from '../helpers/stack';
 import { recordHistory } from '../helpers/histories';
 import { pauseUpdate, progressQuery, resumeUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
+import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
 import { restartPlan } from '../../src/cli/restart';
 import {
   checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands,

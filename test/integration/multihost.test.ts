@@ -25,7 +25,7 @@ import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@t
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../../src/workflows/types';
+import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
 import { checkInvariantsInStore } from './multihostInvariants';
 import { distBuilt, killProc, startProc, takeOverStackWorkers, type Proc } from './trainrunStack';
 

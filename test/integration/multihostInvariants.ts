@@ -4,7 +4,7 @@
  * host's disk holds the run, only the S3 store does.
  */
 import * as path from 'node:path';
-import type { StepRecord } from '../../src/activities/metrics';
+import type { StepRecord } from '../../src/contracts';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import { adapterName } from '../../src/shared/adapters';
 

@@ -12,7 +12,8 @@ import { S3ArtifactStore } from '../../src/artifacts/s3';
 import { ArtifactIntegrityError, LocalArtifactStore } from '../../src/artifacts/store';
 import { checkStore, storeFor } from '../../src/artifacts/stores';
 import { createConfigActivities } from '../../src/activities/config';
-import { createMetricsActivities, readStepRecords, type StepRecord } from '../../src/activities/metrics';
+import { createMetricsActivities, readStepRecords } from '../../src/activities/metrics';
+import type { StepRecord } from '../../src/contracts';
 import { componentLogger } from '../../src/shared/logger';
 import { MINIO, describeWithStack, useMinioCredentials } from '../helpers/stack';
 

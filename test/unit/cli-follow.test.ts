@@ -6,7 +6,7 @@
 import type { WorkflowExecutionDescription } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { phaseLine, trainerBeat } from '../../src/cli/follow';
-import type { Progress } from '../../src/workflows/types';
+import type { Progress } from '../../src/contracts';
 
 const progress = (over: Partial<Progress>): Progress => ({
   runId: 'r', step: 3, maxSteps: 10, phase: 'training', status: 'running', rolloutsDone: 8, rolloutsTotal: 8, policyVersion: 3, ...over,

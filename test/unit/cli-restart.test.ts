@@ -2,7 +2,7 @@
 import { restartPlan } from '../../src/cli/restart';
 import { CliError, EXIT } from '../../src/cli/exit';
 import { buildProgram } from '../../src/cli';
-import type { RunStateFile } from '../../src/activities/config';
+import type { RunStateFile } from '../../src/contracts';
 import { ref } from './workflowFakes';
 
 const state: RunStateFile = {

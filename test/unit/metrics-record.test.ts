@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
 import { LocalArtifactStore } from '../../src/artifacts/store';
-import { createMetricsActivities, readStepRecords, type StepRecord } from '../../src/activities/metrics';
-import type { RunStateFile } from '../../src/activities/config';
+import { createMetricsActivities, readStepRecords } from '../../src/activities/metrics';
+import type { RunStateFile, StepRecord } from '../../src/contracts';
 import { ref } from './workflowFakes';
 
 function record(step: number, batch: string | undefined, meanReward: number): StepRecord {

@@ -8,7 +8,8 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { createMetricsActivities, type StepRecord } from '../../src/activities/metrics';
+import { createMetricsActivities } from '../../src/activities/metrics';
+import type { StepRecord } from '../../src/contracts';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { componentLogger } from '../../src/shared/logger';
 import { crc32c } from '../../src/metrics/sinks/tensorboard';
@@ -23,7 +24,7 @@ function record(step: number, reward: number): StepRecord {
     mean_reward: reward, reward_std: 0.25, reward_components: { correct_files: reward / 2, completion_bonus: 1 }, rollouts: 8, samples: 8,
     dropped: { stale: step }, stop_reasons: { completed: 6, max_turns: 2 }, mean_staleness: 0.5, completion_tokens: 900, tool_calls: 12,
     trainer: { loss: -0.125 * (step + 1), grad_norm: 0.75, nested: { lr: 5e-5 }, note: 'not a number' }, timing_ms: { rollouts: 61_000, train_and_save: 30_500 },
-    batch: {},
+    batch: undefined,
   };
 }
 

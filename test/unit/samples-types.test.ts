@@ -1,5 +1,5 @@
 /** Compile-time check: the activity fits the contract TrainRun calls (src/workflows/activityTypes.ts). */
-import type { BatchActivities } from '../../src/workflows/activityTypes';
+import type { BatchActivities } from '../../src/contracts';
 import { createBatchActivities } from '../../src/activities/buildBatch';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 

@@ -1,5 +1,5 @@
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
-import { rolloutStats } from '../../src/workflows/stats';
+import { rolloutStats } from '../../src/rollouts/stats';
 
 const summary = (over: Partial<RolloutSummary>): RolloutSummary => ({
   task_id: 't', group_id: 'g', rollout_index: 0, trajectory: { uri: 'file:///x', sha256: '0'.repeat(64), bytes: 1 },

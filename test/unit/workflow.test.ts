@@ -10,7 +10,7 @@ import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@tem
 import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
 import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { TrainRunInput } from '../../src/workflows/types';
+import type { TrainRunInput } from '../../src/contracts';
 import { makeFakes, type FakeOptions } from './workflowFakes';
 import { recordHistory } from '../helpers/histories';
 

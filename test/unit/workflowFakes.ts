@@ -6,11 +6,11 @@ import { Context } from '@temporalio/activity';
 import { RunConfig } from '../../src/config/schema';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
-import type { BuildBatchInput, RolloutInput } from '../../src/workflows/activityTypes';
-import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/workflows/types';
-import type { RecordStepInput } from '../../src/activities/metrics';
-import type { SyncWeightsInput } from '../../src/activities/weightSync';
-import { rolloutStats } from '../../src/workflows/stats';
+import type { BuildBatchInput, RolloutInput } from '../../src/contracts';
+import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/contracts';
+import type { RecordStepInput } from '../../src/contracts';
+import type { SyncWeightsInput } from '../../src/contracts';
+import { rolloutStats } from '../../src/rollouts/stats';
 
 export const ref = (name: string): ArtifactRef => ({
   uri: `file:///fake/${name}`,
@@ -73,7 +73,7 @@ export function makeFakes(opts: FakeOptions = {}) {
 
   // StepRollouts stores its summaries as one artifact; the fakes keep them in memory by uri.
   const summaryArtifacts = new Map<string, RolloutSummary[]>();
-  const summariesOf = (input: BuildBatchInput): RolloutSummary[] => (input.summaries ? summaryArtifacts.get(input.summaries.uri)! : input.trajectories ?? []);
+  const summariesOf = (input: BuildBatchInput): RolloutSummary[] => (input.summaries ? summaryArtifacts.get(input.summaries.uri)! : (input.trajectories ?? []) as RolloutSummary[]);
 
   const main = {
     async storeRolloutSummaries(input: { runId: string; step: number; part?: number; summaries?: RolloutSummary[]; parts?: ArtifactRef[] }): Promise<ArtifactRef> {

@@ -1,4 +1,4 @@
-import type { StepRecord } from '../../activities/metrics';
+import type { StepRecord } from '../../contracts';
 
 /**
  * A step record as flat scalars, the shape W&B and TensorBoard plot:

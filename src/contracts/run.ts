@@ -1,13 +1,15 @@
 /**
- * What crosses Temporal for a training run: small, JSON-only shapes. Anything
- * large (configs excepted: a few KB) travels as an ArtifactRef (claim check).
- * Pure: workflow code imports these.
+ * TrainRun's contract with whoever starts and watches it (the CLI, benchmarks, soak
+ * tests): its input and result, the progress its query answers, and the resume state
+ * carried across continue-as-new. Small, JSON-only shapes; anything large travels as
+ * an ArtifactRef (claim check). Pure and zod-free: workflow code imports it.
  */
 import type { Duration } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
-import type { OutageWaitLimits } from './outageWait';
+import type { OutageWaitLimits } from './outage';
+import type { StepSummary } from './step';
 
 /** State carried across continue-as-new and used to resume a run: nothing large. */
 export interface ResumeState {
@@ -74,32 +76,13 @@ export interface TrainRunResult {
   stopped: 'completed' | 'stopped-by-request';
 }
 
+/** What `openRun` answers: the run's parsed config and where it is stored. */
 export interface LoadedConfig {
   runId: string;
   config: RunConfig;
   /** The parsed config as stored in the artifact store: `runs/<run>/config.json`. */
   configRef: ArtifactRef;
   configSha256: string;
-}
-
-/** One task of a step's batch: a reference into the task set, never the row itself. */
-export interface SampledTask {
-  envId: string;
-  groupId: string;
-  datasetPath: string;
-  instanceId: string;
-  /** Index of the [[env]] section, for its args and rubric. */
-  envIndex: number;
-}
-
-/** The small numbers a step leaves in the workflow (the full record is in metrics.jsonl). */
-export interface StepSummary {
-  step: number;
-  meanReward: number;
-  components: Record<string, number>;
-  rollouts: number;
-  dropped: number;
-  policyVersion: number;
 }
 
 export type RunStatus =
@@ -125,6 +108,7 @@ export type Phase =
   | 'metrics'
   | 'idle';
 
+/** TrainRun's `progress` query (src/workflows/messages.ts). */
 export interface Progress {
   runId: string;
   step: number;

@@ -1,20 +1,10 @@
-import type { RolloutSummary } from '../rollouts/trajectory';
-
-/** Small, deterministic statistics over a step's rollouts: safe in workflow code. */
-export interface RolloutStats {
-  meanReward: number;
-  rewardStd: number;
-  components: Record<string, number>;
-  stopReasons: Record<string, number>;
-  completionTokens: number;
-  toolCalls: number;
-  promptTokens: number;
-  meanStaleness: number;
-  /** Policy-version lag -> rollouts. */
-  stalenessHistogram: Record<string, number>;
-  toolsUsed: Record<string, number>;
-  shellCommands: Record<string, number>;
-}
+/**
+ * Statistics over a step's rollout summaries: the rollout half of its step record.
+ * Small and deterministic: TrainRun computed them in workflow code before the
+ * `rolloutStatsOf` activity (older histories replay that path), so this imports only types.
+ */
+import type { RolloutStats } from '../contracts/step';
+import type { RolloutSummary } from './trajectory';
 
 export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: number): RolloutStats {
   // Infrastructure failures and tasks that could not be set up carry no reward: they are
@@ -66,22 +56,4 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
 
 function round(x: number): number {
   return Math.round(x * 1e6) / 1e6;
-}
-
-/** A short markdown block for the Web UI (setCurrentDetails). */
-export function detailsMarkdown(p: {
-  runId: string; step: number; maxSteps: number; status: string; phase: string; policyVersion: number;
-  rolloutsDone: number; rolloutsTotal: number; lastReward?: number; lastComponents?: Record<string, number>;
-}): string {
-  const lines = [
-    `**Ratchet run \`${p.runId}\`** — ${p.status}`,
-    '',
-    `step ${p.step}/${p.maxSteps} · phase ${p.phase} · rollouts ${p.rolloutsDone}/${p.rolloutsTotal} · policy v${p.policyVersion}`,
-  ];
-  if (p.lastReward !== undefined) {
-    const comps = Object.entries(p.lastComponents ?? {}).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(', ');
-    lines.push('', `last step mean reward **${p.lastReward.toFixed(3)}**${comps ? ` (${comps})` : ''}`);
-  }
-  lines.push('', `\`ratchet status ${p.runId}\` · \`ratchet report ${p.runId}\``);
-  return lines.join('\n');
 }

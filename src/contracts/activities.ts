@@ -1,0 +1,191 @@
+/**
+ * The activities workflows call, as interfaces: what each takes and answers. The
+ * implementations (src/activities, the rollout worker, the Python trainer) are checked
+ * against these at compile time; workflows proxy them (`proxyActivities<MainActivities>`)
+ * and never import an implementation. Names and payload shapes are recorded in every
+ * history: change one only with a patch (src/workflows/patches.ts).
+ */
+import { z } from 'zod';
+import { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
+import { ArtifactsFields, type EnvConfig, type RunConfig, type SandboxConfig } from '../config/schema';
+import { RolloutSummary } from '../rollouts/trajectory';
+import type { ActivityLivenessInput } from '../shared/liveness';
+// Eval's contracts move to ./eval.ts with the split of src/activities/eval.ts; until then they come from there.
+import type { EvalActivities } from '../activities/eval';
+import type { StepRecord, RunStateFile } from './records';
+import type { LoadedConfig, ResumeState } from './run';
+import type { RolloutStats, SampledTask, StepSummary } from './step';
+
+export type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalVersionSummary } from '../activities/eval';
+
+// ---- Config (src/activities/config.ts) ----
+
+export interface ConfigActivities {
+  /** Opens a run: a new one stores its validated config, a run with a completed step resumes from its state file. */
+  openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }>;
+  /** After continue-as-new: the stored config, verified against its recorded hash. */
+  readConfig(ref: ArtifactRef, artifacts?: StoreSettings): Promise<RunConfig>;
+}
+
+// ---- Task sampling (src/activities/dataset.ts) ----
+
+export interface SampleTasksInput {
+  runId: string;
+  step: number;
+  seed: number;
+  batchSize: number;
+  taskSetDir: string;
+  envs: { id: string; dataset: string; weight: number }[];
+}
+
+export interface DatasetActivities {
+  /** An empty taskSetDir means the worker's default; the answer names the one used. */
+  sampleTasks(input: SampleTasksInput): Promise<{ taskSetDir: string; tasks: SampledTask[] }>;
+}
+
+// ---- Rollouts (the rollout worker, queue ratchet-rollout: src/activities/rollout.ts) ----
+
+export interface RolloutInput {
+  runId: string;
+  step: number;
+  groupId: string;
+  rolloutIndex: number;
+  envId: string;
+  task: { datasetPath: string; instanceId: string };
+  taskSetDir: string;
+  policyVersion: number;
+  /** `smollm2-135m` for version 0, else `<run>/policy-v<N>` (src/shared/adapters.ts). */
+  modelName: string;
+  sampling: RunConfig['sampling'];
+  envArgs: EnvConfig['args'];
+  rubric: EnvConfig['rubric'];
+  sandbox: SandboxConfig;
+  inferenceBaseUrl: string;
+  seed: number;
+  liveness?: ActivityLivenessInput;
+  artifacts?: StoreSettings;
+}
+
+export interface RolloutActivities {
+  rollout(input: RolloutInput): Promise<RolloutSummary>;
+}
+
+// ---- A step's rollout summaries as one artifact (src/activities/rolloutSummaries.ts) ----
+
+export const StoreRolloutSummariesInput = z.object({
+  runId: z.string().min(1),
+  step: z.number().int(),
+  /** One part of the summaries (at most SUMMARIES_PER_PART), or the parts to join into the step's one artifact. */
+  part: z.number().int().nonnegative().optional(),
+  summaries: z.array(RolloutSummary).optional(),
+  parts: z.array(ArtifactRef).optional(),
+  artifacts: ArtifactsFields.optional(),
+});
+export type StoreRolloutSummariesInput = z.input<typeof StoreRolloutSummariesInput>;
+
+export interface RolloutStatsInput {
+  summaries: ArtifactRef;
+  trainerPolicyVersion: number;
+  artifacts?: StoreSettings;
+}
+
+export interface RolloutSummaryActivities {
+  storeRolloutSummaries(input: StoreRolloutSummariesInput): Promise<ArtifactRef>;
+  /** The step's statistics for its record, computed beside the data instead of in the workflow. */
+  rolloutStatsOf(input: RolloutStatsInput): Promise<RolloutStats & { rollouts: number }>;
+}
+
+// ---- Batch building (src/activities/buildBatch.ts) ----
+
+const BuilderOrchestratorConfig = z.object({
+  seq_len: z.number().int().positive(),
+  mask_truncated_completions: z.boolean(),
+  async_level: z.number().int().min(0),
+  advantage: z.object({
+    kind: z.enum(['grpo', 'dr_grpo']),
+    std_normalize: z.boolean(),
+    drop_uniform_groups: z.boolean(),
+  }),
+  non_prefix_policy: z.enum(['split', 'fail']),
+  allow_retokenize: z.boolean(),
+});
+
+export const BuildBatchInput = z.object({
+  runId: z.string().min(1),
+  step: z.number().int().nonnegative(),
+  /** The version the trainer holds when it trains this batch: staleness = it − sample's version. */
+  trainerPolicyVersion: z.number().int().nonnegative(),
+  /** Rollout summaries (their reward is the scored one), or bare trajectory references. */
+  trajectories: z.array(z.union([RolloutSummary, ArtifactRef])).default([]),
+  /** The step's summaries as one artifact (StepRollouts' result since the summaries-by-ref patch): read here, never inline in a payload. */
+  summaries: ArtifactRef.optional(),
+  /** The run's [orchestrator] section; only the builder's keys are read. */
+  orchestrator: BuilderOrchestratorConfig.passthrough(),
+  modelPath: z.string().min(1),
+  /** The run's [artifacts] store; absent: the worker's default store. */
+  artifacts: ArtifactsFields.optional(),
+});
+export type BuildBatchInput = z.input<typeof BuildBatchInput>;
+
+export interface BuildBatchOutput {
+  batch: ArtifactRef;
+  manifest: ArtifactRef;
+  /** The builder's BatchStats (src/samples/builder.ts); open, as older histories recorded fewer keys. */
+  summary: {
+    samples: number;
+    dropped?: Record<string, number>;
+    [k: string]: unknown;
+  };
+}
+
+export interface BatchActivities {
+  buildBatch(input: BuildBatchInput): Promise<BuildBatchOutput>;
+}
+
+// ---- Weight sync (src/activities/weightSync.ts; on an inference host's own queue too) ----
+
+export interface SyncWeightsInput {
+  runId: string;
+  baseUrls: string[];
+  /** The version to serve; 0 is the base model (nothing to load, but replicas must answer). */
+  policyVersion: number;
+  adapter?: ArtifactRef;
+  /** Versions below this are unloaded (newest − async_level − 1, so in-flight rollouts keep theirs). */
+  keepFromVersion: number;
+  /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
+  liveness?: ActivityLivenessInput;
+  /** The run's [artifacts] store: an s3:// adapter is fetched into this host's cache before vLLM loads it. */
+  artifacts?: StoreSettings;
+}
+
+export interface SyncWeightsResult {
+  policyVersion: number;
+  loaded: string[];
+  alreadyLoaded: string[];
+  unloaded: string[];
+  /** Wall time from the call to every replica serving the version. */
+  ms: number;
+}
+
+export interface WeightSyncActivities {
+  /** The run ended: its adapters leave every replica (other runs' are never touched). */
+  unloadRunAdapters(input: { runId: string; baseUrls: string[] }): Promise<{ unloaded: string[]; down: string[] }>;
+  syncWeights(input: SyncWeightsInput): Promise<SyncWeightsResult>;
+}
+
+// ---- A finished step (src/activities/metrics.ts) ----
+
+export interface RecordStepInput {
+  record: StepRecord;
+  state: RunStateFile;
+}
+
+export interface MetricsActivities {
+  /** Writes the step's line in metrics.jsonl, then moves the run's state file forward. */
+  recordStep(input: RecordStepInput): Promise<StepSummary>;
+}
+
+/** The main worker's activities (task queue `ratchet`): src/activities/index.ts implements them. */
+export interface MainActivities extends ConfigActivities, DatasetActivities, BatchActivities, RolloutSummaryActivities,
+  WeightSyncActivities, MetricsActivities, EvalActivities {}

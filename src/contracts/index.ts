@@ -1,0 +1,16 @@
+/**
+ * Everything that crosses a process or history boundary in Ratchet, by subject:
+ * - run.ts: TrainRun's input, result, progress and resume state
+ * - step.ts: a step's sampled tasks, StepRollouts' input and result, rollout statistics
+ * - records.ts: what a run stores and reads back (metrics.jsonl's step record, state.json)
+ * - activities.ts: the activities workflows call (the main worker's, the rollout worker's)
+ * - trainer.ts: the Python trainer's activities
+ * - outage.ts: a store or disk outage handed to the OutageWait workflow
+ * docs/contracts.md names the other side of each (the Python trainer's where there is one).
+ */
+export * from './activities';
+export * from './outage';
+export * from './records';
+export * from './run';
+export * from './step';
+export * from './trainer';

@@ -1,0 +1,85 @@
+/**
+ * One training step as it crosses workflows and activities: the tasks it samples,
+ * the StepRollouts child's input and result, the progress signal the child sends
+ * its parent, the step's rollout statistics and the summary TrainRun keeps of it.
+ * The step's stored record (metrics.jsonl) is in ./records.ts. Pure: workflow code.
+ */
+import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
+import type { RunConfig } from '../config/schema';
+import type { RolloutSummary } from '../rollouts/trajectory';
+import type { LivenessWindows } from '../shared/liveness';
+import type { OutageWaitLimits } from './outage';
+
+/** One task of a step's batch: a reference into the task set, never the row itself. */
+export interface SampledTask {
+  envId: string;
+  groupId: string;
+  datasetPath: string;
+  instanceId: string;
+  /** Index of the [[env]] section, for its args and rubric. */
+  envIndex: number;
+}
+
+/** The small numbers a step leaves in the workflow (the full record is in metrics.jsonl). */
+export interface StepSummary {
+  step: number;
+  meanReward: number;
+  components: Record<string, number>;
+  rollouts: number;
+  dropped: number;
+  policyVersion: number;
+}
+
+/**
+ * Statistics over a step's rollout summaries (src/rollouts/stats.ts computes them):
+ * the rollout half of the step's record, in camelCase.
+ */
+export interface RolloutStats {
+  meanReward: number;
+  rewardStd: number;
+  components: Record<string, number>;
+  stopReasons: Record<string, number>;
+  completionTokens: number;
+  toolCalls: number;
+  promptTokens: number;
+  meanStaleness: number;
+  /** Policy-version lag -> rollouts. */
+  stalenessHistogram: Record<string, number>;
+  toolsUsed: Record<string, number>;
+  shellCommands: Record<string, number>;
+}
+
+/** StepRollouts' input: one step's rollouts, run as a child of TrainRun. */
+export interface StepRolloutsInput {
+  runId: string;
+  step: number;
+  policyVersion: number;
+  modelName: string;
+  /** Served for policyVersion (to reload it into a replica that restarted). */
+  adapter?: ArtifactRef;
+  keepFromVersion: number;
+  tasks: SampledTask[];
+  config: Pick<RunConfig, 'sampling' | 'env' | 'sandbox' | 'inference' | 'orchestrator'> & { liveness?: LivenessWindows };
+  taskSetDir: string;
+  seed: number;
+  /** Workflow id to send progress to; absent when run on its own (benchmarks). */
+  parentWorkflowId?: string;
+  /** The run's [artifacts] store (absent: the workers' default). */
+  artifacts?: StoreSettings;
+  /** The run's split of long disk waits (TrainRunInput.outageWaits). */
+  outageWaits?: OutageWaitLimits;
+}
+
+/** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the summaries-by-ref patch). */
+export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number };
+
+/** Sent by a step's rollout child to its parent, by workflow id, as groups finish (signal `rolloutProgress`). */
+export interface RolloutProgressSignal {
+  step: number;
+  done: number;
+  total: number;
+  waitingForInference?: boolean;
+  /** A rollout found its disk full (DiskFull): the parent shows waiting-for-disk. Absent before it existed. */
+  waitingForDisk?: boolean;
+}

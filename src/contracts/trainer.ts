@@ -1,0 +1,33 @@
+/**
+ * The Python trainer's activities as TrainRun calls them (docs/contracts.md, "Trainer
+ * activities"). The other side is trainer/ratchet_trainer/worker.py (the activities,
+ * registered with explicit names) and core/ (what they do). Payload keys are snake_case
+ * on both sides. Pure: workflow code imports it.
+ */
+import type { ArtifactRef } from '../artifacts/ref';
+import type { StoreSettings } from '../artifacts/settings';
+import type { ActivityLivenessInput } from '../shared/liveness';
+
+/** What `trainer.step` answers (worker.py's step result); the step record keeps it under `trainer`. */
+export interface TrainerStepMetrics {
+  loss: number;
+  entropy?: number;
+  clip_frac?: number;
+  mismatch_kl?: number;
+  grad_norm?: number;
+  tokens?: number;
+  applied: boolean;
+  [k: string]: unknown;
+}
+
+/** Python activities, names as registered by the trainer worker (explicit `name=`). */
+export interface TrainerActivities {
+  /** Claims the trainer's lease for run_id (TrainerBusy while another run holds it). */
+  'trainer.announce'(input: { run_id: string }): Promise<{ task_queue: string; worker_id: string }>;
+  // `store`: the run's [artifacts] settings; the trainer reads s3:// refs and writes checkpoints there (no shared disk).
+  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
+  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<TrainerStepMetrics>;
+  'trainer.save'(input: { run_id: string; step: number; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
+  /** The run ended: the trainer drops its model and frees its lease. */
+  'trainer.release'(input: { run_id: string }): Promise<{ released: boolean; worker_id: string }>;
+}
