@@ -116,15 +116,16 @@ function batchSha(r: WrittenLine): string | undefined {
   return r.batch?.batch?.sha256;
 }
 
-/** Reads every step record of a run through the one StepRecord schema; a torn or foreign line is skipped. */
+/** Reads every step record of a run through the StepRecord schema; a torn line (a crash mid-write) is skipped. */
 export async function readStepRecords(store: ArtifactStore, runId: string): Promise<StepRecord[]> {
   const text = (await store.read(runKeys.metrics(runId)))?.toString('utf8') ?? '';
   return text.split('\n').filter((l) => l.trim()).flatMap((l) => {
+    let raw: unknown;
     try {
-      const parsed = StepRecord.safeParse(JSON.parse(l));
-      return parsed.success ? [parsed.data] : [];
+      raw = JSON.parse(l);
     } catch {
       return [];
     }
+    return [StepRecord.parse(raw)];
   });
 }

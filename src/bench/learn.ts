@@ -23,7 +23,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { resolveTaskset } from '../activities/eval';
-import type { StepRecord } from '../contracts';
+import { StepRecord } from '../contracts';
 import { isEvalResultKey, runKeys } from '../artifacts/keys';
 import { LocalArtifactStore } from '../artifacts/store';
 import { connectClient } from '../cli/temporal';
@@ -178,7 +178,7 @@ export interface LearnResult { learn: RunResult; control: RunResult; reports: st
 
 function stepRecords(runId: string): StepRecord[] {
   return readFileSync(path.join(paths.artifacts(), runKeys.metrics(runId)), 'utf8')
-    .split('\n').filter(Boolean).map((l) => JSON.parse(l) as StepRecord);
+    .split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)));
 }
 
 /** EvalSweep results (runs/<run>/evals/<version>/<taskset>.json) as the bench's points, by version. */

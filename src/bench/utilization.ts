@@ -16,7 +16,7 @@ import * as path from 'node:path';
 import { runKeys } from '../artifacts/keys';
 import { connectClient } from '../cli/temporal';
 import { DEFAULTS, paths, TASK_QUEUES } from '../shared/paths';
-import type { StepRecord } from '../contracts';
+import { StepRecord } from '../contracts';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 import type { TrainRunInput, TrainRunResult } from '../contracts';
 
@@ -100,7 +100,7 @@ async function measure(dir: string, asyncLevel: number): Promise<Measured> {
   const wallS = (performance.now() - t0) / 1000;
   await sampler;
   const records = readFileSync(path.join(paths.artifacts(), runKeys.metrics(runId)), 'utf8')
-    .split('\n').filter(Boolean).map((l) => JSON.parse(l) as StepRecord);
+    .split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)));
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
   return {
     asyncLevel,

@@ -1,7 +1,7 @@
 import type { Client, WorkflowExecutionDescription } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { loadStepRecords } from '../report/load';
-import type { StepRecord } from '../report/records';
+import type { ReportStep } from '../report/records';
 import { progressQuery } from '../workflows/messages';
 import type { Progress } from '../contracts';
 import { CliError, EXIT } from './exit';
@@ -9,14 +9,14 @@ import { notFound } from './temporal';
 import { c, fmtMs, fmtReward, ProgressBar } from './term';
 
 /** One line per finished step: what people scan in a terminal. */
-export function stepLine(r: StepRecord): string {
+export function stepLine(r: ReportStep): string {
   const comps = Object.entries(r.components).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(' · ');
   const wall = Date.parse(r.finished_at) - Date.parse(r.started_at);
   return `${c.bold(`step ${String(r.step).padStart(4)}`)}  v${String(r.policy_version).padEnd(3)} reward ${c.cyan(fmtReward(r.reward.mean))} ±${r.reward.std.toFixed(3)}` +
     `  ${c.dim(comps ? `[${comps}]` : '')}  ${r.episodes ?? r.rollouts} eps  ${fmtMs(wall)}`;
 }
 
-async function recordsSoft(runId: string): Promise<StepRecord[]> {
+async function recordsSoft(runId: string): Promise<ReportStep[]> {
   try {
     return await loadStepRecords(runId);
   } catch {

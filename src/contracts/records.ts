@@ -19,13 +19,18 @@ export const StepRecord = z.object({
   run_id: z.string(),
   step: z.number().int().nonnegative(),
   /** Workflow time at the end of the step (ISO). */
-  time: z.string(),
+  time: z.string().datetime({ offset: true }),
   policy_version: z.number().int().nonnegative(),
   mean_reward: z.number(),
   reward_std: z.number().default(0),
+  /** Lowest and highest reward of the step: optional, TrainRun does not write them yet (the report falls back to the mean). */
+  reward_min: z.number().optional(),
+  reward_max: z.number().optional(),
   /** Mean of each reward component over the step's scored rollouts. */
   reward_components: Counts.default({}),
   rollouts: z.number().int().nonnegative().default(0),
+  /** Finished agent episodes, where a writer counts them apart from rollouts (one that errored counts in rollouts only). */
+  episodes: z.number().int().nonnegative().optional(),
   samples: z.number().int().nonnegative().default(0),
   /** Samples the batch builder dropped, by cause. */
   dropped: Counts.default({}),
@@ -45,8 +50,14 @@ export const StepRecord = z.object({
   trainer: z.record(z.string(), z.unknown()).default({}),
   /** Set when the step trained on nothing (e.g. EmptyBatch: no trainable token), with the cause. */
   error: z.object({ type: z.string(), message: z.string() }).optional(),
-  /** Wall time of the step and its phases (workflow clock): step, rollouts, rollouts_waited, build_batch, train_and_save, weight_sync, weight_sync_activity. */
+  /**
+   * Wall time of the step and its phases (workflow clock): step, rollouts, rollouts_waited, build_batch,
+   * train_and_save, weight_sync, weight_sync_activity; `scoring` where a writer times it apart (TrainRun
+   * scores inside the rollout activity).
+   */
   timing_ms: Counts.default({}),
+  /** When the step started (ISO): optional, TrainRun does not write it (the report takes time − timing_ms.step). */
+  started_at: z.string().datetime({ offset: true }).optional(),
   /** The batch the step trained on (BuildBatchOutput); absent when it trained on nothing. */
   batch: z.object({ batch: ArtifactRef, manifest: ArtifactRef, summary: z.record(z.string(), z.unknown()) }).nullish(),
   checkpoint: ArtifactRef.optional(),

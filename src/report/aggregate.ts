@@ -1,4 +1,4 @@
-import { PHASES, type EvalResult, type PhaseName, type StepRecord } from './records';
+import { PHASES, type EvalResult, type PhaseName, type ReportStep } from './records';
 
 /**
  * Turns step records and eval results into the series the report plots. Pure and
@@ -69,17 +69,16 @@ export interface EvalSeries {
   toolCallsPerEpisode: number[];
 }
 
-function stepWallMs(r: StepRecord): number {
+function stepWallMs(r: ReportStep): number {
   return Math.max(0, Date.parse(r.finished_at) - Date.parse(r.started_at));
 }
 
-function trainerMetric(r: StepRecord, key: string): number | null {
-  const t = (r as { trainer?: unknown }).trainer;
-  const v = t && typeof t === 'object' ? (t as Record<string, unknown>)[key] : undefined;
+function trainerMetric(r: ReportStep, key: string): number | null {
+  const v = r.trainer?.[key];
   return typeof v === 'number' && Number.isFinite(v) ? v : null;
 }
 
-function episodesOf(r: StepRecord): number {
+function episodesOf(r: ReportStep): number {
   return r.episodes ?? r.rollouts;
 }
 
@@ -90,13 +89,13 @@ function addInto(into: Map<string, number>, hist: Record<string, number>): void 
 const round = (x: number, digits = 4): number => Number(x.toFixed(digits));
 
 /** The baseline's mean reward aligned to the report's steps (matched by step number, not by position). */
-export function buildBaselineSeries(baselineRunId: string, baseline: StepRecord[], steps: number[]): BaselineSeries {
+export function buildBaselineSeries(baselineRunId: string, baseline: ReportStep[], steps: number[]): BaselineSeries {
   const byStep = new Map(baseline.map((r) => [r.step, r.reward.mean]));
   return { runId: baselineRunId, mean: steps.map((s) => byStep.get(s) ?? null) };
 }
 
-export function buildReportData(runId: string, records: StepRecord[], evals: EvalResult[], now = new Date(),
-  baseline?: { runId: string; records: StepRecord[] }): ReportData {
+export function buildReportData(runId: string, records: ReportStep[], evals: EvalResult[], now = new Date(),
+  baseline?: { runId: string; records: ReportStep[] }): ReportData {
   if (records.length === 0) throw new Error('buildReportData needs at least one step record');
   const sorted = [...records].sort((a, b) => a.step - b.step);
   const first = sorted[0]!;

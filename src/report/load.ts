@@ -5,7 +5,7 @@ import { defaultStore } from '../artifacts/stores';
 import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
 import { describeZodError } from '../config/load';
 import { paths } from '../shared/paths';
-import { AnyStepRecord, EvalResult, type StepRecord } from './records';
+import { EvalResult, parseStepLine, type ReportStep } from './records';
 
 /** A run's data in the artifact store does not exist or holds nothing to report. */
 export class RunDataError extends Error {
@@ -35,8 +35,8 @@ export async function runExists(runId: string, artifacts?: StoreArg): Promise<bo
 }
 
 /** Parses metrics.jsonl; a step written twice (a retried metrics activity) keeps its last record. */
-export function parseStepRecords(text: string, file: string): StepRecord[] {
-  const bySteps = new Map<number, StepRecord>();
+export function parseStepRecords(text: string, file: string): ReportStep[] {
+  const bySteps = new Map<number, ReportStep>();
   text.split('\n').forEach((line, i) => {
     if (!line.trim()) return;
     let raw: unknown;
@@ -46,7 +46,7 @@ export function parseStepRecords(text: string, file: string): StepRecord[] {
       throw new RunDataError(`${file}:${i + 1}: not valid JSON (${(err as Error).message}). ` +
         'Fix: remove the broken line; the run keeps its other steps.', 'invalid');
     }
-    const parsed = AnyStepRecord.safeParse(raw);
+    const parsed = parseStepLine(raw);
     if (!parsed.success) {
       throw new RunDataError(`${file}:${i + 1}: not a step record:\n${describeZodError(`${file}:${i + 1}`, parsed.error)}`, 'invalid');
     }
@@ -55,7 +55,7 @@ export function parseStepRecords(text: string, file: string): StepRecord[] {
   return [...bySteps.values()].sort((a, b) => a.step - b.step);
 }
 
-export async function loadStepRecords(runId: string, artifacts?: StoreArg): Promise<StepRecord[]> {
+export async function loadStepRecords(runId: string, artifacts?: StoreArg): Promise<ReportStep[]> {
   const store = toStore(artifacts);
   runDir(runId);
   const key = runKeys.metrics(runId);

@@ -1,12 +1,15 @@
+import type { StepRecord } from '../contracts/records';
 import { mulberry32 } from '../shared/random';
-import type { EvalResult, StepRecord } from './records';
+import { reportStep, type EvalResult, type ReportStep } from './records';
 
 /**
  * Plausible synthetic run data for the report's tests and benchmark: a rising,
  * noisy reward, GRPO-like phase times, a tool mix of a localization agent.
  * Deterministic (seeded), so a screenshot diff means the renderer changed.
  */
-export function syntheticStepRecords(steps: number, seed = 7, start = new Date('2025-01-01T00:00:00Z')): StepRecord[] {
+
+/** A synthetic run's metrics.jsonl lines, as TrainRun writes them. */
+export function syntheticStepRecords(steps: number, seed = 7, start = new Date('2025-01-01T00:00:00Z'), runId = 'synthetic'): StepRecord[] {
   const r = mulberry32(seed);
   const records: StepRecord[] = [];
   let t = start.getTime();
@@ -30,30 +33,58 @@ export function syntheticStepRecords(steps: number, seed = 7, start = new Date('
     const shellCounts: Record<string, number> = {};
     shell.forEach((cmd, i) => { shellCounts[cmd] = Math.round((40 / (i + 1)) * (0.6 + r() * 0.8)); });
     const stale0 = Math.round(rollouts * (0.55 + r() * 0.2));
+    const rewardMin = mean - 2 * std - r() * 0.2;
+    const rewardMax = mean + 2 * std + r() * 0.2;
+    const components = {
+      correct_files: Math.min(1, Math.max(0, 0.15 + 0.6 * progress + (r() - 0.5) * 0.1)),
+      incorrect_file_penalty: -Math.max(0, 0.4 - 0.3 * progress + (r() - 0.5) * 0.08),
+      missed_file_penalty: -Math.max(0, 0.5 - 0.35 * progress + (r() - 0.5) * 0.08),
+      completion_bonus: Math.min(1, 0.3 + 0.6 * progress + (r() - 0.5) * 0.1),
+      max_tokens_penalty: -Math.max(0, 0.1 - 0.08 * progress),
+    };
+    const episodes = rollouts - (r() < 0.1 ? 1 : 0);
+    const tokens = Math.round(rollouts * (2_400 + r() * 800));
     records.push({
+      format: 'ratchet.step/v1',
+      run_id: runId,
       step,
-      policy_version: step + 1,
-      reward: { mean, std, min: mean - 2 * std - r() * 0.2, max: mean + 2 * std + r() * 0.2 },
-      components: {
-        correct_files: Math.min(1, Math.max(0, 0.15 + 0.6 * progress + (r() - 0.5) * 0.1)),
-        incorrect_file_penalty: -Math.max(0, 0.4 - 0.3 * progress + (r() - 0.5) * 0.08),
-        missed_file_penalty: -Math.max(0, 0.5 - 0.35 * progress + (r() - 0.5) * 0.08),
-        completion_bonus: Math.min(1, 0.3 + 0.6 * progress + (r() - 0.5) * 0.1),
-        max_tokens_penalty: -Math.max(0, 0.1 - 0.08 * progress),
-      },
-      rollouts,
-      episodes: rollouts - (r() < 0.1 ? 1 : 0),
-      tokens: Math.round(rollouts * (2_400 + r() * 800)),
-      phase_ms: phase,
-      staleness: { 0: stale0, 1: rollouts - stale0 },
-      tool_calls: toolCalls,
-      shell_commands: shellCounts,
+      time: new Date(t + wall).toISOString(),
       started_at: new Date(t).toISOString(),
-      finished_at: new Date(t + wall).toISOString(),
+      policy_version: step + 1,
+      mean_reward: mean,
+      reward_std: std,
+      reward_min: rewardMin,
+      reward_max: rewardMax,
+      reward_components: components,
+      rollouts,
+      episodes,
+      samples: rollouts,
+      dropped: {},
+      stop_reasons: { completed: episodes, ...(episodes < rollouts ? { infra_error: rollouts - episodes } : {}) },
+      mean_staleness: (rollouts - stale0) / rollouts,
+      completion_tokens: tokens,
+      tool_calls: Object.values(toolCalls).reduce((a, b) => a + b, 0),
+      tool_calls_by_tool: toolCalls,
+      shell_commands: shellCounts,
+      staleness_histogram: { 0: stale0, 1: rollouts - stale0 },
+      trainer: {},
+      timing_ms: {
+        step: wall,
+        rollouts_waited: phase.rollout,
+        scoring: phase.scoring,
+        build_batch: phase.batch,
+        train_and_save: phase.train,
+        weight_sync: phase.sync,
+      },
     });
     t += wall + Math.round(r() * 500);
   }
   return records;
+}
+
+/** The same synthetic run as the report sees it. */
+export function syntheticReportSteps(steps: number, seed = 7, start = new Date('2025-01-01T00:00:00Z')): ReportStep[] {
+  return syntheticStepRecords(steps, seed, start).map(reportStep);
 }
 
 export function syntheticEvalResults(runId: string, versions: number[], seed = 11): EvalResult[] {

@@ -7,7 +7,7 @@ import { execFile } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
-import type { StepRecord } from '../contracts';
+import { StepRecord } from '../contracts';
 import { verifyDirectoryArtifact } from '../activities/weightSync';
 import type { ArtifactRef } from '../artifacts/ref';
 import { LocalArtifactStore, uriToPath, verifyRef } from '../artifacts/store';
@@ -35,7 +35,7 @@ export interface RunCheck {
 async function readStepRecords(artifactsRoot: string, runId: string): Promise<StepRecord[]> {
   const file = new LocalArtifactStore(artifactsRoot).localPath(runKeys.metrics(runId));
   const lines = (await fs.readFile(file, 'utf8')).split('\n').filter((l) => l.trim());
-  return lines.map((l) => JSON.parse(l) as StepRecord);
+  return lines.map((l) => StepRecord.parse(JSON.parse(l)));
 }
 
 const trained = (r: StepRecord): boolean => !(r.trainer as { skipped?: boolean }).skipped;

@@ -4,7 +4,7 @@
  * host's disk holds the run, only the S3 store does.
  */
 import * as path from 'node:path';
-import type { StepRecord } from '../../src/contracts';
+import { StepRecord } from '../../src/contracts';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import { adapterName } from '../../src/shared/adapters';
 
@@ -31,7 +31,7 @@ export async function checkInvariantsInStore(p: {
   const store = stores.storeFor({ url: p.s3.url, endpoint: p.s3.endpoint, force_path_style: true }, stores.defaultStore());
   const text = await store.read(`runs/${p.runId}/metrics.jsonl`);
   if (!text) throw new Error(`runs/${p.runId}/metrics.jsonl is not in ${p.s3.url}`);
-  const records = text.toString('utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as StepRecord & { trainer: { restarts: number } });
+  const records = text.toString('utf8').split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)) as StepRecord & { trainer: { restarts: number } });
   expect(records.map((r) => r.step)).toEqual(Array.from({ length: p.maxSteps }, (_, i) => i));
   for (const r of records) expect(r.rollouts).toBe(p.rolloutsPerStep);
   const last = records[records.length - 1]!;

@@ -13,7 +13,7 @@ import { ArtifactIntegrityError, LocalArtifactStore } from '../../src/artifacts/
 import { checkStore, storeFor } from '../../src/artifacts/stores';
 import { createConfigActivities } from '../../src/activities/config';
 import { createMetricsActivities, readStepRecords } from '../../src/activities/metrics';
-import type { StepRecord } from '../../src/contracts';
+import { StepRecord } from '../../src/contracts';
 import { componentLogger } from '../../src/shared/logger';
 import { MINIO, describeWithStack, useMinioCredentials } from '../helpers/stack';
 
@@ -71,7 +71,7 @@ describeWithStack('S3 artifact store (real MinIO)', ['minio'], () => {
 
   test('step records and run state go through the store (read-modify-write, once per step)', async () => {
     const metrics = createMetricsActivities({ store: new LocalArtifactStore('/nonexistent'), logger: componentLogger('test') });
-    const record = { format: 'ratchet.step/v1', run_id: 'r2', step: 0, mean_reward: 0.5, reward_components: {}, rollouts: 1, dropped: {}, policy_version: 1, timing_ms: {} } as unknown as StepRecord;
+    const record = StepRecord.parse({ format: 'ratchet.step/v1', run_id: 'r2', step: 0, time: '2026-01-01T00:00:00.000Z', mean_reward: 0.5, rollouts: 1, policy_version: 1 });
     const state = { format: 'ratchet.run-state/v1', runId: 'r2', configSha256: 'x', completedStep: 0, nextStep: 1, policyVersion: 1, configRef: { uri: 's3://x/y', sha256: 'a'.repeat(64), bytes: 1 }, seed: 1, artifacts: settings() } as const;
     await metrics.recordStep({ record, state: { ...state } });
     await metrics.recordStep({ record, state: { ...state } });

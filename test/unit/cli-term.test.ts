@@ -1,6 +1,6 @@
 import { stepLine } from '../../src/cli/follow';
 import { ProgressBar } from '../../src/cli/term';
-import { syntheticStepRecords } from '../../src/report/synthetic';
+import { syntheticReportSteps } from '../../src/report/synthetic';
 
 /** A stand-in for process.stderr that records what was written. */
 function fakeStream(isTTY: boolean): { stream: NodeJS.WriteStream; written: string[] } {
@@ -38,7 +38,7 @@ describe('ratchet status output', () => {
   });
 
   it('summarises a finished step in one line: version, reward with spread, components, episodes, wall time', () => {
-    const [r] = syntheticStepRecords(1);
+    const [r] = syntheticReportSteps(1);
     const line = stepLine(r!);
     expect(line).not.toContain('\n');
     expect(line).toMatch(new RegExp(`^step +0 +v${r!.policy_version} +reward +${r!.reward.mean.toFixed(3).replace('.', '\\.')} ±${r!.reward.std.toFixed(3).replace('.', '\\.')}`));

@@ -1,10 +1,11 @@
 import { buildReportData } from '../../src/report/aggregate';
 import { renderReportHtml } from '../../src/report/html';
 import { parseStepRecords, RunDataError } from '../../src/report/load';
-import { syntheticEvalResults, syntheticStepRecords } from '../../src/report/synthetic';
+import { reportStep } from '../../src/report/records';
+import { syntheticEvalResults, syntheticReportSteps, syntheticStepRecords } from '../../src/report/synthetic';
 
 describe('report data', () => {
-  const records = syntheticStepRecords(10);
+  const records = syntheticReportSteps(10);
   it('sums phases into shares that add to 1', () => {
     const d = buildReportData('r', records, []);
     expect(d.phases.map((p) => p.phase)).toEqual(['rollout', 'scoring', 'batch', 'train', 'sync']);
@@ -17,8 +18,8 @@ describe('report data', () => {
     expect(buildReportData('r', [r], []).throughput.episodesPerHour[0]).toBe(100);
   });
   it('aligns a baseline run by step number, null where it has no such step', () => {
-    const mine = syntheticStepRecords(4);
-    const theirs = syntheticStepRecords(6).filter((r) => r.step !== 2).map((r) => ({ ...r, reward: { ...r.reward, mean: 10 + r.step } }));
+    const mine = syntheticReportSteps(4);
+    const theirs = syntheticReportSteps(6).filter((r) => r.step !== 2).map((r) => ({ ...r, reward: { ...r.reward, mean: 10 + r.step } }));
     const d = buildReportData('r', mine, [], new Date(), { runId: 'control', records: [...theirs].reverse() });
     expect(d.baseline).toEqual({ runId: 'control', mean: [10, 11, null, 13] });
     expect(buildReportData('r', mine, []).baseline).toBeUndefined();
@@ -36,10 +37,27 @@ describe('report data', () => {
 describe('parseStepRecords', () => {
   it('keeps the last record of a step written twice and sorts', () => {
     const [a, b] = syntheticStepRecords(2);
+    const text = [b, a, { ...a!, mean_reward: 42 }].map((r) => JSON.stringify(r)).join('\n');
+    const got = parseStepRecords(text, 'm.jsonl');
+    expect(got.map((r) => r.step)).toEqual([0, 1]);
+    expect(got[0]!.reward.mean).toBe(42);
+  });
+  it('reads a synthetic run\'s StepRecord lines as the report\'s steps', () => {
+    const text = syntheticStepRecords(3).map((r) => JSON.stringify(r)).join('\n');
+    expect(parseStepRecords(text, 'm.jsonl')).toEqual(syntheticReportSteps(3));
+  });
+  it('still reads older lines of the report\'s own shape (no format)', () => {
+    const [a, b] = syntheticReportSteps(2);
     const text = [b, a, { ...a!, reward: { ...a!.reward, mean: 42 } }].map((r) => JSON.stringify(r)).join('\n');
     const got = parseStepRecords(text, 'm.jsonl');
     expect(got.map((r) => r.step)).toEqual([0, 1]);
     expect(got[0]!.reward.mean).toBe(42);
+    expect(got[1]!.phase_ms).toEqual(b!.phase_ms);
+  });
+  it('names the field of a bad StepRecord line', () => {
+    const [a] = syntheticStepRecords(1);
+    expect(() => parseStepRecords(JSON.stringify({ ...a!, policy_version: -1 }), 'm.jsonl')).toThrow(/m\.jsonl:1.*policy_version/s);
+    expect(reportStep(a!).reward.min).toBe(a!.reward_min);
   });
   it('names file, line and field of a bad record', () => {
     expect(() => parseStepRecords('{"step": 0}\n', 'runs/x/metrics.jsonl')).toThrow(/metrics\.jsonl:1.*policy_version/s);
@@ -77,7 +95,7 @@ describe('parseStepRecords', () => {
 
 describe('renderReportHtml', () => {
   it('is one self-contained file: no external src/href, the library and data inlined', () => {
-    const html = renderReportHtml(buildReportData('r<1>', syntheticStepRecords(5), []), '/* chart lib */');
+    const html = renderReportHtml(buildReportData('r<1>', syntheticReportSteps(5), []), '/* chart lib */');
     expect(html).not.toMatch(/<script[^>]+src=/);
     expect(html).not.toMatch(/<link[^>]+href=/);
     expect(html).toContain('/* chart lib */');
@@ -89,14 +107,14 @@ describe('renderReportHtml', () => {
   });
 
   it('charts the train/inference mismatch from the trainer metrics in the step records', () => {
-    const records = syntheticStepRecords(3).map((r, i) => ({
+    const records = syntheticReportSteps(3).map((r, i) => ({
       ...r, trainer: { mismatch_abs_mean: 0.001 * (i + 1), mismatch_abs_max: 0.05, mismatch_masked_frac: 0, mismatch_capped_frac: 0.01 * i },
     }));
     const data = buildReportData('r', records, []);
     expect(data.mismatch.absMean).toEqual([0.001, 0.002, 0.003]);
     expect(data.mismatch.cappedFrac).toEqual([0, 0.01, 0.02]);
     expect(renderReportHtml(data, '')).toContain('id="chart-mismatch"');
-    const without = buildReportData('r', syntheticStepRecords(2), []);
+    const without = buildReportData('r', syntheticReportSteps(2), []);
     expect(without.mismatch.absMean).toEqual([null, null]);
     expect(renderReportHtml(without, '')).toContain('No trainer mismatch metrics recorded');
   });
