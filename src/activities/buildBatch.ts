@@ -1,5 +1,6 @@
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { runKeys } from '../artifacts/keys';
 import { ArtifactRef } from '../artifacts/ref';
 import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
 import type { StoreSettings } from '../artifacts/settings';
@@ -40,11 +41,6 @@ function fail(type: string, message: string, cause?: Error): never {
 
 function isSummary(x: RolloutSummary | ArtifactRef): x is RolloutSummary {
   return 'trajectory' in x;
-}
-
-export function batchKeys(runId: string, step: number): { batch: string; manifest: string } {
-  const dir = `runs/${runId}/steps/${step}`;
-  return { batch: `${dir}/batch.safetensors`, manifest: `${dir}/batch.json` };
 }
 
 export function createBatchActivities(deps: BatchActivityDeps) {
@@ -126,7 +122,7 @@ export function createBatchActivities(deps: BatchActivityDeps) {
         'uniform_group -> set advantage.drop_uniform_groups = false or make the tasks less uniform');
     }
 
-    const keys = batchKeys(input.runId, input.step);
+    const keys = runKeys.batch(input.runId, input.step);
     const batchBytes = writeSafetensors(tensors, { format: manifest.format });
     const runStore = storeFor(input.artifacts, deps.store);
     const batch = await runStore.put(keys.batch, batchBytes);

@@ -1,4 +1,5 @@
 import { ApplicationFailure } from '@temporalio/common';
+import { runKeys } from '../artifacts/keys';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { type StoreSettings, storeSettings } from '../artifacts/settings';
@@ -15,12 +16,6 @@ export interface ConfigDeps {
   store: ArtifactStore;
   logger: Logger;
 }
-
-export const runKeys = {
-  config: (runId: string) => `runs/${runId}/config.json`,
-  state: (runId: string) => `runs/${runId}/state.json`,
-  metrics: (runId: string) => `runs/${runId}/metrics.jsonl`,
-};
 
 const resolveRepoPath = resolveConfigPath;
 

@@ -10,7 +10,7 @@ import { RunConfig } from '../config/schema';
 import { loadEnvironment } from '../envs/load';
 import { ENVIRONMENTS } from '../envs/registry';
 import type { Environment } from '../envs/types';
-import { runKeys } from './config';
+import { runKeys } from '../artifacts/keys';
 
 export type EnvironmentResolver = (runId: string, envId: string, artifacts?: StoreSettings) => Promise<Environment>;
 

@@ -6,6 +6,7 @@
  */
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { runKeys } from '../artifacts/keys';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { storeFor, storeForRef } from '../artifacts/stores';
@@ -24,10 +25,6 @@ import { withLiveness, type Liveness } from './liveness';
 /** Keeps one version's rollout results far below Temporal's 2 MB payload limit. */
 export const MAX_EPISODES_PER_VERSION = 2_000;
 
-export function evalKey(runId: string, version: number, tasksetHash: string): string {
-  return `runs/${runId}/evals/${version}/${tasksetHash}.json`;
-}
-
 export interface EvalDeps {
   store: ArtifactStore;
   logger: Logger;
@@ -41,7 +38,7 @@ async function readJson<T>(store: ArtifactStore, key: string): Promise<T | undef
 /** Policy versions the run has produced (0, the base model, and each finished step's), with their adapters. */
 export async function runVersions(store: ArtifactStore, runId: string): Promise<Map<number, ArtifactRef | undefined>> {
   const versions = new Map<number, ArtifactRef | undefined>([[0, undefined]]);
-  const text = (await store.read(`runs/${runId}/metrics.jsonl`))?.toString('utf8') ?? '';
+  const text = (await store.read(runKeys.metrics(runId)))?.toString('utf8') ?? '';
   for (const line of text.split('\n')) {
     if (!line.trim()) continue;
     try {
@@ -62,7 +59,7 @@ export function runNotFound(runId: string, storeUrl: string, fromInput: boolean)
   const fix = fromInput
     ? 'Fix: pass the run\'s own config (`ratchet eval --config <run.toml>`) so the sweep uses its [artifacts] store, or correct [artifacts] url/endpoint there'
     : 'Fix: pass the run\'s config (`ratchet eval --config <run.toml>`) so the sweep uses its [artifacts] store, or set RATCHET_ARTIFACTS_URL on the workers';
-  return ApplicationFailure.nonRetryable(`run "${runId}" not found: no runs/${runId}/config.json in the artifact store ${storeUrl}. ` +
+  return ApplicationFailure.nonRetryable(`run "${runId}" not found: no ${runKeys.config(runId)} in the artifact store ${storeUrl}. ` +
     `${fix}; check the id with \`ratchet status\`.`, 'RunNotFound');
 }
 
@@ -74,7 +71,7 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps): 
       const { runId } = input;
       // The run's own store when the sweep names one; the worker's default otherwise (old inputs).
       const store = storeFor(input.artifacts, workerStore);
-      const config = await readJson<RunConfig>(store, `runs/${runId}/config.json`);
+      const config = await readJson<RunConfig>(store, runKeys.config(runId));
       if (!config) throw runNotFound(runId, store.url, Boolean(input.artifacts));
       const k = input.k ?? 4;
       if (!Number.isInteger(k) || k < 1) throw ApplicationFailure.nonRetryable(`k must be a positive integer (got ${k})`, 'InvalidInput');
@@ -99,7 +96,7 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps): 
       const versions: number[] = [];
       const skipped: number[] = [];
       for (const v of wanted) {
-        if (!input.force && (await store.exists(evalKey(runId, v, ts.hash)))) skipped.push(v);
+        if (!input.force && (await store.exists(runKeys.evalResult(runId, v, ts.hash)))) skipped.push(v);
         else versions.push(v);
       }
       const env = config.env[0];
@@ -161,7 +158,7 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps): 
       live.progress({ phase: 'reading trajectories', read: scored.length, of: input.episodes.length });
     }
     const result = scoreEval({ plan, version, episodes: scored, errors, tasks, metrics: env.evalMetrics ?? {}, startedAt: input.startedAt, finishedAt: input.finishedAt, workflowId: input.workflowId });
-    const key = evalKey(plan.runId, version, plan.taskset.hash);
+    const key = runKeys.evalResult(plan.runId, version, plan.taskset.hash);
     await store.putJson(key, result);
     evalEpisodesTotal.inc(result.episodes);
     logger.info({ runId: plan.runId, version, key, passAt: result.pass_at, reward: result.reward.mean, errors }, 'eval recorded');

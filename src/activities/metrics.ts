@@ -3,7 +3,7 @@ import { type ArtifactStore, LocalArtifactStore } from '../artifacts/store';
 import { storeFor, withStoreErrors } from '../artifacts/stores';
 import type { Logger } from '../shared/logger';
 import { StepRecord, type MetricsActivities, type RecordStepInput, type StepSummary } from '../contracts';
-import { runKeys } from './config';
+import { runKeys } from '../artifacts/keys';
 import { lastMeanReward, stepsTotal, trainerStepSeconds } from '../metrics';
 import { RunConfig } from '../config/schema';
 import { paths, REPO_ROOT } from '../shared/paths';
@@ -31,8 +31,8 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
       ? path.join(path.isAbsolute(configured) ? configured : path.join(REPO_ROOT, configured), record.run_id)
       // Sinks write local files: beside the run's artifacts on a local store, under this host's artifacts dir for S3.
       : runStore instanceof LocalArtifactStore
-        ? runStore.localPath(`runs/${record.run_id}/${sink}`)
-        : path.join(paths.artifacts(), 'runs', record.run_id, sink));
+        ? runStore.localPath(runKeys.sink(record.run_id, sink))
+        : path.join(paths.artifacts(), runKeys.sink(record.run_id, sink)));
     const scalars = stepScalars(record);
     if (tb) {
       try {

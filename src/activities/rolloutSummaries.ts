@@ -5,6 +5,7 @@
  * limit near 2,600 rollouts per step.
  */
 import { z } from 'zod';
+import { runKeys } from '../artifacts/keys';
 import { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
@@ -13,8 +14,8 @@ import { RolloutSummary } from '../rollouts/trajectory';
 import { rolloutStats } from '../rollouts/stats';
 import { StoreRolloutSummariesInput, type RolloutStats, type RolloutStatsInput, type RolloutSummaryActivities } from '../contracts';
 
-export const summariesKey = (runId: string, step: number, part?: number): string =>
-  `runs/${runId}/steps/${step}/rollouts/summaries${part === undefined ? '' : `-part-${part}`}.json`;
+/** Summaries per stored part: ~0.8 KB each, so a part's activity input stays far below 2 MB. */
+export const SUMMARIES_PER_PART = 1000;
 
 export async function readRolloutSummaries(store: ArtifactStore, ref: ArtifactRef, settings?: z.infer<typeof ArtifactsFields>): Promise<RolloutSummary[]> {
   return z.array(RolloutSummary).parse(await storeForRef(ref, settings, store).getJson(ref));
@@ -29,9 +30,9 @@ export function createRolloutSummaryActivities({ store }: { store: ArtifactStore
         if (input.parts) {
           const all: RolloutSummary[] = [];
           for (const p of input.parts) all.push(...await readRolloutSummaries(store, p, input.artifacts));
-          return runStore.putJson(summariesKey(input.runId, input.step), all);
+          return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step), all);
         }
-        return runStore.putJson(summariesKey(input.runId, input.step, input.part), input.summaries ?? []);
+        return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step, input.part), input.summaries ?? []);
       });
     },
 

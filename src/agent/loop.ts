@@ -189,7 +189,7 @@ async function runToolCall(call: ToolCall, tools: Map<string, Tool>, ctx: ToolCo
   }
   try {
     const outcome = await tool.run(parsed.data, ctx);
-    if (outcome.command) stats.commands.push(firstWord(outcome.command));
+    if (outcome.command) stats.commands.push(programName(outcome.command));
     if (outcome.error) stats.tool_errors += 1;
     return outcome;
   } catch (err) {
@@ -204,8 +204,17 @@ function exampleArgs(tool: Tool): string {
   return `{${keys.map((k) => `"${k}": ...`).join(', ')}}`;
 }
 
-function firstWord(command: string): string {
-  const word = command.trim().split(/\s+/)[0] ?? '';
+/**
+ * The program a shell command runs, for the report's usage chart: the first word
+ * of its first simple command, path stripped. A word ends at a shell operator as
+ * well as at whitespace: models often write `pytest;pytest -x` or `cd x&&pytest`
+ * without spaces, and ending words at whitespace alone ran those names together
+ * into one bar. Leading `VAR=value` assignments and quotes are not the program.
+ */
+export function programName(command: string): string {
+  // Zero-width spaces are not \s, yet render as nothing: a name split by one would read as two run together.
+  const words = command.split(/(?:\$\(|[\s\u200b-\u200d\u2060;&|()<>`{}])+/).map((w) => w.replace(/["']/g, ''));
+  const word = words.find((w) => w !== '' && !/^[A-Za-z_][A-Za-z0-9_]*=/.test(w)) ?? '';
   return word.split('/').pop() ?? word;
 }
 

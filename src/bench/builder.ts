@@ -21,11 +21,13 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
 import { createBatchActivities } from '../activities/buildBatch';
+import { runKeys } from '../artifacts/keys';
 import { LocalArtifactStore } from '../artifacts/store';
 import type { ChatMessage, RolloutSummary, ToolSpec, Trajectory, Turn } from '../rollouts/trajectory';
 import { buildBatchFromTrajectories, type BuilderConfig } from '../samples/builder';
 import { loadModelTokenizer, type ModelTokenizer } from '../samples/tokenizer';
 import { paths, REPO_ROOT } from '../shared/paths';
+import { mulberry32 } from '../shared/random';
 
 const GROUPS = Number(process.env.BENCH_GROUPS ?? 64);
 const ROLLOUTS = Number(process.env.BENCH_ROLLOUTS ?? 8);
@@ -37,17 +39,6 @@ const TOOLS: ToolSpec[] = [
   { type: 'function', function: { name: 'bash', description: 'Run a read-only shell command in the repository', parameters: { type: 'object', properties: { cmd: { type: 'string' } }, required: ['cmd'] } } },
   { type: 'function', function: { name: 'result', description: 'Report the files that need to change', parameters: { type: 'object', properties: { files: { type: 'array', items: { type: 'string' } } }, required: ['files'] } } },
 ];
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Real code text for tool outputs and replies: TypeScript's own library declarations. */
 const CORPUS = readFileSync(path.join(REPO_ROOT, 'node_modules', 'typescript', 'lib', 'lib.dom.d.ts'), 'utf8');
@@ -124,7 +115,7 @@ async function main(): Promise<void> {
     for (let g = 0; g < GROUPS; g++) for (let r = 0; r < ROLLOUTS; r++) trajs.push(episode(tok, g, r, rand));
     const summaries: RolloutSummary[] = [];
     for (const t of trajs) {
-      const ref = await store.putJson(`runs/bench/steps/0/rollouts/${t.group_id}-${t.rollout_index}.json`, t);
+      const ref = await store.putJson(runKeys.trajectory('bench', 0, t.group_id, t.rollout_index), t);
       summaries.push({ task_id: t.task_id, group_id: t.group_id, rollout_index: t.rollout_index, trajectory: ref, reward: t.reward!.total,
         components: t.reward!.components, stop_reason: 'completed', policy_version: 0, completion_tokens: 0, tool_calls: 0, model_ms: 0, tools_ms: 0, sandbox_ms: 0 });
     }
@@ -156,7 +147,7 @@ async function main(): Promise<void> {
     const python = path.join(paths.venv('trainer'), 'bin', 'python');
     let baseline: { full_s: number; per_turn_s: number; tokens: number; read_s: number } | undefined;
     try {
-      const out = execFileSync(python, [path.join(REPO_ROOT, 'src', 'bench', 'builder_baseline.py'), MODEL, path.join(root, 'runs/bench/steps/0/rollouts'), String(REPEATS)],
+      const out = execFileSync(python, [path.join(REPO_ROOT, 'src', 'bench', 'builder_baseline.py'), MODEL, path.join(root, runKeys.rollouts('bench', 0)), String(REPEATS)],
         { encoding: 'utf8', env: { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_OFFLINE: '1' }, maxBuffer: 1 << 24 });
       baseline = JSON.parse(out.trim().split('\n').pop()!);
     } catch (err) {

@@ -30,7 +30,7 @@ def main() -> None:
     model_dir, traj_dir, repeats = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     t0 = time.perf_counter()
-    trajs = [json.loads(p.read_text()) for p in sorted(traj_dir.glob("*.json"))]
+    trajs = [json.loads(p.read_text()) for p in sorted(traj_dir.rglob("*.json"))]
     read_s = time.perf_counter() - t0
 
     def encode(messages, tools, gen):

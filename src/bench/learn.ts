@@ -24,6 +24,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { resolveTaskset } from '../evals/tasksets';
 import { StepRecord } from '../contracts';
+import { isEvalResultKey, runKeys } from '../artifacts/keys';
 import { LocalArtifactStore } from '../artifacts/store';
 import { connectClient } from '../cli/temporal';
 import { paths, TASK_QUEUES } from '../shared/paths';
@@ -176,7 +177,7 @@ export interface RunResult { runId: string; records: StepRecord[]; evals: EvalPo
 export interface LearnResult { learn: RunResult; control: RunResult; reports: string[] }
 
 function stepRecords(runId: string): StepRecord[] {
-  return readFileSync(path.join(paths.artifacts(), 'runs', runId, 'metrics.jsonl'), 'utf8')
+  return readFileSync(path.join(paths.artifacts(), runKeys.metrics(runId)), 'utf8')
     .split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)));
 }
 
@@ -196,7 +197,7 @@ function evalPoints(keys: string[]): EvalPoint[] {
 
 /** A finished run of an earlier bench run, read back from the local store (`--render`). */
 async function storedRun(runId: string): Promise<RunResult> {
-  const keys = (await new LocalArtifactStore().list(`runs/${runId}/evals`)).filter((k) => /^runs\/[^/]+\/evals\/[^/]+\/[^/]+\.json$/.test(k));
+  const keys = (await new LocalArtifactStore().list(runKeys.evals(runId))).filter(isEvalResultKey);
   return { runId, records: stepRecords(runId), evals: evalPoints(keys) };
 }
 

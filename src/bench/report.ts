@@ -5,6 +5,7 @@
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { runKeys } from '../artifacts/keys';
 import { generateReport } from '../report';
 import { syntheticEvalResults, syntheticStepRecords } from '../report/synthetic';
 
@@ -17,12 +18,12 @@ async function main(): Promise<void> {
   const steps = arg('steps', 100);
   const repeat = arg('repeat', 5);
   const root = mkdtempSync(path.join(tmpdir(), 'ratchet-bench-report-'));
-  const run = path.join(root, 'runs', 'bench');
-  mkdirSync(run, { recursive: true });
-  writeFileSync(path.join(run, 'metrics.jsonl'), syntheticStepRecords(steps).map((r) => JSON.stringify(r)).join('\n') + '\n');
+  mkdirSync(path.join(root, runKeys.run('bench')), { recursive: true });
+  writeFileSync(path.join(root, runKeys.metrics('bench')), syntheticStepRecords(steps).map((r) => JSON.stringify(r)).join('\n') + '\n');
   for (const e of syntheticEvalResults('bench', [0, Math.floor(steps / 2), steps])) {
-    mkdirSync(path.join(run, 'evals', String(e.policy_version)), { recursive: true });
-    writeFileSync(path.join(run, 'evals', String(e.policy_version), `${e.taskset.hash}.json`), JSON.stringify(e));
+    const file = path.join(root, runKeys.evalResult('bench', e.policy_version, e.taskset.hash));
+    mkdirSync(path.dirname(file), { recursive: true });
+    writeFileSync(file, JSON.stringify(e));
   }
   const times: number[] = [];
   let bytes = 0;

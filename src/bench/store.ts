@@ -13,6 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { RUNS_PREFIX, runKeys } from '../artifacts/keys';
 import { S3ArtifactStore } from '../artifacts/s3';
 import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
 import type { StoreSettings } from '../artifacts/settings';
@@ -70,11 +71,11 @@ interface SyncRow { backend: string; putMs: number; serveMs: number; totalMs: nu
 
 /** The newest real adapter an earlier run saved under the local artifacts (vLLM only loads real ones). */
 function newestAdapter(): string | undefined {
-  const runs = path.join(paths.artifacts(), 'runs');
+  const runs = path.join(paths.artifacts(), RUNS_PREFIX);
   if (!existsSync(runs)) return undefined;
   let best: { dir: string; t: number } | undefined;
   for (const run of readdirSync(runs)) {
-    const ckpts = path.join(runs, run, 'checkpoints');
+    const ckpts = path.join(paths.artifacts(), runKeys.checkpoints(run));
     if (!existsSync(ckpts)) continue;
     for (const c of readdirSync(ckpts)) {
       const dir = path.join(ckpts, c, 'adapter');
@@ -97,7 +98,7 @@ async function measureSync(backend: string, store: ArtifactStore, settings: Stor
     const sync = createWeightSyncActivities({ logger, store: new LocalArtifactStore(cache) });
     try {
       const t0 = performance.now();
-      const ref = await store.putDir(`runs/${runId}/checkpoints/step-0/adapter`, adapterDir);
+      const ref = await store.putDir(`${runKeys.checkpoint(runId, 0)}/adapter`, adapterDir);
       const t1 = performance.now();
       await sync.syncWeights({ runId, baseUrls: [inference], policyVersion: 1, adapter: ref, keepFromVersion: 0, artifacts: settings });
       const t2 = performance.now();

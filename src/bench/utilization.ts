@@ -13,6 +13,7 @@
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { runKeys } from '../artifacts/keys';
 import { connectClient } from '../cli/temporal';
 import { DEFAULTS, paths, TASK_QUEUES } from '../shared/paths';
 import { StepRecord } from '../contracts';
@@ -98,7 +99,7 @@ async function measure(dir: string, asyncLevel: number): Promise<Measured> {
   }
   const wallS = (performance.now() - t0) / 1000;
   await sampler;
-  const records = readFileSync(path.join(paths.artifacts(), 'runs', runId, 'metrics.jsonl'), 'utf8')
+  const records = readFileSync(path.join(paths.artifacts(), runKeys.metrics(runId)), 'utf8')
     .split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)));
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
   return {

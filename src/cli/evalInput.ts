@@ -2,6 +2,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Client } from '@temporalio/client';
 import type { EvalSweepInput } from '../contracts/eval';
 import { loadEvalTaskset } from '../evals/tasksets';
+import { runKeys } from '../artifacts/keys';
 import type { StoreSettings } from '../artifacts/settings';
 import { defaultStore, storeFor } from '../artifacts/stores';
 import { CliError, EXIT } from './exit';
@@ -57,8 +58,8 @@ export async function evalInputFromFlags(client: Client, f: EvalFlags): Promise<
 /** A run exists once its TrainRun stored its config in the artifact store. */
 export async function assertRunExists(client: Client, run: string, artifacts?: StoreSettings): Promise<void> {
   const store = storeFor(artifacts, defaultStore());
-  const where = `${store.url}/runs/${run}/config.json`;
-  if (await store.exists(`runs/${run}/config.json`)) return;
+  const where = `${store.url}/${runKeys.config(run)}`;
+  if (await store.exists(runKeys.config(run))) return;
   let workflowExists = false;
   try {
     await client.workflow.getHandle(run).describe();

@@ -8,7 +8,7 @@
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Command } from 'commander';
 import { LocalArtifactStore, uriToPath } from '../artifacts/store';
-import { runKeys } from '../activities/config';
+import { runKeys } from '../artifacts/keys';
 import { TASK_QUEUES } from '../shared/paths';
 import { RunStateFile, type TrainRunInput } from '../contracts';
 import { CliError, EXIT } from './exit';

@@ -8,6 +8,7 @@ import type { SandboxConfig } from '../config/schema';
 export const REPO_DIR = '/work/repo';
 
 export interface ExecResult {
+  /** null when the host had to give up on the exec (src/sandbox/exec.ts: HOST_SLACK_MS) or the container went away. */
   exitCode: number | null;
   stdout: string;
   stderr: string;

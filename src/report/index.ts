@@ -1,5 +1,6 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
+import { runKeys } from '../artifacts/keys';
 import type { ArtifactStore } from '../artifacts/store';
 import { defaultStore } from '../artifacts/stores';
 import { paths } from '../shared/paths';
@@ -21,7 +22,8 @@ export interface ReportOutcome {
 
 /** Default report location: beside the run's data, so it travels with it. */
 export function defaultReportPath(runId: string, artifactsRoot = paths.artifacts()): string {
-  return path.join(runDir(runId, artifactsRoot), 'report.html');
+  runDir(runId);
+  return path.join(artifactsRoot, runKeys.report(runId));
 }
 
 /**

@@ -1,5 +1,6 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
+import { isEvalResultKey, runKeys } from '../artifacts/keys';
 import { defaultStore } from '../artifacts/stores';
 import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
 import { describeZodError } from '../config/load';
@@ -18,7 +19,7 @@ export function runDir(runId: string, artifactsRoot = paths.artifacts()): string
   if (!/^[A-Za-z0-9._-]+$/.test(runId)) {
     throw new RunDataError(`run id "${runId}" is not valid: use letters, digits, ".", "_" and "-" only`, 'invalid');
   }
-  return path.join(artifactsRoot, 'runs', runId);
+  return path.join(artifactsRoot, runKeys.run(runId));
 }
 
 /** A local directory (tests, benches) or a store; the default is this process's store (RATCHET_ARTIFACTS_URL or .ratchet/artifacts). */
@@ -29,8 +30,8 @@ export async function runExists(runId: string, artifacts?: StoreArg): Promise<bo
   runDir(runId);
   const store = toStore(artifacts);
   // A local run exists with its directory (even empty); an S3 prefix exists once it holds an object.
-  if (store instanceof LocalArtifactStore) return fs.stat(store.localPath(`runs/${runId}`)).then((s) => s.isDirectory(), () => false);
-  return store.list(`runs/${runId}`).then((keys) => keys.length > 0, () => false);
+  if (store instanceof LocalArtifactStore) return fs.stat(store.localPath(runKeys.run(runId))).then((s) => s.isDirectory(), () => false);
+  return store.list(runKeys.run(runId)).then((keys) => keys.length > 0, () => false);
 }
 
 /** Parses metrics.jsonl; a step written twice (a retried metrics activity) keeps its last record. */
@@ -57,11 +58,11 @@ export function parseStepRecords(text: string, file: string): ReportStep[] {
 export async function loadStepRecords(runId: string, artifacts?: StoreArg): Promise<ReportStep[]> {
   const store = toStore(artifacts);
   runDir(runId);
-  const key = `runs/${runId}/metrics.jsonl`;
+  const key = runKeys.metrics(runId);
   const file = `${store.url}/${key}`;
   const buf = await store.read(key);
   if (!buf && !(await runExists(runId, store))) {
-    throw new RunDataError(`run "${runId}" not found: nothing under ${store.url}/runs/${runId}. ` +
+    throw new RunDataError(`run "${runId}" not found: nothing under ${store.url}/${runKeys.run(runId)}. ` +
       'Fix: check the id with `ratchet status`, or point RATCHET_ARTIFACTS_URL (or RATCHET_ARTIFACTS) at the store the run wrote to.', 'not-found');
   }
   const records = parseStepRecords(buf?.toString('utf8') ?? '', file);
@@ -81,7 +82,7 @@ export async function loadEvalResults(runId: string, artifacts?: StoreArg): Prom
   let keys: string[] = [];
   try {
     // runs/<run>/evals/<version>/<taskset-hash>.json (trajectories/ below it are not results)
-    keys = (await store.list(`runs/${runId}/evals`)).filter((k) => /^runs\/[^/]+\/evals\/[^/]+\/[^/]+\.json$/.test(k) && !k.includes('/trajectories/'));
+    keys = (await store.list(runKeys.evals(runId))).filter(isEvalResultKey);
   } catch {
     return { results, skipped };
   }

@@ -1,4 +1,5 @@
 import type { StepRecord } from '../contracts/records';
+import { mulberry32 } from '../shared/random';
 import { reportStep, type EvalResult, type ReportStep } from './records';
 
 /**
@@ -6,20 +7,10 @@ import { reportStep, type EvalResult, type ReportStep } from './records';
  * noisy reward, GRPO-like phase times, a tool mix of a localization agent.
  * Deterministic (seeded), so a screenshot diff means the renderer changed.
  */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A synthetic run's metrics.jsonl lines, as TrainRun writes them. */
 export function syntheticStepRecords(steps: number, seed = 7, start = new Date('2025-01-01T00:00:00Z'), runId = 'synthetic'): StepRecord[] {
-  const r = rng(seed);
+  const r = mulberry32(seed);
   const records: StepRecord[] = [];
   let t = start.getTime();
   const tools = ['bash', 'result'];
@@ -97,7 +88,7 @@ export function syntheticReportSteps(steps: number, seed = 7, start = new Date('
 }
 
 export function syntheticEvalResults(runId: string, versions: number[], seed = 11): EvalResult[] {
-  const r = rng(seed);
+  const r = mulberry32(seed);
   return versions.map((v, i) => {
     const p = versions.length > 1 ? i / (versions.length - 1) : 0;
     const pass1 = 0.1 + 0.35 * p + r() * 0.05;

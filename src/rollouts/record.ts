@@ -5,17 +5,12 @@
  */
 import type { AgentResult } from '../agent/loop';
 import { toolSpec } from '../agent/tool';
+import { runKeys } from '../artifacts/keys';
 import type { ArtifactStore } from '../artifacts/store';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
 import type { Environment, Score } from '../envs/types';
-import { EVAL_STEP } from '../shared/steps';
 import { RolloutSummary, samplingRecord, Trajectory } from './trajectory';
-
-export function trajectoryKey(runId: string, step: number, groupId: string, rolloutIndex: number): string {
-  if (step === EVAL_STEP) return `runs/${runId}/evals/trajectories/${groupId}/${rolloutIndex}.json`;
-  return `runs/${runId}/steps/${step}/rollouts/${groupId}/${rolloutIndex}.json`;
-}
 
 /** What one attempt of a rollout ended with. */
 export interface RolloutOutcome {
@@ -96,7 +91,7 @@ export async function recordRollout(
   store: ArtifactStore, input: ParsedRolloutInput, env: Pick<Environment, 'id' | 'tools'>, o: RolloutOutcome,
 ): Promise<{ trajectory: Trajectory; summary: RolloutSummary }> {
   const trajectory = trajectoryOf(input, env, o);
-  const ref = await store.putJson(trajectoryKey(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
+  const ref = await store.putJson(runKeys.trajectory(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
   return { trajectory, summary: summaryOf(input, o, ref) };
 }
 

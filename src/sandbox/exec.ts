@@ -1,19 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import { Readable, Writable, type Duplex } from 'node:stream';
 import type Docker from 'dockerode';
+import type { ExecResult } from '../envs/sandbox';
 import type { Logger } from '../shared/logger';
 import { AGENT_USER } from './options';
 import { OutputCollector } from './output';
 
-export interface ExecResult {
-  /** null when the host had to give up on the exec (see HOST_SLACK_MS) or the container went away. */
-  exitCode: number | null;
-  stdout: string;
-  stderr: string;
-  timedOut: boolean;
-  truncated: boolean;
-  durationMs: number;
-}
+/** What an exec returns: the one shape environments see (src/envs/sandbox.ts), which this module implements. */
+export type { ExecResult };
 
 export interface ExecParams {
   docker: Docker;

@@ -11,7 +11,7 @@ import { StepRecord } from '../contracts';
 import { verifyDirectoryArtifact } from '../activities/weightSync';
 import type { ArtifactRef } from '../artifacts/ref';
 import { LocalArtifactStore, uriToPath, verifyRef } from '../artifacts/store';
-import { runKeys } from '../activities/config';
+import { runKeys } from '../artifacts/keys';
 import { adapterName, adapterVersion } from '../shared/adapters';
 import { workerSpecs } from '../stack';
 import { readPid } from '../stack/processes';

@@ -5,6 +5,7 @@
  * Every kind and every phase are covered as soon as there are as many faults as
  * kinds (resp. phases): each is a round of a seeded shuffle, not a random draw.
  */
+import { mulberry32 } from '../shared/random';
 import type { Phase } from '../contracts';
 
 export const FAULT_KINDS = [
@@ -30,18 +31,6 @@ export interface PlannedFault {
   kind: FaultKind;
   step: number;
   phase: StepPhase;
-}
-
-/** mulberry32: a tiny seeded PRNG, enough to shuffle a schedule reproducibly. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function shuffled<T>(items: readonly T[], rand: () => number): T[] {
@@ -76,7 +65,7 @@ export function planFaults({ seed, faults, steps, kinds = FAULT_KINDS, phases = 
   if (!Number.isInteger(steps) || steps < 2) throw new Error(`soak: --steps must be an integer >= 2 (got ${steps}); the last step runs without faults`);
   if (!Number.isInteger(faults) || faults < 0) throw new Error(`soak: --faults must be an integer >= 0 (got ${faults})`);
   if (kinds.length === 0) throw new Error('soak: no fault kinds to inject');
-  const rand = prng(seed);
+  const rand = mulberry32(seed);
   const faultSteps = steps - 1;
   const chosenKinds = rounds(kinds, faults, rand);
   const chosenPhases = rounds(phases, faults, rand);

@@ -6,7 +6,7 @@ import { bareFunction, setScores } from '../../src/envs/swe-grep/rewards';
 import { scoreRubric, type EvalMetrics } from '../../src/envs/types';
 import { episodeSolved, meanPrf, passAtK, scoreEval, splitEpisodes, type ScoredEpisode } from '../../src/evals/scoring';
 import { resolveTaskset } from '../../src/evals/tasksets';
-import { trajectoryKey } from '../../src/rollouts/record';
+import { runKeys } from '../../src/artifacts/keys';
 import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import { goldFiles, Task } from '../../src/tasks/schema';
 import { parseRunConfig } from '../../src/config/load';
@@ -197,8 +197,8 @@ describe('evalRolloutInput', () => {
     expect(parsed.success ? '' : parsed.error.message).toBe('');
     expect(input.step).toBe(EVAL_STEP);
     expect(input.modelName).toBe('r1/policy-v3');
-    expect(trajectoryKey('r1', input.step, input.groupId, 1)).toBe('runs/r1/evals/trajectories/eval-v3-t1/1.json');
-    expect(trajectoryKey('r1', 0, 'g', 1)).toBe('runs/r1/steps/0/rollouts/g/1.json');
+    expect(runKeys.trajectory('r1', input.step, input.groupId, 1)).toBe('runs/r1/evals/trajectories/eval-v3-t1/1.json');
+    expect(runKeys.trajectory('r1', 0, 'g', 1)).toBe('runs/r1/steps/0/rollouts/g/1.json');
     expect(input.artifacts).toBeUndefined(); // no [artifacts]: the worker's default store
   });
 

@@ -63,7 +63,8 @@ def _rng_state() -> dict[str, Any]:
 
 def checkpoint_key(run_id: str, step: int, batch_sha256: str | None = None) -> str:
     """The store key of a checkpoint: the same content-keyed name as checkpoint_dir (step + batch), so a
-    redone step's upload never meets the earlier attempt's objects."""
+    redone step's upload never meets the earlier attempt's objects. The TypeScript side builds the same key
+    (runKeys.checkpoint in src/artifacts/keys.ts); tests/test_artifact_keys.py holds the two together."""
     return f"runs/{run_id}/checkpoints/{checkpoint_dir(Path(), run_id, step, batch_sha256).name}"
 
 

@@ -1,0 +1,76 @@
+/**
+ * The artifact key layout: every key a run writes into (or reads from) its
+ * artifact store, in one place. A key is relative to the store's root (a local
+ * directory, or an S3 bucket + prefix). Stored runs and recorded histories hold
+ * these strings, so a key never changes once a release has written it; the
+ * layout is described in docs/contracts.md ("Artifact layout").
+ *
+ * runs/<run>/
+ *   config.json                                  the parsed run config (openRun)
+ *   state.json                                   the last completed step (recordStep)
+ *   metrics.jsonl                                one step record a line (recordStep)
+ *   report.html                                  `ratchet report`'s default output
+ *   tensorboard/  wandb/                         local metric sinks (on an S3 store: under this host's artifacts dir)
+ *   steps/<step>/rollouts/<group>/<i>.json       a trajectory
+ *   steps/<step>/rollouts/summaries[-part-<p>].json  the step's rollout summaries
+ *   steps/<step>/batch.safetensors, batch.json   the training batch and its manifest
+ *   checkpoints/step-<n>[-<batch sha256, 16 hex>]/   written by the Python trainer
+ *   evals/<version>/<taskset hash>.json          an EvalSweep result
+ *   evals/trajectories/<group>/<i>.json          an eval episode's trajectory
+ *
+ * Pure (no Node built-ins): workflow code may import it.
+ */
+import { EVAL_STEP } from '../shared/steps';
+
+/** The folder every run's keys live under. */
+export const RUNS_PREFIX = 'runs';
+
+const run = (runId: string): string => `${RUNS_PREFIX}/${runId}`;
+const stepDir = (runId: string, step: number): string => `${run(runId)}/steps/${step}`;
+const rolloutsDir = (runId: string, step: number): string => `${stepDir(runId, step)}/rollouts`;
+
+export const runKeys = {
+  /** Everything of one run (a prefix, or a directory on a local store). */
+  run,
+  config: (runId: string): string => `${run(runId)}/config.json`,
+  state: (runId: string): string => `${run(runId)}/state.json`,
+  metrics: (runId: string): string => `${run(runId)}/metrics.jsonl`,
+  report: (runId: string): string => `${run(runId)}/report.html`,
+  /** A local metrics sink's directory (TensorBoard event files, W&B's offline run). */
+  sink: (runId: string, sink: 'tensorboard' | 'wandb' | (string & {})): string => `${run(runId)}/${sink}`,
+
+  /** A step's folder. */
+  step: stepDir,
+  /** A training step's trajectories and rollout summaries. */
+  rollouts: rolloutsDir,
+  /** A trajectory: a training step's, or an eval episode's (step EVAL_STEP), kept apart from step 0's. */
+  trajectory: (runId: string, step: number, groupId: string, rolloutIndex: number): string =>
+    step === EVAL_STEP
+      ? `${run(runId)}/evals/trajectories/${groupId}/${rolloutIndex}.json`
+      : `${rolloutsDir(runId, step)}/${groupId}/${rolloutIndex}.json`,
+  /** A step's rollout summaries as one artifact, or one part of them. */
+  rolloutSummaries: (runId: string, step: number, part?: number): string =>
+    `${rolloutsDir(runId, step)}/summaries${part === undefined ? '' : `-part-${part}`}.json`,
+  /** The training batch of a step and its manifest. */
+  batch: (runId: string, step: number): { batch: string; manifest: string } =>
+    ({ batch: `${stepDir(runId, step)}/batch.safetensors`, manifest: `${stepDir(runId, step)}/batch.json` }),
+
+  /** Every checkpoint of the run (the Python trainer writes them: trainer/ratchet_trainer/core/checkpoint.py). */
+  checkpoints: (runId: string): string => `${run(runId)}/checkpoints`,
+  /**
+   * One checkpoint: `step-<n>-<first 16 hex of the batch's sha256>`, or `step-<n>` without a batch
+   * (ledgers from before batches were recorded). Python's `checkpoint_key` builds the same string.
+   */
+  checkpoint: (runId: string, step: number, batchSha256?: string): string =>
+    `${run(runId)}/checkpoints/${batchSha256 ? `step-${step}-${batchSha256.slice(0, 16)}` : `step-${step}`}`,
+
+  /** The run's eval results and eval trajectories. */
+  evals: (runId: string): string => `${run(runId)}/evals`,
+  /** One EvalSweep result: a policy version on a task set (its content hash). */
+  evalResult: (runId: string, version: number, tasksetHash: string): string => `${run(runId)}/evals/${version}/${tasksetHash}.json`,
+};
+
+/** Whether a key is an eval result (runKeys.evalResult), not an eval trajectory or anything else. */
+export function isEvalResultKey(key: string): boolean {
+  return /^runs\/[^/]+\/evals\/[^/]+\/[^/]+\.json$/.test(key) && !key.includes('/trajectories/');
+}
