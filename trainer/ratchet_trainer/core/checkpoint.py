@@ -36,6 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from .artifacts import MANIFEST, ArtifactRef, commit_dir, dir_ref, tmp_sibling, write_manifest
 from .distributed import local_tensor, world
+from .errors import CheckpointError
 from .sharded import check_sharded_fits, distribute_like, load_sharded, save_sharded, trainable_params
 from .store import S3Store, local_dir_ref
 from .trainer import Trainer
@@ -43,10 +44,6 @@ from .trainer import Trainer
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "ratchet.trainer_state/v1"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that does not belong to this run or model; nothing was changed."""
 
 
 def checkpoint_dir(artifacts_root: Path, run_id: str, step: int, batch_sha256: str | None = None) -> Path:
