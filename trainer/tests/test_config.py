@@ -17,6 +17,20 @@ def test_defaults_are_the_run_configs():
     assert schema()["defaults"]["lora"]["rank"] == 8
 
 
+def test_schema_choices_name_real_keys_and_their_defaults_are_choices():
+    # The TypeScript side of this schema is compared in test/unit/trainerConfigParity.test.ts.
+    s = schema()
+    for dotted, choices in s["choices"].items():
+        node = s["defaults"]
+        for part in dotted.split("."):
+            assert part in node, f"CHOICES names {dotted}, which is not a key"
+            node = node[part]
+        assert node in choices, f"{dotted}'s default {node!r} is not one of {choices}"
+    for dotted in s["context_keys"]:
+        head, _, leaf = dotted.rpartition(".")
+        assert leaf in (s["defaults"][head] if head else s["defaults"]), dotted
+
+
 def test_full_finetune_and_fingerprint_changes_with_lora_shape():
     full = parse_trainer_config({"model": {"config": TINY}, "mode": "full"})
     assert full.adapter is None

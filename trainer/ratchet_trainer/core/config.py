@@ -176,7 +176,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 CONTEXT_KEYS = ("model.path", "model.config", "seq_len", "loss.temperature")
 
 # Spellings of earlier payloads, still accepted (a stored history's trainer.load, a checkpoint's
-# trainer_state.json): the old key or value, what it is now. Logged as deprecated when seen.
+# trainer_state.json): the old key or value, what it is now. Logged as deprecated when seen; they
+# can go once no run started before the rename can still schedule a trainer.load.
 LEGACY_SPELLINGS = {
     "model.lora": "lora (null: mode = \"full\")",
     "model.ac": "ac",
