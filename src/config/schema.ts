@@ -29,14 +29,33 @@ const LoraConfig = z.object({
   target_modules: z.array(z.string()).nonempty().default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']),
 }).strict();
 
-const TrainerConfig = z.object({
+/**
+ * The [trainer] section is the Python trainer's config (trainer/ratchet_trainer/core/config.py):
+ * the same keys, nesting, defaults and choices, passed through unchanged (src/workflows/trainerConfig.ts
+ * adds model.path, seq_len and loss.temperature from their own sections).
+ * test/unit/trainerConfigParity.test.ts fails on any difference between the two.
+ */
+export const TrainerConfig = z.object({
   /** "lora" trains an adapter that vLLM loads at run time; "full" trains every weight. */
   mode: z.enum(['lora', 'full']).default('lora'),
   lora: LoraConfig.default({}),
+  /** How the trainer builds the model; its weights come from [model].path. */
+  model: z.object({
+    /** auto: bfloat16 on CUDA, float32 on the CPU. */
+    dtype: z.enum(['auto', 'bfloat16', 'float16', 'float32']).default('auto'),
+    /** auto: FlexAttention (document mask) for packed rows on CUDA, SDPA otherwise. */
+    attn_implementation: z.enum(['auto', 'sdpa', 'eager', 'flex_attention', 'flash_attention_2']).default('auto'),
+    /** auto: adapters compute in the base dtype with fp32 master weights; float32: fp32 adapters (slower). */
+    lora_dtype: z.enum(['auto', 'float32']).default('auto'),
+    /** torch.compile each decoder layer; auto: on CUDA only. */
+    compile: z.union([z.boolean(), z.literal('auto')]).default('auto'),
+  }).strict().default({}),
   optim: z.object({
     /** 0 is allowed: a control run (bench:learn) with every other setting the same. */
     lr: z.number().min(0).max(1).default(1e-5),
     weight_decay: z.number().min(0).max(1).default(0),
+    betas: z.tuple([z.number().min(0).lt(1), z.number().min(0).lt(1)]).default([0.9, 0.999]),
+    eps: z.number().positive().max(1).default(1e-8),
     max_grad_norm: z.number().positive().max(1e6).default(1.0),
   }).strict().default({}),
   /** Gradient checkpointing: every `freq` layers (0 = off), as prime-rl's [model.ac]. */
@@ -53,6 +72,10 @@ const TrainerConfig = z.object({
      */
     normalization: z.enum(['token', 'sequence', 'dr_grpo']).default('dr_grpo'),
     kl_coef: z.number().min(0).max(100).default(0),
+    /** Dr.GRPO's constant normaliser; unset: orchestrator.seq_len. */
+    max_tokens: z.number().int().positive().max(MAX_SEQ_LEN).optional(),
+    /** Mean |ratio - 1| above this is reported as the trainer's `mismatch_exceeded` metric. */
+    mismatch_tolerance: z.number().min(0).max(100).default(0.05),
     /**
      * Bounds the train/inference mismatch: "tis" weighs each token by min(pi_trainer / pi_vllm, tis_cap);
      * "mask" drops tokens whose |logprob difference| exceeds mask_threshold; "none" leaves it.
@@ -65,6 +88,8 @@ const TrainerConfig = z.object({
   }).strict().default({}),
   /** Tokens per micro-batch; gradient accumulation covers the rest of the batch. */
   micro_batch_tokens: z.number().int().positive().max(4 * MAX_SEQ_LEN).default(4096),
+  /** Logprobs from the last hidden states this many tokens at a time (0: from the full logits). */
+  logprob_chunk_tokens: z.number().int().min(0).max(4 * MAX_SEQ_LEN).default(1024),
   /** Several samples per row, block-diagonal attention; `auto`: on CUDA only (see trainer/README.md). */
   packing: z.union([z.boolean(), z.literal('auto')]).default('auto'),
   device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),

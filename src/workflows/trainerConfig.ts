@@ -1,39 +1,22 @@
 import type { RunConfig } from '../config/schema';
 
 /**
- * The run config's [trainer] section in the shape the Python trainer validates
- * (trainer/ratchet_trainer/core/config.py: parse_trainer_config). Pure, so the
- * workflow computes it and the history shows exactly what the trainer got.
+ * The trainer_config payload of trainer.load: the run config's [trainer] section as it is
+ * (its keys are the trainer's: trainer/ratchet_trainer/core/config.py, checked by
+ * test/unit/trainerConfigParity.test.ts), plus what other sections own: the model's
+ * weights, the longest sample and the sampling temperature (the trainer scores the
+ * distribution vLLM sampled from: logits / T). Pure, so the workflow computes it and
+ * the history shows exactly what the trainer got.
+ *
+ * A config stored before [trainer.model] existed has no `model` here: the trainer's
+ * defaults, which are this schema's, apply.
  */
 export function toTrainerConfig(config: RunConfig): Record<string, unknown> {
   const t = config.trainer;
   return {
-    model: {
-      path: config.model.path,
-      ac: { freq: t.ac.freq },
-      lora: t.mode === 'lora'
-        ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, target_modules: [...t.lora.target_modules] }
-        : null,
-    },
-    optim: { lr: t.optim.lr, weight_decay: t.optim.weight_decay, max_grad_norm: t.optim.max_grad_norm },
-    loss: {
-      type: t.loss.kind,
-      // Unset: the trainer picks the loss's own range (GSPO's is ~1000x narrower than PPO's).
-      ...(t.loss.eps_low !== undefined ? { eps_low: t.loss.eps_low } : {}),
-      ...(t.loss.eps_high !== undefined ? { eps_high: t.loss.eps_high } : {}),
-      normalization: t.loss.normalization === 'sequence' ? 'sequence_mean' : t.loss.normalization,
-      kl_coef: t.loss.kl_coef,
-      // The trainer scores the distribution vLLM sampled from: logits / T.
-      temperature: config.sampling.temperature,
-      correction: t.loss.correction,
-      tis_cap: t.loss.tis_cap,
-      mask_threshold: t.loss.mask_threshold,
-      dual_clip: t.loss.dual_clip,
-    },
+    ...t,
+    model: { ...t.model, path: config.model.path },
+    loss: { ...t.loss, temperature: config.sampling.temperature },
     seq_len: config.orchestrator.seq_len,
-    micro_batch_tokens: t.micro_batch_tokens,
-    packing: t.packing,
-    device: t.device,
-    seed: t.seed,
   };
 }

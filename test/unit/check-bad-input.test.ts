@@ -96,6 +96,7 @@ const BOUNDS: [string, number | null, number | null][] = [
   ['trainer.lora.dropout', -0.1, 1],
   ['trainer.optim.lr', -1e-5, 2], // 0 is a control run (bench:learn)
   ['trainer.optim.weight_decay', -1, 2],
+  ['trainer.optim.eps', 0, 2],
   ['trainer.optim.max_grad_norm', 0, 1e7],
   ['trainer.ac.freq', -1, 2000],
   ['trainer.loss.eps_low', -0.1, 1.5],
@@ -104,7 +105,10 @@ const BOUNDS: [string, number | null, number | null][] = [
   ['trainer.loss.tis_cap', 0.5, 2000],
   ['trainer.loss.mask_threshold', 0, 1000],
   ['trainer.loss.dual_clip', 0.5, 2000],
+  ['trainer.loss.max_tokens', 0, 200_000],
+  ['trainer.loss.mismatch_tolerance', -1, 101],
   ['trainer.micro_batch_tokens', 0, 1e9],
+  ['trainer.logprob_chunk_tokens', -1, 1e9],
   ['trainer.seed', -1, 2 ** 32],
   ['inference.request_timeout_s', 0, 1e10],
   ['sampling.temperature', -0.1, 11],

@@ -38,7 +38,7 @@ describe('run config', () => {
     const c = parseRunConfig(`${env}[sampling]\ntemperature = 0.7\n[trainer]\nseed = 7\n[trainer.loss]\nkind = "gspo"\n`, 'x.toml');
     const t = toTrainerConfig(c) as { seed: number; loss: Record<string, unknown> };
     expect(t.seed).toBe(7);
-    expect(t.loss).toMatchObject({ type: 'gspo', temperature: 0.7, correction: 'tis', tis_cap: 2, dual_clip: 3 });
+    expect(t.loss).toMatchObject({ kind: 'gspo', temperature: 0.7, correction: 'tis', tis_cap: 2, dual_clip: 3 });
     expect(t.loss).not.toHaveProperty('eps_low'); // the trainer's GSPO default (3e-4), not PPO's 0.2
     expect(c.sampling.top_k).toBe(0);
   });

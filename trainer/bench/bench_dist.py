@@ -71,8 +71,8 @@ def rank_main(args) -> None:
            "ac": bool(args.ac), "samples_per_gpu": args.samples, "compile": args.compile}
     try:
         cfg = parse_trainer_config({
-            "model": {"config": conf, "lora": {"rank": args.rank, "alpha": 2 * args.rank, "dropout": 0.0},
-                      "ac": {"freq": 1 if args.ac else 0}, "compile": args.compile},
+            "model": {"config": conf, "compile": args.compile},
+            "lora": {"rank": args.rank, "alpha": 2 * args.rank, "dropout": 0.0}, "ac": {"freq": 1 if args.ac else 0},
             "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": args.seq, "micro_batch_tokens": args.seq,
             "packing": False, "device": "cuda" if cuda else "cpu",
         })

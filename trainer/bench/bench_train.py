@@ -105,7 +105,8 @@ def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, sample
     opts = {**CURRENT, **(opts or {})}
     lora = None if method == "full" else {"rank": rank, "alpha": 2 * rank, "dropout": 0.0}
     cfg = parse_trainer_config({
-        "model": {"config": model_conf, "lora": lora, "ac": {"freq": 1 if ac else 0},
+        "mode": "full" if lora is None else "lora", **({"lora": lora} if lora else {}), "ac": {"freq": 1 if ac else 0},
+        "model": {"config": model_conf,
                   "lora_dtype": opts["lora_dtype"], "attn_implementation": opts["attn"], "compile": opts["compile"]},
         "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": seq, "logprob_chunk_tokens": opts["logprob_chunk_tokens"],
         "micro_batch_tokens": micro_batch_tokens or max(4096, seq), "packing": packing,
@@ -122,7 +123,7 @@ def run_one(base, model_conf, method: str, rank: int, seq: int, ac: bool, sample
     trainer = None
     trainer_compiled = False
     try:
-        apply_activation_checkpointing(base, cfg.model.ac.freq)
+        apply_activation_checkpointing(base, cfg.ac.freq)
         model = make_trainable(base, cfg)
         trainer = Trainer("bench", cfg, device=device, model=model)
         rec["attn"] = trainer.attn_implementation
@@ -265,7 +266,7 @@ def main() -> None:
         return
 
     t0 = time.perf_counter()
-    base_cfg = parse_trainer_config({"model": {"config": model_conf, "lora": None}, "seq_len": 8192, "device": device.type})
+    base_cfg = parse_trainer_config({"model": {"config": model_conf}, "mode": "full", "seq_len": 8192, "device": device.type})
     base = build_base(base_cfg, device, "sdpa")
     base.requires_grad_(False)
     build_s = time.perf_counter() - t0

@@ -32,8 +32,8 @@ SMALL = {"model_type": "qwen3", "vocab_size": 4096, "hidden_size": 256, "interme
 
 def step(dtype: str, packing: bool, attn: str, chunk: int, lengths: list[int]) -> tuple[dict, dict]:
     cfg = parse_trainer_config({
-        "model": {"config": SMALL, "dtype": dtype, "attn_implementation": attn,
-                  "lora": {"rank": 16, "alpha": 32, "dropout": 0.0}},
+        "model": {"config": SMALL, "dtype": dtype, "attn_implementation": attn},
+        "lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
         "optim": {"lr": 1e-3, "max_grad_norm": 0.0}, "seq_len": 2048, "micro_batch_tokens": 2048, "packing": packing,
         "logprob_chunk_tokens": chunk, "device": "cuda", "seed": 0,
     })

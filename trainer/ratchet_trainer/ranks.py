@@ -160,8 +160,8 @@ def _same_everywhere(error: BaseException) -> bool:
     same point, so the group is still in step and the command can fail as an ordinary error."""
     from .core.artifacts import ArtifactError
     from .core.batch import BatchError
-    from .core.checkpoint import CheckpointError
     from .core.config import ConfigError
+    from .core.errors import CheckpointError
     from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError
 
     return isinstance(error, (ArtifactError, BatchError, CheckpointError, ConfigError, NonFiniteGradientError,

@@ -39,8 +39,8 @@ from . import connection
 from .commands import TrainerCommands, TrainerNotLoaded, follow
 from .core.artifacts import ArtifactError
 from .core.batch import BatchError
-from .core.checkpoint import CheckpointError
 from .core.config import ConfigError
+from .core.errors import CheckpointError
 from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full
 from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError, Trainer
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease

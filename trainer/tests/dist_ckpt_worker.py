@@ -19,7 +19,7 @@ from ratchet_trainer.core.distributed import local_tensor  # noqa: E402
 
 def cfg(lora_rank: int = 8):
     return make_cfg("tiny", optim={"max_grad_norm": 0.0},
-                    model={"lora": {"rank": lora_rank, "alpha": 2 * lora_rank, "dropout": 0.0}})
+                    lora={"rank": lora_rank, "alpha": 2 * lora_rank, "dropout": 0.0})
 
 
 def whole_state(tr: Trainer) -> dict[str, torch.Tensor]:

@@ -45,7 +45,7 @@ def test_packed_flex_attention_equals_padded_sdpa_forward():
     Slow on the CPU (~2 min): FlexAttention compiles through inductor."""
     from ratchet_trainer.core.model import build_base
 
-    model = build_base(make_cfg("tiny", model={"lora": None}), torch.device("cpu"), "sdpa").eval()
+    model = build_base(make_cfg("tiny", mode="full"), torch.device("cpu"), "sdpa").eval()
     g = torch.Generator().manual_seed(0)
     lens = [20, 13, 31]
     ids = [torch.randint(0, 256, (n,), generator=g) for n in lens]

@@ -178,7 +178,7 @@ def test_checkpoint_roundtrip_and_peft_adapter_layout(tmp_path):
 
 
 def test_full_finetune_checkpoint_roundtrip(tmp_path):
-    cfg = make_cfg("tiny", model={"lora": None})
+    cfg = make_cfg("tiny", mode="full")
     a = Trainer("run", cfg)
     a.step(0, load_batch(*on_policy_batch(a, tmp_path, make_samples(a.vocab_size), 0)))
     refs = save_checkpoint(a, tmp_path / "art", 0)
@@ -195,7 +195,7 @@ def test_checkpoint_from_another_model_or_config_is_rejected(other, tmp_path):
     a.step(0, load_batch(*on_policy_batch(a, tmp_path, make_samples(a.vocab_size), 0)))
     refs = save_checkpoint(a, tmp_path / "art", 0)
     if other == "rank":
-        b = Trainer("run", make_cfg("tiny", model={"lora": {"rank": 4, "alpha": 8}}))
+        b = Trainer("run", make_cfg("tiny", lora={"rank": 4, "alpha": 8}))
     elif other == "model":
         from helpers import TINY
         b = Trainer("run", make_cfg("tiny", model={"config": {**TINY, "hidden_size": 32}}))
@@ -208,7 +208,7 @@ def test_checkpoint_from_another_model_or_config_is_rejected(other, tmp_path):
 
 
 def test_kl_to_reference_and_gspo_run(tmp_path):
-    cfg = make_cfg("tiny", loss={"type": "gspo", "kl_coef": 0.1, "eps_low": 3e-3, "eps_high": 4e-3})
+    cfg = make_cfg("tiny", loss={"kind": "gspo", "kl_coef": 0.1, "eps_low": 3e-3, "eps_high": 4e-3})
     t = Trainer("run", cfg)
     samples = make_samples(t.vocab_size)
     m0 = t.step(0, load_batch(*on_policy_batch(t, tmp_path, samples, 0)))
@@ -237,8 +237,7 @@ def test_training_logprobs_are_computed_with_dropout_off(tmp_path):
     # LoRA dropout 0.5: with dropout on in the training forward, the trainer's
     # logprobs differ from the policy's (the ones vLLM samples from) and an
     # on-policy batch shows a large, random mismatch.
-    trainer = Trainer("run", make_cfg("tiny", model={"config": __import__("helpers").TINY,
-                                                        "lora": {"rank": 8, "alpha": 16, "dropout": 0.5}}))
+    trainer = Trainer("run", make_cfg("tiny", lora={"rank": 8, "alpha": 16, "dropout": 0.5}))
     _with_random_lora_b(trainer)
     samples = make_samples(trainer.vocab_size)
     m = trainer.step(0, load_batch(*on_policy_batch(trainer, tmp_path, samples, 0)))
@@ -264,7 +263,7 @@ def test_trainer_scores_at_the_sampling_temperature(tmp_path):
 
 
 def test_split_trajectory_step_runs_and_counts_trajectories(tmp_path):
-    trainer = Trainer("run", make_cfg("tiny", loss={"type": "gspo"}))
+    trainer = Trainer("run", make_cfg("tiny", loss={"kind": "gspo"}))
     samples = make_samples(trainer.vocab_size)
     for s, t in zip(samples, (0, 0, 1, 2)):
         s["trajectory"] = t

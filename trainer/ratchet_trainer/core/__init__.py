@@ -1,8 +1,9 @@
 """The training core: importable without Temporal (the GPU benchmark uses it alone)."""
 
 from .batch import Batch, BatchError, load_batch, write_batch
-from .checkpoint import CheckpointError, checkpoint_dir, restore_checkpoint, save_checkpoint
+from .checkpoint import checkpoint_dir, restore_checkpoint, save_checkpoint
 from .config import ConfigError, TrainerConfig, parse_trainer_config
+from .errors import CheckpointError
 from .trainer import StepOrderError, Trainer
 
 __all__ = [

@@ -36,6 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from .artifacts import MANIFEST, ArtifactRef, commit_dir, dir_ref, tmp_sibling, write_manifest
 from .distributed import local_tensor, world
+from .errors import CheckpointError
 from .sharded import check_sharded_fits, distribute_like, load_sharded, save_sharded, trainable_params
 from .store import S3Store, local_dir_ref
 from .trainer import Trainer
@@ -43,10 +44,6 @@ from .trainer import Trainer
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "ratchet.trainer_state/v1"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that does not belong to this run or model; nothing was changed."""
 
 
 def checkpoint_dir(artifacts_root: Path, run_id: str, step: int, batch_sha256: str | None = None) -> Path:
@@ -76,7 +73,7 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
             f"run {trainer.run_id}: asked to save step {step} but the newest applied step is {trainer.last_step}. "
             "Fix: save right after trainer.step for that step"
         )
-    weights = "adapter" if trainer.cfg.model.lora is not None else "model"
+    weights = "adapter" if trainer.cfg.adapter is not None else "model"
     if store is not None:
         key = checkpoint_key(trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
         existing = _agreed(lambda: store.dir_ref(key))
@@ -168,7 +165,7 @@ def _write_local_ranks(trainer: Trainer, final: Path, step: int) -> None:
 def _whole_weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     """The trainable tensors gathered whole from the shards (model state-dict keys), in the same
     order on every rank."""
-    if trainer.cfg.model.lora is not None:
+    if trainer.cfg.adapter is not None:
         return {k: local_tensor(p.detach()).cpu() for k, p in trainable_params(trainer.model).items()}
     return {k: local_tensor(v.detach()).cpu() for k, v in trainer.model.state_dict().items()}
 
@@ -177,7 +174,7 @@ def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] 
     """The checkpoint's files; `whole` (several ranks): the gathered trainable tensors, and the
     optimiser state is in sharded/ instead of optimizer.pt."""
     model = trainer.model
-    if trainer.cfg.model.lora is not None:
+    if trainer.cfg.adapter is not None:
         # peft's own writer: the layout vLLM's /v1/load_lora_adapter reads; fp32 masters, not bf16 copies.
         with trainer.master_weights():
             model.save_pretrained(str(d / "adapter"), safe_serialization=True, state_dict=whole)
@@ -226,11 +223,14 @@ def read_checkpoint_state(ref: ArtifactRef, run_id: str, fingerprint: str, store
         raise CheckpointError(f"checkpoint {ref['uri']} belongs to run {state['run_id']!r}, not {run_id!r}: its step ledger "
                               "would be wrong for this run. Fix: load a checkpoint of this run, or start from scratch")
     if state["model_fingerprint"] != fingerprint:
-        saved = state.get("trainer_config", {}).get("model", {})
+        saved = state.get("trainer_config", {})
+        model = saved.get("model", {})
+        # Checkpoints written before the config matched the run config's [trainer] keep lora under model.
+        lora = model["lora"] if "lora" in model else (saved.get("lora") if saved.get("mode", "lora") == "lora" else None)
         raise CheckpointError(
             f"checkpoint {ref['uri']} was written for another model or adapter layout "
-            f"(fingerprint {state['model_fingerprint']} vs {fingerprint}; saved model.path={saved.get('path')!r}, "
-            f"model.lora={saved.get('lora')!r}). Fix: use the trainer_config the checkpoint was made with"
+            f"(fingerprint {state['model_fingerprint']} vs {fingerprint}; saved model.path={model.get('path')!r}, "
+            f"lora={lora!r}). Fix: use the trainer_config the checkpoint was made with"
         )
     return root, state
 
@@ -258,7 +258,7 @@ def restore_checkpoint(trainer: Trainer, ref: ArtifactRef, store: S3Store | None
 
 def _load_whole(trainer: Trainer, root: Path, uri: str) -> None:
     """A single-process checkpoint: the whole adapter/model and optimizer.pt."""
-    if trainer.cfg.model.lora is not None:
+    if trainer.cfg.adapter is not None:
         weights = load_file(str(root / "adapter" / "adapter_model.safetensors"))
     else:
         weights = load_file(str(root / "model" / "model.safetensors"))
@@ -273,7 +273,7 @@ def _load_whole(trainer: Trainer, root: Path, uri: str) -> None:
         _load_whole_into_shards(trainer, weights, optim, uri)
         return
     with torch.no_grad():
-        if trainer.cfg.model.lora is not None:
+        if trainer.cfg.adapter is not None:
             from peft import set_peft_model_state_dict
 
             with trainer.master_weights():  # into the fp32 masters; bf16 copies re-rounded on exit
@@ -285,7 +285,7 @@ def _load_whole(trainer: Trainer, root: Path, uri: str) -> None:
 
 def _load_whole_into_shards(trainer: Trainer, weights: dict[str, torch.Tensor], optim: dict[str, Any], uri: str) -> None:
     """Every rank holds the whole tensors; each keeps its own shards (cut locally, no communication)."""
-    if trainer.cfg.model.lora is not None:
+    if trainer.cfg.adapter is not None:
         from peft import get_peft_model_state_dict
 
         # The adapter file's keys (peft's, without the adapter name) -> this model's parameters.

@@ -1,7 +1,18 @@
 """The `trainer_config` payload: a plain-dataclass schema with validation.
 
-The TypeScript run config passes these keys through unchanged (snake_case), so
-every error names the dotted key, what was wrong and how to fix it. No pydantic:
+One schema, two readers: the run config's `[trainer]` section (src/config/schema.ts)
+has the same keys, nesting, defaults and choices as these dataclasses, and
+src/workflows/trainerConfig.ts passes it through unchanged, adding what other
+sections own (CONTEXT_KEYS: `model.path` from `[model]`, `seq_len` from
+`[orchestrator]`, `loss.temperature` from `[sampling]`). test/unit/trainerConfigParity.test.ts
+compares the two through schema() below and fails on any difference.
+Where they differed, the values a run sent won (the TypeScript defaults): LoRA rank 8 /
+alpha 16, micro_batch_tokens 4096, loss.normalization "dr_grpo".
+
+Older payloads (stored histories, checkpoints' trainer_state.json) spell some keys the old
+way; parse_trainer_config accepts them and logs that they are deprecated (LEGACY_SPELLINGS).
+
+Every error names the dotted key, what was wrong and how to fix it. No pydantic:
 the GPU benchmark box has only torch/transformers/peft.
 """
 
@@ -10,8 +21,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -22,8 +36,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class LoraConfig:
-    rank: int = 4
-    alpha: float = 8.0
+    rank: int = 8
+    alpha: float = 16.0
     dropout: float = 0.0
     target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
 
@@ -50,8 +64,6 @@ class ModelConfig:
     # torch.compile each decoder layer. auto: on CUDA (1.4-1.6x on an H100, BENCHMARKS.md),
     # off on the CPU (compiling costs more than it saves on small test models).
     compile: bool | str = "auto"
-    ac: AcConfig = field(default_factory=AcConfig)
-    lora: LoraConfig | None = field(default_factory=LoraConfig)
 
 
 @dataclass(frozen=True)
@@ -71,13 +83,13 @@ DEFAULT_CLIP = {"grpo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
 
 @dataclass(frozen=True)
 class LossConfig:
-    type: str = "grpo"  # grpo (token-level ratio) | gspo (sequence-level ratio)
-    eps_low: float | None = None  # None: DEFAULT_CLIP[type]
+    kind: str = "grpo"  # grpo (token-level ratio) | gspo (sequence-level ratio)
+    eps_low: float | None = None  # None: DEFAULT_CLIP[kind]
     eps_high: float | None = None
     # token: mean over all trainable tokens of the batch (DAPO);
     # dr_grpo: sum / (samples * max_tokens), a constant normaliser (Dr. GRPO);
-    # sequence_mean: mean per sample, then over samples (original GRPO).
-    normalization: str = "token"
+    # sequence: mean per sample, then over samples (original GRPO).
+    normalization: str = "dr_grpo"
     max_tokens: int | None = None  # dr_grpo's constant; defaults to seq_len
     kl_coef: float = 0.0  # k3 KL to the reference (LoRA: adapter disabled)
     # mean |ratio - 1| above this is reported as `mismatch_exceeded`.
@@ -99,19 +111,23 @@ class LossConfig:
     dual_clip: float = 3.0
 
     def clip_range(self) -> tuple[float, float]:
-        lo, hi = DEFAULT_CLIP[self.type]
+        lo, hi = DEFAULT_CLIP[self.kind]
         return (lo if self.eps_low is None else self.eps_low, hi if self.eps_high is None else self.eps_high)
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
     model: ModelConfig
+    # lora: train the adapter `lora` describes (vLLM loads it at run time); full: every weight.
+    mode: str = "lora"
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    ac: AcConfig = field(default_factory=AcConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     seq_len: int = 1024
     # Tokens per forward/backward; gradients accumulate over micro-batches.
     # packing: one row of concatenated samples (no padding); otherwise rows * longest row.
-    micro_batch_tokens: int = 8192
+    micro_batch_tokens: int = 4096
     # "auto": packed on CUDA, padded on the CPU, where SDPA's math kernel computes a
     # packed row's full [L, L] scores (measured slower than padding; BENCHMARKS.md).
     packing: bool | str = "auto"
@@ -120,6 +136,11 @@ class TrainerConfig:
     logprob_chunk_tokens: int = 1024
     device: str = "auto"
     seed: int = 0
+
+    @property
+    def adapter(self) -> LoraConfig | None:
+        """The LoRA adapter this run trains; None in full fine-tuning."""
+        return self.lora if self.mode == "lora" else None
 
     def model_fingerprint(self) -> str:
         """Hash of what a checkpoint's tensors depend on: the architecture and LoRA shape.
@@ -130,7 +151,7 @@ class TrainerConfig:
         ident = {
             "path": self.model.path,
             "config": dict(self.model.config) if self.model.config is not None else None,
-            "lora": dataclasses.asdict(self.model.lora) if self.model.lora else None,
+            "lora": dataclasses.asdict(self.adapter) if self.adapter else None,
         }
         return hashlib.sha256(json.dumps(ident, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
@@ -138,13 +159,31 @@ class TrainerConfig:
         return json.loads(json.dumps(dataclasses.asdict(self), default=list))
 
 
-_LOSS_TYPES = ("grpo", "gspo")
-_CORRECTIONS = ("tis", "mask", "none")
-_NORMALIZATIONS = ("token", "dr_grpo", "sequence_mean")
-_DTYPES = ("auto", "bfloat16", "float16", "float32")
-_DEVICES = ("auto", "cpu", "cuda")
-_ATTN = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
-_LORA_DTYPES = ("auto", "float32")
+# The allowed values of each string key, by dotted key; the TypeScript schema's enums must match.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "mode": ("lora", "full"),
+    "model.dtype": ("auto", "bfloat16", "float16", "float32"),
+    "model.attn_implementation": ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2"),
+    "model.lora_dtype": ("auto", "float32"),
+    "loss.kind": ("grpo", "gspo"),
+    "loss.normalization": ("token", "sequence", "dr_grpo"),
+    "loss.correction": ("tis", "mask", "none"),
+    "device": ("auto", "cpu", "cuda"),
+}
+
+# Keys the run config does not set in [trainer]: src/workflows/trainerConfig.ts fills them
+# from other sections; model.config (a random model from an HF config dict) is for tests and benchmarks.
+CONTEXT_KEYS = ("model.path", "model.config", "seq_len", "loss.temperature")
+
+# Spellings of earlier payloads, still accepted (a stored history's trainer.load, a checkpoint's
+# trainer_state.json): the old key or value, what it is now. Logged as deprecated when seen; they
+# can go once no run started before the rename can still schedule a trainer.load.
+LEGACY_SPELLINGS = {
+    "model.lora": "lora (null: mode = \"full\")",
+    "model.ac": "ac",
+    "loss.type": "loss.kind",
+    "loss.normalization = \"sequence_mean\"": "loss.normalization = \"sequence\"",
+}
 
 
 def _key(where: str, key: str = "") -> str:
@@ -186,9 +225,57 @@ def _choice(d: dict[str, Any], key: str, where: str, choices: tuple[str, ...]) -
         raise ConfigError(f"{_key(where, key)} must be one of {list(choices)}, got {d[key]!r}")
 
 
+def _choices(d: dict[str, Any], where: str) -> None:
+    prefix = f"{where}." if where else ""
+    for dotted, choices in CHOICES.items():
+        if dotted.startswith(prefix) and "." not in dotted[len(prefix):]:
+            _choice(d, dotted[len(prefix):], where, choices)
+
+
+def _deprecated(old: str) -> None:
+    log.warning("trainer_config: %s is deprecated; use %s", old, LEGACY_SPELLINGS[old])
+
+
+def _upgrade(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """An earlier payload's spellings in today's (LEGACY_SPELLINGS); the values are kept as they are."""
+    top = dict(raw)
+    model = top.get("model")
+    if isinstance(model, Mapping) and ("lora" in model or "ac" in model):
+        model = dict(model)
+        if "lora" in model:
+            _deprecated("model.lora")
+            if "lora" in top or "mode" in top:
+                raise ConfigError("trainer_config: model.lora (the old spelling) and lora/mode are both set. Fix: keep lora and mode")
+            lora = model.pop("lora")
+            top["mode"] = "full" if lora is None else "lora"
+            if lora is not None:
+                top["lora"] = lora
+        if "ac" in model:
+            _deprecated("model.ac")
+            if "ac" in top:
+                raise ConfigError("trainer_config: model.ac (the old spelling) and ac are both set. Fix: keep ac")
+            top["ac"] = model.pop("ac")
+        top["model"] = model
+    loss = top.get("loss")
+    if isinstance(loss, Mapping) and ("type" in loss or loss.get("normalization") == "sequence_mean"):
+        loss = dict(loss)
+        if "type" in loss:
+            _deprecated("loss.type")
+            if "kind" in loss:
+                raise ConfigError("trainer_config.loss: type (the old spelling) and kind are both set. Fix: keep kind")
+            loss["kind"] = loss.pop("type")
+        if loss.get("normalization") == "sequence_mean":
+            _deprecated("loss.normalization = \"sequence_mean\"")
+            loss["normalization"] = "sequence"
+        top["loss"] = loss
+    return top
+
+
 def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     """Validate a trainer_config payload; raise ConfigError naming the offending key."""
-    top = _take(raw, TrainerConfig, "")
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"trainer_config must be an object, got {type(raw).__name__}")
+    top = _take(_upgrade(raw), TrainerConfig, "")
     if "model" not in top:
         raise ConfigError("trainer_config.model is required: give model.path (a local HF directory) or model.config")
 
@@ -197,28 +284,22 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
         raise ConfigError("trainer_config.model needs exactly one of `path` (local HF directory) or `config` (HF config dict)")
     if m.get("path") is not None and not isinstance(m["path"], str):
         raise ConfigError(f"trainer_config.model.path must be a string, got {m['path']!r}")
-    _choice(m, "dtype", "model", _DTYPES)
-    _choice(m, "attn_implementation", "model", _ATTN)
-    _choice(m, "lora_dtype", "model", _LORA_DTYPES)
+    _choices(m, "model")
     if "compile" in m and not (isinstance(m["compile"], bool) or m["compile"] == "auto"):
         raise ConfigError(f"trainer_config.model.compile must be true, false or \"auto\", got {m['compile']!r}")
-    ac = _take(m.get("ac", {}) or {}, AcConfig, "model.ac")
-    _num(ac, "freq", "model.ac", int, lo=0)
-    m["ac"] = AcConfig(**ac)
-    if "lora" in m and m["lora"] is None:
-        m["lora"] = None
-    else:
-        lo = _take(m.get("lora", {}) or {}, LoraConfig, "model.lora")
-        _num(lo, "rank", "model.lora", int, lo=1)
-        _num(lo, "alpha", "model.lora", float, lo=0, lo_open=True)
-        _num(lo, "dropout", "model.lora", float, lo=0, hi=1)
-        if "target_modules" in lo:
-            tm = lo["target_modules"]
-            if not isinstance(tm, (list, tuple)) or not tm or not all(isinstance(x, str) for x in tm):
-                raise ConfigError(f"trainer_config.model.lora.target_modules must be a non-empty list of module names, got {tm!r}")
-            lo["target_modules"] = tuple(tm)
-        m["lora"] = LoraConfig(**lo)
     model = ModelConfig(**m)
+
+    ac = _take(top.get("ac", {}) or {}, AcConfig, "ac")
+    _num(ac, "freq", "ac", int, lo=0)
+    lo = _take(top.get("lora", {}) or {}, LoraConfig, "lora")
+    _num(lo, "rank", "lora", int, lo=1)
+    _num(lo, "alpha", "lora", float, lo=0, lo_open=True)
+    _num(lo, "dropout", "lora", float, lo=0, hi=1)
+    if "target_modules" in lo:
+        tm = lo["target_modules"]
+        if not isinstance(tm, (list, tuple)) or not tm or not all(isinstance(x, str) for x in tm):
+            raise ConfigError(f"trainer_config.lora.target_modules must be a non-empty list of module names, got {tm!r}")
+        lo["target_modules"] = tuple(tm)
 
     o = _take(top.get("optim", {}) or {}, OptimConfig, "optim")
     _num(o, "lr", "optim", float, lo=0)  # 0: a control run that samples and scores but never moves
@@ -233,8 +314,7 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     optim = OptimConfig(**o)
 
     lc = _take(top.get("loss", {}) or {}, LossConfig, "loss")
-    _choice(lc, "type", "loss", _LOSS_TYPES)
-    _choice(lc, "normalization", "loss", _NORMALIZATIONS)
+    _choices(lc, "loss")
     for k in ("eps_low", "eps_high"):
         if k in lc and lc[k] is None:
             del lc[k]  # null: the loss type's default
@@ -243,7 +323,6 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     _num(lc, "kl_coef", "loss", float, lo=0)
     _num(lc, "mismatch_tolerance", "loss", float, lo=0)
     _num(lc, "temperature", "loss", float, lo=0, lo_open=True)
-    _choice(lc, "correction", "loss", _CORRECTIONS)
     _num(lc, "tis_cap", "loss", float, lo=1)
     _num(lc, "mask_threshold", "loss", float, lo=0, lo_open=True)
     _num(lc, "dual_clip", "loss", float, lo=0)
@@ -253,9 +332,9 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     if lc.get("max_tokens") is not None:
         _num(lc, "max_tokens", "loss", int, lo=1)
     loss = LossConfig(**lc)
-    if loss.type == "gspo" and max(loss.clip_range()) > 0.05:
+    if loss.kind == "gspo" and max(loss.clip_range()) > 0.05:
         raise ConfigError(f"trainer_config.loss: eps_low/eps_high {loss.clip_range()} are a token-ratio (PPO) range, but "
-                          "loss.type is 'gspo', whose sequence ratio (exp of a mean log-ratio) moves ~1000x less, so the clip would never act. "
+                          "loss.kind is 'gspo', whose sequence ratio (exp of a mean log-ratio) moves ~1000x less, so the clip would never act. "
                           "Fix: omit eps_low/eps_high (GSPO defaults 3e-4/4e-4) or set values below 0.05")
 
     _num(top, "seq_len", "", int, lo=2)
@@ -264,9 +343,17 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     _num(top, "seed", "", int, lo=0)
     if "packing" in top and not (isinstance(top["packing"], bool) or top["packing"] == "auto"):
         raise ConfigError(f"trainer_config.packing must be true, false or \"auto\", got {top['packing']!r}")
-    _choice(top, "device", "", _DEVICES)
-    top.update(model=model, optim=optim, loss=loss)
+    _choices(top, "")
+    top.update(model=model, lora=LoraConfig(**lo), ac=AcConfig(**ac), optim=optim, loss=loss)
     cfg = TrainerConfig(**top)
     if cfg.loss.normalization == "dr_grpo" and cfg.loss.max_tokens is not None and cfg.loss.max_tokens < 1:
         raise ConfigError("trainer_config.loss.max_tokens must be >= 1")
     return cfg
+
+
+def schema() -> dict[str, Any]:
+    """Every key with its default (nested as in the payload) and the choices of each string key:
+    what test/unit/trainerConfigParity.test.ts compares with the TypeScript schema."""
+    defaults = TrainerConfig(model=ModelConfig()).to_dict()
+    return {"defaults": defaults, "choices": {k: list(v) for k, v in CHOICES.items()}, "context_keys": list(CONTEXT_KEYS)}
+

@@ -165,7 +165,7 @@ def micro_batch_loss(
     lo, hi = 1.0 - lo, 1.0 + hi
     capped = torch.zeros_like(keep)
 
-    if cfg.type == "gspo":
+    if cfg.kind == "gspo":
         # Sequence-level ratio over the whole trajectory: exp of its mean token log-ratio.
         seq_lr = torch.zeros(B, device=sel.device, dtype=logp.dtype).index_add(0, local, log_ratio / n_i)
         seq_adv = torch.zeros(B, device=sel.device).index_add(0, local, adv / n_i)
@@ -197,7 +197,7 @@ def micro_batch_loss(
             w = torch.full_like(per_tok, 1.0 / norm.total_tokens)
         elif cfg.normalization == "dr_grpo":
             w = torch.full_like(per_tok, 1.0 / (K * norm.max_tokens))
-        else:  # sequence_mean: mean per trajectory, then over trajectories
+        else:  # sequence: mean per trajectory, then over trajectories
             w = 1.0 / (K * n_i)
         loss = (per_tok * w).sum()
         stats.clipped += int(((clipped < unclipped) & keep).sum())

@@ -147,7 +147,7 @@ def build_model(cfg: TrainerConfig, device: torch.device, attn: str | None = Non
     On the meta device only the structure is built (no memory, no weights read).
     """
     model = build_base(cfg, device, attn, dtype)
-    apply_activation_checkpointing(model, cfg.model.ac.freq)
+    apply_activation_checkpointing(model, cfg.ac.freq)
     return make_trainable(model, cfg)
 
 
@@ -184,14 +184,14 @@ def build_base(cfg: TrainerConfig, device: torch.device, attn: str | None = None
 
 def make_trainable(model: nn.Module, cfg: TrainerConfig) -> nn.Module:
     """Wrap in a fresh LoRA adapter, or unfreeze everything for full fine-tuning."""
-    if cfg.model.lora is not None:
+    if cfg.adapter is not None:
         from peft import LoraConfig as PeftLoraConfig, get_peft_model
 
-        lc = cfg.model.lora
+        lc = cfg.adapter
         present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
         missing = [t for t in lc.target_modules if t not in present]
         if missing:
-            raise ConfigError(f"trainer_config.model.lora.target_modules {missing} are not modules of this model. "
+            raise ConfigError(f"trainer_config.lora.target_modules {missing} are not modules of this model. "
                               f"Fix: choose from e.g. {sorted(p for p in present if p.endswith('proj'))}")
         model = get_peft_model(model, PeftLoraConfig(
             r=lc.rank, lora_alpha=lc.alpha, lora_dropout=lc.dropout,

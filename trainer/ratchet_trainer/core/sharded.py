@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .errors import CheckpointError
+
 SHARDED = "sharded"
 
 
@@ -56,8 +58,6 @@ def check_sharded_fits(trainer: Any, root: Path, uri: str) -> None:
     """A sharded checkpoint whose tensors do not match this model (another adapter rank, other target
     modules) fails here, naming the first difference, before any state is touched."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    from .checkpoint import CheckpointError
 
     fix = "Fix: load it with the trainer_config (model and lora) it was written with, or start from scratch"
     saved = read_sharded_metadata(root).state_dict_metadata

@@ -103,7 +103,7 @@ class Trainer:
         self.logprob_chunk_tokens = cfg.logprob_chunk_tokens if chunked_head_supported(self.model) else 0
         # bf16 LoRA: the model computes with bf16 adapters, the optimiser steps fp32 masters.
         self.master: MasterWeights | None = None
-        if (self.world_size == 1 and cfg.model.lora is not None and cfg.model.lora_dtype == "auto"
+        if (self.world_size == 1 and cfg.adapter is not None and cfg.model.lora_dtype == "auto"
                 and compute != torch.float32):
             self.master = MasterWeights(self.params, compute)
         o = cfg.optim
@@ -112,7 +112,7 @@ class Trainer:
             weight_decay=o.weight_decay, fused=self.device.type == "cuda",
         )
         self.ref_model = None
-        if cfg.loss.kl_coef > 0 and cfg.model.lora is None:
+        if cfg.loss.kl_coef > 0 and cfg.adapter is None:
             # Full fine-tuning has no adapter to switch off: keep a frozen copy.
             import copy
 
@@ -145,7 +145,7 @@ class Trainer:
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """The tensors a checkpoint must hold: the adapter (fp32 masters), or all weights for full fine-tuning."""
-        if self.cfg.model.lora is not None:
+        if self.cfg.adapter is not None:
             from peft import get_peft_model_state_dict
 
             with self.master_weights():
@@ -218,7 +218,7 @@ class Trainer:
             for p in self.params:
                 p.grad = None
 
-        metrics = stats.metrics(self.cfg.loss.type)
+        metrics = stats.metrics(self.cfg.loss.kind)
         metrics.update(
             step=step, grad_norm=grad_norm, tokens=total, total_tokens=int(batch.input_ids.numel()),
             samples=batch.num_samples, trajectories=norm.num_trajectories, micro_batches=passes, lr=self.cfg.optim.lr,
