@@ -44,7 +44,7 @@ from .core.config import ConfigError
 from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full
 from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError, Trainer
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
-from .liveness import LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
+from .liveness import EXIT_STALLED, LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
 from .ranks import RankFailed, Ranks, launched_by_torchrun
 
 log = logging.getLogger("ratchet_trainer.worker")
@@ -59,6 +59,8 @@ DEFAULT_METRICS_PORT = 9468
 FAULT_SLEEP_ENV = "RATCHET_TRAINER_FAULT_SLEEP_S"
 FAULT_STEP_ENV = "RATCHET_TRAINER_FAULT_STEP"
 FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
+# Self-fencing on a stalled activity (liveness.py EXIT_STALLED): on unless set to 0.
+FENCE_ENV = "RATCHET_TRAINER_FENCE"
 
 # The activities that touch the model run in a thread and opt out of the SDK's
 # thread-injected cancel exception (see the heartbeat in step).
@@ -312,14 +314,15 @@ class JsonFormatter(logging.Formatter):
 async def run_worker(address: str | None, namespace: str | None, artifacts_root: Path, ready_file: Path | None = None,
                      shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None, profile: str | None = None,
                      liveness_file: Path | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
-                     ranks: Ranks | None = None, rank_pids: list[int] | None = None) -> None:
+                     ranks: Ranks | None = None, rank_pids: list[int] | None = None, fence: bool = True) -> None:
     # address/namespace/profile: flags over TEMPORAL_* over temporal.toml (ratchet_trainer/connection.py).
     conn = connection.resolve(address, namespace, profile)
     client = await connection.connect_client(conn, **({"runtime": runtime} if runtime else {}))
     address = conn.address
     # Touched every few seconds while the process runs and no activity is stalled; the stack's supervisor
     # kill -9s and restarts a trainer whose file goes stale (frozen, wedged): it cannot do that itself.
-    liveness = ProcessLiveness(liveness_file).start()
+    # A stalled activity in a process that still runs fences it: it exits with EXIT_STALLED (liveness.py).
+    liveness = ProcessLiveness(liveness_file, fence=fence).start()
     acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness, lease_ttl_s=lease_ttl_s, ranks=ranks)
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
@@ -348,6 +351,10 @@ def main() -> None:
     ap.add_argument("--shared-queue", default=SHARED_QUEUE, help="queue polled for trainer.announce (tests isolate with their own)")
     ap.add_argument("--liveness-file", type=Path, default=liveness_file_from_env(),
                     help="touched every 5 s while this trainer is live (default $RATCHET_LIVENESS_FILE; none if unset)")
+    ap.add_argument("--fence", action=argparse.BooleanOptionalAction,
+                    default=os.environ.get(FENCE_ENV, "1").lower() not in ("0", "false", "no", "off"),
+                    help=f"exit with status {EXIT_STALLED} when an activity stalls, so the process manager restarts "
+                         f"the trainer (default on; ${FENCE_ENV}=0 or --no-fence keeps the hung process)")
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--lease-minutes", type=float, default=float(os.environ.get("RATCHET_TRAINER_LEASE_MINUTES", DEFAULT_LEASE_TTL_S / 60)),
                     help="a run that has not called this trainer for this long loses it to another run (default 30)")
@@ -373,7 +380,8 @@ def main() -> None:
     log.info("Prometheus metrics", extra={"url": f"http://127.0.0.1:{args.metrics_port}/metrics" if runtime else "off"})
     try:
         asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime, args.profile,
-                               args.liveness_file, lease_ttl_s=args.lease_minutes * 60, ranks=ranks, rank_pids=rank_pids))
+                               args.liveness_file, lease_ttl_s=args.lease_minutes * 60, ranks=ranks, rank_pids=rank_pids,
+                               fence=args.fence))
     except ConnectionError as e:
         raise SystemExit(f"error: {e}") from None
 
