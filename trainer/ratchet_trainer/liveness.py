@@ -103,6 +103,7 @@ class Watchdog:
         self._last = clock()
         self._details: Any = {"phase": "started"}
         self._stalled_at: float | None = None
+        self._waiting = 0
         self._mu = threading.Lock()
 
     def progress(self, details: Any = None) -> None:
@@ -124,10 +125,29 @@ class Watchdog:
         with self._mu:
             return self._clock() - self._last
 
+    @contextlib.contextmanager
+    def waiting(self, details: Any) -> Iterator[None]:
+        """A wait for another activity (the trainer's lock), not work of this one: no stall is judged meanwhile.
+
+        The activity holding what this one waits for has its own watchdog; counting the queue as this
+        activity's silence reported a live trainer dead whenever a call queued behind a long one for a
+        stall window. The window starts again when the wait ends.
+        """
+        with self._mu:
+            self._waiting += 1
+            if self._stalled_at is None:
+                self._details = details
+        try:
+            yield
+        finally:
+            with self._mu:
+                self._waiting -= 1
+                self._last = self._clock()
+
     def stalled(self) -> bool:
         """True from the first check past the window on; the first such check logs the stall."""
         with self._mu:
-            if self._stalled_at is None and self._clock() - self._last > self.stall_s:
+            if self._stalled_at is None and not self._waiting and self._clock() - self._last > self.stall_s:
                 self._stalled_at = self._clock()
                 log.error("no progress within the stall window; heartbeats stop so Temporal retries this activity "
                           "and the process reports itself not live",

@@ -156,6 +156,16 @@ class TrainerActivities:
             with self._lease_lock:
                 self.lease.end(run_id)
 
+    @contextmanager
+    def _trainer_lock(self, live) -> Iterator[None]:
+        """The trainer's lock for one activity; the wait for it is not a stall of that activity (liveness.Watchdog.waiting)."""
+        with live.waiting({"phase": "waiting for the trainer (another call holds it)"}):
+            self._lock.acquire()
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     @property
     def trainer(self) -> Trainer | None:
         return self.commands.trainer
@@ -217,7 +227,7 @@ class TrainerActivities:
         run_id = req.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
-        with self._live("trainer.load", req) as live, self._lock, self._leased(run_id, on_busy="busy"):
+        with self._live("trainer.load", req) as live, self._trainer_lock(live), self._leased(run_id, on_busy="busy"):
             live.progress({"phase": "loading", "run_id": run_id})
             try:
                 return self.commands.load(req, progress=live.progress)
@@ -228,7 +238,7 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.step", no_thread_cancel_exception=True)
     def step(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._live("trainer.step", req) as live, self._lock, self._leased(req.get("run_id"), on_busy="gone"):
+        with self._live("trainer.step", req) as live, self._trainer_lock(live), self._leased(req.get("run_id"), on_busy="gone"):
             step = req.get("step")
             live.progress({"phase": "lock acquired", "step": step})
             fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
@@ -266,7 +276,7 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.save", no_thread_cancel_exception=True)
     def save(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._live("trainer.save", req) as live, self._lock, self._leased(req.get("run_id"), on_busy="gone"):
+        with self._live("trainer.save", req) as live, self._trainer_lock(live), self._leased(req.get("run_id"), on_busy="gone"):
             live.progress({"phase": "saving", "step": req.get("step")})
             try:
                 return self.commands.save(req)
