@@ -90,7 +90,8 @@ export async function checkRun(e: RunExpectation): Promise<RunCheck> {
       violations.push(`optimizer took ${state.optimizer_steps} steps for ${trainedSteps.length} trained steps`);
     }
     // Served, from the run's own record (the run unloads its adapters when it ends, so vLLM cannot be asked now).
-    violations.push(...finalVersionServed(records, e.runId, [e.inferenceUrl]));
+    // (Each replica by name only where the caller knows the run's base_urls exactly: e.inferenceUrl may be spelled otherwise.)
+    violations.push(...finalVersionServed(records, e.runId));
     violations.push(...(await servedViolations(e, last.policy_version)));
   }
   return { violations, records };
