@@ -59,6 +59,9 @@ DEFAULT_METRICS_PORT = 9468
 FAULT_SLEEP_ENV = "RATCHET_TRAINER_FAULT_SLEEP_S"
 FAULT_STEP_ENV = "RATCHET_TRAINER_FAULT_STEP"
 FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
+# With RATCHET_TRAINER_FAULT_ONCE=1 the sleep happens only while the marker does not exist yet: a
+# restarted trainer (same environment, under a process manager) runs the step normally.
+FAULT_ONCE_ENV = "RATCHET_TRAINER_FAULT_ONCE"
 # Self-fencing on a stalled activity (liveness.py EXIT_STALLED): on unless set to 0.
 FENCE_ENV = "RATCHET_TRAINER_FENCE"
 
@@ -244,6 +247,8 @@ class TrainerActivities:
             fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
             fault_step = os.environ.get(FAULT_STEP_ENV)
             if fault_step not in (None, "") and fault_step != str(step):
+                fault_sleep = 0.0
+            if os.environ.get(FAULT_ONCE_ENV) == "1" and os.environ.get(FAULT_MARKER_ENV) and Path(os.environ[FAULT_MARKER_ENV]).exists():
                 fault_sleep = 0.0
 
             def heartbeat(progress: dict[str, Any]) -> None:
