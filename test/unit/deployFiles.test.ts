@@ -66,6 +66,52 @@ describe('deployment files: what they promise', () => {
   });
 });
 
+describe('infra/systemd/liveness-check.sh (with a fake systemctl)', () => {
+  /** Runs the check for `trainer` with its liveness file `ageS` old (undefined: no file), the process started `startedS` ago. */
+  function check(opts: { ageS?: number; startedS: number; active?: boolean }): string[] {
+    const dir = mkdtempSync(path.join(tmpdir(), 'ratchet-liveness-'));
+    try {
+      const now = Math.floor(Date.now() / 1000);
+      const started = new Date((now - opts.startedS) * 1000).toISOString();
+      const calls = path.join(dir, 'calls');
+      writeFileSync(path.join(dir, 'systemctl'), [
+        '#!/usr/bin/env bash',
+        `echo "$*" >> '${calls}'`,
+        'case "$*" in',
+        `  *ActiveState*) echo ${opts.active === false ? 'inactive' : 'active'} ;;`,
+        '  *MainPID*) echo 4242 ;;',
+        `  *ExecMainStartTimestamp*) echo '${started}' ;;`,
+        'esac',
+      ].join('\n'), { mode: 0o755 });
+      const run = path.join(dir, 'run');
+      execFileSync('mkdir', ['-p', path.join(run, 'trainer')]);
+      if (opts.ageS !== undefined) {
+        const file = path.join(run, 'trainer', 'alive');
+        writeFileSync(file, '');
+        execFileSync('touch', ['-d', `@${now - opts.ageS}`, file]);
+      }
+      spawnSync('bash', [path.join(UNITS, 'liveness-check.sh'), 'trainer'], {
+        env: { ...process.env, PATH: `${dir}:${process.env.PATH}`, RATCHET_LIVENESS_DIR: run }, encoding: 'utf8',
+      });
+      return readFileSync(calls, 'utf8').split('\n').filter((l) => l.startsWith('kill'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  test('kills a unit whose liveness file is stale, and only then', () => {
+    expect(check({ ageS: 90, startedS: 600 })).toEqual(['kill -s KILL ratchet-trainer.service']);
+    expect(check({ ageS: 5, startedS: 600 })).toEqual([]);
+    expect(check({ ageS: 90, startedS: 600, active: false })).toEqual([]);
+  });
+
+  test('a file older than the process is its predecessor\'s: the new process has its start grace', () => {
+    expect(check({ ageS: 900, startedS: 30 })).toEqual([]);
+    expect(check({ startedS: 100 })).toEqual([]);
+    expect(check({ startedS: 400 })).toEqual(['kill -s KILL ratchet-trainer.service']);
+  });
+});
+
 describeWithStack('systemd units: systemd-analyze verify', ['systemdAnalyze'], () => {
   test('every unit verifies with no warning', () => {
     // The units name /opt/ratchet and /etc/ratchet (README); verify checks that each command
