@@ -95,7 +95,16 @@ def release_freed_memory() -> None:
     """
     trim = _malloc_trim()
     if trim is not None:
+        t0 = time.monotonic()
         trim(0)
+        took = time.monotonic() - t0
+        # While glibc trims, any thread that calls malloc waits for the arena, and a Python thread does
+        # that holding the GIL: the whole process, its liveness thread included, stands still meanwhile
+        # (measured: the liveness thread's gap equals the trim's duration). Say so when it is long enough
+        # to matter next to the liveness file's staleness limit (issue 25, hole 10).
+        if took > 5:
+            log.warning("malloc_trim froze this process (every thread, the liveness file's too)",
+                        extra={"seconds": round(took, 1)})
 
 
 def _default_artifacts() -> Path:
