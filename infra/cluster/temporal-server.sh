@@ -5,6 +5,8 @@
 # attributes registered.
 #   infra/cluster/temporal-server.sh setup    build, PostgreSQL up, schema applied (idempotent)
 #   infra/cluster/temporal-server.sh start    setup, then the server in the background
+#   infra/cluster/temporal-server.sh run      the server in the foreground, for a process manager (infra/systemd)
+#   infra/cluster/temporal-server.sh register wait for a running server, then the namespace and search attributes
 #   infra/cluster/temporal-server.sh stop     the server (PostgreSQL keeps running)
 #   infra/cluster/temporal-server.sh down     the server and PostgreSQL
 #   infra/cluster/temporal-server.sh status
@@ -185,6 +187,10 @@ stop() {
 case "${1:-setup}" in
   setup) setup ;;
   start) start ;;
+  run) [ -f "$CONFIG" ] || die "no server config at $CONFIG. Fix: infra/cluster/temporal-server.sh setup"
+       exec "$TEMPORAL_SERVER_BIN" --config-file "$CONFIG" --allow-no-auth start ;;
+  register) for _ in $(seq 1 90); do healthy && { register_namespace; exit 0; }; sleep 1; done
+            die "the Temporal server at $ADDRESS did not become healthy in 90 s" ;;
   stop) stop ;;
   down) stop; bash "$RATCHET_ROOT/infra/cluster/postgres.sh" stop ;;
   status) pid_running "$PIDFILE" && healthy && echo "running pid $(cat "$PIDFILE") at $ADDRESS" || { echo "stopped"; exit 1; } ;;

@@ -7,19 +7,26 @@
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Command } from 'commander';
-import { LocalArtifactStore, uriToPath } from '../artifacts/store';
+import type { StoreSettings } from '../artifacts/settings';
+import { type ArtifactStore, uriToPath } from '../artifacts/store';
 import { runKeys } from '../artifacts/keys';
+import { defaultStore, storeFor } from '../artifacts/stores';
 import { TASK_QUEUES } from '../shared/paths';
-import { RunStateFile, type TrainRunInput } from '../contracts';
+import { pickResume, RunStateFile, type TrainRunInput } from '../contracts';
 import { CliError, EXIT } from './exit';
 import { followRun } from './follow';
+import { runArtifacts } from './runStore';
 import { connectClient, notFound, workflowUiUrl } from './temporal';
 import { c } from './term';
 
 const RESTARTABLE = ['FAILED', 'TERMINATED', 'CANCELLED', 'TIMED_OUT'];
 
-/** Whether a run in `status` may restart, and from where; a CliError that says what to do otherwise. */
-export function restartPlan(run: string, status: string, state: RunStateFile | undefined, configPath: string | undefined): { input: TrainRunInput; from: string } {
+/**
+ * Whether a run in `status` may restart, and from where; a CliError that says what to do otherwise.
+ * `artifacts`: the run's own store when it is not the default one (its memo or --config names it).
+ */
+export function restartPlan(run: string, status: string, state: RunStateFile | undefined, configPath: string | undefined,
+  artifacts?: StoreSettings): { input: TrainRunInput; from: string } {
   if (status === 'RUNNING' || status === 'CONTINUED_AS_NEW') {
     throw new CliError(`run "${run}" is running; nothing to restart. Follow it: ratchet status ${run}`, EXIT.failure);
   }
@@ -28,14 +35,26 @@ export function restartPlan(run: string, status: string, state: RunStateFile | u
       `To train further, start a new run: ratchet train <config>`, EXIT.failure);
   }
   if (state) {
+    const from = `step ${state.nextStep} (policy v${state.policyVersion})`;
+    if (artifacts) {
+      // A run in a store of its own (s3://...): openRun would look for the state in the default store,
+      // so the run resumes from this state directly and reads its stored config from its store.
+      return { input: { configPath: configPath ?? state.configRef.uri, runId: run, resume: pickResume({ ...state, artifacts: state.artifacts ?? artifacts }) }, from };
+    }
     // openRun resumes from the state file and its stored config; the path is only a record of where it came from.
-    return { input: { configPath: uriToPath(state.configRef.uri), runId: run }, from: `step ${state.nextStep} (policy v${state.policyVersion})` };
+    return { input: { configPath: uriToPath(state.configRef.uri), runId: run }, from };
   }
   if (!configPath) {
     throw new CliError(`run "${run}" never completed a step (no ${runKeys.state(run)}), so there is nothing to resume from. ` +
       `Fix: ratchet restart ${run} --config <its config>, which starts it again from step 0`, EXIT.notReady);
   }
   return { input: { configPath, runId: run }, from: 'step 0' };
+}
+
+/** The run's state file, read from the run's own store; undefined for a run that never completed a step. */
+export async function readRunState(run: string, store: Pick<ArtifactStore, 'exists' | 'getJson'>): Promise<RunStateFile | undefined> {
+  const ref = await store.exists(runKeys.state(run));
+  return ref ? RunStateFile.parse(await store.getJson(ref)) : undefined;
 }
 
 export function register(program: Command): void {
@@ -54,10 +73,10 @@ export function register(program: Command): void {
         } catch (err) {
           notFound(err, `run "${run}"`);
         }
-        const store = new LocalArtifactStore();
-        const ref = await store.exists(runKeys.state(run));
-        const state = ref ? RunStateFile.parse(await store.getJson(ref)) : undefined;
-        const { input, from } = restartPlan(run, status, state, opts.config);
+        // The run's own store: --config's [artifacts], else the settings the run recorded in its memo, else the default.
+        const artifacts = await runArtifacts(run, { config: opts.config, client: async () => client });
+        const state = await readRunState(run, storeFor(artifacts, defaultStore()));
+        const { input, from } = restartPlan(run, status, state, opts.config, artifacts);
         let handle;
         try {
           handle = await client.workflow.start('TrainRun', {

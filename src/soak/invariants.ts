@@ -89,13 +89,40 @@ export async function checkRun(e: RunExpectation): Promise<RunCheck> {
     if (state.optimizer_steps !== trainedSteps.length) {
       violations.push(`optimizer took ${state.optimizer_steps} steps for ${trainedSteps.length} trained steps`);
     }
-    const synced = last.weight_sync as { policyVersion?: number } | undefined;
-    if (trained(last) && synced?.policyVersion !== last.policy_version) {
-      violations.push(`the last step's weight sync served version ${synced?.policyVersion}, the trainer is at ${last.policy_version}`);
-    }
+    // Served, from the run's own record (the run unloads its adapters when it ends, so vLLM cannot be asked now).
+    // (Each replica by name only where the caller knows the run's base_urls exactly: e.inferenceUrl may be spelled otherwise.)
+    violations.push(...finalVersionServed(records, e.runId));
     violations.push(...(await servedViolations(e, last.policy_version)));
   }
   return { violations, records };
+}
+
+/** What a step record keeps of its weight sync (src/activities/weightSync.ts SyncWeightsResult). */
+interface RecordedSync { policyVersion?: number; loaded?: string[]; alreadyLoaded?: string[] }
+
+/**
+ * "vLLM served the final version", checked on the run's records, so it can fail on a completed
+ * run: once a run ends it unloads its adapters, and a look at vLLM then finds none, right or wrong.
+ * The step that made the final version must have a weight sync on record that names the final
+ * adapter as loaded (or already loaded) on each of `baseUrls` (each replica answered serving it);
+ * with no `baseUrls`, on at least one replica.
+ */
+export function finalVersionServed(records: StepRecord[], runId: string, baseUrls: string[] = []): string[] {
+  const lastTrained = records.filter(trained).pop();
+  if (!lastTrained) return []; // version 0, the base model: nothing of the run's to serve
+  const final = lastTrained.policy_version;
+  const sync = lastTrained.weight_sync as RecordedSync | undefined;
+  const where = `step ${lastTrained.step} (version ${final})`;
+  if (!sync) return [`${where} has no weight sync on record: the final version was never served`];
+  if (sync.policyVersion !== final) return [`${where}: its weight sync served version ${sync.policyVersion}, the trainer is at ${final}`];
+  if (!sync.loaded && !sync.alreadyLoaded) return [`${where}: its weight sync record does not say which replicas serve ${adapterName(runId, final)}`];
+  const want = adapterName(runId, final);
+  const serving = [...(sync.loaded ?? []), ...(sync.alreadyLoaded ?? [])]
+    .filter((entry) => entry.slice(entry.lastIndexOf('#') + 1) === want)
+    .map((entry) => entry.slice(0, entry.lastIndexOf('#')));
+  if (serving.length === 0) return [`${where}: no replica answered serving ${want} (loaded ${JSON.stringify(sync.loaded ?? [])}, already loaded ${JSON.stringify(sync.alreadyLoaded ?? [])})`];
+  const missing = baseUrls.map((u) => u.replace(/\/+$/, '')).filter((u) => !serving.includes(u));
+  return missing.length ? [`${where}: ${want} was not served by ${JSON.stringify(missing)} (served by ${JSON.stringify(serving)})`] : [];
 }
 
 /** vLLM serves the final version, or none of the run's adapters once the run has released them; never an older one alone. */

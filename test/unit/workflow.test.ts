@@ -248,6 +248,24 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  test('a batch that kills its trainer twice is recorded as TrainerKilled and skipped; the run goes on', async () => {
+    await withWorkers({ killingSteps: [1], orchestrator: { max_steps: 3 } }, async (f) => {
+      const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+      const result = await handle.result();
+      await record(handle, 'trainrun-trainer-killed-twice');
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 2, stopped: 'completed' });
+      expect(f.events.filter((e) => e.what === 'trainer-killed').map((e) => [e.step, e.worker])).toEqual([[1, 'w1'], [1, 'w2']]);
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.record.error?.type ?? null, r.record.trainer.skipped ?? false]))
+        .toEqual([[0, 1, null, false], [1, 1, 'TrainerKilled', true], [2, 2, null, false]]);
+      expect(f.records[1]!.record.error!.message).toMatch(/lost the trainer 2 times/);
+      // Step 2 goes to a new trainer that loads the last good checkpoint (step 0's); step 1 was never applied.
+      expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([
+        ['w1', null], ['w2', 'file:///fake/ckpt-step-0'], ['w3', 'file:///fake/ckpt-step-0'],
+      ]);
+      expect([...f.applied.entries()].map(([k, n]) => [k.split('/')[1], n])).toEqual([['0', 1], ['2', 1]]);
+    });
+  });
+
   test('a pause survives continue-as-new, and resume goes on from there', async () => {
     await withWorkers({ orchestrator: { max_steps: 3 }, trainMs: 500 }, async (f) => {
       const handle = await start({ continueAsNewEvery: 1 });

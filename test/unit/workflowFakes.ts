@@ -40,6 +40,8 @@ export interface FakeOptions {
   resume?: ResumeState;
   /** trainer.step fails once with this typed error at these steps (NonFiniteGradient, StepOutOfMemory, BatchError...). */
   stepFaults?: Record<number, string>;
+  /** trainer.step of these steps kills its trainer mid-step: it heartbeats, then the trainer never answers again. */
+  killingSteps?: number[];
   /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
   leases?: number;
 }
@@ -64,6 +66,8 @@ export function makeFakes(opts: FakeOptions = {}) {
   /** worker -> run holding it (leases: true). */
   const leased = new Map<string, string>();
   const applied = new Map<string, number>();
+  /** Trainers a killing batch took down: every call to them hangs. */
+  const killed = new Set<string>();
   let announces = 0;
   let downLeft = opts.inferenceDownTimes ?? 0;
   let storeDownLeft = opts.storeDownTimes ?? 0;
@@ -198,7 +202,13 @@ export function makeFakes(opts: FakeOptions = {}) {
           const { ApplicationFailure } = await import('@temporalio/common');
           throw ApplicationFailure.nonRetryable(`step ${input.step}: ${fault} (fake); nothing applied`, fault);
         }
-        if (opts.deadTrainers?.includes(worker) && input.step >= (opts.deadFromStep ?? 0)) {
+        if (opts.killingSteps?.includes(input.step) && !killed.has(worker)) {
+          // The batch crashes the process mid-step: the step heartbeated (it started), then silence.
+          killed.add(worker);
+          events.push({ t: now(), what: 'trainer-killed', step: input.step, worker });
+          Context.current().heartbeat({ phase: 'lock acquired', step: input.step });
+        }
+        if (killed.has(worker) || (opts.deadTrainers?.includes(worker) && input.step >= (opts.deadFromStep ?? 0))) {
           // A dead trainer: never heartbeats, never answers (bounded so the test worker can shut down).
           await Promise.race([sleep(8000), new Promise((r) => Context.current().cancellationSignal.addEventListener('abort', r))]);
           throw new Error('dead trainer (fake)');

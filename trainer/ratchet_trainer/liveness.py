@@ -11,9 +11,15 @@ the heartbeat timeout failed a healthy step. Now:
   not only a dead one, is replaced;
 - the process's liveness file (`ProcessLiveness`) is touched only while no running
   activity is stalled and the process runs at all, so something outside the
-  process (src/stack/supervisor.ts, systemd's WatchdogSec, a Kubernetes liveness
-  probe) replaces a process that is frozen (SIGSTOP) or wedged, which cannot
-  replace itself.
+  process (src/stack/supervisor.ts, a systemd timer, a Kubernetes liveness probe)
+  replaces a process that is frozen (SIGSTOP) or wedged, which cannot replace
+  itself;
+- self-fencing: when a watchdog fires in a process that still runs, the liveness
+  thread reports it, stops touching the file and exits the process with
+  `EXIT_STALLED` (75), so any process manager (systemd `Restart=always`, a
+  Kubernetes Deployment, the stack's supervisor) starts a fresh trainer at once.
+  A hung step holds the model and the trainer's lock: nothing else could use the
+  process, and a replacement reloads the last checkpoint.
 
 Heartbeating from another thread: the SDK's `activity.heartbeat` reads the activity
 context from a contextvar of the activity thread. For thread-pool activities the
@@ -52,6 +58,9 @@ DEFAULT_HEARTBEAT_EVERY_S = 10.0
 # Sized for the CPU stack: one micro-batch there took over 2 minutes with rollouts beside it.
 DEFAULT_STALL_S = 900.0
 LIVENESS_FILE_ENV = "RATCHET_LIVENESS_FILE"
+# The trainer's exit status when it fences itself (a watchdog fired): EX_TEMPFAIL, "try again".
+# Documented in docs/liveness.md; the systemd units restart on it like on any other exit.
+EXIT_STALLED = 75
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ class Watchdog:
         self._last = clock()
         self._details: Any = {"phase": "started"}
         self._stalled_at: float | None = None
+        self._waiting = 0
         self._mu = threading.Lock()
 
     def progress(self, details: Any = None) -> None:
@@ -115,10 +125,29 @@ class Watchdog:
         with self._mu:
             return self._clock() - self._last
 
+    @contextlib.contextmanager
+    def waiting(self, details: Any) -> Iterator[None]:
+        """A wait for another activity (the trainer's lock), not work of this one: no stall is judged meanwhile.
+
+        The activity holding what this one waits for has its own watchdog; counting the queue as this
+        activity's silence reported a live trainer dead whenever a call queued behind a long one for a
+        stall window. The window starts again when the wait ends.
+        """
+        with self._mu:
+            self._waiting += 1
+            if self._stalled_at is None:
+                self._details = details
+        try:
+            yield
+        finally:
+            with self._mu:
+                self._waiting -= 1
+                self._last = self._clock()
+
     def stalled(self) -> bool:
         """True from the first check past the window on; the first such check logs the stall."""
         with self._mu:
-            if self._stalled_at is None and self._clock() - self._last > self.stall_s:
+            if self._stalled_at is None and not self._waiting and self._clock() - self._last > self.stall_s:
                 self._stalled_at = self._clock()
                 log.error("no progress within the stall window; heartbeats stop so Temporal retries this activity "
                           "and the process reports itself not live",
@@ -130,12 +159,17 @@ class Watchdog:
 class ProcessLiveness:
     """The process's liveness signal: a file whose mtime is fresh while the process runs and no activity is stalled.
 
-    A supervisor (src/stack/supervisor.ts) reads its age; a frozen or wedged process stops touching it.
+    A supervisor (src/stack/supervisor.ts, a systemd timer, a Kubernetes probe) reads its age; a frozen or wedged
+    process stops touching it. With `fence`, a process whose activity stalled does not wait for that: the liveness
+    thread exits it with `EXIT_STALLED` (self-fencing).
     """
 
-    def __init__(self, path: Path | None, every_s: float = 5.0) -> None:
+    def __init__(self, path: Path | None, every_s: float = 5.0, fence: bool = False,
+                 exit: Callable[[int], Any] = os._exit) -> None:
         self.path = path
         self.every_s = every_s
+        self.fence = fence
+        self._exit = exit
         self._watchdogs: set[Watchdog] = set()
         self._mu = threading.Lock()
         self._stop = threading.Event()
@@ -177,12 +211,40 @@ class ProcessLiveness:
             self._thread.join(timeout=5)
             self._thread = None
 
+    def stalled_activities(self) -> list[Watchdog]:
+        with self._mu:
+            watchdogs = list(self._watchdogs)
+        return [wd for wd in watchdogs if wd.stalled()]
+
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
-                self.beat()
+                if not self.beat() and self.fence:
+                    self.fence_now()
+                    return
             except OSError as e:  # a full disk must not kill the trainer; the supervisor sees a stale file
                 log.warning("could not touch the liveness file", extra={"path": str(self.path), "error": str(e)})
+            except Exception as e:  # noqa: BLE001 - this thread is the process's liveness: it must not die
+                log.exception("liveness check failed; trying again next period", extra={"error": repr(e)})
+
+    def fence_now(self) -> None:
+        """Report this process dead and exit it with EXIT_STALLED, so its process manager starts a new one.
+
+        The hung thread cannot be stopped from here (Python threads cannot be killed, and a step stuck in a
+        collective or a kernel never returns), and it holds the model and the trainer's lock: the process is of
+        no further use. Temporal already stopped getting this activity's heartbeats; the workflow re-announces
+        and the new process loads the last checkpoint.
+        """
+        stalled = [{"activity": wd.name, "stall_s": wd.stall_s, "last_progress": wd.details} for wd in self.stalled_activities()]
+        log.critical("an activity stalled: the trainer fences itself (exits) so its process manager restarts it",
+                     extra={"stalled": stalled, "exit_code": EXIT_STALLED, "liveness_file": str(self.path)})
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()  # dead now, not in up to a staleness window
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        self._exit(EXIT_STALLED)
 
 
 class Heartbeater:

@@ -44,7 +44,7 @@ from .core.errors import CheckpointError
 from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full
 from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError, Trainer
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
-from .liveness import LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
+from .liveness import EXIT_STALLED, LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
 from .ranks import RankFailed, Ranks, launched_by_torchrun
 
 log = logging.getLogger("ratchet_trainer.worker")
@@ -59,6 +59,11 @@ DEFAULT_METRICS_PORT = 9468
 FAULT_SLEEP_ENV = "RATCHET_TRAINER_FAULT_SLEEP_S"
 FAULT_STEP_ENV = "RATCHET_TRAINER_FAULT_STEP"
 FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
+# With RATCHET_TRAINER_FAULT_ONCE=1 the sleep happens only while the marker does not exist yet: a
+# restarted trainer (same environment, under a process manager) runs the step normally.
+FAULT_ONCE_ENV = "RATCHET_TRAINER_FAULT_ONCE"
+# Self-fencing on a stalled activity (liveness.py EXIT_STALLED): on unless set to 0.
+FENCE_ENV = "RATCHET_TRAINER_FENCE"
 
 # The activities that touch the model run in a thread and opt out of the SDK's
 # thread-injected cancel exception (see the heartbeat in step).
@@ -90,7 +95,16 @@ def release_freed_memory() -> None:
     """
     trim = _malloc_trim()
     if trim is not None:
+        t0 = time.monotonic()
         trim(0)
+        took = time.monotonic() - t0
+        # While glibc trims, any thread that calls malloc waits for the arena, and a Python thread does
+        # that holding the GIL: the whole process, its liveness thread included, stands still meanwhile
+        # (measured: the liveness thread's gap equals the trim's duration). Say so when it is long enough
+        # to matter next to the liveness file's staleness limit (issue 25, hole 10).
+        if took > 5:
+            log.warning("malloc_trim froze this process (every thread, the liveness file's too)",
+                        extra={"seconds": round(took, 1)})
 
 
 def _default_artifacts() -> Path:
@@ -154,6 +168,16 @@ class TrainerActivities:
             with self._lease_lock:
                 self.lease.end(run_id)
 
+    @contextmanager
+    def _trainer_lock(self, live) -> Iterator[None]:
+        """The trainer's lock for one activity; the wait for it is not a stall of that activity (liveness.Watchdog.waiting)."""
+        with live.waiting({"phase": "waiting for the trainer (another call holds it)"}):
+            self._lock.acquire()
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     @property
     def trainer(self) -> Trainer | None:
         return self.commands.trainer
@@ -215,7 +239,7 @@ class TrainerActivities:
         run_id = req.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
-        with self._live("trainer.load", req) as live, self._lock, self._leased(run_id, on_busy="busy"):
+        with self._live("trainer.load", req) as live, self._trainer_lock(live), self._leased(run_id, on_busy="busy"):
             live.progress({"phase": "loading", "run_id": run_id})
             try:
                 return self.commands.load(req, progress=live.progress)
@@ -226,12 +250,14 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.step", no_thread_cancel_exception=True)
     def step(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._live("trainer.step", req) as live, self._lock, self._leased(req.get("run_id"), on_busy="gone"):
+        with self._live("trainer.step", req) as live, self._trainer_lock(live), self._leased(req.get("run_id"), on_busy="gone"):
             step = req.get("step")
             live.progress({"phase": "lock acquired", "step": step})
             fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
             fault_step = os.environ.get(FAULT_STEP_ENV)
             if fault_step not in (None, "") and fault_step != str(step):
+                fault_sleep = 0.0
+            if os.environ.get(FAULT_ONCE_ENV) == "1" and os.environ.get(FAULT_MARKER_ENV) and Path(os.environ[FAULT_MARKER_ENV]).exists():
                 fault_sleep = 0.0
 
             def heartbeat(progress: dict[str, Any]) -> None:
@@ -264,7 +290,7 @@ class TrainerActivities:
 
     @activity.defn(name="trainer.save", no_thread_cancel_exception=True)
     def save(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._live("trainer.save", req) as live, self._lock, self._leased(req.get("run_id"), on_busy="gone"):
+        with self._live("trainer.save", req) as live, self._trainer_lock(live), self._leased(req.get("run_id"), on_busy="gone"):
             live.progress({"phase": "saving", "step": req.get("step")})
             try:
                 return self.commands.save(req)
@@ -312,14 +338,15 @@ class JsonFormatter(logging.Formatter):
 async def run_worker(address: str | None, namespace: str | None, artifacts_root: Path, ready_file: Path | None = None,
                      shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None, profile: str | None = None,
                      liveness_file: Path | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
-                     ranks: Ranks | None = None, rank_pids: list[int] | None = None) -> None:
+                     ranks: Ranks | None = None, rank_pids: list[int] | None = None, fence: bool = True) -> None:
     # address/namespace/profile: flags over TEMPORAL_* over temporal.toml (ratchet_trainer/connection.py).
     conn = connection.resolve(address, namespace, profile)
     client = await connection.connect_client(conn, **({"runtime": runtime} if runtime else {}))
     address = conn.address
     # Touched every few seconds while the process runs and no activity is stalled; the stack's supervisor
     # kill -9s and restarts a trainer whose file goes stale (frozen, wedged): it cannot do that itself.
-    liveness = ProcessLiveness(liveness_file).start()
+    # A stalled activity in a process that still runs fences it: it exits with EXIT_STALLED (liveness.py).
+    liveness = ProcessLiveness(liveness_file, fence=fence).start()
     acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness, lease_ttl_s=lease_ttl_s, ranks=ranks)
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
@@ -348,6 +375,10 @@ def main() -> None:
     ap.add_argument("--shared-queue", default=SHARED_QUEUE, help="queue polled for trainer.announce (tests isolate with their own)")
     ap.add_argument("--liveness-file", type=Path, default=liveness_file_from_env(),
                     help="touched every 5 s while this trainer is live (default $RATCHET_LIVENESS_FILE; none if unset)")
+    ap.add_argument("--fence", action=argparse.BooleanOptionalAction,
+                    default=os.environ.get(FENCE_ENV, "1").lower() not in ("0", "false", "no", "off"),
+                    help=f"exit with status {EXIT_STALLED} when an activity stalls, so the process manager restarts "
+                         f"the trainer (default on; ${FENCE_ENV}=0 or --no-fence keeps the hung process)")
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--lease-minutes", type=float, default=float(os.environ.get("RATCHET_TRAINER_LEASE_MINUTES", DEFAULT_LEASE_TTL_S / 60)),
                     help="a run that has not called this trainer for this long loses it to another run (default 30)")
@@ -373,7 +404,8 @@ def main() -> None:
     log.info("Prometheus metrics", extra={"url": f"http://127.0.0.1:{args.metrics_port}/metrics" if runtime else "off"})
     try:
         asyncio.run(run_worker(args.address, args.namespace, args.artifacts, args.ready_file, args.shared_queue, runtime, args.profile,
-                               args.liveness_file, lease_ttl_s=args.lease_minutes * 60, ranks=ranks, rank_pids=rank_pids))
+                               args.liveness_file, lease_ttl_s=args.lease_minutes * 60, ranks=ranks, rank_pids=rank_pids,
+                               fence=args.fence))
     except ConnectionError as e:
         raise SystemExit(f"error: {e}") from None
 

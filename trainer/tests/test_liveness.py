@@ -197,3 +197,77 @@ def test_trainer_step_rejects_a_bad_liveness_window(tmp_path, monkeypatch):
     acts = _acts(tmp_path, monkeypatch, slow_s=0)
     with pytest.raises(ApplicationError, match="stall_s"):
         ActivityEnvironment().run(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": {"stall_s": -1}})
+
+
+class BusyTrainer:
+    """Stands in for the model: a long step that reports progress every micro-batch (healthy, just long)."""
+
+    run_id = "run"
+
+    def __init__(self, micro_batches: int, each_s: float) -> None:
+        self.micro_batches, self.each_s = micro_batches, each_s
+
+    def applied(self, step, batch_sha256):
+        return None
+
+    def step(self, step, batch, heartbeat=None, batch_sha256=None):
+        for mb in range(self.micro_batches):
+            heartbeat({"step": step, "micro_batch": mb, "micro_batches": self.micro_batches})
+            time.sleep(self.each_s)
+        return {"step": step, "applied": False}
+
+
+def test_a_call_queued_behind_a_long_healthy_one_is_not_a_stall(tmp_path, monkeypatch):
+    """Hole 10 (issue 25): a trainer was reported not live (and killed by the supervisor) though it was
+    not hung. A call that waits for the trainer's lock, queued behind another call (a retried attempt
+    behind the one still running, the next run's load behind the end of the last), counted the wait
+    as its own silence: after one stall window the process stopped touching its liveness file, and
+    now that a stall fences the process, it would exit. The wait is not a stall; the holder has its own watchdog."""
+    monkeypatch.setattr(commands_mod, "load_batch", lambda *_: SimpleNamespace())
+    acts = worker_mod.TrainerActivities(tmp_path, worker_id="test", liveness=ProcessLiveness(None))
+    acts.trainer = BusyTrainer(micro_batches=12, each_s=0.1)  # 1.2 s, progress every 0.1 s
+    acts.commands.save = lambda req: {"saved": req["step"]}
+    live = {"heartbeat_every_s": 0.05, "stall_s": 0.4}
+    step_env, save_env = ActivityEnvironment(), ActivityEnvironment()
+    save_beats = _beats(save_env)
+    step = threading.Thread(target=step_env.run, args=(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": live}))
+    step.start()
+    time.sleep(0.1)
+    out: list = []
+    save = threading.Thread(target=lambda: out.append(save_env.run(acts.save, {"run_id": "run", "step": 0, "liveness": live})))
+    save.start()
+    healthy = []
+    while step.is_alive():
+        healthy.append(acts.liveness.healthy())
+        time.sleep(0.05)
+    step.join()
+    save.join(10)
+    assert out == [{"saved": 0}]
+    assert healthy and all(healthy), healthy
+    # The queued call kept heartbeating meanwhile: Temporal sees it alive, waiting.
+    assert len(save_beats) >= 10, save_beats
+    assert any(b[1] == {"phase": "waiting for the trainer (another call holds it)"} for b in save_beats)
+
+
+def test_the_liveness_thread_survives_an_unexpected_error(tmp_path):
+    """The file is the process's liveness: one failed check must not stop it for good."""
+    f = tmp_path / "alive"
+    liveness = ProcessLiveness(f, every_s=0.02)
+    calls = {"n": 0}
+    orig = liveness.healthy
+
+    def flaky() -> bool:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        return orig()
+
+    liveness.healthy = flaky
+    liveness.start()
+    try:
+        time.sleep(0.3)
+        f.unlink()
+        time.sleep(0.2)
+        assert f.exists() and calls["n"] > 5
+    finally:
+        liveness.stop()

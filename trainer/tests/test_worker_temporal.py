@@ -252,3 +252,59 @@ def test_torchrun_worker_rank_killed_mid_step_fails_the_step_and_the_retry_reloa
         diff = (adapter[k].float() - v.float()).abs()
         assert float(diff.max()) < 0.1 * lr, (k, float(diff.max()))
         assert float((diff > 1e-5).float().mean()) <= 0.01, (k, int((diff > 1e-5).sum()), diff.numel())
+
+
+def test_hung_but_alive_trainer_is_replaced_by_a_plain_restart_loop(tmp_path):
+    """Issue 25: a trainer whose step thread hangs while the process stays alive is replaced with no
+    Ratchet supervisor, only what systemd's Restart=always does: start the process again when it exits.
+    The watchdog fires, the trainer fences itself (exit 75), the loop starts a new one, the workflow
+    re-announces and the new trainer trains the step from the last checkpoint."""
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+    from flow_wf import TrainerRecoveryTestFlow
+    from ratchet_trainer.liveness import EXIT_STALLED
+
+    cfg = make_cfg("tiny", micro_batch_tokens=24)
+    ref = Trainer("run", cfg)
+    samples = make_samples(ref.vocab_size)
+    b0 = on_policy_batch(ref, tmp_path, samples, 0)
+    b1 = on_policy_batch(ref, tmp_path, samples, 1)
+    del ref
+    shared = f"ratchet-trainer-test-{uuid.uuid4().hex[:8]}"
+    marker, exits, ready = tmp_path / "fault.marker", tmp_path / "exits", tmp_path / "trainer.ready"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "trainer"), "RATCHET_METRICS_PORT": "off",
+           "RATCHET_TRAINER_FAULT_SLEEP_S": "600", "RATCHET_TRAINER_FAULT_STEP": "1",
+           "RATCHET_TRAINER_FAULT_MARKER": str(marker), "RATCHET_TRAINER_FAULT_ONCE": "1"}
+    worker = (f"'{sys.executable}' -m ratchet_trainer.worker --address {TEMPORAL_ADDRESS} --artifacts '{tmp_path / 'art'}' "
+              f"--ready-file '{ready}' --shared-queue {shared}")
+    # Restart=always, as a shell loop: every exit, whatever its status, starts the trainer again.
+    loop = subprocess.Popen(["bash", "-c", f"while true; do {worker}; echo $? >> '{exits}'; sleep 1; done"],
+                            env=env, stdout=open(tmp_path / "trainer.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert loop.poll() is None and time.monotonic() < deadline, (tmp_path / "trainer.log").read_text()[-3000:]
+            time.sleep(0.2)
+
+        async def drive():
+            client = await Client.connect(TEMPORAL_ADDRESS)
+            wf_queue = f"{shared}-wf"
+            async with Worker(client, task_queue=wf_queue, workflows=[TrainerRecoveryTestFlow]):
+                handle = await client.start_workflow(
+                    TrainerRecoveryTestFlow.run,
+                    {"shared_queue": shared, "run_id": "run", "trainer_config": cfg.to_dict(), "batches": [b0, b1],
+                     "step_heartbeat_timeout_s": 10, "liveness": {"heartbeat_every_s": 1, "stall_s": 5}},
+                    id=f"trainer-fence-{uuid.uuid4().hex[:8]}", task_queue=wf_queue)
+                return await asyncio.wait_for(handle.result(), timeout=300)
+
+        out = asyncio.run(drive())
+    finally:
+        os.killpg(loop.pid, signal.SIGTERM)
+        loop.wait(30)
+    log = (tmp_path / "trainer.log").read_text()
+    assert marker.exists(), log[-3000:]
+    assert exits.read_text().split()[0] == str(EXIT_STALLED), log[-3000:]
+    assert "fences itself" in log
+    assert out["recoveries"] == 1
+    r0, r1 = out["results"]
+    assert r1["queue"] != r0["queue"] and r1["metrics"]["applied"] is True and r1["saved"]["policy_version"] == 2

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# liveness-check.sh NAME: kill -9 ratchet-NAME.service when its liveness file went stale.
+#   RATCHET_LIVENESS_STALE_S  how old the file may get [60]
+#   RATCHET_LIVENESS_GRACE_S  after the process starts, how long before its file must exist [180:
+#                             the trainer imports torch and builds its model first]
+#   RATCHET_LIVENESS_DIR      where the units' liveness files are [/run/ratchet]
+# A service that is not running is left alone (Restart=always handles exits).
+set -euo pipefail
+name=${1:?usage: liveness-check.sh NAME (trainer, worker-main, worker-rollout)}
+unit="ratchet-$name.service"
+stale=${RATCHET_LIVENESS_STALE_S:-60}
+grace=${RATCHET_LIVENESS_GRACE_S:-180}
+file="${RATCHET_LIVENESS_DIR:-/run/ratchet}/$name/alive"
+
+[ "$(systemctl show -p ActiveState --value "$unit")" = active ] || exit 0
+pid=$(systemctl show -p MainPID --value "$unit")
+[ "${pid:-0}" != 0 ] || exit 0
+now=$(date +%s)
+started=$(date -d "$(systemctl show -p ExecMainStartTimestamp --value "$unit")" +%s 2>/dev/null || echo "$now")
+if [ -f "$file" ]; then touched=$(stat -c %Y "$file"); else touched=0; fi
+# A file older than this process is its predecessor's: count from the start, after the grace.
+if [ "$touched" -lt "$started" ]; then age=$(( now - started - grace )); else age=$(( now - touched )); fi
+if [ "$age" -gt "$stale" ]; then
+  echo "ratchet-liveness: $unit (pid $pid): $file not touched for ${age}s (limit ${stale}s): frozen or wedged; kill -9, Restart=always starts it again" >&2
+  systemctl kill -s KILL "$unit"
+fi

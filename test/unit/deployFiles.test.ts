@@ -1,0 +1,155 @@
+/**
+ * The deployment files a user runs (infra/cluster/README.md): the systemd units
+ * (infra/systemd) pass `systemd-analyze verify` with no warning, and the Kubernetes
+ * manifests (infra/k8s) validate strictly against the API schemas (PyPI
+ * kubernetes-validate, offline). Both installed by infra/deploy-env.sh; skipped loudly
+ * where absent, failed under RATCHET_REQUIRE_STACK=1 (CI). Plus what docs/liveness.md
+ * promises of them: every long-running service restarts always, every worker has a
+ * liveness check on the file it touches.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { describeWithStack, K8S_VALIDATE, REPO } from '../helpers/stack';
+
+const UNITS = path.join(REPO, 'infra', 'systemd');
+const K8S = path.join(REPO, 'infra', 'k8s');
+const unitFiles = readdirSync(UNITS).filter((f) => /\.(service|timer)$/.test(f)).sort();
+const unit = (f: string) => readFileSync(path.join(UNITS, f), 'utf8');
+/** Services that run for good (not the oneshot liveness check). */
+const LONG_RUNNING = unitFiles.filter((f) => f.endsWith('.service') && !f.startsWith('ratchet-liveness@'));
+const WORKERS = ['trainer', 'worker-main', 'worker-rollout'];
+
+describe('deployment files: what they promise', () => {
+  test('the documented units are all there', () => {
+    expect(unitFiles).toEqual(expect.arrayContaining([
+      'ratchet-postgres.service', 'ratchet-temporal.service', 'ratchet-minio.service', 'ratchet-inference.service',
+      'ratchet-worker-main.service', 'ratchet-worker-rollout.service', 'ratchet-trainer.service',
+      'ratchet-liveness@.service', 'ratchet-liveness@.timer',
+    ]));
+  });
+
+  test.each(LONG_RUNNING)('%s restarts always', (f) => {
+    expect(unit(f)).toMatch(/^Restart=always$/m);
+  });
+
+  test.each(WORKERS)('ratchet-%s touches a liveness file that its timer checks', (name) => {
+    const text = unit(`ratchet-${name}.service`);
+    expect(text).toContain(`RATCHET_LIVENESS_FILE=/run/ratchet/${name}/alive`);
+    expect(text).toMatch(new RegExp(`^RuntimeDirectory=ratchet/${name}$`, 'm'));
+    expect(text).toMatch(new RegExp(`^Wants=.*ratchet-liveness@${name}\\.timer`, 'm'));
+    // liveness-check.sh NAME reads /run/ratchet/NAME/alive and kills ratchet-NAME.service.
+    const check = readFileSync(path.join(UNITS, 'liveness-check.sh'), 'utf8');
+    expect(check).toContain('file="${RATCHET_LIVENESS_DIR:-/run/ratchet}/$name/alive"');
+    expect(check).toContain('unit="ratchet-$name.service"');
+  });
+
+  test('every worker container has a liveness probe on its liveness file; every other workload has a probe', () => {
+    const workloads = readdirSync(K8S).filter((f) => f.endsWith('.yaml'))
+      .flatMap((f) => readFileSync(path.join(K8S, f), 'utf8').split(/^---$/m))
+      .filter((doc) => /^kind: (Deployment|StatefulSet)$/m.test(doc));
+    const names = workloads.map((doc) => /^ {2}name: (\S+)$/m.exec(doc)![1]);
+    expect(names).toEqual(expect.arrayContaining(['postgres', 'minio', 'temporal', 'inference', 'worker-main', 'worker-rollout', 'trainer']));
+    for (const doc of workloads) {
+      // The pod template's containers: from `containers:` to the next key at its level or above.
+      const after = doc.split(/^ {6}containers:$/m)[1]!;
+      const section = after.split(/^ {0,6}\S/m)[0]!;
+      const containers = section.split(/^ {8}- name: /m).slice(1);
+      expect(containers.length).toBeGreaterThan(0);
+      for (const c of containers) expect(c).toContain('livenessProbe:');
+    }
+    for (const name of WORKERS) {
+      const doc = workloads.find((d) => new RegExp(`^ {2}name: ${name}$`, 'm').test(d))!;
+      expect(doc).toContain('stat -c %Y /run/ratchet/alive');
+    }
+  });
+});
+
+describe('infra/systemd/liveness-check.sh (with a fake systemctl)', () => {
+  /** Runs the check for `trainer` with its liveness file `ageS` old (undefined: no file), the process started `startedS` ago. */
+  function check(opts: { ageS?: number; startedS: number; active?: boolean }): string[] {
+    const dir = mkdtempSync(path.join(tmpdir(), 'ratchet-liveness-'));
+    try {
+      const now = Math.floor(Date.now() / 1000);
+      const started = new Date((now - opts.startedS) * 1000).toISOString();
+      const calls = path.join(dir, 'calls');
+      writeFileSync(path.join(dir, 'systemctl'), [
+        '#!/usr/bin/env bash',
+        `echo "$*" >> '${calls}'`,
+        'case "$*" in',
+        `  *ActiveState*) echo ${opts.active === false ? 'inactive' : 'active'} ;;`,
+        '  *MainPID*) echo 4242 ;;',
+        `  *ExecMainStartTimestamp*) echo '${started}' ;;`,
+        'esac',
+      ].join('\n'), { mode: 0o755 });
+      const run = path.join(dir, 'run');
+      execFileSync('mkdir', ['-p', path.join(run, 'trainer')]);
+      if (opts.ageS !== undefined) {
+        const file = path.join(run, 'trainer', 'alive');
+        writeFileSync(file, '');
+        execFileSync('touch', ['-d', `@${now - opts.ageS}`, file]);
+      }
+      spawnSync('bash', [path.join(UNITS, 'liveness-check.sh'), 'trainer'], {
+        env: { ...process.env, PATH: `${dir}:${process.env.PATH}`, RATCHET_LIVENESS_DIR: run }, encoding: 'utf8',
+      });
+      return readFileSync(calls, 'utf8').split('\n').filter((l) => l.startsWith('kill'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  test('kills a unit whose liveness file is stale, and only then', () => {
+    expect(check({ ageS: 90, startedS: 600 })).toEqual(['kill -s KILL ratchet-trainer.service']);
+    expect(check({ ageS: 5, startedS: 600 })).toEqual([]);
+    expect(check({ ageS: 90, startedS: 600, active: false })).toEqual([]);
+  });
+
+  test('a file older than the process is its predecessor\'s: the new process has its start grace', () => {
+    expect(check({ ageS: 900, startedS: 30 })).toEqual([]);
+    expect(check({ startedS: 100 })).toEqual([]);
+    expect(check({ startedS: 400 })).toEqual(['kill -s KILL ratchet-trainer.service']);
+  });
+});
+
+describeWithStack('systemd units: systemd-analyze verify', ['systemdAnalyze'], () => {
+  test('every unit verifies with no warning', () => {
+    // The units name /opt/ratchet and /etc/ratchet (README); verify checks that each command
+    // exists, so check a copy that points at this clone.
+    const dir = mkdtempSync(path.join(tmpdir(), 'ratchet-units-'));
+    try {
+      for (const f of unitFiles) {
+        writeFileSync(path.join(dir, f), unit(f)
+          .replaceAll('/etc/ratchet/ratchet.env', path.join(UNITS, 'ratchet.env'))
+          .replaceAll('/opt/ratchet', REPO));
+      }
+      // A template is verified through an instance of it.
+      const targets = unitFiles.map((f) => path.join(dir, f.replace('@.', '@trainer.')));
+      for (const f of unitFiles.filter((x) => x.includes('@.'))) {
+        writeFileSync(path.join(dir, f.replace('@.', '@trainer.')), readFileSync(path.join(dir, f)));
+      }
+      const r = spawnSync('systemd-analyze', ['verify', '--man=no', ...targets], { encoding: 'utf8', cwd: dir });
+      // Unknown keys and bad values are only warnings to systemd (exit 0): any output is a failure here.
+      const complaints = `${r.stdout}${r.stderr}`.split('\n').filter((l) => l.includes(dir) || /ratchet-/.test(l));
+      expect(complaints).toEqual([]);
+      expect(r.status).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describeWithStack('Kubernetes manifests: kubernetes-validate --strict', ['k8sValidate'], () => {
+  test('every resource validates against the API schemas', () => {
+    const files = readdirSync(K8S).filter((f) => f.endsWith('.yaml')).map((f) => path.join(K8S, f));
+    let out: string;
+    try {
+      out = execFileSync(K8S_VALIDATE, ['--strict', ...files], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    } catch (err) {
+      throw new Error(`kubernetes-validate failed:\n${(err as { stdout?: string }).stdout ?? ''}${(err as { stderr?: string }).stderr ?? ''}`);
+    }
+    const passed = out.split('\n').filter((l) => l.startsWith('INFO') && l.includes('passed'));
+    expect(passed.length).toBeGreaterThanOrEqual(19);
+    expect(out).not.toMatch(/^(ERROR|WARN)/m);
+  });
+});
