@@ -11,6 +11,7 @@ export function toTrainerConfig(config: RunConfig): Record<string, unknown> {
     model: {
       path: config.model.path,
       ac: { freq: t.ac.freq },
+      compile: t.compile,
       lora: t.mode === 'lora'
         ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, target_modules: [...t.lora.target_modules] }
         : null,

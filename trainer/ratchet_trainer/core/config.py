@@ -47,9 +47,11 @@ class ModelConfig:
     # weights in the optimiser; float32: adapters compute in fp32 (peft's default, slower).
     # Not part of the model fingerprint: it changes arithmetic, not the checkpoint's tensors.
     lora_dtype: str = "auto"
-    # torch.compile each decoder layer. auto: on CUDA (1.4-1.6x on an H100, BENCHMARKS.md),
-    # off on the CPU (compiling costs more than it saves on small test models).
-    compile: bool | str = "auto"
+    # torch.compile each decoder layer. Off by default: on RL-shaped batches (a new packed
+    # length every micro-batch) it recompiled every few steps on an H100 and had not paid
+    # back its compile time after 22 steps, although its steady steps were 1.5x faster
+    # (BENCHMARKS.md, "compile on RL-shaped batches"). true: compile; auto: on CUDA only.
+    compile: bool | str = False
     ac: AcConfig = field(default_factory=AcConfig)
     lora: LoraConfig | None = field(default_factory=LoraConfig)
 
