@@ -2,7 +2,7 @@
 
 Batches are files as the trainer reads them (`batch-NNNN.safetensors` + `.json`,
 core/batch.py load_batch): recorded ones copied from a run's artifacts
-(`runs/<run>/batches/`), or RL-shaped ones from rl_batches.py (`--make N`).
+(`runs/<run>/steps/<step>/batch.safetensors`, pass `runs/<run>/steps`), or RL-shaped ones from rl_batches.py (`--make N`).
 The model is the named architecture at random init (no weights, no network);
 each batch is one `Trainer.step`, exactly as the worker runs it.
 
@@ -74,7 +74,10 @@ def _ref(p: Path) -> dict:
 
 
 def batch_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob("*.safetensors"))
+    """Every `X.safetensors` with its `X.json` under `directory`: rl_batches.py's `batch-NNNN.*`, or a
+    run's recorded `runs/<run>/steps/<step>/batch.*` (docs/contracts.md), in the order of their steps."""
+    found = [p for p in directory.rglob("*.safetensors") if p.with_suffix(".json").is_file()]
+    return sorted(found, key=lambda p: (json.loads(p.with_suffix(".json").read_text()).get("step", 0), str(p)))
 
 
 def load(p: Path):

@@ -1,7 +1,7 @@
 """RL-shaped training batches in the trainer's own file format (safetensors + manifest, docs/contracts.md).
 
 No recorded batch of the CPU stack is kept in the repository (runs write them under
-.ratchet/artifacts/runs/<run>/batches/, which is not checked in), and the GPU box has
+runs/<run>/steps/<step>/batch.safetensors in the artifact store, which is not checked in), and the GPU box has
 no Temporal, Node or Docker to make one. This writes batches shaped like the ones
 src/samples/builder.ts records, with the same tensors and manifest keys:
 
