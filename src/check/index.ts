@@ -4,6 +4,7 @@ import { EnvironmentError, resolveEnvSections } from '../envs/load';
 import { paths, resolveConfigPath } from '../shared/paths';
 import { checkDatasets, checkEnvironments } from './data';
 import { checkHostLimits, hostCapacity, type HostCapacity } from './host';
+import { checkGpuMemory } from './gpu';
 import { checkModel } from './model';
 import { checkStack, type StackTarget } from './stack';
 import { fail, ok, type CheckLine } from './types';
@@ -56,6 +57,7 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
   const { tasksByEnv, lines: dataLines } = await checkDatasets(config, envs, opts.taskSetDir ?? paths.tasks());
   lines.push(...dataLines);
   lines.push(...checkModel(config, envs, tasksByEnv));
+  lines.push(...checkGpuMemory(config));
   lines.push(...checkHostLimits(config, await (opts.host ?? hostCapacity)()));
   if (opts.stack !== false) lines.push(...await checkStack(config, opts));
   return { lines, config, ok: lines.every((l) => l.level !== 'fail') };

@@ -47,8 +47,12 @@ export const TrainerConfig = z.object({
     attn_implementation: z.enum(['auto', 'sdpa', 'eager', 'flex_attention', 'flash_attention_2']).default('auto'),
     /** auto: adapters compute in the base dtype with fp32 master weights; float32: fp32 adapters (slower). */
     lora_dtype: z.enum(['auto', 'float32']).default('auto'),
-    /** torch.compile each decoder layer; auto: on CUDA only. */
-    compile: z.union([z.boolean(), z.literal('auto')]).default('auto'),
+    /**
+     * torch.compile each decoder layer (`auto`: on CUDA only). Off by default: on RL-shaped batches
+     * (a new packed length every micro-batch) it recompiled every few steps on an H100 and had not
+     * paid back its compile time after 22 steps (BENCHMARKS.md, "compile on RL-shaped batches").
+     */
+    compile: z.union([z.boolean(), z.literal('auto')]).default(false),
   }).strict().default({}),
   optim: z.object({
     /** 0 is allowed: a control run (bench:learn) with every other setting the same. */
@@ -86,6 +90,15 @@ export const TrainerConfig = z.object({
     /** Negative advantages: the objective is bounded below by dual_clip x A (0 = off). */
     dual_clip: z.number().min(0).max(1000).refine((c) => c === 0 || c > 1, 'must be 0 (off) or > 1').default(3),
   }).strict().default({}),
+  /**
+   * The GPUs the trainer runs on, for `ratchet check`'s memory estimate (src/check/gpu.ts):
+   * `memory_gib` of one GPU and `count` ranks (FSDP shards weights and optimizer state over them).
+   * Unset: the estimate is printed, the fit is not checked.
+   */
+  gpu: z.object({
+    memory_gib: z.number().positive().max(4096).optional(),
+    count: z.number().int().positive().max(4096).default(1),
+  }).strict().default({}),
   /** Tokens per micro-batch; gradient accumulation covers the rest of the batch. */
   micro_batch_tokens: z.number().int().positive().max(4 * MAX_SEQ_LEN).default(4096),
   /** Logprobs from the last hidden states this many tokens at a time (0: from the full logits). */
@@ -108,6 +121,12 @@ const InferenceConfig = z.object({
    * from the artifact store into a local cache and loads it into that host's vLLM.
    * Empty: weight sync hands vLLM the adapter path directly (one machine, or a shared disk).
    */
+  /**
+   * vLLM's --gpu-memory-utilization when it runs on the trainer's GPU(s): the share of each
+   * GPU's memory vLLM takes (weights + KV cache). `ratchet check` then requires the trainer's
+   * estimated peak to fit in the rest (trainer.gpu.memory_gib x (1 - this)). Unset: vLLM has GPUs of its own.
+   */
+  gpu_memory_utilization: z.number().gt(0).lt(1).optional(),
   sync_task_queues: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a task queue name: letters, digits, ".", "_" and "-"')).default([]),
 }).strict();
 

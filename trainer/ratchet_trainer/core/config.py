@@ -61,9 +61,11 @@ class ModelConfig:
     # weights in the optimiser; float32: adapters compute in fp32 (peft's default, slower).
     # Not part of the model fingerprint: it changes arithmetic, not the checkpoint's tensors.
     lora_dtype: str = "auto"
-    # torch.compile each decoder layer. auto: on CUDA (1.4-1.6x on an H100, BENCHMARKS.md),
-    # off on the CPU (compiling costs more than it saves on small test models).
-    compile: bool | str = "auto"
+    # torch.compile each decoder layer. Off by default: on RL-shaped batches (a new packed
+    # length every micro-batch) it recompiled every few steps on an H100 and had not paid
+    # back its compile time after 22 steps, although its steady steps were 1.5x faster
+    # (BENCHMARKS.md, "compile on RL-shaped batches"). true: compile; auto: on CUDA only.
+    compile: bool | str = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,14 @@ class LossConfig:
 
 
 @dataclass(frozen=True)
+class GpuConfig:
+    # The GPUs the trainer runs on, for `ratchet check`'s memory estimate (src/check/gpu.ts):
+    # memory_gib of one GPU, count ranks. The trainer itself reads neither.
+    memory_gib: float | None = None
+    count: int = 1
+
+
+@dataclass(frozen=True)
 class TrainerConfig:
     model: ModelConfig
     # lora: train the adapter `lora` describes (vLLM loads it at run time); full: every weight.
@@ -136,6 +146,7 @@ class TrainerConfig:
     logprob_chunk_tokens: int = 1024
     device: str = "auto"
     seed: int = 0
+    gpu: GpuConfig = field(default_factory=GpuConfig)
 
     @property
     def adapter(self) -> LoraConfig | None:
@@ -344,7 +355,11 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     if "packing" in top and not (isinstance(top["packing"], bool) or top["packing"] == "auto"):
         raise ConfigError(f"trainer_config.packing must be true, false or \"auto\", got {top['packing']!r}")
     _choices(top, "")
-    top.update(model=model, lora=LoraConfig(**lo), ac=AcConfig(**ac), optim=optim, loss=loss)
+    g = _take(top.get("gpu", {}) or {}, GpuConfig, "gpu")
+    if g.get("memory_gib") is not None:
+        _num(g, "memory_gib", "gpu", float, lo=0, lo_open=True)
+    _num(g, "count", "gpu", int, lo=1)
+    top.update(model=model, lora=LoraConfig(**lo), ac=AcConfig(**ac), optim=optim, loss=loss, gpu=GpuConfig(**g))
     cfg = TrainerConfig(**top)
     if cfg.loss.normalization == "dr_grpo" and cfg.loss.max_tokens is not None and cfg.loss.max_tokens < 1:
         raise ConfigError("trainer_config.loss.max_tokens must be >= 1")

@@ -112,17 +112,87 @@ def apply_activation_checkpointing(model: nn.Module, freq: int) -> int:
     return sum(1 for layer in layers if layer.gradient_checkpointing)
 
 
-def compile_layers(model: nn.Module) -> int:
-    """torch.compile every decoder layer in place (the layers repeat, so one graph serves all)."""
+# How the decoder layers are compiled (BENCHMARKS.md, "compile on RL-shaped batches"):
+# None is dynamo's default (static shapes, then dynamic after the first change of
+# length). dynamic=True (symbolic lengths from the first call) was measured on Qwen3-8B
+# with RL-shaped batches: its first step took 104 s against 51 s, and it still recompiled
+# on the second batch, so it is not the default.
+COMPILE_DYNAMIC: bool | None = None
+
+
+class _CompileWatch(logging.Filter):
+    """Makes dynamo's silent give-up loud.
+
+    When a frame is recompiled `recompile_limit` times, dynamo logs one warning on
+    `torch._dynamo.convert_frame` and from then on runs that code eagerly: the
+    layers keep working, only slower, and nothing in the step says so. This filter
+    counts those events, logs them as errors on the trainer's logger (with
+    dynamo's reason), and `compile_stats()` reports the count in every step's metrics.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limit_hits = 0
+        self.last_reason = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if "hit config." in msg and "recompile_limit" in msg:
+            self.limit_hits += 1
+            self.last_reason = msg.replace("\n", " | ")[:600]
+            log.error("torch.compile hit its recompile limit: the decoder layers now run EAGER (uncompiled) for the "
+                      "rest of this process. Fix: report the reason below; set trainer_config.model.compile = false "
+                      "to run eager on purpose", extra={"dynamo": self.last_reason})
+        return True
+
+
+COMPILE_WATCH = _CompileWatch()
+
+
+def compile_stats() -> dict[str, int]:
+    """Graphs dynamo has compiled in this process, and how often it gave up (recompile limit)."""
+    from torch._dynamo.utils import counters
+
+    return {"compile_graphs": int(counters["stats"]["unique_graphs"]), "compile_limit_hits": COMPILE_WATCH.limit_hits}
+
+
+def _input_requires_grad(module: nn.Module, args, output):  # noqa: ANN001
+    if torch.is_grad_enabled() and isinstance(output, torch.Tensor) and not output.requires_grad:
+        output.requires_grad_(True)
+
+
+def compile_layers(model: nn.Module, dynamic: bool | None = None) -> int:
+    """torch.compile every decoder layer in place (the layers repeat, so one graph serves all).
+
+    One graph needs every layer called alike. With a frozen embedding (LoRA) the
+    first layer's input does not require grad while every later layer's does, a
+    guard mismatch that compiled a second graph (and, with shape changes, walked
+    into the recompile limit); the embedding's output is made to require grad
+    while grad is on, as transformers' enable_input_require_grads does (one extra
+    input-gradient of the first layer, nothing else). `dynamic` (default
+    COMPILE_DYNAMIC) makes sequence lengths symbolic from the first call.
+    """
+    dynamic = COMPILE_DYNAMIC if dynamic is None else dynamic
+    conv = logging.getLogger("torch._dynamo.convert_frame")
+    if COMPILE_WATCH not in conv.filters:
+        conv.addFilter(COMPILE_WATCH)
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if emb is not None and not getattr(emb, "_ratchet_requires_grad_hook", None):
+        emb._ratchet_requires_grad_hook = emb.register_forward_hook(_input_requires_grad)
     layers = decoder_layers(model)
     for layer in layers:
-        layer.compile()
+        layer.compile(dynamic=dynamic)
     return len(layers)
 
 
 def uncompile_layers(model: nn.Module) -> None:
     for layer in decoder_layers(model):
         layer._compiled_call_impl = None
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    hook = getattr(emb, "_ratchet_requires_grad_hook", None) if emb is not None else None
+    if hook is not None:
+        hook.remove()
+        emb._ratchet_requires_grad_hook = None
 
 
 def set_training_mode(model: nn.Module) -> None:

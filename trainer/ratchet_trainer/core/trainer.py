@@ -26,7 +26,7 @@ from .config import TrainerConfig
 from .distributed import all_reduce_sums, local_tensor, rank_samples, reduce_replicated_grads, shard_model, world
 from .logprobs import HeadInput
 from .loss import LossStats, Normalizer, micro_batch_loss
-from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers, decoder_layers,
+from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers, compile_stats, decoder_layers,
                     resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation,
                     set_training_mode, vocab_size)
 from .precision import MasterWeights
@@ -226,6 +226,8 @@ class Trainer:
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
         )
+        if self.compiled:  # graphs compiled so far, and recompile-limit fallbacks to eager (model.py)
+            metrics.update(compile_stats())
         if budget != self.cfg.micro_batch_tokens:
             metrics["micro_batch_tokens"] = budget
         if batch_sha256 is not None:
