@@ -7,7 +7,7 @@ import { runAgent, type AgentResult } from '../agent/loop';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import { toolSpec, type ToolContext } from '../agent/tool';
 import type { ArtifactStore } from '../artifacts/store';
-import { diskFullFailure, storeFor, type StoreSettings } from '../artifacts/stores';
+import { asActivityFailure, storeFor, type StoreSettings } from '../artifacts/stores';
 import { ArtifactsFields, RunConfig } from '../config/schema';
 import { runKeys } from './config';
 import { loadEnvironment } from '../envs/load';
@@ -101,8 +101,10 @@ export function createRolloutActivities(deps: RolloutDeps) {
       modules = (async () => {
         // The config lives in the run's own store (an s3:// run shares no disk with this worker).
         const runStore = storeFor(artifacts, deps.store);
+        // A store error here is not bad input: it is retried (StoreUnavailable: the step waits for the store).
         const ref = await runStore.exists(runKeys.config(runId));
-        const config = ref ? RunConfig.parse(await runStore.getJson(ref)) : undefined;
+        const stored = ref ? await runStore.getJson(ref) : undefined;
+        const config = ref ? await nonRetryable(async () => RunConfig.parse(stored)) : undefined;
         return new Map((config?.env ?? []).flatMap((e) => (e.module ? [[e.id, e.module] as [string, string]] : [])));
       })();
       runEnvModules.set(runId, modules);
@@ -110,7 +112,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
     }
     const module = (await modules).get(envId);
     if (module === undefined && builtin) return builtin;
-    return loadEnvironment({ id: envId, module });
+    // A bad env id or module is the run's input, the same for every rollout: it fails the step loudly.
+    return nonRetryable(async () => loadEnvironment({ id: envId, module }));
   }
 
   async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
@@ -124,8 +127,9 @@ export function createRolloutActivities(deps: RolloutDeps) {
       return summary;
     } catch (err) {
       rolloutErrorsTotal.inc({ env: rawInput.envId ?? 'unknown' });
-      // Saving the trajectory found its disk full: StepRollouts waits for space (waiting-for-disk).
-      throw diskFullFailure(err) ?? err;
+      // Saving the trajectory found its disk full, or the store unreachable: StepRollouts waits
+      // (waiting-for-disk, waiting-for-store) without using the rollout's attempts.
+      throw asActivityFailure(err);
     }
   }
 
@@ -146,8 +150,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
     const started = performance.now();
     // Cancelled by Temporal, or one heartbeat timeout after the watchdog saw no progress.
     const signal = live.signal;
-    // A bad env id is the run's input, the same for every rollout: it fails the step loudly.
-    const env = await nonRetryable(() => environmentFor(input.runId, input.envId, input.artifacts));
+    const env = await environmentFor(input.runId, input.envId, input.artifacts);
     const taskId = 'instance_id' in input.task ? (input.task as Task).instance_id : (input.task as { instanceId: string }).instanceId;
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: taskId });
     // A task that cannot be set up is one dropped rollout, not a failed run.
@@ -158,8 +161,10 @@ export function createRolloutActivities(deps: RolloutDeps) {
         ? (input.task as Task)
         : await loadTask(resolveDataset((input.task as { datasetPath: string }).datasetPath, input.taskSetDir), taskId);
     } catch (err) {
-      // The row is missing from a file that exists: that task's problem. A missing or unreadable file is the run's.
+      // The row is missing from a file that exists: that task's problem. A read that failed (EMFILE, EIO,
+      // a file not yet on this host) is retried; only a file that stays wrong is the run's bad input.
       if (isTaskSetupError(err)) return setupFailed(err);
+      if (isTransientReadError(err)) throw ApplicationFailure.retryable(`reading the task file failed: ${(err as Error).message}`, 'TaskReadError');
       throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidRolloutTask');
     }
 
@@ -426,6 +431,19 @@ function currentAttempt(): number {
   } catch {
     return INFRA_ATTEMPTS;
   }
+}
+
+/**
+ * Errors of reading a file that a retry (later, or on another host) may not meet: too many open
+ * files, an I/O error, a file not (yet) there, a stale network mount. docs/errors.md lists them.
+ */
+const TRANSIENT_READ_CODES = ['EMFILE', 'ENFILE', 'EIO', 'ENOENT', 'EAGAIN', 'EBUSY', 'EINTR', 'ESTALE', 'ETIMEDOUT', 'ENOTCONN', 'ECONNRESET', 'EHOSTDOWN', 'ENOMEM'];
+
+export function isTransientReadError(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  if (typeof code === 'string') return TRANSIENT_READ_CODES.includes(code);
+  // The Parquet reader's thread reports fs errors as text.
+  return new RegExp(`\\b(${TRANSIENT_READ_CODES.join('|')})\\b`).test((err as Error | undefined)?.message ?? '');
 }
 
 async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
