@@ -9,6 +9,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { createRolloutActivities, isTransientReadError, type RolloutInput } from '../../src/activities/rollout';
 import { StoreUnavailableError } from '../../src/artifacts/errors';
 import { LocalArtifactStore } from '../../src/artifacts/store';
+import type { RolloutSummary } from '../../src/rollouts/trajectory';
 import { call, CALC_FILES, FakeSandboxManager, ScriptedModel } from './rollout-fakes';
 
 jest.setTimeout(30_000);
@@ -36,7 +37,7 @@ function input(over: Partial<RolloutInput> = {}): RolloutInput {
   };
 }
 
-const run = (acts: ReturnType<typeof setup>['acts'], i: RolloutInput) => new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, i);
+const run = (acts: ReturnType<typeof setup>['acts'], i: RolloutInput): Promise<RolloutSummary> => new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, i);
 
 describe('rollout errors: transient is retried, only what stays wrong is invalid input', () => {
   afterEach(() => jest.restoreAllMocks());

@@ -79,9 +79,9 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       .filter((a) => a?.workflowType?.name === type)
       .map((a) => a!.workflowId!);
     return Promise.all(ids.map(async (id) => {
-      let executions = 0;
-      for await (const _ of env.client.workflow.list({ query: `WorkflowId = '${id}'` })) executions++;
-      return { id, executions };
+      const runs: string[] = [];
+      for await (const w of env.client.workflow.list({ query: `WorkflowId = '${id}'` })) runs.push(w.runId);
+      return { id, executions: runs.length };
     }));
   }
 
