@@ -328,8 +328,16 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     let tick = every;
     let seenDone = done;
     const info = workflowInfo();
+    // A wait the step already shows (inference, store, disk) is not a worker problem: the watchdog
+    // sleeps through it on a condition (no timer, no events), so a long outage costs it nothing.
+    const knownWait = () => waitingForInference || onStore.size > 0 || onDisk.size > 0;
     while (!rolloutsOver) {
-      if (await condition(() => rolloutsOver, `${tick} seconds`)) break;
+      if (knownWait()) {
+        await condition(() => rolloutsOver || !knownWait());
+        seenDone = -1;
+        continue;
+      }
+      if (await condition(() => rolloutsOver || knownWait(), `${tick} seconds`)) continue;
       if (done !== seenDone) {
         // Progress: workers are alive. Nothing to ask.
         seenDone = done;

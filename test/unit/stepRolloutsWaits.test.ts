@@ -3,6 +3,7 @@
  * activities: a store outage at storeRolloutSummaries and in a rollout's trajectory write,
  * inference down inside the step, and no rollout worker at all. Each fault is a wait with a
  * status the parent shows, and the step completes by itself once the fault is fixed.
+ * RATCHET_RECORD_HISTORIES=1 records the step's histories for the replay test (infra/record-histories.sh).
  */
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
@@ -13,6 +14,7 @@ import { SA, progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { RolloutProgressSignal, TrainRunInput } from '../../src/contracts';
 import { makeFakes, type FakeOptions } from './workflowFakes';
+import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(180_000);
 
@@ -114,6 +116,8 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       const flags = (await progressSignals(handle)).map((s) => s.waitingForRolloutWorkers).filter((f) => f !== undefined);
       expect(flags).toEqual([true, false]);
       expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-rollout-workers-wait');
+      await recordHistory(handle, 'trainrun-rollout-workers-wait');
     });
   });
 
@@ -132,6 +136,7 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       expect(waits).toHaveLength(1);
       expect(waits[0]!.executions).toBeGreaterThan(1);
       expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-summaries-store-wait');
     });
   });
 
@@ -145,6 +150,7 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([6]);
       expect(await children(rolloutsOf(handle), 'OutageWait')).toHaveLength(1);
       expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-rollout-store-wait');
     });
   });
 
@@ -162,6 +168,7 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       expect(waits).toHaveLength(1);
       expect(waits[0]!.executions).toBe(2);
       expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-inference-wait');
     });
   });
 });
