@@ -20,7 +20,17 @@ export default tseslint.config(
       'no-restricted-imports': ['error', {
         patterns: [
           { group: ['node:*', 'fs', 'fs/*', 'path', 'os', 'child_process', 'crypto', 'http', 'https', 'net', 'stream', 'worker_threads', 'dockerode', 'openai', 'pino'], message: 'Workflow files must stay deterministic: do I/O in an activity.' },
+          { group: ['../activities', '../activities/*'], message: 'Workflows know activities by their contract: import it from src/contracts.' },
         ],
+      }],
+    },
+  },
+  {
+    // Activities implement the contracts in src/contracts; they never reach into workflow code.
+    files: ['src/activities/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [{ group: ['../workflows', '../workflows/*'], message: 'Activities depend on src/contracts, not on workflows.' }],
       }],
     },
   },

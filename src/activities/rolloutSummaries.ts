@@ -13,9 +13,6 @@ import { RolloutSummary } from '../rollouts/trajectory';
 import { rolloutStats } from '../rollouts/stats';
 import { StoreRolloutSummariesInput, type RolloutStats, type RolloutStatsInput, type RolloutSummaryActivities } from '../contracts';
 
-/** Summaries per stored part: ~0.8 KB each, so a part's activity input stays far below 2 MB. */
-export const SUMMARIES_PER_PART = 1000;
-
 export const summariesKey = (runId: string, step: number, part?: number): string =>
   `runs/${runId}/steps/${step}/rollouts/summaries${part === undefined ? '' : `-part-${part}`}.json`;
 

@@ -73,6 +73,12 @@ export interface StepRolloutsInput {
   rolloutWorkersWatchS?: number;
 }
 
+/**
+ * Rollout summaries per part StepRollouts stores with `storeRolloutSummaries`: ~0.8 KB each,
+ * so a part's activity input stays far below Temporal's 2 MB payload limit.
+ */
+export const SUMMARIES_PER_PART = 1000;
+
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the summaries-by-ref patch). */
 export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number };
 

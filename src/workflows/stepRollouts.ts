@@ -19,7 +19,7 @@ import {
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../rollouts/trajectory';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
-import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
+import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
@@ -52,9 +52,6 @@ const { rolloutWorkersSeen } = proxyActivities<MainActivities>({
 
 /** Seconds without a finished rollout before the watchdog asks whether rollout workers are alive. */
 export const ROLLOUT_WORKERS_WATCH_S = 120;
-
-/** Summaries per stored part (src/activities/rolloutSummaries.ts SUMMARIES_PER_PART; workflow code cannot import it). */
-const SUMMARIES_PER_PART = 1000;
 
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
 export const SUMMARIES_BY_REF_PATCH = PATCHES.summariesByRef;
