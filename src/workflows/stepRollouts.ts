@@ -184,12 +184,14 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     try {
       const r = handOffNow ? await handOffRollout(i, handOffNow, waitS) : await rollout(inputFor(i));
       await diskWaitEnds(i);
-      await storeWaitEnds(i);
+      // Guarded, not just awaited: an await here would delay this lane's next command by a few
+      // microtasks in histories with no store wait, reordering it against other lanes' on replay.
+      if (onStore.has(i)) await storeWaitEnds(i);
       return r;
     } catch (err) {
       const fault = outageOf(err);
       if (fault !== 'DiskFull') await diskWaitEnds(i);
-      if (fault !== 'StoreUnavailable') await storeWaitEnds(i);
+      if (fault !== 'StoreUnavailable' && onStore.has(i)) await storeWaitEnds(i);
       throw err;
     }
   };
