@@ -9,7 +9,7 @@ cd "$RATCHET_ROOT"
 export RATCHET_RECORD_HISTORIES=1
 release="v$(node -p 'require("./package.json").version')"
 log "recording histories into test/fixtures/histories/$release"
-npx jest --selectProjects unit --runTestsByPath test/unit/workflow.test.ts
+npx jest --selectProjects unit --runTestsByPath test/unit/workflow.test.ts test/unit/stepRolloutsWaits.test.ts
 if [ "${1:-}" = "--stack" ]; then
   npx jest --selectProjects integration --runInBand --runTestsByPath test/integration/lifecycle.test.ts test/integration/eval-real.test.ts
 fi

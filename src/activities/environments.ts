@@ -11,6 +11,7 @@ import { loadEnvironment } from '../envs/load';
 import { ENVIRONMENTS } from '../envs/registry';
 import type { Environment } from '../envs/types';
 import { runKeys } from '../artifacts/keys';
+import { nonRetryable } from '../rollouts/errors';
 
 export type EnvironmentResolver = (runId: string, envId: string, artifacts?: StoreSettings) => Promise<Environment>;
 
@@ -22,8 +23,10 @@ export function createEnvironmentResolver(defaultStore: ArtifactStore): Environm
     if (!modules) {
       modules = (async () => {
         const runStore = storeFor(artifacts, defaultStore);
+        // A store error here is not bad input: it is retried (StoreUnavailable: the step waits for the store).
         const ref = await runStore.exists(runKeys.config(runId));
-        const config = ref ? RunConfig.parse(await runStore.getJson(ref)) : undefined;
+        const stored = ref ? await runStore.getJson(ref) : undefined;
+        const config = ref ? await nonRetryable(async () => RunConfig.parse(stored)) : undefined;
         return new Map((config?.env ?? []).flatMap((e) => (e.module ? [[e.id, e.module] as [string, string]] : [])));
       })();
       runEnvModules.set(runId, modules);
@@ -31,6 +34,7 @@ export function createEnvironmentResolver(defaultStore: ArtifactStore): Environm
     }
     const module = (await modules).get(envId);
     if (module === undefined && builtin) return builtin;
-    return loadEnvironment({ id: envId, module });
+    // A bad env id or module is the run's input, the same for every rollout: it fails the step loudly.
+    return nonRetryable(async () => loadEnvironment({ id: envId, module }));
   };
 }

@@ -13,6 +13,7 @@ import { createEvalActivities } from './eval';
 import { createMetricsActivities } from './metrics';
 import type { createRolloutActivities } from './rollout';
 import { createRolloutSummaryActivities } from './rolloutSummaries';
+import { createRolloutWorkersActivities } from './rolloutWorkers';
 import { createWeightSyncActivities, type WeightSyncDeps } from './weightSync';
 
 export interface ActivityDeps {
@@ -31,6 +32,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createMetricsActivities(deps),
     ...createRolloutSummaryActivities(deps),
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
+    ...createRolloutWorkersActivities(),
   } satisfies MainActivities;
 }
 

@@ -11,13 +11,13 @@ import { performance } from 'node:perf_hooks';
 import { ApplicationFailure } from '@temporalio/common';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import type { ArtifactStore } from '../artifacts/store';
-import { diskFullFailure, storeFor } from '../artifacts/stores';
+import { asActivityFailure, storeFor } from '../artifacts/stores';
 import { RolloutInput, type ParsedRolloutInput } from '../contracts/rollout';
 import type { SandboxManager } from '../envs/sandbox';
 import { zeroScore } from '../envs/types';
 import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from '../metrics';
 import { isSetupFailed, runEpisode } from '../rollouts/episode';
-import { nonRetryable, retryInfrastructureFailure } from '../rollouts/errors';
+import { retryInfrastructureFailure } from '../rollouts/errors';
 import { recordRollout, setupFailureOutcome } from '../rollouts/record';
 import { scoreEpisode } from '../rollouts/scoring';
 import { taskIdOf } from '../rollouts/task';
@@ -59,8 +59,9 @@ export function createRolloutActivities(deps: RolloutDeps) {
       return summary;
     } catch (err) {
       rolloutErrorsTotal.inc({ env: rawInput.envId ?? 'unknown' });
-      // Saving the trajectory found its disk full: StepRollouts waits for space (waiting-for-disk).
-      throw diskFullFailure(err) ?? err;
+      // Saving the trajectory found its disk full, or the store unreachable: StepRollouts waits
+      // (waiting-for-disk, waiting-for-store) without using the rollout's attempts.
+      throw asActivityFailure(err);
     }
   }
 
@@ -79,8 +80,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
 
   async function runRollout(input: ParsedRolloutInput, live: Liveness): Promise<RolloutSummary> {
     const started = performance.now();
-    // A bad env id is the run's input, the same for every rollout: it fails the step loudly.
-    const env = await nonRetryable(() => environmentFor(input.runId, input.envId, input.artifacts));
+    // A bad env id or module fails the step loudly (InvalidRolloutTask); a store blip reading the run's config is retried.
+    const env = await environmentFor(input.runId, input.envId, input.artifacts);
     const taskId = taskIdOf(input.task);
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: taskId });
     const store = storeFor(input.artifacts, deps.store);

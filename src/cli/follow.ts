@@ -75,6 +75,11 @@ const PHASE_WORDS: Record<string, string> = {
   idle: 'between steps',
 };
 
+/** What to do about a wait whose cause is not obvious from its name (docs/errors.md). */
+const STATUS_HINTS: Record<string, string> = {
+  'waiting-for-rollout-workers': ' (no rollout worker runs or polls ratchet-rollout: start one, e.g. `ratchet up`; the rollouts wait queued)',
+};
+
 /** One line per phase change of the current step: what a newcomer watches move. */
 export function phaseLine(p: Progress, beat?: TrainerBeat): string {
   let what = PHASE_WORDS[p.phase] ?? p.phase;
@@ -82,7 +87,7 @@ export function phaseLine(p: Progress, beat?: TrainerBeat): string {
   if (p.phase === 'training' && beat?.microBatches) what += ` micro-batch ${beat.microBatch ?? 0}/${beat.microBatches}`;
   if ((p.phase === 'training' || p.phase === 'saving') && beat && beat.attempt > 1) what += ` (attempt ${beat.attempt})`;
   const ahead = p.prefetchedStep !== undefined && p.prefetchedStep !== p.step ? ` · step ${p.prefetchedStep}'s rollouts running ahead` : '';
-  const st = p.status === 'running' ? '' : ` · ${p.status}`;
+  const st = p.status === 'running' ? '' : ` · ${p.status}${STATUS_HINTS[p.status] ?? ''}`;
   return `step ${p.step}/${p.maxSteps} · ${what}${ahead}${st}`;
 }
 

@@ -183,6 +183,32 @@ export interface MetricsActivities {
   recordStep(input: RecordStepInput): Promise<StepSummary>;
 }
 
+// ---- Are rollout workers alive? (src/activities/rolloutWorkers.ts) ----
+
+export interface RolloutWorkersInput {
+  /** The StepRollouts execution whose pending rollouts are looked at. */
+  workflowId: string;
+  runId: string;
+  /** The rollout task queue (ratchet-rollout). */
+  taskQueue: string;
+  /** A poller last seen longer ago than this is gone (default 120 s: a long poll lasts ~70 s). */
+  pollerFreshS?: number;
+}
+
+export interface RolloutWorkersSeen {
+  /** Pending rollouts of the workflow that a worker runs now (started, heartbeating). */
+  running: number;
+  /** Pending rollouts that wait in the queue for a worker. */
+  queued: number;
+  /** Workers that polled the rollout queue within pollerFreshS. */
+  pollers: number;
+}
+
+export interface RolloutWorkersActivities {
+  /** Whether any rollout worker is alive, from Temporal's own view (describe the workflow and the task queue). */
+  rolloutWorkersSeen(input: RolloutWorkersInput): Promise<RolloutWorkersSeen>;
+}
+
 /** The main worker's activities (task queue `ratchet`): src/activities/index.ts implements them. */
 export interface MainActivities extends ConfigActivities, DatasetActivities, BatchActivities, RolloutSummaryActivities,
-  WeightSyncActivities, MetricsActivities, EvalActivities {}
+  WeightSyncActivities, MetricsActivities, EvalActivities, RolloutWorkersActivities {}

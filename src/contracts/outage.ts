@@ -4,6 +4,7 @@
  * activities throw, the call as data, and how the wait is split. Pure: workflow code.
  */
 import type { ActivityOptions } from '@temporalio/common';
+import type { SyncWeightsInput } from './activities';
 
 /** The fault types an operator fixes; the run waits for them rather than failing. */
 export const OUTAGE_TYPES = ['StoreUnavailable', 'DiskFull'] as const;
@@ -24,6 +25,22 @@ export interface OutageWaitLimits {
   perExecution?: number;
   /** Cap of the pause between tries, in seconds (default 30 for the store, 120 for a full disk). */
   capS?: number;
+}
+
+/**
+ * InferenceWait's input (src/workflows/serveWait.ts): StepRollouts' long wait for inference,
+ * the weight sync that puts the step's version back, tried until it goes through.
+ */
+export interface InferenceWaitInput {
+  /** The syncWeights request; with `hosts`, sent to each inference host's own queue (baseUrls empty). */
+  req: SyncWeightsInput;
+  /** inference.sync_task_queues, or empty (the main worker syncs). */
+  hosts: string[];
+  /** The pause before the next try, in seconds (carried across continue-as-new). */
+  waitS: number;
+  limits?: OutageWaitLimits;
+  /** Tries across every execution so far. */
+  triesSoFar?: number;
 }
 
 /** OutageWait's input. */

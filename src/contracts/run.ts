@@ -57,6 +57,11 @@ export interface TrainRunInput {
    * Defaults suit production; tests shorten them.
    */
   outageWaits?: OutageWaitLimits;
+  /**
+   * Seconds without a finished rollout after which StepRollouts asks whether any rollout worker is
+   * alive (default 120); none: the run shows waiting-for-rollout-workers. Tests shorten it.
+   */
+  rolloutWorkersWatchS?: number;
 }
 
 export interface TrainerTimeouts {
@@ -94,6 +99,8 @@ export type RunStatus =
   | 'waiting-for-store'
   | 'waiting-for-disk'
   | 'waiting-for-trainer'
+  /** Rollouts are pending but none runs and no rollout worker polls its queue (StepRollouts' watchdog). */
+  | 'waiting-for-rollout-workers'
   | 'completed'
   | 'stopped';
 

@@ -69,6 +69,8 @@ export interface StepRolloutsInput {
   artifacts?: StoreSettings;
   /** The run's split of long disk waits (TrainRunInput.outageWaits). */
   outageWaits?: OutageWaitLimits;
+  /** TrainRunInput.rolloutWorkersWatchS. */
+  rolloutWorkersWatchS?: number;
 }
 
 /**
@@ -88,4 +90,8 @@ export interface RolloutProgressSignal {
   waitingForInference?: boolean;
   /** A rollout found its disk full (DiskFull): the parent shows waiting-for-disk. Absent before it existed. */
   waitingForDisk?: boolean;
+  /** A rollout or the step's summaries found the store unreachable (StoreUnavailable): the parent shows waiting-for-store. */
+  waitingForStore?: boolean;
+  /** Rollouts are pending and no rollout worker runs or polls: the parent shows waiting-for-rollout-workers. */
+  waitingForRolloutWorkers?: boolean;
 }

@@ -5,6 +5,7 @@
  * an episode; the infrastructure failing is reported as `infra`, never scored.
  */
 import { performance } from 'node:perf_hooks';
+import { ApplicationFailure } from '@temporalio/common';
 import { runAgent, type AgentResult } from '../agent/loop';
 import type { ModelClient } from '../agent/model';
 import type { ToolContext } from '../agent/tool';
@@ -15,7 +16,7 @@ import type { Liveness } from '../activities/liveness';
 import type { Logger } from '../shared/logger';
 import type { Task } from '../tasks/schema';
 import { isTaskSetupError } from '../tasks/setupError';
-import { invalidRolloutTask, isSandboxLost, isSandboxUnreachable } from './errors';
+import { invalidRolloutTask, isSandboxLost, isSandboxUnreachable, isTransientReadError } from './errors';
 import { rolloutTask, sandboxSource } from './task';
 
 export interface EpisodeParams {
@@ -57,8 +58,10 @@ export async function runEpisode({ input, env, sandboxes, model, live, log }: Ep
   try {
     task = await rolloutTask(input.task, input.taskSetDir);
   } catch (err) {
-    // The row is missing from a file that exists: that task's problem. A missing or unreadable file is the run's.
+    // The row is missing from a file that exists: that task's problem. A read that failed (EMFILE, EIO,
+    // a file not yet on this host) is retried; only a file that stays wrong is the run's bad input.
     if (isTaskSetupError(err)) return setupFailed(err);
+    if (isTransientReadError(err)) throw ApplicationFailure.retryable(`reading the task file failed: ${(err as Error).message}`, 'TaskReadError');
     throw invalidRolloutTask((err as Error).message);
   }
 

@@ -80,3 +80,16 @@ export async function nonRetryable<T>(fn: () => Promise<T>): Promise<T> {
     throw invalidRolloutTask((err as Error).message);
   }
 }
+
+/**
+ * Errors of reading a file that a retry (later, or on another host) may not meet: too many open
+ * files, an I/O error, a file not (yet) there, a stale network mount. docs/errors.md lists them.
+ */
+const TRANSIENT_READ_CODES = ['EMFILE', 'ENFILE', 'EIO', 'ENOENT', 'EAGAIN', 'EBUSY', 'EINTR', 'ESTALE', 'ETIMEDOUT', 'ENOTCONN', 'ECONNRESET', 'EHOSTDOWN', 'ENOMEM'];
+
+export function isTransientReadError(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  if (typeof code === 'string') return TRANSIENT_READ_CODES.includes(code);
+  // The Parquet reader's thread reports fs errors as text.
+  return new RegExp(`\\b(${TRANSIENT_READ_CODES.join('|')})\\b`).test((err as Error | undefined)?.message ?? '');
+}

@@ -3,3 +3,4 @@ export { TrainRun } from './trainRun';
 export { StepRollouts } from './stepRollouts';
 export { EvalSweep } from './evalSweep';
 export { OutageWait } from './outageWait';
+export { InferenceWait } from './serveWait';

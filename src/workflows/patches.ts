@@ -27,6 +27,28 @@ export const PATCHES = {
   diskWaitHeld: 'v0.4-disk-wait-status-held',
   /** A store/disk wait that outlasts a few tries hands the call to an OutageWait child that continues as new. */
   outageHandoff: 'v0.4-outage-handoff',
+  /**
+   * StepRollouts' storeRolloutSummaries waits out StoreUnavailable / DiskFull (the parent shows
+   * waiting-for-store / waiting-for-disk) and hands a long wait to OutageWait, instead of failing the step.
+   */
+  stepSummariesStoreWait: 'v0.5-step-summaries-store-wait',
+  /**
+   * A rollout that fails with StoreUnavailable (its trajectory write, its config read) waits like a
+   * full disk: waiting-for-store, no round or attempt used, handed to OutageWait when long.
+   */
+  rolloutStoreWait: 'v0.5-rollout-store-wait',
+  /**
+   * StepRollouts' inference wait: one shared wait for every lane (not one per lane); a schedule-to-start
+   * timeout on an inference host's queue is inference down (not a failed run); after a few tries the wait
+   * moves to an InferenceWait child that continues as new, so this history stays bounded.
+   */
+  stepInferenceWait: 'v0.5-step-inference-wait',
+  /**
+   * StepRollouts' rollout-worker watchdog: with no rollout finished for a while, an activity asks Temporal
+   * whether any rollout is running or any rollout worker polls; if none, the run shows
+   * waiting-for-rollout-workers until one does. Adds a timer per watch period (and the check when idle).
+   */
+  rolloutWorkersWatch: 'v0.5-rollout-workers-watch',
   /** EvalSweep syncs adapters on each inference host's own queue (inference.sync_task_queues), as TrainRun does. */
   evalSyncHosts: 'v0.3-eval-sync-hosts',
   /** TrainRun records its [artifacts] settings in its memo, so `ratchet eval` finds the run's store. */

@@ -23,6 +23,8 @@ export class RunControl {
   waitingForInference = false;
   waitingForStore = false;
   waitingForDisk = false;
+  /** Set by StepRollouts' watchdog: rollouts pending, no rollout worker alive. */
+  waitingForRolloutWorkers = false;
   phase: Phase = 'init';
   step = 0;
   maxSteps = 0;
@@ -48,6 +50,7 @@ export class RunControl {
     if (this.waitingForStore) return 'waiting-for-store';
     if (this.waitingForDisk) return 'waiting-for-disk';
     if (this.waitingForInference) return 'waiting-for-inference';
+    if (this.waitingForRolloutWorkers) return 'waiting-for-rollout-workers';
     if (this.waitingForTrainer) return 'waiting-for-trainer';
     return this.started ? 'running' : 'starting';
   }
@@ -115,6 +118,11 @@ export class RunControl {
       this.rolloutCounts.set(p.step, { done: p.done, total: p.total });
       if (p.waitingForInference !== undefined) this.setWaitingForInference(p.waitingForInference);
       if (p.waitingForDisk !== undefined) this.setWaitingForDisk(p.waitingForDisk);
+      if (p.waitingForStore !== undefined) this.setWaitingForStore(p.waitingForStore);
+      if (p.waitingForRolloutWorkers !== undefined && this.waitingForRolloutWorkers !== p.waitingForRolloutWorkers) {
+        this.waitingForRolloutWorkers = p.waitingForRolloutWorkers;
+        this.publish();
+      }
     });
     setHandler(pauseUpdate, () => {
       this.pauseRequested = true;

@@ -7,6 +7,7 @@
 import {
   ActivityFailure,
   ApplicationFailure,
+  condition,
   getExternalWorkflowHandle,
   log,
   patched,
@@ -22,7 +23,11 @@ import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } f
 import { forActivity, livenessOf } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
-import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, callOf, handOff } from './outageWait';
+import type { OutageType } from '../contracts/outage';
+import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, callOf, handOff, outageOf } from './outageWait';
+import { waitForStore, type OutageWaiter } from './storeWait';
+import { syncAllHosts } from './inferenceWait';
+import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './serveWait';
 
 const ROLLOUT_OPTIONS: ActivityOptions = {
   taskQueue: 'ratchet-rollout',
@@ -33,10 +38,20 @@ const ROLLOUT_OPTIONS: ActivityOptions = {
 };
 const { rollout } = proxyActivities<RolloutActivities>(ROLLOUT_OPTIONS);
 
-const { storeRolloutSummaries } = proxyActivities<MainActivities>({
+const SUMMARIES_OPTIONS: ActivityOptions = {
   startToCloseTimeout: '5 minutes',
   retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
+};
+const { storeRolloutSummaries } = proxyActivities<MainActivities>(SUMMARIES_OPTIONS);
+
+// Are rollout workers alive? Asked by the watchdog only when no rollout finished for a while.
+const { rolloutWorkersSeen } = proxyActivities<MainActivities>({
+  startToCloseTimeout: '30 seconds',
+  retry: { maximumAttempts: 3 },
 });
+
+/** Seconds without a finished rollout before the watchdog asks whether rollout workers are alive. */
+export const ROLLOUT_WORKERS_WATCH_S = 120;
 
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
 export const SUMMARIES_BY_REF_PATCH = PATCHES.summariesByRef;
@@ -69,7 +84,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   const stride = Math.max(1, Math.ceil(input.tasks.length / 8));
   const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
 
-  const report = async (extra: { waitingForDisk?: boolean } = {}): Promise<void> => {
+  const report = async (extra: { waitingForDisk?: boolean; waitingForStore?: boolean; waitingForRolloutWorkers?: boolean } = {}): Promise<void> => {
     if (!parent) return;
     try {
       await parent.signal(rolloutProgressSignal, { step: input.step, done, total, waitingForInference, ...extra });
@@ -127,37 +142,86 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     if (onDisk.size === 0) await report({ waitingForDisk: false });
   };
 
-  // A disk full for longer than a few tries: the rollout is handed to an OutageWait child, which
-  // continues as new while the disk stays full, so this history grows by one child (outageWait.ts).
-  let handoffs = 0;
-  const handOffRollout = async (i: number, waitS: number): Promise<RolloutSummary> => {
-    await diskWaitStarts(i);
-    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(ROLLOUT_OPTIONS, 'rollout', inputFor(i)), 'DiskFull', waitS, input.outageWaits, handoffs++);
+  // The same for the artifact store (StoreUnavailable, rolloutStoreWait patch): waiting-for-store.
+  const onStore = new Set<number>();
+  const storeWaitStarts = async (i: number): Promise<void> => {
+    if (onStore.has(i)) return;
+    onStore.add(i);
+    if (onStore.size === 1) await report({ waitingForStore: true });
+  };
+  const storeWaitEnds = async (i: number): Promise<void> => {
+    if (!onStore.delete(i)) return;
+    if (onStore.size === 0) await report({ waitingForStore: false });
   };
 
-  /** One try of rollout i (or its hand-off); a try that ends other than DiskFull ends its disk wait. */
-  const attempt = async (i: number, handOffNow: boolean, waitS: number): Promise<RolloutSummary> => {
+  // The step's own store/disk waits (storeRolloutSummaries), shown by the parent like its own.
+  const waiter: OutageWaiter = {
+    outageLimits: input.outageWaits,
+    outageHandoffs: 0,
+    setWaitingForStore: (on) => {
+      if (on === (onStore.size > 0)) return false;
+      if (on) onStore.add(-1); else onStore.delete(-1);
+      void report({ waitingForStore: on });
+      return true;
+    },
+    setWaitingForDisk: (on) => {
+      if (on === (onDisk.size > 0)) return false;
+      if (on) onDisk.add(-1); else onDisk.delete(-1);
+      void report({ waitingForDisk: on });
+      return true;
+    },
+  };
+
+  // A disk full (or a store down) for longer than a few tries: the rollout is handed to an OutageWait
+  // child, which continues as new while the fault lasts, so this history grows by one child (outageWait.ts).
+  const handOffRollout = async (i: number, fault: OutageType, waitS: number): Promise<RolloutSummary> => {
+    await (fault === 'DiskFull' ? diskWaitStarts(i) : storeWaitStarts(i));
+    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(ROLLOUT_OPTIONS, 'rollout', inputFor(i)), fault, waitS, input.outageWaits, waiter.outageHandoffs++);
+  };
+
+  /** One try of rollout i (or its hand-off); a try that ends other than DiskFull ends its disk wait (StoreUnavailable: store wait). */
+  const attempt = async (i: number, handOffNow: OutageType | undefined, waitS: number): Promise<RolloutSummary> => {
     try {
-      const r = handOffNow ? await handOffRollout(i, waitS) : await rollout(inputFor(i));
+      const r = handOffNow ? await handOffRollout(i, handOffNow, waitS) : await rollout(inputFor(i));
       await diskWaitEnds(i);
+      // Guarded, not just awaited: an await here would delay this lane's next command by a few
+      // microtasks in histories with no store wait, reordering it against other lanes' on replay.
+      if (onStore.has(i)) await storeWaitEnds(i);
       return r;
     } catch (err) {
-      if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull')) await diskWaitEnds(i);
+      const fault = outageOf(err);
+      if (fault !== 'DiskFull') await diskWaitEnds(i);
+      if (fault !== 'StoreUnavailable' && onStore.has(i)) await storeWaitEnds(i);
       throw err;
     }
   };
 
   const runOne = async (i: number): Promise<RolloutSummary> => {
     const handoffAfter = input.outageWaits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER;
-    for (let round = 1, diskWait = 2, diskTries = 0; ; round++) {
+    // diskWait/diskTries: the pause and the tries of this rollout's outage wait (a full disk or, since rolloutStoreWait, the store).
+    for (let round = 1, diskWait = 2, diskTries = 0, fault: OutageType = 'DiskFull'; ; round++) {
       try {
         // patched() only at the hand-off: a history recorded before it waited on here, and replays so.
-        return await attempt(i, diskTries >= handoffAfter && patched(PATCHES.outageHandoff), diskWait);
+        return await attempt(i, diskTries >= handoffAfter && patched(PATCHES.outageHandoff) ? fault : undefined, diskWait);
       } catch (err) {
+        // The store is unreachable (the trajectory write, the run's config): wait for it like a full disk,
+        // with no round or attempt used. patched() only where one arrives: an older history used up its
+        // rounds there, and replays so.
+        if (outageOf(err) === 'StoreUnavailable' && patched(PATCHES.rolloutStoreWait)) {
+          log.warn('a rollout found the artifact store unreachable; waiting for it', { i, error: (err as ActivityFailure).cause!.message });
+          fault = 'StoreUnavailable';
+          diskTries++;
+          await storeWaitStarts(i);
+          await sleep(`${diskWait} seconds`);
+          diskWait = Math.min(diskWait * 2, input.outageWaits?.capS ?? STORE_WAIT_CAP_S);
+          round--;
+          continue;
+        }
         // A full disk: wait for an operator to free space, for as long as it takes (not a round).
         // patched() only where a DiskFull arrives: an older history failed there, and replays so.
         if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull' && patched(PATCHES.diskWait)) {
           log.warn('a rollout found its disk full; waiting for space', { i, error: err.cause.message });
+          fault = 'DiskFull';
           diskTries++;
           if (patched(PATCHES.diskWaitHeld)) {
             await diskWaitStarts(i);
@@ -173,7 +237,51 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
         if (err.cause instanceof ApplicationFailure && err.cause.nonRetryable) throw err;
         // Retries ran out: most often inference restarted and lost its adapters. Put the version back, then retry.
         log.warn('rollout failed after its retries; checking inference before trying again', { i, round, error: String(err.cause ?? err) });
-        await ensureServed();
+        // patched() only here: an older history waited in each lane, and replays so.
+        await (patched(PATCHES.stepInferenceWait) ? ensureServedShared() : ensureServed());
+      }
+    }
+  };
+
+  const syncRequest = () => ({
+    runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion,
+    liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts,
+  });
+  const setWaitingForInference = async (on: boolean): Promise<void> => {
+    if (waitingForInference === on) return;
+    waitingForInference = on;
+    await report();
+  };
+
+  /**
+   * Make sure inference serves the step's version, once for every lane that asks meanwhile (one
+   * wait, not one per lane). A host whose sync worker does not pick up is inference down too. After
+   * a few tries the wait goes to an InferenceWait child that continues as new (serveWait.ts).
+   */
+  let serving: Promise<void> | undefined;
+  let inferenceHandoffs = 0;
+  const ensureServedShared = (): Promise<void> => {
+    serving ??= serveStepVersion().finally(() => { serving = undefined; });
+    return serving;
+  };
+  const serveStepVersion = async (): Promise<void> => {
+    const hosts = input.config.inference.sync_task_queues ?? [];
+    const limits = input.outageWaits;
+    for (let wait = 5, failed = 0; ; wait = Math.min(wait * 2, limits?.capS ?? INFERENCE_WAIT_CAP_S)) {
+      try {
+        await syncAllHosts(syncRequest(), hosts);
+        await setWaitingForInference(false);
+        return;
+      } catch (err) {
+        if (!inferenceDown(err, hosts)) throw err;
+        if (!waitingForInference) log.warn('inference is down; the step waits for it', { error: String((err as ActivityFailure).cause?.message ?? err) });
+        await setWaitingForInference(true);
+        if (++failed >= (limits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER)) {
+          await handOffInferenceWait(syncRequest(), hosts, wait, limits, inferenceHandoffs++);
+          await setWaitingForInference(false);
+          return;
+        }
+        await sleep(`${wait} seconds`);
       }
     }
   };
@@ -202,29 +310,88 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     }
   };
 
+  // Rollouts pending and none finishing: are rollout workers alive at all? (rolloutWorkersWatch patch)
+  // A rollout has no schedule-to-start timeout (a busy pool queues rollouts for long, and that is no
+  // fault), so with every worker gone they wait in the queue; the watchdog makes that a status.
+  let rolloutsOver = false;
+  let waitingForWorkers = false;
+  const setWaitingForWorkers = async (on: boolean): Promise<void> => {
+    if (waitingForWorkers === on) return;
+    waitingForWorkers = on;
+    if (on) log.warn('rollouts are pending, none runs and no rollout worker polls: waiting for rollout workers');
+    else log.info('rollout workers are back; the step goes on');
+    await report({ waitingForRolloutWorkers: on });
+  };
+  const watchdog = async (): Promise<void> => {
+    const every = input.rolloutWorkersWatchS ?? ROLLOUT_WORKERS_WATCH_S;
+    let tick = every;
+    let seenDone = done;
+    const info = workflowInfo();
+    // A wait the step already shows (inference, store, disk) is not a worker problem: the watchdog
+    // sleeps through it on a condition (no timer, no events), so a long outage costs it nothing.
+    const knownWait = () => waitingForInference || onStore.size > 0 || onDisk.size > 0;
+    while (!rolloutsOver) {
+      if (knownWait()) {
+        await condition(() => rolloutsOver || !knownWait());
+        seenDone = -1;
+        continue;
+      }
+      if (await condition(() => rolloutsOver || knownWait(), `${tick} seconds`)) continue;
+      if (done !== seenDone) {
+        // Progress: workers are alive. Nothing to ask.
+        seenDone = done;
+        tick = every;
+        continue;
+      }
+      try {
+        const seen = await rolloutWorkersSeen({ workflowId: info.workflowId, runId: info.runId, taskQueue: ROLLOUT_OPTIONS.taskQueue! });
+        const none = seen.queued > 0 && seen.running === 0 && seen.pollers === 0;
+        await setWaitingForWorkers(none);
+        // While none: ask less often (each ask costs ~10 events), at most twice the period apart.
+        tick = none ? Math.min(tick * 2, every * 2) : every;
+      } catch (err) {
+        log.warn('could not ask whether rollout workers are alive', { error: String(err) });
+      }
+    }
+  };
+
   const lane = async (): Promise<void> => {
     while (next < total) {
       const i = next++;
       results[i] = await runOne(i);
       done++;
+      if (waitingForWorkers) await setWaitingForWorkers(false);
       const g = Math.floor(i / perTask);
       // Progress at most ~8 times a step: each signal costs the parent history events.
       if (++doneInGroup[g]! === perTask && (++groupsDone % stride === 0 || groupsDone === input.tasks.length)) await report();
     }
   };
 
-  await Promise.all(Array.from({ length: window }, lane));
+  // patched() before any lane starts: an older history had no watchdog, and replays so.
+  const watching = total > 0 && patched(PATCHES.rolloutWorkersWatch) ? watchdog() : undefined;
+  try {
+    await Promise.all(Array.from({ length: window }, lane));
+  } finally {
+    rolloutsOver = true;
+  }
+  await watching;
+  await setWaitingForWorkers(false);
   log.info('step rollouts done', { step: input.step, total, historyLength: workflowInfo().historyLength });
   const all = results as RolloutSummary[];
   if (!patched(SUMMARIES_BY_REF_PATCH)) return all;
   // One artifact, written in parts that each fit a payload: the parent never holds the summaries.
   const common = { runId: input.runId, step: input.step, ...(input.artifacts ? { artifacts: input.artifacts } : {}) };
+  // A store down or a disk full here waits (the parent shows it) instead of failing the step.
+  // patched() only here: an older history called it directly, and replays so.
+  const storeSummaries = (req: Parameters<typeof storeRolloutSummaries>[0]): Promise<ArtifactRef> => (patched(PATCHES.stepSummariesStoreWait)
+    ? waitForStore(waiter, () => storeRolloutSummaries(req), callOf<MainActivities, 'storeRolloutSummaries'>(SUMMARIES_OPTIONS, 'storeRolloutSummaries', req))
+    : storeRolloutSummaries(req));
   if (all.length <= SUMMARIES_PER_PART) {
-    return { summaries: await storeRolloutSummaries({ ...common, summaries: all }), count: all.length };
+    return { summaries: await storeSummaries({ ...common, summaries: all }), count: all.length };
   }
   const parts: ArtifactRef[] = [];
   for (let i = 0; i < all.length; i += SUMMARIES_PER_PART) {
-    parts.push(await storeRolloutSummaries({ ...common, part: parts.length, summaries: all.slice(i, i + SUMMARIES_PER_PART) }));
+    parts.push(await storeSummaries({ ...common, part: parts.length, summaries: all.slice(i, i + SUMMARIES_PER_PART) }));
   }
-  return { summaries: await storeRolloutSummaries({ ...common, parts }), count: all.length };
+  return { summaries: await storeSummaries({ ...common, parts }), count: all.length };
 }

@@ -4,12 +4,24 @@
 import {
   ActivityFailure, ApplicationFailure, log, patched, proxyActivities, sleep, type ActivityInterfaceFor, type ActivityOptions,
 } from '@temporalio/workflow';
-import type { OutageCall } from '../contracts/outage';
+import type { OutageCall, OutageWaitLimits } from '../contracts/outage';
 import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, handOff } from './outageWait';
 import { PATCHES } from './patches';
 import type { RunControl } from './runControl';
 
 export { DISK_WAIT_CAP_S } from './outageWait';
+
+/**
+ * Who shows a store/disk wait: TrainRun's RunControl, or StepRollouts, which reports it to its
+ * parent. The setters answer whether the flag changed.
+ */
+export interface OutageWaiter {
+  setWaitingForStore(on: boolean): boolean;
+  setWaitingForDisk(on: boolean): boolean;
+  outageLimits: OutageWaitLimits | undefined;
+  /** OutageWait children started by this execution (their workflow ids count them). */
+  outageHandoffs: number;
+}
 
 /**
  * Runs an activity call; while the artifact store is unreachable (StoreUnavailable)
@@ -33,7 +45,8 @@ export function untilStore<T>(run: RunControl, call: () => Promise<T>, handoff?:
   return waitForStore(run, call, handoff);
 }
 
-async function waitForStore<T>(run: RunControl, call: () => Promise<T>, handoff: OutageCall | undefined): Promise<T> {
+/** untilStore without its patch check: for callers that check their own patch (StepRollouts). */
+export async function waitForStore<T>(run: OutageWaiter, call: () => Promise<T>, handoff: OutageCall | undefined): Promise<T> {
   // A full disk waits for a person, so its polls are sparser (to 2 minutes).
   let forDisk = false;
   const limits = run.outageLimits;

@@ -173,6 +173,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch, liveness: windows },
       taskSetDir, seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
       ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
+      ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
     };
     run.rolloutCounts.set(s, { done: 0, total: tasks.length * orch.rollouts_per_example });
     const scope = new CancellationScope();

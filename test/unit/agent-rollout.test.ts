@@ -183,7 +183,7 @@ describe('rollout activity: a task that cannot be set up is a dropped rollout, n
     expect((await trajectoryOf(last.store, summary.trajectory)).error).toMatch(/^the sandbox failed during setup: Cannot connect to the Docker daemon/);
   });
 
-  test('a task id missing from its task file is setup_error; a task file that does not exist still fails loudly', async () => {
+  test('a task id missing from its task file is setup_error; a task file that is not there is retried (TaskReadError)', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-tasks-'));
     writeFileSync(path.join(dir, 'tasks.jsonl'), `${JSON.stringify(task)}\n`);
     const { store, acts } = setup([]);
@@ -193,7 +193,7 @@ describe('rollout activity: a task that cannot be set up is a dropped rollout, n
     expect((await trajectoryOf(store, summary.trajectory)).error).toMatch(/task "gone-7" is not in/);
     await expect(new MockActivityEnvironment({ attempt: 1 })
       .run(acts.rollout, input('swe-grep', { taskSetDir: dir, task: { datasetPath: 'nope.jsonl', instanceId: 'calc-1' } })))
-      .rejects.toMatchObject({ type: 'InvalidRolloutTask', nonRetryable: true });
+      .rejects.toMatchObject({ type: 'TaskReadError', nonRetryable: false });
   });
 
   test('a snapshot that cannot be materialised is setup_error; dockerd unreachable at acquire still throws for Temporal to retry', async () => {

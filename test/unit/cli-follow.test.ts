@@ -40,6 +40,8 @@ test.each([
   ['weight-sync', {}, 'step 3/10 · loading the new adapter into inference (weight sync)'],
   ['metrics', { prefetchedStep: 4 }, "step 3/10 · recording the step · step 4's rollouts running ahead"],
   ['rollouts', { status: 'waiting-for-inference', rolloutsDone: 0 }, 'step 3/10 · rollouts 0/8 · waiting-for-inference'],
+  ['rollouts', { status: 'waiting-for-rollout-workers', rolloutsDone: 5 },
+    'step 3/10 · rollouts 5/8 · waiting-for-rollout-workers (no rollout worker runs or polls ratchet-rollout: start one, e.g. `ratchet up`; the rollouts wait queued)'],
 ] as const)('phase %s reads as a line', (phase, over, line) => {
   expect(phaseLine(progress({ phase, ...over } as Partial<Progress>))).toBe(line);
 });

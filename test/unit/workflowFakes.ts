@@ -11,6 +11,7 @@ import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type
 import type { RecordStepInput } from '../../src/contracts';
 import type { SyncWeightsInput } from '../../src/contracts';
 import { rolloutStats } from '../../src/rollouts/stats';
+import { createRolloutWorkersActivities } from '../../src/activities/rolloutWorkers';
 
 export const ref = (name: string): ArtifactRef => ({
   uri: `file:///fake/${name}`,
@@ -42,6 +43,15 @@ export interface FakeOptions {
   stepFaults?: Record<number, string>;
   /** trainer.step of these steps kills its trainer mid-step: it heartbeats, then the trainer never answers again. */
   killingSteps?: number[];
+  /** storeRolloutSummaries finds the artifact store unreachable this many times first (StoreUnavailable). */
+  summariesStoreDownTimes?: number;
+  /** The first rollout finds the store unreachable this many times first (StoreUnavailable), saving its trajectory. */
+  rolloutStoreDownTimes?: number;
+  /**
+   * Inference is down from the start: every rollout attempt fails (retryable, as a refused model call)
+   * until a syncWeights goes through, and syncWeights fails inferenceDownTimes times first.
+   */
+  inferenceDownAtStart?: boolean;
   /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
   leases?: number;
 }
@@ -73,6 +83,9 @@ export function makeFakes(opts: FakeOptions = {}) {
   let storeDownLeft = opts.storeDownTimes ?? 0;
   let diskFullLeft = opts.diskFullTimes ?? 0;
   let rolloutDiskFullLeft = opts.rolloutDiskFullTimes ?? 0;
+  let summariesStoreDownLeft = opts.summariesStoreDownTimes ?? 0;
+  let rolloutStoreDownLeft = opts.rolloutStoreDownTimes ?? 0;
+  let inferenceOut = opts.inferenceDownAtStart ?? false;
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
   // StepRollouts stores its summaries as one artifact; the fakes keep them in memory by uri.
@@ -80,7 +93,16 @@ export function makeFakes(opts: FakeOptions = {}) {
   const summariesOf = (input: BuildBatchInput): RolloutSummary[] => (input.summaries ? summaryArtifacts.get(input.summaries.uri)! : (input.trajectories ?? []) as RolloutSummary[]);
 
   const main = {
+    // The real one: it asks the dev server whether rollout workers run or poll.
+    ...createRolloutWorkersActivities(),
     async storeRolloutSummaries(input: { runId: string; step: number; part?: number; summaries?: RolloutSummary[]; parts?: ArtifactRef[] }): Promise<ArtifactRef> {
+      if (summariesStoreDownLeft > 0) {
+        summariesStoreDownLeft--;
+        events.push({ t: now(), what: 'summaries-store-down', step: input.step });
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable('artifact store s3://b/p is unreachable (fake)', 'StoreUnavailable');
+      }
+      events.push({ t: now(), what: 'summaries-stored', step: input.step });
       const all = input.parts ? input.parts.flatMap((p) => summaryArtifacts.get(p.uri)!) : input.summaries!;
       const r = ref(`summaries-${input.step}${input.part === undefined ? '' : `-part-${input.part}`}`);
       summaryArtifacts.set(r.uri, all);
@@ -113,6 +135,7 @@ export function makeFakes(opts: FakeOptions = {}) {
         const { ApplicationFailure } = await import('@temporalio/common');
         throw ApplicationFailure.nonRetryable('replica down (fake)', 'InferenceUnavailable');
       }
+      inferenceOut = false;
       return { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 1 };
     },
     async unloadRunAdapters(input: { runId: string; baseUrls: string[] }) {
@@ -151,6 +174,16 @@ export function makeFakes(opts: FakeOptions = {}) {
         events.push({ t: now(), what: 'rollout-disk-full', step: input.step });
         const { ApplicationFailure } = await import('@temporalio/common');
         throw ApplicationFailure.nonRetryable('disk full writing /art/runs/r/steps/0/rollouts/g/0.json (ENOSPC) (fake)', 'DiskFull');
+      }
+      if (rolloutStoreDownLeft > 0) {
+        rolloutStoreDownLeft--;
+        events.push({ t: now(), what: 'rollout-store-down', step: input.step });
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable('artifact store s3://b/p is unreachable (fake)', 'StoreUnavailable');
+      }
+      if (inferenceOut) {
+        events.push({ t: now(), what: 'rollout-inference-down', step: input.step });
+        throw new Error('connect ECONNREFUSED 127.0.0.1:8000 (fake model server)');
       }
       const reward = (input.rolloutIndex + input.step) / 10;
       return {

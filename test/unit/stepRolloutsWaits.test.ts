@@ -1,0 +1,195 @@
+/**
+ * StepRollouts' waits (issue 25, holes 1-4) against a real Temporal dev server with fake
+ * activities: a store outage at storeRolloutSummaries and in a rollout's trajectory write,
+ * inference down inside the step, and no rollout worker at all. Each fault is a wait with a
+ * status the parent shows, and the step completes by itself once the fault is fixed.
+ * RATCHET_RECORD_HISTORIES=1 records the step's histories for the replay test (infra/record-histories.sh).
+ */
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { defaultPayloadConverter } from '@temporalio/common';
+import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { SA, progressQuery } from '../../src/workflows/messages';
+import type { TrainRun } from '../../src/workflows/trainRun';
+import type { RolloutProgressSignal, TrainRunInput } from '../../src/contracts';
+import { makeFakes, type FakeOptions } from './workflowFakes';
+import { recordHistory } from '../helpers/histories';
+
+jest.setTimeout(180_000);
+
+// Short limits stand in for days: 2 tries in the step, then a child that continues as new every 2 tries.
+const shortOutage = { handoffAfter: 2, perExecution: 2, capS: 1 };
+
+describeWithStack('StepRollouts waits (fake activities, real dev server)', ['temporalBinary'], () => {
+  let env: TestWorkflowEnvironment;
+  let bundle: WorkflowBundleWithSourceMap;
+
+  beforeAll(async () => {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+    env = await TestWorkflowEnvironment.createLocal({
+      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
+    });
+    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
+  }, 180_000);
+
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  interface Stack { fakes: ReturnType<typeof makeFakes>; startRolloutWorker: () => void }
+
+  /** The fake stack around fn; with `rolloutWorker: false` no rollout worker runs until fn starts one. */
+  async function withWorkers<T>(opts: FakeOptions & { rolloutWorker?: boolean }, fn: (s: Stack) => Promise<T>): Promise<T> {
+    const fakes = makeFakes(opts);
+    const conn = env.nativeConnection;
+    const workers = await Promise.all([
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
+      ...['w1', 'w2'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
+    ]);
+    const running = workers.map((w) => w.run());
+    const startRolloutWorker = () => {
+      const w = Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout });
+      running.push(w.then(async (rw) => { workers.push(rw); await rw.run(); }));
+    };
+    if (opts.rolloutWorker !== false) startRolloutWorker();
+    try {
+      return await fn({ fakes, startRolloutWorker });
+    } finally {
+      // A worker created late may still be starting: let it join before shutting everything down.
+      await new Promise((r) => setTimeout(r, 200));
+      for (const w of workers) w.shutdown();
+      await Promise.all(running);
+    }
+  }
+
+  let n = 0;
+  async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
+    const runId = `waits-${process.pid}-${++n}`;
+    return env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
+    });
+  }
+
+  const rolloutsOf = (handle: WorkflowHandle, step = 0) => env.client.workflow.getHandle(`${handle.workflowId}-step-${step}-rollouts`);
+
+  /** The children of type `type` a workflow started, and how many executions each child's chain has. */
+  async function children(handle: WorkflowHandle, type: string): Promise<{ id: string; executions: number }[]> {
+    const ids = ((await handle.fetchHistory()).events ?? [])
+      .map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes)
+      .filter((a) => a?.workflowType?.name === type)
+      .map((a) => a!.workflowId!);
+    return Promise.all(ids.map(async (id) => {
+      const runs: string[] = [];
+      for await (const w of env.client.workflow.list({ query: `WorkflowId = '${id}'` })) runs.push(w.runId);
+      return { id, executions: runs.length };
+    }));
+  }
+
+  /** Activities of `type` scheduled in a workflow's own history. */
+  async function scheduled(handle: WorkflowHandle, type: string): Promise<number> {
+    return ((await handle.fetchHistory()).events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type).length;
+  }
+
+  /** The rolloutProgress signals a TrainRun received, in order. */
+  async function progressSignals(handle: WorkflowHandle): Promise<RolloutProgressSignal[]> {
+    return ((await handle.fetchHistory()).events ?? [])
+      .map((e) => e.workflowExecutionSignaledEventAttributes)
+      .filter((a) => a?.signalName === 'rolloutProgress')
+      .map((a) => defaultPayloadConverter.fromPayload<RolloutProgressSignal>(a!.input!.payloads![0]!));
+  }
+
+  // First in the file: no other test's rollout worker has polled this server's queue yet.
+  test('no rollout worker: the run shows waiting-for-rollout-workers, then goes on by itself when one starts', async () => {
+    await withWorkers({ rolloutWorker: false, orchestrator: { max_steps: 1 } }, async ({ fakes, startRolloutWorker }) => {
+      const handle = await start({ rolloutWorkersWatchS: 1 });
+      await waitForStatus(handle, 'waiting-for-rollout-workers');
+      expect(await handle.query(progressQuery)).toMatchObject({ phase: 'rollouts', rolloutsDone: 0, rolloutsTotal: 6 });
+      expect(fakes.events.filter((e) => e.what === 'rollout-start')).toHaveLength(0);
+      startRolloutWorker();
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      // Every rollout ran once: the wait used no attempt and lost nothing from the window.
+      expect(fakes.events.filter((e) => e.what === 'rollout-start')).toHaveLength(6);
+      expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([6]);
+      const flags = (await progressSignals(handle)).map((s) => s.waitingForRolloutWorkers).filter((f) => f !== undefined);
+      expect(flags).toEqual([true, false]);
+      expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-rollout-workers-wait');
+      await recordHistory(handle, 'trainrun-rollout-workers-wait');
+    });
+  });
+
+  test('a store outage exactly at storeRolloutSummaries: the run waits (waiting-for-store), then completes', async () => {
+    await withWorkers({ summariesStoreDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes }) => {
+      const handle = await start({ outageWaits: shortOutage });
+      await waitForStatus(handle, 'waiting-for-store');
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      expect(fakes.events.filter((e) => e.what === 'summaries-store-down')).toHaveLength(5);
+      expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([6]);
+      expect([...fakes.applied.values()]).toEqual([1]);
+      // 2 tries in the step's history, the rest in one OutageWait child that continued as new.
+      expect(await scheduled(rolloutsOf(handle), 'storeRolloutSummaries')).toBe(2);
+      const waits = await children(rolloutsOf(handle), 'OutageWait');
+      expect(waits).toHaveLength(1);
+      expect(waits[0]!.executions).toBeGreaterThan(1);
+      expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-summaries-store-wait');
+    });
+  });
+
+  test('a rollout\'s trajectory write finds the store down for a while: waiting-for-store, no attempt used, every rollout kept', async () => {
+    await withWorkers({ rolloutStoreDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes }) => {
+      const handle = await start({ outageWaits: shortOutage });
+      await waitForStatus(handle, 'waiting-for-store');
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      expect(fakes.events.filter((e) => e.what === 'rollout-store-down')).toHaveLength(5);
+      expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([6]);
+      expect(await children(rolloutsOf(handle), 'OutageWait')).toHaveLength(1);
+      expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-rollout-store-wait');
+    });
+  });
+
+  test('inference down inside the step: one wait for every lane, moved to an InferenceWait child; the step history stays small', async () => {
+    await withWorkers({ inferenceDownAtStart: true, inferenceDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes }) => {
+      const handle = await start({ outageWaits: shortOutage });
+      await waitForStatus(handle, 'waiting-for-inference');
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([6]);
+      expect([...fakes.applied.values()]).toEqual([1]);
+      // Four lanes failed at once; they shared one wait: 2 syncs in the step, the rest in the child.
+      expect(await scheduled(rolloutsOf(handle), 'syncWeights')).toBe(2);
+      const waits = await children(rolloutsOf(handle), 'InferenceWait');
+      expect(waits).toHaveLength(1);
+      expect(waits[0]!.executions).toBe(2);
+      expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-inference-wait');
+    });
+  });
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits until the run reports `status`, then checks the Web UI's search attribute says the same. */
+async function waitForStatus(handle: WorkflowHandle<typeof TrainRun>, status: string): Promise<void> {
+  await waitFor(async () => (await handle.query(progressQuery)).status === status);
+  expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe(status);
+}
+
+async function waitFor(pred: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await sleep(100);
+  }
+}
+
+const quietLogger = {
+  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
+  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
+};
