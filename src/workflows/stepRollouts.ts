@@ -17,7 +17,7 @@ import {
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../rollouts/trajectory';
-import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
+import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';

@@ -16,7 +16,7 @@ import { createEvalActivities } from '../../src/activities/eval';
 import { createRolloutActivities } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { RunConfig } from '../../src/config/schema';
-import { EvalResult } from '../../src/report/records';
+import { EvalResult } from '../../src/contracts/eval';
 import { Trajectory } from '../../src/rollouts/trajectory';
 import { SandboxManager } from '../../src/sandbox';
 import { writeTaskSubset } from '../../src/tasks/subset';
