@@ -1,17 +1,16 @@
 /**
  * The main worker's activities (task queue `ratchet`): config, dataset, batch
  * building, weight sync, metrics, eval planning and scoring. Rollouts run on `ratchet-rollout`
- * (src/activities/rollout.ts) and the trainer in Python.
+ * (src/activities/rollout.ts, checked against RolloutActivities there) and the trainer in Python.
  */
 import type { ArtifactStore } from '../artifacts/store';
 import type { Logger } from '../shared/logger';
-import type { MainActivities, RolloutActivities } from '../contracts';
+import type { MainActivities } from '../contracts';
 import { createBatchActivities } from './buildBatch';
 import { createConfigActivities } from './config';
 import { createDatasetActivities } from './dataset';
 import { createEvalActivities } from './eval';
 import { createMetricsActivities } from './metrics';
-import type { createRolloutActivities } from './rollout';
 import { createRolloutSummaryActivities } from './rolloutSummaries';
 import { createWeightSyncActivities, type WeightSyncDeps } from './weightSync';
 
@@ -33,11 +32,3 @@ export function createActivities(deps: ActivityDeps) {
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
   } satisfies MainActivities;
 }
-
-// Compile-time check: the rollout worker's activity (its own worker, src/activities/rollout.ts) answers what
-// the workflows expect (src/contracts/activities.ts). Both sides take the one RolloutInput schema's types.
-type Rollout = ReturnType<typeof createRolloutActivities>['rollout'];
-type Answers<Impl extends (input: never) => unknown, Expected> = Awaited<ReturnType<Impl>> extends Expected ? true : never;
-export const contractChecks: [
-  Answers<Rollout, Awaited<ReturnType<RolloutActivities['rollout']>>>,
-] = [true];

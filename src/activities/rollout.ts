@@ -12,6 +12,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import type { ArtifactStore } from '../artifacts/store';
 import { diskFullFailure, storeFor } from '../artifacts/stores';
+import type { RolloutActivities } from '../contracts/activities';
 import { RolloutInput, taskIdOf, type ParsedRolloutInput } from '../contracts/rollout';
 import type { SandboxManager } from '../envs/sandbox';
 import { zeroScore } from '../envs/types';
@@ -115,7 +116,6 @@ export function createRolloutActivities(deps: RolloutDeps) {
     return summary;
   }
 
-  return { rollout };
+  return { rollout } satisfies RolloutActivities;
 }
 
-export type RolloutActivities = ReturnType<typeof createRolloutActivities>;
