@@ -21,7 +21,7 @@ import { isSetupFailed, runEpisode } from '../rollouts/episode';
 import { nonRetryable, retryInfrastructureFailure } from '../rollouts/errors';
 import { recordRollout, setupFailureOutcome } from '../rollouts/record';
 import { scoreEpisode } from '../rollouts/scoring';
-import { isUnscored, type RolloutSummary } from '../rollouts/trajectory';
+import { isUnscored, type RolloutSummary } from '../contracts/trajectory';
 import { LIVENESS_DEFAULTS } from '../shared/liveness';
 import { componentLogger } from '../shared/logger';
 import { createEnvironmentResolver } from './environments';

@@ -18,7 +18,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { RunConfig } from '../config/schema';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { RolloutSummary } from '../rollouts/trajectory';
+import type { RolloutSummary } from '../contracts/trajectory';
 import { createRolloutSummaryActivities } from '../activities/rolloutSummaries';
 import type { StoreRolloutSummariesInput } from '../contracts';
 import { LocalArtifactStore } from '../artifacts/store';

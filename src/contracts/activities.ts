@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import { ArtifactsFields, type RunConfig } from '../config/schema';
-import { RolloutSummary } from '../rollouts/trajectory';
+import { RolloutSummary } from './trajectory';
 import type { ActivityLivenessInput } from '../shared/liveness';
 import type { EvalActivities } from './eval';
 import type { StepRecord, RunStateFile } from './records';

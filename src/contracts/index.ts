@@ -6,6 +6,7 @@
  * - activities.ts: the activities workflows call (the main worker's, the rollout worker's)
  * - eval.ts: EvalSweep's input, plan, episodes and result, and its activities
  * - rollout.ts: the rollout activity's input, one schema: workflows send its input type, the activity parses it
+ * - trajectory.ts: one rollout as the rollout worker saves it and the batch builder reads it, and its RolloutSummary
  * - trainer.ts: the Python trainer's activities
  * - outage.ts: a store or disk outage handed to the OutageWait workflow
  * docs/contracts.md names the other side of each (the Python trainer's where there is one).
@@ -18,3 +19,4 @@ export * from './rollout';
 export * from './run';
 export * from './step';
 export * from './trainer';
+export * from './trajectory';

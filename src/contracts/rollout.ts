@@ -1,7 +1,7 @@
 /**
  * The rollout activity's input, as the rollout worker validates it: what
  * StepRollouts and EvalSweep send for one episode. Its result is a
- * RolloutSummary (src/rollouts/trajectory.ts): a reference to the saved
+ * RolloutSummary (./trajectory.ts): a reference to the saved
  * trajectory and a small summary, never the trajectory itself. One schema for
  * both sides: workflows build the input type (`RolloutInput`, before defaults), the
  * activity parses it and works on the output type (`ParsedRolloutInput`).

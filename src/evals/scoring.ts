@@ -5,7 +5,7 @@
  */
 import type { EvalEpisode, EvalPlan, EvalResult, Prf } from '../contracts/eval';
 import type { EvalMetrics, PrfMetric } from '../envs/types';
-import { isUnscored, type RolloutSummary } from '../rollouts/trajectory';
+import { isUnscored, type RolloutSummary } from '../contracts/trajectory';
 import type { Task } from '../tasks/schema';
 
 /**

@@ -1,4 +1,4 @@
-import { isInfrastructureFailure, isSetupFailure, type SamplingRecord, type Trajectory } from '../rollouts/trajectory';
+import { isInfrastructureFailure, isSetupFailure, type SamplingRecord, type Trajectory } from '../contracts/trajectory';
 import { advantageRecipe, groupAdvantages, type AdvantageConfig } from './advantages';
 import { assembleTrajectory, type NonPrefixCause, type NonPrefixPolicy } from './assemble';
 import { BatchBuildError } from './errors';

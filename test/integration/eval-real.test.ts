@@ -17,7 +17,7 @@ import { createRolloutActivities } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { RunConfig } from '../../src/config/schema';
 import { EvalResult } from '../../src/contracts/eval';
-import { Trajectory } from '../../src/rollouts/trajectory';
+import { Trajectory } from '../../src/contracts/trajectory';
 import { SandboxManager } from '../../src/sandbox';
 import { writeTaskSubset } from '../../src/tasks/subset';
 import { logger } from '../../src/shared/logger';

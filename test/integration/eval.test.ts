@@ -16,7 +16,7 @@ import { main } from '../../src/cli/index';
 import { EXIT } from '../../src/cli/exit';
 import { RunConfig } from '../../src/config/schema';
 import { EvalResult } from '../../src/contracts/eval';
-import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import type { RolloutSummary } from '../../src/contracts/trajectory';
 import { logger } from '../../src/shared/logger';
 import { paths } from '../../src/shared/paths';
 import { taskIdOf, type RolloutInput, type SyncWeightsInput } from '../../src/contracts';

@@ -5,7 +5,7 @@
 import { Context } from '@temporalio/activity';
 import { RunConfig } from '../../src/config/schema';
 import type { ArtifactRef } from '../../src/artifacts/ref';
-import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import type { RolloutSummary } from '../../src/contracts/trajectory';
 import type { BuildBatchInput, RolloutInput } from '../../src/contracts';
 import { pickResume, taskIdOf, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/contracts';
 import type { RecordStepInput } from '../../src/contracts';
