@@ -7,7 +7,7 @@ import type { StoreSettings } from '../artifacts/settings';
 import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { BuildBatchInput, type BatchActivities } from '../contracts';
 import { readRolloutSummaries } from './rolloutSummaries';
-import { RolloutSummary, type Trajectory } from '../rollouts/trajectory';
+import { RolloutSummary, type Trajectory } from '../contracts/trajectory';
 import { buildBatchFromTrajectories, type BatchStats, type BuilderInput } from '../samples/builder';
 import { BatchBuildError } from '../samples/errors';
 import { parseTrajectory } from '../samples/parseTrajectory';
@@ -66,7 +66,7 @@ export function createBatchActivities(deps: BatchActivityDeps) {
     }
     const parsed = parseTrajectory(raw);
     if (!parsed.ok) {
-      fail('MalformedTrajectory', `trajectory ${ref.uri} does not match the ratchet.trajectory/v1 schema (src/rollouts/trajectory.ts): ` +
+      fail('MalformedTrajectory', `trajectory ${ref.uri} does not match the ratchet.trajectory/v1 schema (src/contracts/trajectory.ts): ` +
         `field ${parsed.field}: ${parsed.message}` + (parsed.more > 0 ? ` (and ${parsed.more} more issues)` : ''));
     }
     return parsed.value;

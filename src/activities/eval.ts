@@ -15,7 +15,7 @@ import type { EvalActivities, EvalPlan, EvalSweepInput, EvalVersionSummary, Reco
 import type { Environment } from '../envs/types';
 import { scoreEval, splitEpisodes, type ScoredEpisode } from '../evals/scoring';
 import { loadEvalTaskset } from '../evals/tasksets';
-import type { Trajectory } from '../rollouts/trajectory';
+import type { Trajectory } from '../contracts/trajectory';
 import type { Logger } from '../shared/logger';
 import { evalEpisodesTotal } from '../metrics';
 import { forActivity, livenessOf } from '../shared/liveness';

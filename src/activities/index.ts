@@ -1,17 +1,16 @@
 /**
  * The main worker's activities (task queue `ratchet`): config, dataset, batch
  * building, weight sync, metrics, eval planning and scoring. Rollouts run on `ratchet-rollout`
- * (src/activities/rollout.ts) and the trainer in Python.
+ * (src/activities/rollout.ts, checked against RolloutActivities there) and the trainer in Python.
  */
 import type { ArtifactStore } from '../artifacts/store';
 import type { Logger } from '../shared/logger';
-import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
+import type { MainActivities } from '../contracts';
 import { createBatchActivities } from './buildBatch';
 import { createConfigActivities } from './config';
 import { createDatasetActivities } from './dataset';
 import { createEvalActivities } from './eval';
 import { createMetricsActivities } from './metrics';
-import type { createRolloutActivities } from './rollout';
 import { createRolloutSummaryActivities } from './rolloutSummaries';
 import { createRolloutWorkersActivities } from './rolloutWorkers';
 import { createWeightSyncActivities, type WeightSyncDeps } from './weightSync';
@@ -35,13 +34,3 @@ export function createActivities(deps: ActivityDeps) {
     ...createRolloutWorkersActivities(),
   } satisfies MainActivities;
 }
-
-// Compile-time checks: the rollout worker's activity (its own worker, src/activities/rollout.ts) accepts what
-// the workflows send and answers what they expect (src/contracts/activities.ts).
-type Rollout = ReturnType<typeof createRolloutActivities>['rollout'];
-type Accepts<Impl extends (input: never) => unknown, Sent> = Sent extends Parameters<Impl>[0] ? true : never;
-type Answers<Impl extends (input: never) => unknown, Expected> = Awaited<ReturnType<Impl>> extends Expected ? true : never;
-export const contractChecks: [
-  Accepts<Rollout, RolloutInput>,
-  Answers<Rollout, Awaited<ReturnType<RolloutActivities['rollout']>>>,
-] = [true, true];

@@ -15,7 +15,10 @@
  */
 import { Context } from '@temporalio/activity';
 import type { LivenessConfig } from '../config/schema';
+import type { Liveness } from '../shared/liveness';
 import { componentLogger, type Logger } from '../shared/logger';
+
+export type { Liveness } from '../shared/liveness';
 
 export interface LivenessOptions {
   /** The activity, for the log line. */
@@ -24,16 +27,6 @@ export interface LivenessOptions {
   /** No progress for this long is a stall. */
   stallMs: number;
   logger?: Logger;
-}
-
-/** What the work sees. */
-export interface Liveness {
-  /** Record progress; `details` replace what the next heartbeats carry. */
-  progress(details?: Record<string, unknown>): void;
-  /** Aborts when the activity is cancelled, or one heartbeat timeout after a stall. */
-  readonly signal: AbortSignal;
-  /** Whether the watchdog has given up on this attempt. */
-  readonly stalled: boolean;
 }
 
 export class StalledError extends Error {

@@ -12,7 +12,8 @@ import { ApplicationFailure } from '@temporalio/common';
 import { OpenAIModelClient, type ModelClient } from '../agent/model';
 import type { ArtifactStore } from '../artifacts/store';
 import { asActivityFailure, storeFor } from '../artifacts/stores';
-import { RolloutInput, type ParsedRolloutInput } from '../contracts/rollout';
+import type { RolloutActivities } from '../contracts/activities';
+import { RolloutInput, taskIdOf, type ParsedRolloutInput } from '../contracts/rollout';
 import type { SandboxManager } from '../envs/sandbox';
 import { zeroScore } from '../envs/types';
 import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from '../metrics';
@@ -20,8 +21,7 @@ import { isSetupFailed, runEpisode } from '../rollouts/episode';
 import { retryInfrastructureFailure } from '../rollouts/errors';
 import { recordRollout, setupFailureOutcome } from '../rollouts/record';
 import { scoreEpisode } from '../rollouts/scoring';
-import { taskIdOf } from '../rollouts/task';
-import { isUnscored, type RolloutSummary } from '../rollouts/trajectory';
+import { isUnscored, type RolloutSummary } from '../contracts/trajectory';
 import { LIVENESS_DEFAULTS } from '../shared/liveness';
 import { componentLogger } from '../shared/logger';
 import { createEnvironmentResolver } from './environments';
@@ -117,7 +117,6 @@ export function createRolloutActivities(deps: RolloutDeps) {
     return summary;
   }
 
-  return { rollout };
+  return { rollout } satisfies RolloutActivities;
 }
 
-export type RolloutActivities = ReturnType<typeof createRolloutActivities>;

@@ -10,7 +10,7 @@ import { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { ArtifactsFields } from '../config/schema';
-import { RolloutSummary } from '../rollouts/trajectory';
+import { RolloutSummary } from '../contracts/trajectory';
 import { rolloutStats } from '../rollouts/stats';
 import { StoreRolloutSummariesInput, type RolloutStats, type RolloutStatsInput, type RolloutSummaryActivities } from '../contracts';
 

@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { ChatMessage, StopReason, ToolCall, Turn } from '../rollouts/trajectory';
+import type { ChatMessage, StopReason, ToolCall, Turn } from '../contracts/trajectory';
 import type { Logger } from '../shared/logger';
 import { ContextLengthError, type ModelClient, type TurnSampling } from './model';
 import { toolSpec, type Tool, type ToolContext, type ToolOutcome } from './tool';

@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import type { ChatMessage, ToolCall, ToolSpec } from '../rollouts/trajectory';
+import type { ChatMessage, ToolCall, ToolSpec } from '../contracts/trajectory';
 
 /** Sampling for one model turn. */
 export interface TurnSampling {

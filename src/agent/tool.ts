@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ToolSpec } from '../rollouts/trajectory';
+import type { ToolSpec } from '../contracts/trajectory';
 import type { Task } from '../tasks/schema';
 import type { Sandbox } from '../envs/sandbox';
 

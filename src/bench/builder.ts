@@ -23,7 +23,7 @@ import pino from 'pino';
 import { createBatchActivities } from '../activities/buildBatch';
 import { runKeys } from '../artifacts/keys';
 import { LocalArtifactStore } from '../artifacts/store';
-import type { ChatMessage, RolloutSummary, ToolSpec, Trajectory, Turn } from '../rollouts/trajectory';
+import type { ChatMessage, RolloutSummary, ToolSpec, Trajectory, Turn } from '../contracts/trajectory';
 import { buildBatchFromTrajectories, type BuilderConfig } from '../samples/builder';
 import { loadModelTokenizer, type ModelTokenizer } from '../samples/tokenizer';
 import { paths, REPO_ROOT } from '../shared/paths';

@@ -18,14 +18,14 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { RunConfig } from '../config/schema';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { RolloutSummary } from '../rollouts/trajectory';
+import type { RolloutSummary } from '../contracts/trajectory';
 import { createRolloutSummaryActivities } from '../activities/rolloutSummaries';
 import type { StoreRolloutSummariesInput } from '../contracts';
 import { LocalArtifactStore } from '../artifacts/store';
 import { paths, ratchetHome, REPO_ROOT } from '../shared/paths';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 import { SA } from '../workflows/messages';
-import type { RolloutInput } from '../contracts';
+import { taskIdOf, type RolloutInput } from '../contracts';
 import type { TrainRun } from '../workflows/trainRun';
 
 const fakeRef = (s: string): ArtifactRef => ({ uri: `file:///bench/${s}`, sha256: '0'.repeat(64), bytes: 1 });
@@ -87,7 +87,7 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
     rollout: timed('rollout', async (i: RolloutInput): Promise<RolloutSummary> => {
       if (timing.rolloutMs) await sleep(timing.rolloutMs);
       return {
-        task_id: i.task.instanceId, group_id: i.groupId, rollout_index: i.rolloutIndex, trajectory: fakeRef('t'), reward: i.rolloutIndex % 2,
+        task_id: taskIdOf(i.task), group_id: i.groupId, rollout_index: i.rolloutIndex, trajectory: fakeRef('t'), reward: i.rolloutIndex % 2,
         components: { correct: i.rolloutIndex % 2 }, stop_reason: 'completed', policy_version: i.policyVersion,
         completion_tokens: 1, tool_calls: 0, model_ms: 0, tools_ms: 0, sandbox_ms: 0,
       };

@@ -15,7 +15,7 @@ import { createRolloutActivities } from '../activities/rollout';
 import type { RolloutInput } from '../contracts/rollout';
 import { LocalArtifactStore } from '../artifacts/store';
 import { RunConfig } from '../config/schema';
-import type { RolloutSummary } from '../rollouts/trajectory';
+import type { RolloutSummary } from '../contracts/trajectory';
 import { SandboxManager } from '../sandbox';
 import { DEFAULTS, paths } from '../shared/paths';
 import { loadTasks } from '../tasks/load';

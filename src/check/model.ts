@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import { toolSpec } from '../agent/tool';
 import type { RunConfig } from '../config/schema';
 import type { Environment } from '../envs/types';
-import type { ChatMessage, ToolSpec } from '../rollouts/trajectory';
+import type { ChatMessage, ToolSpec } from '../contracts/trajectory';
 import { loadModelTokenizer, type ModelTokenizer } from '../samples/tokenizer';
 import type { Task } from '../tasks/schema';
 import { fail, ok, warn, type CheckLine } from './types';

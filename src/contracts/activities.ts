@@ -8,11 +8,12 @@
 import { z } from 'zod';
 import { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
-import { ArtifactsFields, type EnvConfig, type RunConfig, type SandboxConfig } from '../config/schema';
-import { RolloutSummary } from '../rollouts/trajectory';
+import { ArtifactsFields, type RunConfig } from '../config/schema';
+import { RolloutSummary } from './trajectory';
 import type { ActivityLivenessInput } from '../shared/liveness';
 import type { EvalActivities } from './eval';
 import type { StepRecord, RunStateFile } from './records';
+import type { RolloutInput } from './rollout';
 import type { LoadedConfig, ResumeState } from './run';
 import type { RolloutStats, SampledTask, StepSummary } from './step';
 
@@ -43,27 +44,7 @@ export interface DatasetActivities {
 
 // ---- Rollouts (the rollout worker, queue ratchet-rollout: src/activities/rollout.ts) ----
 
-export interface RolloutInput {
-  runId: string;
-  step: number;
-  groupId: string;
-  rolloutIndex: number;
-  envId: string;
-  task: { datasetPath: string; instanceId: string };
-  taskSetDir: string;
-  policyVersion: number;
-  /** `smollm2-135m` for version 0, else `<run>/policy-v<N>` (src/shared/adapters.ts). */
-  modelName: string;
-  sampling: RunConfig['sampling'];
-  envArgs: EnvConfig['args'];
-  rubric: EnvConfig['rubric'];
-  sandbox: SandboxConfig;
-  inferenceBaseUrl: string;
-  seed: number;
-  liveness?: ActivityLivenessInput;
-  artifacts?: StoreSettings;
-}
-
+/** The rollout activity's input is one zod schema, RolloutInput in ./rollout.ts: workflows send its input type. */
 export interface RolloutActivities {
   rollout(input: RolloutInput): Promise<RolloutSummary>;
 }

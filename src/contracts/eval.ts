@@ -2,12 +2,14 @@
  * What EvalSweep and its activities say to each other: the sweep's input and
  * result, the plan, one policy version's episodes and its summary. Episodes run
  * through the rollout activity (src/contracts/rollout.ts); the full per-version
- * result is the artifact EvalResult (src/report/records.ts).
+ * result is the artifact EvalResult below, written by the evalRecord activity
+ * (`runs/<run>/evals/<version>/<taskset-hash>.json`) and read back by the report.
  */
+import { z } from 'zod';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
-import type { RolloutSummary } from '../rollouts/trajectory';
+import type { RolloutSummary } from './trajectory';
 import type { LivenessWindows } from '../shared/liveness';
 
 export interface EvalSweepInput {
@@ -110,3 +112,35 @@ export interface EvalActivities {
   /** Scores one version's episodes and writes runs/<run>/evals/<version>/<hash>.json. Idempotent. */
   evalRecord(input: RecordEvalInput): Promise<EvalVersionSummary>;
 }
+
+/** Precision, recall and F1 of a localization metric, over a version's episodes. */
+export const Prf = z.object({ precision: z.number(), recall: z.number(), f1: z.number(), episodes: z.number().int() });
+export type Prf = z.infer<typeof Prf>;
+
+/** One policy version's eval result on one task set, as stored and as the report reads it. */
+export const EvalResult = z.object({
+  format: z.literal('ratchet.eval/v1'),
+  run_id: z.string(),
+  policy_version: z.number().int().nonnegative(),
+  taskset: z.object({ name: z.string(), path: z.string(), hash: z.string(), tasks: z.number().int() }),
+  k: z.number().int().positive(),
+  episodes: z.number().int().nonnegative(),
+  /** Only where tests decide the outcome; null for a set without tests (e.g. localization only). */
+  pass_at: z.record(z.string(), z.number()).nullable(),
+  reward: z.object({ mean: z.number(), std: z.number() }),
+  components: z.record(z.string(), z.number()),
+  localization: z.object({ file: Prf.nullable(), function: Prf.nullable() }),
+  per_episode: z.object({ tokens: z.number(), tool_calls: z.number() }),
+  per_task: z.array(z.object({
+    instance_id: z.string(),
+    n: z.number().int(),
+    passed: z.number().int().nullable(),
+    reward_mean: z.number(),
+  })),
+  errors: z.number().int().nonnegative().default(0),
+  workflow_id: z.string().optional(),
+  started_at: z.string(),
+  finished_at: z.string(),
+  episodes_per_minute: z.number().nonnegative(),
+});
+export type EvalResult = z.infer<typeof EvalResult>;

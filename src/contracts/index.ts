@@ -5,8 +5,8 @@
  * - records.ts: what a run stores and reads back (metrics.jsonl's step record, state.json)
  * - activities.ts: the activities workflows call (the main worker's, the rollout worker's)
  * - eval.ts: EvalSweep's input, plan, episodes and result, and its activities
- * - rollout.ts: the rollout activity's input as the rollout worker validates it (not re-exported here:
- *   its RolloutInput is the schema of activities.ts's RolloutInput, which is what workflows send)
+ * - rollout.ts: the rollout activity's input, one schema: workflows send its input type, the activity parses it
+ * - trajectory.ts: one rollout as the rollout worker saves it and the batch builder reads it, and its RolloutSummary
  * - trainer.ts: the Python trainer's activities
  * - outage.ts: a store or disk outage handed to the OutageWait workflow
  * docs/contracts.md names the other side of each (the Python trainer's where there is one).
@@ -15,6 +15,8 @@ export * from './activities';
 export * from './eval';
 export * from './outage';
 export * from './records';
+export * from './rollout';
 export * from './run';
 export * from './step';
 export * from './trainer';
+export * from './trajectory';

@@ -1,10 +1,10 @@
 /**
  * The rollout activity's input, as the rollout worker validates it: what
  * StepRollouts and EvalSweep send for one episode. Its result is a
- * RolloutSummary (src/rollouts/trajectory.ts): a reference to the saved
- * trajectory and a small summary, never the trajectory itself. What workflows
- * send is `RolloutInput` in ./activities.ts, a narrower shape this schema accepts
- * (src/activities/index.ts checks that at compile time).
+ * RolloutSummary (./trajectory.ts): a reference to the saved
+ * trajectory and a small summary, never the trajectory itself. One schema for
+ * both sides: workflows build the input type (`RolloutInput`, before defaults), the
+ * activity parses it and works on the output type (`ParsedRolloutInput`).
  */
 import { z } from 'zod';
 import { ArtifactsFields, RunConfig } from '../config/schema';
@@ -49,3 +49,8 @@ export const RolloutInput = z.object({
 export type RolloutInput = z.input<typeof RolloutInput>;
 /** The input after validation, with its defaults. */
 export type ParsedRolloutInput = z.output<typeof RolloutInput>;
+
+/** The id of a rollout's task, whether it came by reference or as its row. */
+export function taskIdOf(task: RolloutInput['task']): string {
+  return 'instance_id' in task ? (task as Task).instance_id : (task as TaskRef).instanceId;
+}

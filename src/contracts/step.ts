@@ -7,7 +7,7 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
-import type { RolloutSummary } from '../rollouts/trajectory';
+import type { RolloutSummary } from './trajectory';
 import type { LivenessWindows } from '../shared/liveness';
 import type { OutageWaitLimits } from './outage';
 

@@ -1,4 +1,4 @@
-import type { ChatMessage } from '../rollouts/trajectory';
+import type { ChatMessage } from '../contracts/trajectory';
 
 /**
  * A worked example episode, placed between the system prompt and the task

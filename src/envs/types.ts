@@ -1,7 +1,7 @@
 import type { AgentLimits, AgentStats } from '../agent/loop';
 import type { Tool, ToolContext } from '../agent/tool';
-import type { StopReason } from '../rollouts/trajectory';
-import type { ChatMessage } from '../rollouts/trajectory';
+import type { StopReason } from '../contracts/trajectory';
+import type { ChatMessage } from '../contracts/trajectory';
 import type { Task } from '../tasks/schema';
 import type { TestEvidence } from './tests';
 

@@ -3,10 +3,9 @@
  * environment says what "solved" is, localization where it names the rewards
  * for it (its EvalMetrics), and the rest from every episode's reward.
  */
-import type { EvalEpisode, EvalPlan } from '../contracts/eval';
+import type { EvalEpisode, EvalPlan, EvalResult, Prf } from '../contracts/eval';
 import type { EvalMetrics, PrfMetric } from '../envs/types';
-import type { EvalResult, Prf } from '../report/records';
-import { isUnscored, type RolloutSummary } from '../rollouts/trajectory';
+import { isUnscored, type RolloutSummary } from '../contracts/trajectory';
 import type { Task } from '../tasks/schema';
 
 /**

@@ -1,4 +1,5 @@
-import { PHASES, type EvalResult, type PhaseName, type ReportStep } from './records';
+import type { EvalResult } from '../contracts/eval';
+import { PHASES, type PhaseName, type ReportStep } from './records';
 
 /**
  * Turns step records and eval results into the series the report plots. Pure and

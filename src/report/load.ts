@@ -5,7 +5,8 @@ import { defaultStore } from '../artifacts/stores';
 import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
 import { describeZodError } from '../config/load';
 import { paths } from '../shared/paths';
-import { EvalResult, parseStepLine, type ReportStep } from './records';
+import { EvalResult } from '../contracts/eval';
+import { parseStepLine, type ReportStep } from './records';
 
 /** A run's data in the artifact store does not exist or holds nothing to report. */
 export class RunDataError extends Error {

@@ -5,8 +5,8 @@ import { StepRecord } from '../contracts/records';
  * What the report reads, and its own view of a step. A run's steps are stored as
  * StepRecord lines (src/contracts/records.ts: one JSON line per finished step in
  * `runs/<run>/metrics.jsonl`, written by TrainRun's metrics activity); the report
- * turns each into a ReportStep, the numbers it plots. The eval result is written by
- * EvalSweep (`runs/<run>/evals/<version>/<taskset-hash>.json`). Pure: workflow code
+ * turns each into a ReportStep, the numbers it plots. The eval result it reads is
+ * EvalResult (src/contracts/eval.ts), written by EvalSweep. Pure: workflow code
  * may import the types.
  */
 
@@ -123,33 +123,3 @@ export function parseStepLine(raw: unknown): z.SafeParseReturnType<unknown, Repo
   const stored = !!raw && typeof raw === 'object' && 'format' in raw;
   return stored ? StoredStep.safeParse(raw) : LegacyReportStep.safeParse(raw);
 }
-
-const Prf = z.object({ precision: z.number(), recall: z.number(), f1: z.number(), episodes: z.number().int() });
-export type Prf = z.infer<typeof Prf>;
-
-export const EvalResult = z.object({
-  format: z.literal('ratchet.eval/v1'),
-  run_id: z.string(),
-  policy_version: z.number().int().nonnegative(),
-  taskset: z.object({ name: z.string(), path: z.string(), hash: z.string(), tasks: z.number().int() }),
-  k: z.number().int().positive(),
-  episodes: z.number().int().nonnegative(),
-  /** Only where tests decide the outcome; null for a set without tests (e.g. localization only). */
-  pass_at: z.record(z.string(), z.number()).nullable(),
-  reward: z.object({ mean: z.number(), std: z.number() }),
-  components: z.record(z.string(), z.number()),
-  localization: z.object({ file: Prf.nullable(), function: Prf.nullable() }),
-  per_episode: z.object({ tokens: z.number(), tool_calls: z.number() }),
-  per_task: z.array(z.object({
-    instance_id: z.string(),
-    n: z.number().int(),
-    passed: z.number().int().nullable(),
-    reward_mean: z.number(),
-  })),
-  errors: z.number().int().nonnegative().default(0),
-  workflow_id: z.string().optional(),
-  started_at: z.string(),
-  finished_at: z.string(),
-  episodes_per_minute: z.number().nonnegative(),
-});
-export type EvalResult = z.infer<typeof EvalResult>;

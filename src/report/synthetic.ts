@@ -1,6 +1,7 @@
 import type { StepRecord } from '../contracts/records';
 import { mulberry32 } from '../shared/random';
-import { reportStep, type EvalResult, type ReportStep } from './records';
+import type { EvalResult } from '../contracts/eval';
+import { reportStep, type ReportStep } from './records';
 
 /**
  * Plausible synthetic run data for the report's tests and benchmark: a rising,

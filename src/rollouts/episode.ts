@@ -12,7 +12,7 @@ import type { ToolContext } from '../agent/tool';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
 import type { Environment } from '../envs/types';
-import type { Liveness } from '../activities/liveness';
+import type { Liveness } from '../shared/liveness';
 import type { Logger } from '../shared/logger';
 import type { Task } from '../tasks/schema';
 import { isTaskSetupError } from '../tasks/setupError';

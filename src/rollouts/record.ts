@@ -10,7 +10,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
 import type { Environment, Score } from '../envs/types';
-import { RolloutSummary, samplingRecord, Trajectory } from './trajectory';
+import { RolloutSummary, samplingRecord, Trajectory } from '../contracts/trajectory';
 
 /** What one attempt of a rollout ended with. */
 export interface RolloutOutcome {

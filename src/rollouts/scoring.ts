@@ -10,7 +10,7 @@ import { REPO_DIR } from '../envs/sandbox';
 import { parsePytestSummary, type TestEvidence } from '../envs/tests';
 import { pytestCommand } from '../envs/tests-run';
 import { scoreRubric, zeroScore, type Environment, type Score } from '../envs/types';
-import type { Liveness } from '../activities/liveness';
+import type { Liveness } from '../shared/liveness';
 import type { Task } from '../tasks/schema';
 import type { Ran } from './episode';
 

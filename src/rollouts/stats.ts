@@ -4,7 +4,7 @@
  * `rolloutStatsOf` activity (older histories replay that path), so this imports only types.
  */
 import type { RolloutStats } from '../contracts/step';
-import type { RolloutSummary } from './trajectory';
+import type { RolloutSummary } from '../contracts/trajectory';
 
 export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: number): RolloutStats {
   // Infrastructure failures and tasks that could not be set up carry no reward: they are

@@ -8,10 +8,6 @@ import { TaskSetupError } from '../tasks/setupError';
 
 type TaskField = ParsedRolloutInput['task'];
 
-export function taskIdOf(task: TaskField): string {
-  return 'instance_id' in task ? (task as Task).instance_id : (task as { instanceId: string }).instanceId;
-}
-
 /** The row itself, or the row read from its task file (TaskSetupError when the id is not in it). */
 export async function rolloutTask(task: TaskField, taskSetDir: string): Promise<Task> {
   return 'instance_id' in task

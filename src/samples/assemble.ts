@@ -1,4 +1,4 @@
-import type { Turn } from '../rollouts/trajectory';
+import type { Turn } from '../contracts/trajectory';
 import { BatchBuildError } from './errors';
 import type { ModelTokenizer } from './tokenizer';
 

@@ -1,4 +1,4 @@
-import { isInfrastructureFailure, isSetupFailure, type SamplingRecord, type Trajectory } from '../rollouts/trajectory';
+import { isInfrastructureFailure, isSetupFailure, type SamplingRecord, type Trajectory } from '../contracts/trajectory';
 import { advantageRecipe, groupAdvantages, type AdvantageConfig } from './advantages';
 import { assembleTrajectory, type NonPrefixCause, type NonPrefixPolicy } from './assemble';
 import { BatchBuildError } from './errors';
@@ -71,7 +71,17 @@ export interface ManifestSample {
   trajectory_sha256: string;
 }
 
-export interface BatchManifest {
+/** What became of a batch's rollouts: in the stored manifest and in the step's stats alike (a type alias, like BatchStats). */
+export type BatchCounts = {
+  rollouts: number;
+  uniform_groups: number;
+  dropped: Record<DropCause, number>;
+  non_prefix_breaks: Record<NonPrefixCause, number>;
+  retokenized_rollouts: number;
+  truncated_samples: number;
+};
+
+export interface BatchManifest extends BatchCounts {
   format: typeof BATCH_FORMAT;
   run_id: string;
   step: number;
@@ -92,27 +102,15 @@ export interface BatchManifest {
   mask_truncated_completions: boolean;
   async_level: number;
   non_prefix_policy: NonPrefixPolicy;
-  rollouts: number;
   groups: number;
-  uniform_groups: number;
-  dropped: Record<DropCause, number>;
-  non_prefix_breaks: Record<NonPrefixCause, number>;
-  retokenized_rollouts: number;
-  truncated_samples: number;
   samples: ManifestSample[];
 }
 
 /** A type alias, not an interface, so it fits the workflow's open `summary` record. */
-export type BatchStats = {
+export type BatchStats = BatchCounts & {
   samples: number;
   tokens: number;
   trainable_tokens: number;
-  rollouts: number;
-  dropped: Record<DropCause, number>;
-  non_prefix_breaks: Record<NonPrefixCause, number>;
-  uniform_groups: number;
-  retokenized_rollouts: number;
-  truncated_samples: number;
   /** Over every rollout that has a reward, kept or dropped: the step's score. */
   mean_reward: number;
   components_mean: Record<string, number>;

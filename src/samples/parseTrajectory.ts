@@ -1,7 +1,7 @@
-import { Trajectory } from '../rollouts/trajectory';
+import { Trajectory } from '../contracts/trajectory';
 
 /**
- * Validates a trajectory against its zod schema (src/rollouts/trajectory.ts), fast.
+ * Validates a trajectory against its zod schema (src/contracts/trajectory.ts), fast.
  * zod checks each element of the token arrays through a chain of closures, about
  * 10x slower than JSON.parse and most of a batch build's time at 4k-token episodes;
  * so the per-turn token arrays are checked here by a plain loop with the same rules

@@ -1,4 +1,4 @@
-import type { Trajectory, Turn } from '../rollouts/trajectory';
+import type { Trajectory, Turn } from '../contracts/trajectory';
 import type { CompleteTurn } from './assemble';
 import { BatchBuildError } from './errors';
 import type { ModelTokenizer } from './tokenizer';

@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
-import type { ChatMessage, ToolSpec } from '../rollouts/trajectory';
+import type { ChatMessage, ToolSpec } from '../contracts/trajectory';
 
 /**
  * The model's own tokenizer and chat template, loaded from its local Hugging Face

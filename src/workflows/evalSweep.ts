@@ -6,7 +6,7 @@
  * this workflow's memo, so the Web UI shows them without opening a file.
  */
 import { ApplicationFailure, log, patched, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
-import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
+import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
 import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalSweepResult, EvalVersionSummary } from '../contracts/eval';
 import { adapterName } from '../shared/adapters';
 import { EVAL_STEP } from '../shared/steps';

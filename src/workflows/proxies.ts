@@ -34,11 +34,11 @@ export const announcer = proxyActivities<TrainerActivities>({
  * The trainer heartbeats every ~10 s from a liveness thread however slow a micro-batch is, and stops when
  * its watchdog sees no progress (trainer/ratchet_trainer/liveness.py): a hung trainer times out too.
  */
-export function trainerOptions(taskQueue: string, t: TrainerTimeouts = {}): ActivityOptions {
+export function trainerOptions(taskQueue: string, t: TrainerTimeouts = {}, startToCloseTimeout: ActivityOptions['startToCloseTimeout'] = '2 hours'): ActivityOptions {
   return {
     taskQueue,
     scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
-    startToCloseTimeout: '2 hours',
+    startToCloseTimeout,
     heartbeatTimeout: t.heartbeat ?? '1 minute',
     retry: { maximumAttempts: 2 },
   };
@@ -47,13 +47,7 @@ export const trainerOn = (taskQueue: string, t: TrainerTimeouts = {}) => proxyAc
 
 // Loading a checkpoint and saving one heartbeat the same way; they may take a while on CPU.
 export function trainerIoOptions(taskQueue: string, t: TrainerTimeouts = {}): ActivityOptions {
-  return {
-    taskQueue,
-    scheduleToStartTimeout: t.scheduleToStart ?? '1 minute',
-    startToCloseTimeout: '20 minutes',
-    heartbeatTimeout: t.heartbeat ?? '1 minute',
-    retry: { maximumAttempts: 2 },
-  };
+  return trainerOptions(taskQueue, t, '20 minutes');
 }
 export const trainerIoOn = (taskQueue: string, t: TrainerTimeouts = {}) => proxyActivities<TrainerActivities>(trainerIoOptions(taskQueue, t));
 

@@ -17,8 +17,8 @@ import {
   type ActivityOptions,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { RolloutSummary } from '../rollouts/trajectory';
-import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
+import type { RolloutSummary } from '../contracts/trajectory';
+import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { rolloutProgressSignal } from './messages';

@@ -35,7 +35,7 @@ import { storeSettings } from '../artifacts/settings';
 import { adapterName } from '../shared/adapters';
 import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
-import type { RolloutSummary } from '../rollouts/trajectory';
+import type { RolloutSummary } from '../contracts/trajectory';
 import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
 import { PATCHES } from './patches';
 import { LIGHT, light, type LightActivities } from './proxies';

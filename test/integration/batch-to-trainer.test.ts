@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { createBatchActivities } from '../../src/activities/buildBatch';
 import { LocalArtifactStore } from '../../src/artifacts/store';
-import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import type { RolloutSummary } from '../../src/contracts/trajectory';
 import { loadModelTokenizer } from '../../src/samples/tokenizer';
 import { simulateTrajectory, SMOLLM2_DIR, toolConversation } from '../fixtures/samples/simulate';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';

@@ -15,11 +15,11 @@ import { LocalArtifactStore } from '../../src/artifacts/store';
 import { main } from '../../src/cli/index';
 import { EXIT } from '../../src/cli/exit';
 import { RunConfig } from '../../src/config/schema';
-import { EvalResult } from '../../src/report/records';
-import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import { EvalResult } from '../../src/contracts/eval';
+import type { RolloutSummary } from '../../src/contracts/trajectory';
 import { logger } from '../../src/shared/logger';
 import { paths } from '../../src/shared/paths';
-import type { RolloutInput, SyncWeightsInput } from '../../src/contracts';
+import { taskIdOf, type RolloutInput, type SyncWeightsInput } from '../../src/contracts';
 
 const TEMPORAL = paths.temporalBin();
 const maybe = existsSync(TEMPORAL) ? describe : describe.skip;
@@ -77,7 +77,7 @@ maybe('EvalSweep and schedules on a real dev server', () => {
       activities: {
         async rollout(input: RolloutInput): Promise<RolloutSummary> {
           rolloutCalls.push(input);
-          const id = input.task.instanceId;
+          const id = taskIdOf(input.task);
           // Newer policies do better: v2 fixes t1 and t2 on sample 0, v1 only t1.
           const pass = input.rolloutIndex === 0 && (id === 't1' || (id === 't2' && input.policyVersion >= 2));
           const traj = await store.putJson(`runs/${input.runId}/eval-trajectories/${input.groupId}-${input.rolloutIndex}.json`, {

@@ -9,7 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { runChecks } from '../../src/check';
-import { Trajectory } from '../../src/rollouts/trajectory';
+import { Trajectory } from '../../src/contracts/trajectory';
 import { startTrainRun } from '../../src/workflows/client';
 import { describeLong, REPO } from '../helpers/stack';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';

@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import OpenAI from 'openai';
 import { loadModelTokenizer } from '../../src/samples/tokenizer';
-import type { ChatMessage, ToolSpec } from '../../src/rollouts/trajectory';
+import type { ChatMessage, ToolSpec } from '../../src/contracts/trajectory';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 
 /**

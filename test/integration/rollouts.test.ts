@@ -7,7 +7,7 @@ import { createRolloutActivities } from '../../src/activities/rollout';
 import type { RolloutInput } from '../../src/contracts/rollout';
 import type { Completion, CompletionRequest, ModelClient } from '../../src/agent/model';
 import { LocalArtifactStore } from '../../src/artifacts/store';
-import { Trajectory } from '../../src/rollouts/trajectory';
+import { Trajectory } from '../../src/contracts/trajectory';
 import { LABELS, SandboxManager } from '../../src/sandbox';
 import { loadTasks } from '../../src/tasks/load';
 import type { Task } from '../../src/tasks/schema';

@@ -9,7 +9,7 @@ import { ENVIRONMENTS } from '../../src/envs/registry';
 import type { Environment } from '../../src/envs/types';
 import { TaskSetupError } from '../../src/tasks/setupError';
 import { EVAL_STEP } from '../../src/shared/steps';
-import { isUnscored, Trajectory, type ChatMessage, type RolloutSummary } from '../../src/rollouts/trajectory';
+import { isUnscored, Trajectory, type ChatMessage, type RolloutSummary } from '../../src/contracts/trajectory';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
 // Some cases run real git, Python and retry back-offs in subprocesses: on a loaded 2-core CI

@@ -7,7 +7,7 @@ import { scoreRubric, type EvalMetrics } from '../../src/envs/types';
 import { episodeSolved, meanPrf, passAtK, scoreEval, splitEpisodes, type ScoredEpisode } from '../../src/evals/scoring';
 import { resolveTaskset } from '../../src/evals/tasksets';
 import { runKeys } from '../../src/artifacts/keys';
-import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import type { RolloutSummary } from '../../src/contracts/trajectory';
 import { goldFiles, Task } from '../../src/tasks/schema';
 import { parseRunConfig } from '../../src/config/load';
 import { EVAL_STEP } from '../../src/shared/steps';

@@ -11,7 +11,7 @@ import type { RolloutInput } from '../../src/contracts/rollout';
 import { isTransientReadError } from '../../src/rollouts/errors';
 import { StoreUnavailableError } from '../../src/artifacts/errors';
 import { LocalArtifactStore } from '../../src/artifacts/store';
-import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import type { RolloutSummary } from '../../src/contracts/trajectory';
 import { call, CALC_FILES, FakeSandboxManager, ScriptedModel } from './rollout-fakes';
 
 jest.setTimeout(30_000);

@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { createBatchActivities } from '../../src/activities/buildBatch';
 import { LocalArtifactStore, uriToPath } from '../../src/artifacts/store';
-import type { RolloutSummary, Trajectory } from '../../src/rollouts/trajectory';
+import type { RolloutSummary, Trajectory } from '../../src/contracts/trajectory';
 import { readSafetensors } from '../../src/samples/safetensors';
 import { loadModelTokenizer } from '../../src/samples/tokenizer';
 import { QWEN3_DIR, simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../fixtures/samples/simulate';

@@ -9,7 +9,7 @@
 import { assembleTrajectory, type CompleteTurn } from '../../src/samples/assemble';
 import { BatchBuildError } from '../../src/samples/errors';
 import { loadModelTokenizer, type ModelTokenizer } from '../../src/samples/tokenizer';
-import type { Trajectory } from '../../src/rollouts/trajectory';
+import type { Trajectory } from '../../src/contracts/trajectory';
 import { encodeNonCanonical, QWEN3_DIR, simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../fixtures/samples/simulate';
 
 const complete = (t: Trajectory) => t.turns as CompleteTurn[];

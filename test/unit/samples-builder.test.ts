@@ -7,7 +7,7 @@
 import { buildBatchFromTrajectories, type BuilderConfig, type BuilderInput } from '../../src/samples/builder';
 import { BatchBuildError } from '../../src/samples/errors';
 import { loadModelTokenizer, type ModelTokenizer } from '../../src/samples/tokenizer';
-import type { Trajectory } from '../../src/rollouts/trajectory';
+import type { Trajectory } from '../../src/contracts/trajectory';
 import { writeSafetensors } from '../../src/samples/safetensors';
 import { QWEN3_DIR, simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../fixtures/samples/simulate';
 

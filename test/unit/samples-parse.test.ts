@@ -1,5 +1,5 @@
 import { parseTrajectory } from '../../src/samples/parseTrajectory';
-import { Trajectory } from '../../src/rollouts/trajectory';
+import { Trajectory } from '../../src/contracts/trajectory';
 
 const base = () => ({
   format: 'ratchet.trajectory/v1', run_id: 'r', step: 0, env_id: 'e', task_id: 't', group_id: 'g', rollout_index: 0, model: 'm', tools: [],

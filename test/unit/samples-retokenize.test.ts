@@ -1,6 +1,6 @@
 import { pairLogprobsByContent } from '../../src/samples/retokenize';
 import { BatchBuildError } from '../../src/samples/errors';
-import type { Turn } from '../../src/rollouts/trajectory';
+import type { Turn } from '../../src/contracts/trajectory';
 
 /** A toy vocabulary: id -> text. */
 const VOCAB: Record<number, string> = { 1: ' foo', 2: 'bar', 3: ' fo', 4: 'obar', 5: '!' };

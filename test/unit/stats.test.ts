@@ -1,4 +1,4 @@
-import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import type { RolloutSummary } from '../../src/contracts/trajectory';
 import { rolloutStats } from '../../src/rollouts/stats';
 
 const summary = (over: Partial<RolloutSummary>): RolloutSummary => ({

@@ -5,9 +5,9 @@
 import { Context } from '@temporalio/activity';
 import { RunConfig } from '../../src/config/schema';
 import type { ArtifactRef } from '../../src/artifacts/ref';
-import type { RolloutSummary } from '../../src/rollouts/trajectory';
+import type { RolloutSummary } from '../../src/contracts/trajectory';
 import type { BuildBatchInput, RolloutInput } from '../../src/contracts';
-import { pickResume, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/contracts';
+import { pickResume, taskIdOf, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/contracts';
 import type { RecordStepInput } from '../../src/contracts';
 import type { SyncWeightsInput } from '../../src/contracts';
 import { rolloutStats } from '../../src/rollouts/stats';
@@ -187,7 +187,7 @@ export function makeFakes(opts: FakeOptions = {}) {
       }
       const reward = (input.rolloutIndex + input.step) / 10;
       return {
-        task_id: input.task.instanceId, group_id: input.groupId, rollout_index: input.rolloutIndex,
+        task_id: taskIdOf(input.task), group_id: input.groupId, rollout_index: input.rolloutIndex,
         trajectory: ref(`traj-${input.step}-${input.groupId}-${input.rolloutIndex}`),
         reward, components: { correct: reward, completion: 1 }, stop_reason: 'completed',
         policy_version: input.policyVersion, completion_tokens: 10, tool_calls: 1, model_ms: 1, tools_ms: 1, sandbox_ms: 1,

@@ -14,7 +14,7 @@ import { main } from '../../../src/cli/index';
 import { EXIT } from '../../../src/cli/exit';
 import { loadEnvironment, probeEnvironment } from '../../../src/envs/load';
 import { scoreRubric, type ScoreInput } from '../../../src/envs/types';
-import type { RolloutSummary } from '../../../src/rollouts/trajectory';
+import type { RolloutSummary } from '../../../src/contracts/trajectory';
 import { Task } from '../../../src/tasks/schema';
 import { loadTasks } from '../../../src/tasks/load';
 import { call, FakeSandboxManager, ScriptedModel } from '../../../test/unit/rollout-fakes';
