@@ -15,6 +15,7 @@
  *   steps/<step>/rollouts/summaries[-part-<p>].json  the step's rollout summaries
  *   steps/<step>/batch.safetensors, batch.json   the training batch and its manifest
  *   checkpoints/step-<n>[-<batch sha256, 16 hex>]/   written by the Python trainer
+ *   checkpoints/step-<n>[-<16 hex>].attempt-<id>/   the same step, saved by a save that lost the race for it
  *   evals/<version>/<taskset hash>.json          an EvalSweep result
  *   evals/trajectories/<group>/<i>-<sha16>.json  an eval episode's trajectory (older runs: <i>.json)
  *
@@ -71,6 +72,16 @@ export const runKeys = {
    */
   checkpoint: (runId: string, step: number, batchSha256?: string): string =>
     `${run(runId)}/checkpoints/${batchSha256 ? `step-${step}-${batchSha256.slice(0, 16)}` : `step-${step}`}`,
+
+  /**
+   * Where a `trainer.save` that met another save of the same step (a partitioned trainer's stale save,
+   * or its replacement's) commits its checkpoint when the other's objects, with other bytes, hold
+   * runKeys.checkpoint: `<checkpoint>.attempt-<id>`. Every checkpoint upload is conditional
+   * (If-None-Match: *), so neither save replaces an object the other wrote; the ref the save returns
+   * (recorded by the workflow) names the winner. Python's `checkpoint_attempt_key` builds the same string.
+   */
+  checkpointAttempt: (runId: string, step: number, batchSha256: string | undefined, attempt: string): string =>
+    `${runKeys.checkpoint(runId, step, batchSha256)}.attempt-${attempt}`,
 
   /** The run's eval results and eval trajectories. */
   evals: (runId: string): string => `${run(runId)}/evals`,
