@@ -11,12 +11,13 @@
  *   metrics.jsonl                                one step record a line (recordStep)
  *   report.html                                  `ratchet report`'s default output
  *   tensorboard/  wandb/                         local metric sinks (on an S3 store: under this host's artifacts dir)
- *   steps/<step>/rollouts/<group>/<i>.json       a trajectory
+ *   steps/<step>/rollouts/<group>/<i>-<sha16>.json  a trajectory, keyed by its content (older runs: <i>.json)
  *   steps/<step>/rollouts/summaries[-part-<p>].json  the step's rollout summaries
  *   steps/<step>/batch.safetensors, batch.json   the training batch and its manifest
  *   checkpoints/step-<n>[-<batch sha256, 16 hex>]/   written by the Python trainer
+ *   checkpoints/step-<n>[-<16 hex>].attempt-<id>/   the same step, saved by a save that lost the race for it
  *   evals/<version>/<taskset hash>.json          an EvalSweep result
- *   evals/trajectories/<group>/<i>.json          an eval episode's trajectory
+ *   evals/trajectories/<group>/<i>-<sha16>.json  an eval episode's trajectory (older runs: <i>.json)
  *
  * Pure (no Node built-ins): workflow code may import it.
  */
@@ -43,11 +44,19 @@ export const runKeys = {
   step: stepDir,
   /** A training step's trajectories and rollout summaries. */
   rollouts: rolloutsDir,
-  /** A trajectory: a training step's, or an eval episode's (step EVAL_STEP), kept apart from step 0's. */
-  trajectory: (runId: string, step: number, groupId: string, rolloutIndex: number): string =>
-    step === EVAL_STEP
-      ? `${run(runId)}/evals/trajectories/${groupId}/${rolloutIndex}.json`
-      : `${rolloutsDir(runId, step)}/${groupId}/${rolloutIndex}.json`,
+  /**
+   * A trajectory: a training step's, or an eval episode's (step EVAL_STEP), kept apart from step 0's.
+   * Written under `<i>-<first 16 hex of its sha256>.json` (content-keyed): every attempt of a rollout
+   * writes its own object, so a stale attempt (a host cut off from Temporal but not from the store)
+   * that finishes after the retry can never overwrite the object the recorded summary refers to.
+   * Without a sha256: `<i>.json`, the key runs before content keys wrote (their refs still read).
+   */
+  trajectory: (runId: string, step: number, groupId: string, rolloutIndex: number, contentSha256?: string): string => {
+    const name = `${rolloutIndex}${contentSha256 ? `-${contentSha256.slice(0, 16)}` : ''}.json`;
+    return step === EVAL_STEP
+      ? `${run(runId)}/evals/trajectories/${groupId}/${name}`
+      : `${rolloutsDir(runId, step)}/${groupId}/${name}`;
+  },
   /** A step's rollout summaries as one artifact, or one part of them. */
   rolloutSummaries: (runId: string, step: number, part?: number): string =>
     `${rolloutsDir(runId, step)}/summaries${part === undefined ? '' : `-part-${part}`}.json`,
@@ -63,6 +72,16 @@ export const runKeys = {
    */
   checkpoint: (runId: string, step: number, batchSha256?: string): string =>
     `${run(runId)}/checkpoints/${batchSha256 ? `step-${step}-${batchSha256.slice(0, 16)}` : `step-${step}`}`,
+
+  /**
+   * Where a `trainer.save` that met another save of the same step (a partitioned trainer's stale save,
+   * or its replacement's) commits its checkpoint when the other's objects, with other bytes, hold
+   * runKeys.checkpoint: `<checkpoint>.attempt-<id>`. Every checkpoint upload is conditional
+   * (If-None-Match: *), so neither save replaces an object the other wrote; the ref the save returns
+   * (recorded by the workflow) names the winner. Python's `checkpoint_attempt_key` builds the same string.
+   */
+  checkpointAttempt: (runId: string, step: number, batchSha256: string | undefined, attempt: string): string =>
+    `${runKeys.checkpoint(runId, step, batchSha256)}.attempt-${attempt}`,
 
   /** The run's eval results and eval trajectories. */
   evals: (runId: string): string => `${run(runId)}/evals`,

@@ -3,9 +3,11 @@
  * store, and the summary that crosses Temporal (a reference to it and a few
  * numbers). Scored, dropped and never-started rollouts are all recorded here.
  */
+import { createHash } from 'node:crypto';
 import type { AgentResult } from '../agent/loop';
 import { toolSpec } from '../agent/tool';
 import { runKeys } from '../artifacts/keys';
+import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
@@ -86,13 +88,28 @@ export function summaryOf(input: ParsedRolloutInput, o: RolloutOutcome, trajecto
   });
 }
 
-/** Saves the trajectory under its key in the run's store; returns it with the summary that refers to it. */
+/**
+ * Saves the trajectory under its content-keyed key in the run's store; returns it with the summary
+ * that refers to it. Each attempt of a rollout writes its own object (the key carries the content's
+ * sha256), so a stale attempt that finishes after its retry never overwrites what the retry wrote:
+ * readers follow the ref in the summary the workflow recorded, never "the last write" to a key.
+ */
 export async function recordRollout(
   store: ArtifactStore, input: ParsedRolloutInput, env: Pick<Environment, 'id' | 'tools'>, o: RolloutOutcome,
 ): Promise<{ trajectory: Trajectory; summary: RolloutSummary }> {
   const trajectory = trajectoryOf(input, env, o);
-  const ref = await store.putJson(runKeys.trajectory(input.runId, input.step, input.groupId, input.rolloutIndex), trajectory);
-  return { trajectory, summary: summaryOf(input, o, ref) };
+  return { trajectory, summary: summaryOf(input, o, await saveTrajectory(store, trajectory)) };
+}
+
+/** Writes a trajectory under its content-keyed key (runKeys.trajectory with its sha256); returns the ref to it. */
+export function saveTrajectory(store: ArtifactStore, trajectory: Trajectory): Promise<ArtifactRef> {
+  const text = JSON.stringify(trajectory); // the bytes putJson would write
+  const key = runKeys.trajectory(trajectory.run_id, trajectory.step, trajectory.group_id, trajectory.rollout_index, sha256Hex(text));
+  return store.put(key, text);
+}
+
+function sha256Hex(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
 }
 
 function countBy(xs: string[]): Record<string, number> {

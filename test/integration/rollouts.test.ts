@@ -81,7 +81,7 @@ describeRollouts('rollouts (SmolLM2 on vLLM, real sandboxes, real tasks)', ['doc
     const task = tasks[0]!;
     const summary = await acts.rollout(baseInput(envId, task));
     const t = Trajectory.parse(await store.getJson(summary.trajectory));
-    expect(summary.trajectory.uri).toContain(`runs/${RUN}/steps/0/rollouts/${envId}-g0/0.json`);
+    expect(summary.trajectory.uri).toContain(`runs/${RUN}/steps/0/rollouts/${envId}-g0/0-${summary.trajectory.sha256.slice(0, 16)}.json`);
     expect(t.turns.length).toBeGreaterThan(0);
     for (const turn of t.turns) {
       expect(turn.prompt_token_ids!.length).toBeGreaterThan(0);

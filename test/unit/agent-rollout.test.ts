@@ -216,7 +216,7 @@ describe('rollout activity: a task that cannot be set up is a dropped rollout, n
 
   test('saving the trajectory on a full disk fails as DiskFull (non-retryable), for StepRollouts to wait on', async () => {
     const { store, acts } = setup([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
-    jest.spyOn(store, 'putJson').mockRejectedValueOnce(Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', path: '/art/runs/run1/x.json.tmp-1' }));
+    jest.spyOn(store, 'put').mockRejectedValueOnce(Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', path: '/art/runs/run1/x.json.tmp-1' }));
     await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('swe-grep')))
       .rejects.toMatchObject({ type: 'DiskFull', nonRetryable: true, message: expect.stringMatching(/disk full writing \/art\/runs\/run1\/x\.json\.tmp-1/) });
   });
@@ -230,7 +230,7 @@ describe('rollout activity: a task that cannot be set up is a dropped rollout, n
 });
 
 describe('rollout activity', () => {
-  test('swe-grep: answer scored, trajectory saved at runs/<run>/steps/<step>/rollouts/<group>/<i>.json, sandbox released', async () => {
+  test('swe-grep: answer scored, trajectory saved at runs/<run>/steps/<step>/rollouts/<group>/<i>-<sha16>.json, sandbox released', async () => {
     const { store, sandboxes, acts, model } = setup([
       { tool_calls: [call('bash', { command: 'grep -rn "def add" pkg' })] },
       { tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] },
@@ -242,7 +242,7 @@ describe('rollout activity', () => {
     expect(summary).toMatchObject({ task_id: 'calc-1', group_id: 'g0', rollout_index: 1, stop_reason: 'completed', policy_version: 1, tool_calls: 2 });
     expect(summary.components).toMatchObject({ correct_files: 1, completion_bonus: 1, file_f1: 1 });
     expect(summary.reward).toBeCloseTo(1.2);
-    expect(summary.trajectory.uri).toMatch(/runs\/run1\/steps\/2\/rollouts\/g0\/1\.json$/);
+    expect(summary.trajectory.uri).toMatch(new RegExp(`runs/run1/steps/2/rollouts/g0/1-${summary.trajectory.sha256.slice(0, 16)}\\.json$`));
     const t = await trajectoryOf(store, summary.trajectory);
     expect(t.messages[2]!.tool_calls![0]!.function.name).toBe('bash');
     expect(t.messages[3]!.content).toMatch(/pkg\/calc.py:1:def add/);
@@ -268,7 +268,7 @@ describe('rollout activity', () => {
     ]);
     const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout, input('swe-grep', { step: EVAL_STEP, groupId: 'eval-v1-calc-1' }));
     expect(summary.components).toMatchObject({ correct_files: 1 });
-    expect(summary.trajectory.uri).toMatch(/runs\/run1\/evals\/trajectories\/eval-v1-calc-1\/1\.json$/);
+    expect(summary.trajectory.uri).toMatch(/runs\/run1\/evals\/trajectories\/eval-v1-calc-1\/1-[0-9a-f]{16}\.json$/);
     expect((await trajectoryOf(store, summary.trajectory)).step).toBe(EVAL_STEP);
   });
 

@@ -7,7 +7,7 @@ src/artifacts/keys.ts by test/unit/artifactKeys.test.ts), so a change on either 
 import json
 from pathlib import Path
 
-from ratchet_trainer.core.checkpoint import checkpoint_dir, checkpoint_key
+from ratchet_trainer.core.checkpoint import checkpoint_attempt_key, checkpoint_dir, checkpoint_key
 
 FIXTURE = Path(__file__).resolve().parents[2] / "test" / "fixtures" / "artifacts" / "keys.json"
 
@@ -19,3 +19,11 @@ def test_checkpoint_keys_match_typescript() -> None:
         run_id, step, *rest = c["args"]
         assert checkpoint_key(run_id, step, *rest) == c["key"], c
         assert checkpoint_dir(Path("/art"), run_id, step, *rest) == Path("/art") / c["key"], c
+
+
+def test_checkpoint_attempt_keys_match_typescript() -> None:
+    cases = [c for c in json.loads(FIXTURE.read_text())["cases"] if c["fn"] == "checkpointAttempt"]
+    assert len(cases) >= 2
+    for c in cases:
+        run_id, step, sha, attempt = c["args"]
+        assert checkpoint_attempt_key(run_id, step, sha, attempt) == c["key"], c

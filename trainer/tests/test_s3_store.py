@@ -92,3 +92,30 @@ def test_wrong_bucket_and_store_down_are_typed(tmp_path):
     down = S3Store({"url": f"s3://{BUCKET}/p", "endpoint": "http://127.0.0.1:9"}, tmp_path)
     with pytest.raises(StoreUnavailable, match="unreachable"):
         down.put_bytes("k", b"v")
+
+
+def test_a_conditional_put_never_replaces_another_object(tmp_path, settings):
+    """If-None-Match: * against the real server: the first object under a key stays; the same bytes again are idempotent."""
+    from ratchet_trainer.core.store import ObjectExists
+
+    store = S3Store(settings, tmp_path)
+    first = store.put_bytes("runs/run/checkpoints/step-0/f", b"winner", if_absent=True)
+    assert store.put_bytes("runs/run/checkpoints/step-0/f", b"winner", if_absent=True) == first
+    with pytest.raises(ObjectExists):
+        store.put_bytes("runs/run/checkpoints/step-0/f", b"stale", if_absent=True)
+    assert store.get_bytes(first, "object") == b"winner"
+
+
+def test_two_saves_of_one_step_through_minio_keep_the_first(tmp_path, settings):
+    cfg = make_cfg("tiny")
+    a = Trainer("run", cfg)
+    samples = make_samples(a.vocab_size)
+    a.step(0, load_batch(*on_policy_batch(a, tmp_path, samples, 0)))
+    first = save_checkpoint(a, tmp_path / "host-a", 0, S3Store(settings, tmp_path / "ca"))
+    with torch.no_grad():  # a replacement trainer whose bytes for the same step differ
+        for p in a.trainable_state().values():
+            p.add_(1e-3)
+    second = save_checkpoint(a, tmp_path / "host-b", 0, S3Store(settings, tmp_path / "cb"))
+    assert second == first
+    b = Trainer("run", cfg)
+    restore_checkpoint(b, first["checkpoint"], S3Store(settings, tmp_path / "cc"))

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,7 +40,7 @@ from .artifacts import MANIFEST, ArtifactRef, commit_dir, dir_ref, tmp_sibling, 
 from .distributed import local_tensor, world
 from .errors import CheckpointError
 from .sharded import check_sharded_fits, distribute_like, load_sharded, save_sharded, trainable_params
-from .store import S3Store, local_dir_ref
+from .store import ObjectExists, S3Store, local_dir_ref
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -79,8 +81,7 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
         existing = _agreed(lambda: store.dir_ref(key))
         if existing is None:
             final = _write_local(trainer, artifacts_root, step)
-            if world()[0] == 0:
-                _upload(store, key, final, weights)
+            key = _agreed(lambda: _upload_no_clobber(store, key, final, weights))
             existing = _agreed(lambda: store.dir_ref(key))
             log.info("checkpoint uploaded", extra={"run_id": trainer.run_id, "step": step, "uri": existing and existing["uri"]})
         else:
@@ -108,14 +109,45 @@ def _agreed(fn: Callable[[], Any]) -> Any:
     return box[0]
 
 
+def checkpoint_attempt_key(run_id: str, step: int, batch_sha256: str | None, attempt: str) -> str:
+    """Where a save that lost a race for checkpoint_key writes instead: `<checkpoint key>.attempt-<id>`
+    (runKeys.checkpointAttempt in src/artifacts/keys.ts). Its ref is what the save returns and the
+    workflow records; readers follow that ref."""
+    return f"{checkpoint_key(run_id, step, batch_sha256)}.attempt-{attempt}"
+
+
+def _upload_no_clobber(store: S3Store, key: str, final: Path, weights: str) -> str:
+    """Uploads the checkpoint with conditional puts, so no save of the same step (a partitioned trainer's
+    stale save and its replacement's) ever replaces an object the other wrote. Returns the key it is
+    committed under: `key` when this save wrote it, or found the same bytes or another save's committed
+    checkpoint there; else (another save's different bytes half-way there) a fresh attempt key."""
+    try:
+        _upload(store, key, final, weights)
+        return key
+    except ObjectExists as e:
+        if store.dir_ref(key) is not None:
+            log.info("another save of this step committed first; returning its checkpoint", extra={"key": key, "conflict": e.uri})
+            return key
+        run_id, name = key.split("/")[1], key.rsplit("/", 1)[1]
+        m = re.fullmatch(r"step-(\d+)(?:-([0-9a-f]+))?", name)
+        assert m, key
+        alt = checkpoint_attempt_key(run_id, int(m.group(1)), m.group(2), uuid.uuid4().hex[:8])
+        log.warning("another save of this step is writing the checkpoint key; saving under an attempt key",
+                    extra={"key": key, "conflict": e.uri, "attempt_key": alt})
+        _upload(store, alt, final, weights)
+        return alt
+
+
 def _upload(store: S3Store, key: str, final: Path, weights: str) -> None:
     """Every file the checkpoint's manifest lists, then the weights' own manifest, then the checkpoint's
-    manifest: the last write is the commit point, so a reader never trusts a half-uploaded checkpoint."""
+    manifest: the last write is the commit point, so a reader never trusts a half-uploaded checkpoint.
+    Every put is conditional (If-None-Match: *): an object another save wrote is never replaced
+    (ObjectExists when its bytes differ; the same bytes are this write, idempotent)."""
     for line in (final / MANIFEST).read_text().splitlines():
         _, rel = line.split("  ", 1)
-        store.put_bytes(f"{key}/{rel}", (final / rel).read_bytes())
-    store.put_bytes(f"{key}/{weights}/{MANIFEST}", (final / weights / MANIFEST).read_bytes())
-    store.put_bytes(f"{key}/{MANIFEST}", (final / MANIFEST).read_bytes())
+        store.put_bytes(f"{key}/{rel}", (final / rel).read_bytes(), if_absent=True)
+    store.put_bytes(f"{key}/{weights}/{MANIFEST}", (final / weights / MANIFEST).read_bytes(), if_absent=True)
+    store.put_bytes(f"{key}/{MANIFEST}", (final / MANIFEST).read_bytes(), if_absent=True)
 
 
 def _write_local(trainer: Trainer, artifacts_root: Path, step: int) -> Path:

@@ -30,6 +30,16 @@ class StoreUnavailable(RuntimeError):
     """The store cannot be reached now; the workflow waits (waiting-for-store) and retries."""
 
 
+class ObjectExists(RuntimeError):
+    """A conditional put (If-None-Match: *) found another object, with other bytes, already under the key:
+    another writer (a partitioned trainer's stale save, or its replacement's) got there first."""
+
+    def __init__(self, uri: str, ours: str, theirs: str | None):
+        super().__init__(f"{uri} already holds another object (sha256 {theirs or 'unknown'}, ours {ours}); "
+                         "a conditional put never replaces it")
+        self.uri = uri
+
+
 class StoreConfigError(ValueError):
     """A wrong setting (bucket, credentials): retrying cannot help."""
 
@@ -141,12 +151,41 @@ class S3Store:
                                    "Fix: start the store, or check [artifacts] endpoint and the network") from e
 
     # ---- objects ----
-    def put_bytes(self, key: str, data: bytes) -> ArtifactRef:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> ArtifactRef:
+        """Writes data under key. With if_absent, a conditional put (`If-None-Match: *`): the object is
+        written only where none is; an object already there with the same bytes is this write
+        (idempotent), one with other bytes raises ObjectExists and is left as it was."""
+        from botocore.exceptions import ClientError
+
         ok = self.object_key(key)
         digest = hashlib.sha256(data).hexdigest()
-        self._call(self.client.put_object, Bucket=self.bucket, Key=ok, Body=data,
-                   ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(), Metadata={SHA_META: digest})
+        extra = {"IfNoneMatch": "*"} if if_absent else {}
+        try:
+            self._call(self.client.put_object, Bucket=self.bucket, Key=ok, Body=data,
+                       ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(), Metadata={SHA_META: digest}, **extra)
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if not if_absent or not (code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412)):
+                raise
+            theirs = self._sha_of(ok)
+            if theirs is None and (code == "ConditionalRequestConflict" or status == 409):
+                raise StoreUnavailable(f"{self.uri_of(ok)}: a concurrent conditional write is in progress; retry") from e
+            if theirs != digest:
+                raise ObjectExists(self.uri_of(ok), digest, theirs) from e
         return {"uri": self.uri_of(ok), "sha256": digest, "bytes": len(data)}
+
+    def _sha_of(self, object_key: str) -> str | None:
+        """The sha256 of the object under a key: its metadata, else its bytes re-hashed; None if absent."""
+        try:
+            head = self._call(self.client.head_object, Bucket=self.bucket, Key=object_key)
+        except FileNotFoundError:
+            return None
+        meta = (head.get("Metadata") or {}).get(SHA_META)
+        if meta:
+            return meta
+        data = self._get(object_key)
+        return None if data is None else hashlib.sha256(data).hexdigest()
 
     def _get(self, object_key: str) -> bytes | None:
         try:
@@ -258,4 +297,4 @@ def local_dir_ref(ref: ArtifactRef, what: str, store: S3Store | None) -> Path:
     return verify_dir(ref, what)
 
 
-__all__ = ["DiskFull", "S3Store", "StoreConfigError", "StoreUnavailable", "disk_full", "local_dir_ref", "read_file_ref", "sha256_file", "store_for"]
+__all__ = ["DiskFull", "ObjectExists", "S3Store", "StoreConfigError", "StoreUnavailable", "disk_full", "local_dir_ref", "read_file_ref", "sha256_file", "store_for"]
