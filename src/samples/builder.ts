@@ -120,7 +120,10 @@ export type BatchStats = {
   components_mean: Record<string, number>;
   mean_staleness: number;
   max_staleness: number;
-  /** "exact", "grammar_constrained" (tool_choice = required: the trainer cannot apply the grammar mask) or "unrecorded". */
+  /**
+   * "exact", "truncated" (top_p < 1 or top_k > 0: the trainer does not rebuild the truncated distribution),
+   * "grammar_constrained" (tool_choice = required: the trainer cannot apply the grammar mask) or "unrecorded".
+   */
   distribution_match: string;
 };
 
