@@ -156,3 +156,28 @@ def test_segments_share_a_micro_batch_only_under_a_sequence_level_loss():
     assert sequence_level == [[0, 1, 2], [3]]
     packed = plan_passes(lengths, units, 1, 32, packing=True, keep_units=False)[0]
     assert all(len([i for i in g if i < 3]) <= 1 for g in packed)
+
+
+def test_ranks_that_plan_different_passes_fail_the_step_as_a_step_fault_before_any_forward(tmp_path, monkeypatch):
+    """Rank 0 of 2 (faked: the all-reduce answers as if rank 1 planned one more pass): the step fails with
+    StepPartitionError before any forward, nothing applied; every rank raises it alike (ranks.py lets the
+    command fail as an ordinary error) and the worker reports it as the StepPartition step fault."""
+    from ratchet_trainer import ranks, worker
+    from ratchet_trainer.core import trainer as trainer_mod
+    from ratchet_trainer.core.trainer import StepPartitionError
+
+    t = Trainer("run", make_cfg("tiny"))
+    t.world_size = 2  # the model stays unsharded: no pass may run, or this test would not get this far
+    calls = []
+
+    def reduced(values, op=None):
+        calls.append(values)
+        return [values[0] + 1, -values[0], values[2], -values[2]]
+    monkeypatch.setattr(trainer_mod, "all_reduce_sums", reduced)
+    monkeypatch.setattr(t, "_policy_output", lambda *a: (_ for _ in ()).throw(AssertionError("a forward ran")))
+    refs = write_rl_batch(tmp_path, "b", rl_samples((16, 20, 12)))
+    with pytest.raises(StepPartitionError, match="planned different passes"):
+        t.step(0, load_batch(*refs))
+    assert len(calls) == 1 and t.ledger == {} and t.optimizer_steps == 0
+    assert ranks._same_everywhere(StepPartitionError("x"))
+    assert worker._STEP_FAULTS[StepPartitionError] == "StepPartition"
