@@ -8,8 +8,10 @@ batch is refused (StepConflictError), never answered with the other batch's resu
 
 Faults that are deterministic for one step are typed, so the run records the
 step as skipped instead of retrying it forever: a non-finite gradient
-(NonFiniteGradientError, nothing applied) and an out-of-memory error that
-survives one retry with micro-batches of half the tokens (StepOutOfMemoryError).
+(NonFiniteGradientError, nothing applied), an out-of-memory error that
+survives one retry with micro-batches of half the tokens (StepOutOfMemoryError),
+and, across ranks, a batch the ranks could not agree on a plan for
+(StepPartitionError, raised on every rank before any forward pass).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import torch
 from .batch import (Batch, BatchError, MicroBatch, check_batch_fits, make_micro_batch, make_packed_micro_batch,
                     micro_batch_token_index, plan_micro_batches, plan_packed_micro_batches)
 from .config import TrainerConfig
-from .distributed import (all_reduce_sums, collective_device, local_tensor, rank_samples, reduce_replicated_grads,
-                          shard_model, world)
+from .distributed import (all_reduce_sums, collective_device, local_tensor, plan_checksum, plan_passes,
+                          reduce_replicated_grads, shard_model, world)
 from .logprobs import HeadInput, token_logprobs
 from .loss import LossStats, Normalizer, micro_batch_loss
 from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers, decoder_layers,
@@ -53,6 +55,11 @@ class NonFiniteGradientError(FloatingPointError):
 
 class StepOutOfMemoryError(RuntimeError):
     """The step ran out of memory, and again with micro-batches of half the tokens; nothing was applied."""
+
+
+class StepPartitionError(RuntimeError):
+    """Across ranks: the step's passes could not be planned, or the ranks planned different passes.
+    Raised on every rank alike before any forward pass; nothing was applied."""
 
 
 def is_out_of_memory(e: BaseException) -> bool:
@@ -188,7 +195,6 @@ class Trainer:
                 "applied; steps apply in order. Fix: resume from a checkpoint taken before this step"
             )
         check_batch_fits(batch, self.vocab_size, self.cfg.seq_len, run_id=self.run_id, step=step)
-        rank_samples(batch.num_samples, self.world_size, self.rank)  # checks the world size fits, before any GPU work
         t0 = time.monotonic()
         norm = Normalizer.for_batch(batch, max_tokens=self.cfg.loss.max_tokens or self.cfg.seq_len)
         total = norm.total_tokens
@@ -268,31 +274,19 @@ class Trainer:
         torch.manual_seed(step_seed(self.cfg.seed, step))
         if self.device.type == "cuda":
             torch.cuda.manual_seed(step_seed(self.cfg.seed, step))
-        mine = rank_samples(batch.num_samples, self.world_size, self.rank)
+        groups, passes = self._plan(step, batch, budget)
         lengths = batch.sample_lengths()
-        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
-        # A trajectory's segments stay in one micro-batch: GSPO's ratio spans them. (Across ranks,
-        # rank_samples splits by sample; a trajectory cut at a rank boundary is ratioed per rank.)
-        pos = {g: i for i, g in enumerate(mine)}
-        units = [[pos[i] for i in u if i in pos] for u in batch.trajectory_units()]
-        units = [u for u in units if u]
-        groups = [[mine[i] for i in g] for g in plan([lengths[i] for i in mine], budget, units)]
-        # Every rank runs as many passes as the busiest one (each pass is a collective).
-        passes = len(groups)
-        if self.world_size > 1:
-            for r in range(self.world_size):
-                theirs = rank_samples(batch.num_samples, self.world_size, r)
-                passes = max(passes, len(plan([lengths[i] for i in theirs], budget)))
+        dummy = min(range(batch.num_samples), key=lambda i: (lengths[i], i))  # the cheapest empty pass
         stats = LossStats()
         forward_tokens = 0
         self.optimizer.zero_grad(set_to_none=True)
         if heartbeat is not None:
-            heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
+            heartbeat({"step": step, "micro_batch": 0, "micro_batches": passes})
         for k in range(passes):
             if k < len(groups):
                 mb = self._micro_batch(batch, groups[k])
             else:  # an empty pass in lockstep with the other ranks: every token masked
-                mb = self._micro_batch(batch, groups[-1])
+                mb = self._micro_batch(batch, [dummy])
                 mb.loss_mask = torch.zeros_like(mb.loss_mask)
             forward_tokens += mb.input_ids.numel()
             ref_out = self._ref_output(mb) if self.cfg.loss.kl_coef > 0 else None
@@ -302,7 +296,7 @@ class Trainer:
             (loss * self.world_size if self.world_size > 1 else loss).backward()
             del out, loss, ref_out
             if heartbeat is not None:
-                heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": len(groups)})
+                heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": passes})
         if self.world_size > 1:
             reduce_replicated_grads(self.params)
             sums = all_reduce_sums([stats.loss, stats.tokens, stats.entropy_sum, stats.clipped,
@@ -347,8 +341,6 @@ class Trainer:
         before the step), so a skipped step has applied nothing. Returns the stats summed over the
         updates, the training passes, one epoch's forward tokens and the largest gradient norm."""
         parts = self.minibatches(batch)
-        for part in parts:  # every mini-batch must fit the ranks, checked before any work
-            rank_samples(len(part), self.world_size, self.rank)
         saved = self._snapshot()
         try:
             full = dataclasses.replace(batch, proximal_logprobs=self._proximal_logprobs(batch, budget))
@@ -430,6 +422,30 @@ class Trainer:
         self.optimizer.load_state_dict(saved[1])
         if self.master is not None:
             self.master.sync()
+
+    def _plan(self, step: int, batch: Batch, budget: int) -> tuple[list[list[int]], int]:
+        """This rank's micro-batches and the number of passes every rank runs (the busiest rank's).
+
+        Whole trajectories per rank, balanced by tokens (distributed.plan_passes); a trajectory's
+        segments share a micro-batch only for GSPO, whose ratio spans them. One process: all samples,
+        no collective. Across ranks, one all-reduce checks that every rank planned the same passes
+        before any of them enters the model's collectives (a mismatch would hang them)."""
+        try:
+            plans = plan_passes(batch.sample_lengths(), batch.trajectory_units(), self.world_size, budget,
+                                self.packing, keep_units=self.cfg.loss.type == "gspo")
+        except Exception as e:  # noqa: BLE001 - same batch, same code: every rank fails here alike
+            raise StepPartitionError(f"run {self.run_id}: step {step}: could not plan the batch's "
+                                     f"{batch.num_samples} samples over {self.world_size} ranks: {e}") from e
+        passes = max(len(p) for p in plans)
+        if self.world_size > 1:
+            mark = float(plan_checksum(plans))
+            hi = all_reduce_sums([passes, -passes, mark, -mark], torch.distributed.ReduceOp.MAX)
+            if hi[0] != -hi[1] or hi[2] != -hi[3]:
+                raise StepPartitionError(
+                    f"run {self.run_id}: step {step}: the {self.world_size} ranks planned different passes "
+                    f"(between {int(-hi[1])} and {int(hi[0])}) for the same batch; nothing was applied. "
+                    "Fix: run the same ratchet_trainer and trainer_config on every rank")
+        return plans[self.rank], passes
 
     def _free_device_memory(self) -> None:
         if self.device.type == "cuda":
