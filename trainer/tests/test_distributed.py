@@ -91,6 +91,16 @@ def test_three_ranks_give_the_single_process_loss_and_gradients(tmp_path):
     check_cases(tmp_path, 3, cases)
 
 
+def test_several_updates_per_batch_across_ranks_give_the_single_process_updates(tmp_path):
+    # Mini-batches x epochs: the proximal logprobs are scored round-robin over the ranks and summed,
+    # and each mini-batch's update is partitioned like a batch. Odd counts and a split trajectory.
+    split = write_rl_batch(tmp_path, "split", rl_samples((12, 16, 14, 18, 10, 20, 12), trajectories=(0, 1, 1, 2, 3, 4, 5)))
+    several = {**GRPO, "minibatches": 2, "epochs": 2, "optim": {**GRPO["optim"], "lr": 1e-2}}
+    cases = [("tis-grpo", several, split), ("icepop-gspo", {**several, "loss": {"type": "gspo", "correction": "icepop"}}, split),
+             ("mask-grpo", {**several, "loss": {"correction": "mask"}}, split)]
+    check_cases(tmp_path, 2, cases)
+
+
 def test_a_pretrained_model_across_ranks_is_read_by_rank_0_alone_and_trains_as_one_process(tmp_path):
     """model.path under 2 ranks: every rank builds on the meta device and shards, rank 0 alone reads the
     weights and broadcasts them (a model larger than one GPU never lands whole on one). The step equals
