@@ -69,9 +69,15 @@ export interface TrainerStepMetrics {
   loss: number;
   entropy?: number;
   clip_frac?: number;
+  /** Share of tokens (GSPO: trajectories) where the dual clip bound the objective. */
+  dual_clip_frac?: number;
+  /** Mean |r - 1| of the ratio the clips act on (current / proximal under tis and icepop). */
+  policy_ratio_abs_dev?: number;
   mismatch_kl?: number;
   grad_norm?: number;
   tokens?: number;
+  /** Optimizer updates the step made (trainer.minibatches x trainer.epochs, less empty mini-batches). */
+  updates?: number;
   applied: boolean;
   [k: string]: unknown;
 }

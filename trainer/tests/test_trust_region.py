@@ -182,7 +182,9 @@ def test_one_update_per_batch_is_the_default_and_its_clip_cannot_act(tmp_path):
 def test_proximal_logprobs_are_the_policy_before_the_first_update(loss_type, tmp_path):
     trainer = Trainer("run", make_cfg("tiny", loss={"type": loss_type}, minibatches=2, epochs=2, packing=loss_type == "gspo"))
     batch = load_batch(*_off_policy_refs(trainer, tmp_path))
-    prox = trainer._proximal_logprobs(batch, trainer.cfg.micro_batch_tokens)
+    beats = []
+    prox = trainer._proximal_logprobs(0, batch, trainer.cfg.micro_batch_tokens, beats.append)
+    assert beats and beats[-1]["phase"] == "proximal" and beats[-1]["micro_batch"] == beats[-1]["micro_batches"]
     ref = torch.cat(trainer.sample_logprobs(batch))
     m = batch.loss_mask
     assert torch.allclose(prox[m], ref[m], atol=1e-5)

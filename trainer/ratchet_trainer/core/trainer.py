@@ -343,7 +343,7 @@ class Trainer:
         parts = self.minibatches(batch)
         saved = self._snapshot()
         try:
-            full = dataclasses.replace(batch, proximal_logprobs=self._proximal_logprobs(batch, budget))
+            full = dataclasses.replace(batch, proximal_logprobs=self._proximal_logprobs(step, batch, budget, heartbeat))
             max_tokens = self.cfg.loss.max_tokens or self.cfg.seq_len
             total, passes, forward_tokens, grad_norm = LossStats(updates=0), 0, 0, 0.0
             n_updates = len(parts) * self.cfg.epochs
@@ -380,7 +380,7 @@ class Trainer:
             raise
 
     @torch.no_grad()
-    def _proximal_logprobs(self, batch: Batch, budget: int) -> torch.Tensor:
+    def _proximal_logprobs(self, step: int, batch: Batch, budget: int, heartbeat: Heartbeat | None = None) -> torch.Tensor:
         """[T] the current policy's logprobs of the batch's trainable tokens (0 elsewhere), at the
         run's temperature, in the training forward's numerics. Across ranks, micro-batches are
         dealt round-robin, every rank runs as many passes (an idle one re-scores a micro-batch and
@@ -401,6 +401,8 @@ class Trainer:
             if k < len(mine):
                 idx = micro_batch_token_index(batch, ids, self.packing)[:, 1:][sel.cpu()]
                 out[idx] = lp.float().cpu()
+            if heartbeat is not None:  # progress for the stall watchdog (and the cancellation check)
+                heartbeat({"step": step, "phase": "proximal", "micro_batch": k + 1, "micro_batches": passes})
         if self.world_size > 1:
             t = out.to(collective_device())
             torch.distributed.all_reduce(t)
