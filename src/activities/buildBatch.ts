@@ -50,6 +50,8 @@ export const BuildBatchActivityInput = z.object({
   modelPath: z.string().min(1),
   /** The run's [artifacts] store; absent: the worker's default store. */
   artifacts: ArtifactsFields.optional(),
+  /** The run's [trainer.loss] kind and normalization: the manifest records the length normalizer they make. */
+  loss: z.object({ kind: z.enum(['grpo', 'gspo']), normalization: z.enum(['token', 'sequence', 'dr_grpo']) }).optional(),
 });
 export type BuildBatchActivityInput = z.input<typeof BuildBatchActivityInput>;
 
@@ -140,7 +142,7 @@ export function createBatchActivities(deps: BatchActivityDeps) {
 
     let built;
     try {
-      built = buildBatchFromTrajectories(inputs, input.orchestrator, tok, {
+      built = buildBatchFromTrajectories(inputs, { ...input.orchestrator, ...(input.loss ? { loss: input.loss } : {}) }, tok, {
         runId: input.runId, step: input.step, trainerPolicyVersion: input.trainerPolicyVersion, modelName: path.basename(tok.modelPath),
       });
     } catch (err) {

@@ -47,6 +47,8 @@ export interface BuildBatchInput {
   orchestrator: OrchestratorConfig;
   modelPath: string;
   artifacts?: StoreSettings;
+  /** The run's [trainer.loss] kind and normalization, for the manifest's length normalizer. */
+  loss?: { kind: 'grpo' | 'gspo'; normalization: 'token' | 'sequence' | 'dr_grpo' };
 }
 
 export interface BuildBatchOutput {

@@ -29,8 +29,12 @@ export function toTrainerConfig(config: RunConfig): Record<string, unknown> {
       tis_cap: t.loss.tis_cap,
       mask_threshold: t.loss.mask_threshold,
       dual_clip: t.loss.dual_clip,
+      // Sent only where they act, so a default config's payload is what it was.
+      ...(t.loss.correction === 'icepop' ? { icepop_low: t.loss.icepop_low, icepop_high: t.loss.icepop_high } : {}),
     },
     seq_len: config.orchestrator.seq_len,
+    ...(t.minibatches !== 1 ? { minibatches: t.minibatches } : {}),
+    ...(t.epochs !== 1 ? { epochs: t.epochs } : {}),
     micro_batch_tokens: t.micro_batch_tokens,
     packing: t.packing,
     device: t.device,
