@@ -77,6 +77,7 @@ def rank_entry(rank: int, world: int, init_file: str, out: str, fn, args) -> Non
     active exception', after its test had passed). Failure: the group is
     destroyed and the error re-raised for mp.spawn to report.
     """
+    torch.set_num_threads(1)  # ranks share the test machine's cores
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=COLLECTIVE_TIMEOUT)
     try:

@@ -311,6 +311,30 @@ class Trainer:
             stats.dual_clipped, stats.policy_dev_sum = all_reduce_sums([stats.dual_clipped, stats.policy_dev_sum])
         return stats, passes, forward_tokens
 
+    def _plan(self, step: int, batch: Batch, budget: int) -> tuple[list[list[int]], int]:
+        """This rank's micro-batches and the number of passes every rank runs (the busiest rank's).
+
+        Whole trajectories per rank, balanced by tokens (distributed.plan_passes); a trajectory's
+        segments share a micro-batch only for GSPO, whose ratio spans them. One process: all samples,
+        no collective. Across ranks, one all-reduce checks that every rank planned the same passes
+        before any of them enters the model's collectives (a mismatch would hang them)."""
+        try:
+            plans = plan_passes(batch.sample_lengths(), batch.trajectory_units(), self.world_size, budget,
+                                self.packing, keep_units=self.cfg.loss.type == "gspo")
+        except Exception as e:  # noqa: BLE001 - same batch, same code: every rank fails here alike
+            raise StepPartitionError(f"run {self.run_id}: step {step}: could not plan the batch's "
+                                     f"{batch.num_samples} samples over {self.world_size} ranks: {e}") from e
+        passes = max(len(p) for p in plans)
+        if self.world_size > 1:
+            mark = float(plan_checksum(plans))
+            hi = all_reduce_sums([passes, -passes, mark, -mark], torch.distributed.ReduceOp.MAX)
+            if hi[0] != -hi[1] or hi[2] != -hi[3]:
+                raise StepPartitionError(
+                    f"run {self.run_id}: step {step}: the {self.world_size} ranks planned different passes "
+                    f"(between {int(-hi[1])} and {int(hi[0])}) for the same batch; nothing was applied. "
+                    "Fix: run the same ratchet_trainer and trainer_config on every rank")
+        return plans[self.rank], passes
+
     # -- several updates per batch (trainer.minibatches x trainer.epochs) --------
 
     def minibatches(self, batch: Batch) -> list[list[int]]:
@@ -340,7 +364,7 @@ class Trainer:
         own mini-batch. On any failure every update is undone (weights and optimiser state as
         before the step), so a skipped step has applied nothing. Returns the stats summed over the
         updates, the training passes, one epoch's forward tokens and the largest gradient norm."""
-        parts = self.minibatches(batch)
+        parts = self.minibatches(batch)  # any part trains on any world size (whole trajectories per rank)
         saved = self._snapshot()
         try:
             full = dataclasses.replace(batch, proximal_logprobs=self._proximal_logprobs(step, batch, budget, heartbeat))
@@ -424,30 +448,6 @@ class Trainer:
         self.optimizer.load_state_dict(saved[1])
         if self.master is not None:
             self.master.sync()
-
-    def _plan(self, step: int, batch: Batch, budget: int) -> tuple[list[list[int]], int]:
-        """This rank's micro-batches and the number of passes every rank runs (the busiest rank's).
-
-        Whole trajectories per rank, balanced by tokens (distributed.plan_passes); a trajectory's
-        segments share a micro-batch only for GSPO, whose ratio spans them. One process: all samples,
-        no collective. Across ranks, one all-reduce checks that every rank planned the same passes
-        before any of them enters the model's collectives (a mismatch would hang them)."""
-        try:
-            plans = plan_passes(batch.sample_lengths(), batch.trajectory_units(), self.world_size, budget,
-                                self.packing, keep_units=self.cfg.loss.type == "gspo")
-        except Exception as e:  # noqa: BLE001 - same batch, same code: every rank fails here alike
-            raise StepPartitionError(f"run {self.run_id}: step {step}: could not plan the batch's "
-                                     f"{batch.num_samples} samples over {self.world_size} ranks: {e}") from e
-        passes = max(len(p) for p in plans)
-        if self.world_size > 1:
-            mark = float(plan_checksum(plans))
-            hi = all_reduce_sums([passes, -passes, mark, -mark], torch.distributed.ReduceOp.MAX)
-            if hi[0] != -hi[1] or hi[2] != -hi[3]:
-                raise StepPartitionError(
-                    f"run {self.run_id}: step {step}: the {self.world_size} ranks planned different passes "
-                    f"(between {int(-hi[1])} and {int(hi[0])}) for the same batch; nothing was applied. "
-                    "Fix: run the same ratchet_trainer and trainer_config on every rank")
-        return plans[self.rank], passes
 
     def _free_device_memory(self) -> None:
         if self.device.type == "cuda":
