@@ -106,7 +106,7 @@ export function createBatchActivities(deps: BatchActivityDeps) {
 
     let built;
     try {
-      built = buildBatchFromTrajectories(inputs, input.orchestrator, tok, {
+      built = buildBatchFromTrajectories(inputs, { ...input.orchestrator, ...(input.loss ? { loss: input.loss } : {}) }, tok, {
         runId: input.runId, step: input.step, trainerPolicyVersion: input.trainerPolicyVersion, modelName: path.basename(tok.modelPath),
       });
     } catch (err) {

@@ -7,6 +7,7 @@ import { checkStore, storeFor, storeForRef, withStoreErrors } from '../artifacts
 import { ConfigError, loadRunConfig } from '../config/load';
 import { type ArtifactsConfig, RunConfig } from '../config/schema';
 import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
+import { type FetchLike, logprobsModeProblem, probeLogprobsMode, processedLogprobsReason } from '../check/logprobsMode';
 import { resolveConfigPath } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
@@ -15,11 +16,33 @@ import { pickResume, RunStateFile, type ConfigActivities, type LoadedConfig, typ
 export interface ConfigDeps {
   store: ArtifactStore;
   logger: Logger;
+  /** How the inference probe reaches the servers (tests give a fake); default: fetch. */
+  inferenceFetch?: FetchLike;
 }
 
 const resolveRepoPath = resolveConfigPath;
 
-export function createConfigActivities({ store, logger }: ConfigDeps) {
+export function createConfigActivities({ store, logger, inferenceFetch }: ConfigDeps) {
+  /**
+   * A run that samples at T != 1 or with top-k/top-p needs each server's processed logprobs:
+   * one that answers with raw logprobs (or none) fails the run now, with the fix. A server that
+   * does not answer yet, or an unclear answer, is logged and the run goes on (it waits for
+   * inference later; `ratchet check` reports it too).
+   */
+  async function checkInferenceLogprobs(runId: string, config: RunConfig): Promise<void> {
+    const reason = processedLogprobsReason(config.sampling);
+    if (!reason) return;
+    const probes = await Promise.all(config.inference.base_urls.map(async (url) =>
+      ({ url, probe: await probeLogprobsMode(url, config.inference.served_model, { fetch: inferenceFetch }) })));
+    for (const [i, { url, probe }] of probes.entries()) {
+      const problem = logprobsModeProblem(probe, `inference.base_urls[${i}] ${url}`, reason);
+      if (problem) throw ApplicationFailure.nonRetryable(problem, 'InferenceLogprobsMode');
+      if (probe.kind === 'unreachable' || probe.kind === 'inconclusive') {
+        logger.warn({ runId, url, probe: probe.kind, detail: probe.detail }, 'could not check that the inference server returns processed logprobs');
+      }
+    }
+  }
+
   /** Reads the state file of a run, if it has completed a step. */
   async function readState(runStore: ArtifactStore, runId: string): Promise<RunStateFile | undefined> {
     const ref = await runStore.exists(runKeys.state(runId));
@@ -52,6 +75,7 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
         const state = await readState(runStore, input.runId);
         if (state) {
           const stored = RunConfig.parse(await runStore.getJson(state.configRef));
+          await checkInferenceLogprobs(input.runId, stored);
           logger.info({ runId: input.runId, completedStep: state.completedStep, store: runStore.url }, 'resuming run from its last completed step');
           return { loaded: { runId: input.runId, config: stored, configRef: state.configRef, configSha256: state.configSha256 }, resume: pickResume({ ...state, artifacts: settings }) };
         }
@@ -60,6 +84,7 @@ export function createConfigActivities({ store, logger }: ConfigDeps) {
         config.model.path = resolveRepoPath(config.model.path);
         config.artifacts = resolveArtifactPaths(config.artifacts);
         await checkEnvironmentModules(config);
+        await checkInferenceLogprobs(input.runId, config);
         const configRef = await runStore.putJson(runKeys.config(input.runId), config);
         logger.info({ runId: input.runId, configPath: input.configPath, sha256: configRef.sha256, store: runStore.url }, 'run config validated and stored');
         return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 } };

@@ -5,6 +5,7 @@ import Docker from 'dockerode';
 import type { RunConfig } from '../config/schema';
 import { describeSettingsLine, resolveTemporalSettings, sdkConnectionOptions } from '../connection';
 import { paths } from '../shared/paths';
+import { checkLogprobsMode } from './logprobsMode';
 import { fail, ok, type CheckLine } from './types';
 
 export interface StackTarget {
@@ -66,5 +67,7 @@ export async function checkStack(c: RunConfig, t: StackTarget = {}): Promise<Che
       }
     })(),
   ];
-  return Promise.all(checks);
+  // A run sampling at T != 1 or with top-k/top-p needs the servers' processed logprobs.
+  const logprobs = checkLogprobsMode(c).then((ls) => ls.map((l) => ({ section: 'stack' as const, ...l })));
+  return [...await Promise.all(checks), ...await logprobs];
 }

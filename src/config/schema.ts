@@ -81,12 +81,19 @@ export const TrainerConfig = z.object({
     /** Mean |ratio - 1| above this is reported as the trainer's `mismatch_exceeded` metric. */
     mismatch_tolerance: z.number().min(0).max(100).default(0.05),
     /**
-     * Bounds the train/inference mismatch: "tis" weighs each token by min(pi_trainer / pi_vllm, tis_cap);
-     * "mask" drops tokens whose |logprob difference| exceeds mask_threshold; "none" leaves it.
+     * Bounds the train/inference mismatch (docs/training.md, "Which bounds act"). Three policies:
+     * behaviour (vLLM's logprobs), proximal (the trainer's before the batch's first update), current.
+     * "tis" and "icepop" are decoupled: the clips act on current / proximal, and each token is weighted
+     * by min(pi_proximal / pi_vllm, tis_cap) (tis) or by pi_proximal / pi_vllm, dropped outside
+     * [icepop_low, icepop_high] (icepop). "mask" and "none" clip current / behaviour; "mask" drops tokens
+     * whose |logprob difference| exceeds mask_threshold. With one update per batch (minibatches =
+     * epochs = 1) the decoupled ratio is 1: eps_low, eps_high and dual_clip cannot act there.
      */
-    correction: z.enum(['tis', 'mask', 'none']).default('tis'),
+    correction: z.enum(['tis', 'icepop', 'mask', 'none']).default('tis'),
     tis_cap: z.number().min(1).max(1000).default(2),
     mask_threshold: z.number().positive().max(100).default(1),
+    icepop_low: z.number().gt(0).max(1).default(0.5),
+    icepop_high: z.number().min(1).max(1000).default(2),
     /** Negative advantages: the objective is bounded below by dual_clip x A (0 = off). */
     dual_clip: z.number().min(0).max(1000).refine((c) => c === 0 || c > 1, 'must be 0 (off) or > 1').default(3),
   }).strict().default({}),
@@ -99,6 +106,13 @@ export const TrainerConfig = z.object({
     memory_gib: z.number().positive().max(4096).optional(),
     count: z.number().int().positive().max(4096).default(1),
   }).strict().default({}),
+  /**
+   * Optimizer updates per batch: the batch's trajectories in `minibatches` parts (balanced by
+   * tokens), one update each, all of them `epochs` times. Above one update the clips bound each
+   * update against the proximal policy (the trainer's before the batch's first update).
+   */
+  minibatches: z.number().int().min(1).max(1024).default(1),
+  epochs: z.number().int().min(1).max(100).default(1),
   /** Tokens per micro-batch; gradient accumulation covers the rest of the batch. */
   micro_batch_tokens: z.number().int().positive().max(4 * MAX_SEQ_LEN).default(4096),
   /** Logprobs from the last hidden states this many tokens at a time (0: from the full logits). */
@@ -352,6 +366,29 @@ export function crossCheckRunConfig(raw: unknown, config: RunConfig): string[] {
   if (loss.kind === 'gspo' && Math.max(loss.eps_low ?? 0, loss.eps_high ?? 0) > 0.05) {
     out.push('trainer.loss.eps_low/eps_high: a token-ratio (PPO) range with kind = "gspo", whose sequence ratio moves ~1000x less, ' +
       'so the clip would never act. Fix: remove them (GSPO defaults 3e-4/4e-4) or set values below 0.05');
+  }
+  // Clips that cannot act: under a decoupled correction the clips bound current / proximal, and with
+  // one optimizer update per batch the proximal policy is the current one (ratio 1).
+  const t = config.trainer;
+  const decoupled = loss.correction === 'tis' || loss.correction === 'icepop';
+  if (decoupled && t.minibatches * t.epochs === 1) {
+    const inert = (['eps_low', 'eps_high', 'dual_clip'] as const).filter((k) => rawLoss[k] !== undefined && !(k === 'dual_clip' && loss.dual_clip === 0));
+    for (const k of inert) {
+      out.push(`trainer.loss.${k}: set with correction = "${loss.correction}" and one optimizer update per batch (trainer.minibatches = trainer.epochs = 1), ` +
+        'where it cannot act: the clips bound the ratio current / proximal, and in a batch\'s only update the proximal policy is the current one (ratio 1). ' +
+        `Fix: remove ${k}, or make several updates per batch (trainer.minibatches or trainer.epochs > 1), ` +
+        'or use correction = "mask" or "none" (the clips then bound the ratio against vLLM\'s logprobs)');
+    }
+  }
+  for (const k of ['icepop_low', 'icepop_high'] as const) {
+    if (rawLoss[k] !== undefined && loss.correction !== 'icepop') {
+      out.push(`trainer.loss.${k}: set with correction = "${loss.correction}", which does not read it. Fix: remove ${k}, or set correction = "icepop"`);
+    }
+  }
+  const trajectories = config.orchestrator.batch_size * config.orchestrator.rollouts_per_example;
+  if (t.minibatches > trajectories) {
+    out.push(`trainer.minibatches: ${t.minibatches} mini-batches, but a step has at most orchestrator.batch_size x rollouts_per_example = ${trajectories} ` +
+      'trajectories, and a mini-batch holds whole trajectories. Fix: lower trainer.minibatches (or raise batch_size)');
   }
   if (config.sampling.temperature === 0) {
     out.push('sampling.temperature: 0 is greedy decoding: a group\'s rollouts are identical and there is no distribution to ' +

@@ -103,6 +103,8 @@ export const BuildBatchInput = z.object({
   modelPath: z.string().min(1),
   /** The run's [artifacts] store; absent: the worker's default store. */
   artifacts: ArtifactsFields.optional(),
+  /** The run's [trainer.loss] kind and normalization: the manifest records the length normalizer they make. */
+  loss: z.object({ kind: z.enum(['grpo', 'gspo']), normalization: z.enum(['token', 'sequence', 'dr_grpo']) }).optional(),
 });
 export type BuildBatchInput = z.input<typeof BuildBatchInput>;
 

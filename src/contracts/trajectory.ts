@@ -78,26 +78,33 @@ export type StopReason = z.infer<typeof StopReason>;
 
 /**
  * The sampling distribution of an episode, as the run asked for it. vLLM returns the
- * logprobs of exactly this distribution (processed logprobs); the trainer scores the same
- * logits at the same temperature. `distribution_match` says whether the trainer can
- * reproduce it: "exact", or "grammar_constrained" when tool_choice = "required" masked the
- * vocabulary to a tool call's grammar, which the trainer does not apply (its importance
- * ratio then sees the mask as mismatch, bounded by the loss's correction).
+ * logprobs of exactly this distribution (processed logprobs: after temperature and
+ * top-k/top-p); the trainer scores the model's full distribution at the same temperature.
+ * `distribution_match` says whether the two are the same distribution:
+ * - "exact": tool_choice = "auto", top_p = 1 and top_k = 0: nothing narrows the vocabulary;
+ * - "truncated": top_p < 1 or top_k > 0: vLLM sampled from the renormalised nucleus / top-k set,
+ *   which the trainer does not rebuild, so on sampled tokens pi_trainer <= pi_vllm;
+ * - "grammar_constrained": tool_choice = "required" masked the vocabulary to a tool call's
+ *   grammar, which the trainer does not apply either (it takes precedence over "truncated").
+ * In both inexact cases the importance ratio sees the difference as mismatch, bounded by the
+ * loss's correction (docs/training.md).
  */
 export const SamplingRecord = z.object({
   temperature: z.number(),
   top_p: z.number(),
   top_k: z.number().int(),
   tool_choice: z.enum(['auto', 'required']),
-  distribution_match: z.enum(['exact', 'grammar_constrained']),
+  distribution_match: z.enum(['exact', 'truncated', 'grammar_constrained']),
 });
 export type SamplingRecord = z.infer<typeof SamplingRecord>;
 
 export function samplingRecord(s: { temperature: number; top_p: number; top_k?: number; tool_choice?: 'auto' | 'required' }): SamplingRecord {
   const toolChoice = s.tool_choice ?? 'auto';
+  const topK = s.top_k ?? 0;
+  const truncated = s.top_p < 1 || topK > 0;
   return {
-    temperature: s.temperature, top_p: s.top_p, top_k: s.top_k ?? 0, tool_choice: toolChoice,
-    distribution_match: toolChoice === 'required' ? 'grammar_constrained' : 'exact',
+    temperature: s.temperature, top_p: s.top_p, top_k: topK, tool_choice: toolChoice,
+    distribution_match: toolChoice === 'required' ? 'grammar_constrained' : truncated ? 'truncated' : 'exact',
   };
 }
 

@@ -4,8 +4,8 @@
  *  - GRPO (DeepSeekMath): optionally divided by the group's standard deviation + eps;
  *  - Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-like training"): never divided
  *    by the std (that term biases towards easy/hard groups); its other fix, a constant
- *    length normalizer instead of 1/|o|, is the trainer's loss normalization, and the
- *    manifest records it.
+ *    length normalizer instead of 1/|o|, is the trainer's loss normalization
+ *    ([trainer.loss] normalization), and the manifest records the one the trainer uses.
  * The std is the population std (ddof = 0) of the group's rewards.
  */
 
@@ -45,8 +45,28 @@ export function groupAdvantages(rewards: readonly number[], cfg: Pick<AdvantageC
   return { advantages, mean, std, uniform };
 }
 
+/** The trainer's loss settings the length normalizer comes from ([trainer.loss] kind and normalization). */
+export interface LossRecipe {
+  kind: 'grpo' | 'gspo';
+  normalization: 'token' | 'sequence' | 'dr_grpo';
+}
+
+/**
+ * What the trainer divides a trajectory's summed token loss by (trainer/ratchet_trainer/core/loss.py).
+ * It follows the loss, not the advantage: the advantage's kind says only whether the group std divides.
+ * Over each mini-batch when the trainer makes several updates per batch (trainer.minibatches).
+ */
+export function lengthNormalizer(loss: LossRecipe | undefined, seqLen: number): Record<string, unknown> {
+  if (!loss) return { kind: 'unrecorded' };
+  // GSPO's ratio and objective are per trajectory (exp of its mean log-ratio), then a mean over trajectories.
+  if (loss.kind === 'gspo' || loss.normalization === 'sequence') return { kind: 'per_trajectory_tokens' };
+  // Dr.GRPO: the summed token loss over a constant, trajectories x seq_len (the trainer's max_tokens).
+  if (loss.normalization === 'dr_grpo') return { kind: 'constant', value: seqLen, per: 'trajectory' };
+  return { kind: 'batch_tokens' }; // token: a mean over the batch's trainable tokens (DAPO)
+}
+
 /** What the manifest says about how advantages were made, so the trainer and a reader can check. */
-export function advantageRecipe(cfg: AdvantageConfig, seqLen: number): Record<string, unknown> {
+export function advantageRecipe(cfg: AdvantageConfig, seqLen: number, loss?: LossRecipe): Record<string, unknown> {
   return {
     kind: cfg.kind,
     baseline: 'group_mean',
@@ -54,7 +74,6 @@ export function advantageRecipe(cfg: AdvantageConfig, seqLen: number): Record<st
     std: 'population',
     std_eps: STD_EPS,
     drop_uniform_groups: cfg.drop_uniform_groups,
-    // Dr.GRPO divides the summed token loss by a constant, not by each sample's length.
-    length_normalizer: cfg.kind === 'dr_grpo' ? { kind: 'constant', value: seqLen } : { kind: 'per_sample_tokens' },
+    length_normalizer: lengthNormalizer(loss, seqLen),
   };
 }

@@ -1,5 +1,5 @@
 import { isInfrastructureFailure, isSetupFailure, type SamplingRecord, type Trajectory } from '../contracts/trajectory';
-import { advantageRecipe, groupAdvantages, type AdvantageConfig } from './advantages';
+import { advantageRecipe, groupAdvantages, type AdvantageConfig, type LossRecipe } from './advantages';
 import { assembleTrajectory, type NonPrefixCause, type NonPrefixPolicy } from './assemble';
 import { BatchBuildError } from './errors';
 import { fitToSeqLen } from './mask';
@@ -23,6 +23,8 @@ export type BuilderConfig = {
   advantage: AdvantageConfig;
   non_prefix_policy: NonPrefixPolicy;
   allow_retokenize: boolean;
+  /** The trainer's loss, for the manifest's length normalizer; absent: recorded as "unrecorded". */
+  loss?: LossRecipe;
 };
 
 export interface BuilderInput {
@@ -116,7 +118,10 @@ export type BatchStats = BatchCounts & {
   components_mean: Record<string, number>;
   mean_staleness: number;
   max_staleness: number;
-  /** "exact", "grammar_constrained" (tool_choice = required: the trainer cannot apply the grammar mask) or "unrecorded". */
+  /**
+   * "exact", "truncated" (top_p < 1 or top_k > 0: the trainer does not rebuild the truncated distribution),
+   * "grammar_constrained" (tool_choice = required: the trainer cannot apply the grammar mask) or "unrecorded".
+   */
   distribution_match: string;
 };
 
@@ -262,7 +267,7 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     sampling: sorted.find((x) => x.trajectory.sampling)?.trajectory.sampling ?? null,
     total_tokens: packed.totalTokens,
     trainable_tokens: packed.trainableTokens,
-    advantage: advantageRecipe(cfg.advantage, cfg.seq_len),
+    advantage: advantageRecipe(cfg.advantage, cfg.seq_len, cfg.loss),
     mask_truncated_completions: cfg.mask_truncated_completions,
     async_level: cfg.async_level,
     non_prefix_policy: cfg.non_prefix_policy,

@@ -79,15 +79,17 @@ export async function checkRun(e: RunExpectation): Promise<RunCheck> {
   const lastTrained = records.filter(trained).pop();
   if (lastTrained) {
     const ckptDir = uriToPath((lastTrained.checkpoint as ArtifactRef).uri);
-    const ledger = JSON.parse(await fs.readFile(path.join(ckptDir, 'ledger.json'), 'utf8')) as Record<string, unknown>;
+    const ledger = JSON.parse(await fs.readFile(path.join(ckptDir, 'ledger.json'), 'utf8')) as Record<string, { updates?: number }>;
     const ledgerSteps = Object.keys(ledger).map(Number).sort((a, b) => a - b);
     if (JSON.stringify(ledgerSteps) !== JSON.stringify(trainedSteps)) {
       violations.push(`trainer ledger has steps ${JSON.stringify(ledgerSteps)}, the records trained ${JSON.stringify(trainedSteps)}`);
     }
     // The optimizer's own count, carried through every checkpoint: a step applied twice shows here.
+    // A step makes `updates` optimizer updates (trainer.minibatches x trainer.epochs; 1 by default).
     const state = JSON.parse(await fs.readFile(path.join(ckptDir, 'trainer_state.json'), 'utf8')) as { optimizer_steps: number };
-    if (state.optimizer_steps !== trainedSteps.length) {
-      violations.push(`optimizer took ${state.optimizer_steps} steps for ${trainedSteps.length} trained steps`);
+    const updates = Object.values(ledger).reduce((n, m) => n + (m.updates ?? 1), 0);
+    if (state.optimizer_steps !== updates) {
+      violations.push(`optimizer took ${state.optimizer_steps} steps for ${trainedSteps.length} trained steps (${updates} updates)`);
     }
     // Served, from the run's own record (the run unloads its adapters when it ends, so vLLM cannot be asked now).
     // (Each replica by name only where the caller knows the run's base_urls exactly: e.inferenceUrl may be spelled otherwise.)

@@ -11,6 +11,8 @@ export const PATCHES = {
   trainerKeptAcrossContinueAsNew: 'v0.2-trainer-kept-across-continue-as-new',
   /** NonFiniteGradient / StepOutOfMemory: the step is recorded with its error and skipped. */
   stepFaultsSkipped: 'v0.2-step-faults-skipped',
+  /** StepPartition (the trainer's ranks could not plan the batch's passes alike): recorded and skipped like the faults above. */
+  stepPartitionSkipped: 'v0.5-step-partition-skipped',
   /** At the end of a run (completed, stopped, failed, cancelled): release the trainer, unload its adapters. */
   releaseAtEnd: 'v0.2-release-at-end',
   /** A long inference outage continues as new instead of growing one history. */

@@ -149,6 +149,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     try {
       const built = await patient.buildBatch({
         runId, step: s, trainerPolicyVersion: run.policyVersion, orchestrator: orch, modelPath: config.model.path, artifacts,
+        // An input field only (no new command): replays of older histories are unaffected.
+        loss: { kind: config.trainer.loss.kind, normalization: config.trainer.loss.normalization },
         ...(summaries ? { summaries } : { trajectories: rollouts }),
       });
       return { built, emptyBatch: undefined };

@@ -41,6 +41,12 @@ const MAX_TRAINER_RESTARTS = 20;
 
 /** trainer.step's typed errors that the same batch would raise on any trainer (docs/contracts.md). */
 const STEP_FAULTS = ['NonFiniteGradient', 'StepOutOfMemory'];
+/** Added later, each behind its own patch so that histories from before it replay unchanged. */
+const LATER_STEP_FAULTS = new Map<string, string>([['StepPartition', PATCHES.stepPartitionSkipped]]);
+
+const isStepFaultType = (type: string | undefined): type is string =>
+  !!type && (STEP_FAULTS.includes(type) ? patched(PATCHES.stepFaultsSkipped)
+    : LATER_STEP_FAULTS.has(type) && patched(PATCHES.stepFaultsSkipped) && patched(LATER_STEP_FAULTS.get(type)!));
 
 /**
  * A step whose trainer.step loses its trainer this many times (the process died or fenced itself
@@ -144,7 +150,7 @@ export class TrainerSession {
         return { metrics, saved, restarts };
       } catch (err) {
         const type = appFailureType(err);
-        if (type && STEP_FAULTS.includes(type) && patched(PATCHES.stepFaultsSkipped)) {
+        if (isStepFaultType(type)) {
           const message = (err as ActivityFailure).cause!.message;
           log.warn('the trainer could not apply this step; recorded as an error, the run goes on', { step: s, type, message });
           return { fault: { type, message }, restarts };

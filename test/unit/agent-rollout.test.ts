@@ -262,6 +262,17 @@ describe('rollout activity', () => {
     expect(t.sampling).toEqual({ temperature: 0.8, top_p: 0.95, top_k: 40, tool_choice: 'required', distribution_match: 'grammar_constrained' });
   });
 
+  test.each([
+    ['top_p < 1', { top_p: 0.95, top_k: 0 }],
+    ['top_k > 0', { top_p: 1, top_k: 20 }],
+  ])('with tool_choice = "auto", %s is recorded as a truncated distribution, never exact (the trainer does not truncate)', async (_name, trunc) => {
+    const { store, acts } = setup([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
+    const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout,
+      input('swe-grep', { sampling: { temperature: 0.8, ...trunc, max_tokens: 64, tool_choice: 'auto' } }));
+    const t = await trajectoryOf(store, summary.trajectory);
+    expect(t.sampling).toEqual({ temperature: 0.8, ...trunc, tool_choice: 'auto', distribution_match: 'truncated' });
+  });
+
   test('an EvalSweep episode (step EVAL_STEP) runs like any other; its trajectory goes under runs/<run>/evals/', async () => {
     const { store, acts } = setup([
       { tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] },

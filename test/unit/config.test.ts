@@ -29,9 +29,32 @@ describe('run config', () => {
     ['gspo with a PPO clip range', `${env}[trainer.loss]\nkind = "gspo"\neps_low = 0.2\neps_high = 0.28\n`, /x\.toml: trainer\.loss\.eps_low\/eps_high: a token-ratio \(PPO\) range/],
     ['greedy sampling', `${env}[sampling]\ntemperature = 0\n`, /x\.toml: sampling\.temperature: 0 is greedy/],
     ['dual clip at 1', `${env}[trainer.loss]\ndual_clip = 1\n`, /trainer\.loss\.dual_clip: must be 0 \(off\) or > 1/],
+    ['a clip range that cannot act (tis, one update)', `${env}[trainer.loss]\neps_high = 0.4\n`, /x\.toml: trainer\.loss\.eps_high: set with correction = "tis" and one optimizer update per batch .* cannot act/],
+    ['a dual clip that cannot act (icepop, one update)', `${env}[trainer.loss]\ncorrection = "icepop"\ndual_clip = 5\n`, /x\.toml: trainer\.loss\.dual_clip: set with correction = "icepop" and one optimizer update/],
+    ['icepop bounds under tis', `${env}[trainer.loss]\nicepop_high = 3\n`, /x\.toml: trainer\.loss\.icepop_high: set with correction = "tis", which does not read it/],
+    ['more mini-batches than trajectories', `${env}[orchestrator]\nbatch_size = 2\nrollouts_per_example = 4\n[trainer]\nminibatches = 9\n`, /x\.toml: trainer\.minibatches: 9 mini-batches, but a step has at most .* = 8/],
   ])('settings that cannot be meant together: %s', (_name, text, message) => {
     expect(() => parseRunConfig(text, 'x.toml')).toThrow(ConfigError);
     expect(() => parseRunConfig(text, 'x.toml')).toThrow(message);
+  });
+
+  test.each([
+    ['several updates per batch', '[trainer]\nepochs = 2\n[trainer.loss]\neps_high = 0.4\ndual_clip = 5\n'],
+    ['a ratio against vLLM\'s logprobs', '[trainer.loss]\ncorrection = "mask"\neps_high = 0.4\n'],
+    ['the dual clip turned off', '[trainer.loss]\ndual_clip = 0\n'],
+  ])('clip settings where they can act are accepted: %s', (_name, text) => {
+    expect(() => parseRunConfig(`${env}${text}`, 'x.toml')).not.toThrow();
+  });
+
+  test('updates per batch and icepop bounds reach the trainer only where set; a default config\'s payload is unchanged', () => {
+    const plain = toTrainerConfig(parseRunConfig(env, 'x.toml')) as Record<string, unknown> & { loss: Record<string, unknown> };
+    expect(plain).not.toHaveProperty('minibatches');
+    expect(plain).not.toHaveProperty('epochs');
+    expect(plain.loss).not.toHaveProperty('icepop_low');
+    const c = parseRunConfig(`${env}[trainer]\nminibatches = 2\nepochs = 3\n[trainer.loss]\ncorrection = "icepop"\nicepop_low = 0.25\n`, 'x.toml');
+    const t = toTrainerConfig(c) as Record<string, unknown> & { loss: Record<string, unknown> };
+    expect(t).toMatchObject({ minibatches: 2, epochs: 3 });
+    expect(t.loss).toMatchObject({ correction: 'icepop', icepop_low: 0.25, icepop_high: 2 });
   });
 
   test('the trainer gets the sampling temperature, the seed, the correction and the loss\'s own clip range', () => {

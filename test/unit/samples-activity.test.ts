@@ -68,6 +68,15 @@ async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
     expect(again.manifest).toEqual(out.manifest);
   });
 
+  test('the manifest records the trainer\'s length normalizer from the run\'s [trainer.loss], as the workflow passes it', async () => {
+    const acts = createBatchActivities({ store });
+    const trajectories = await summaries(group());
+    const out = await acts.buildBatch({ runId: 'r1', step: 0, trainerPolicyVersion: 0, trajectories, orchestrator: ORCH, modelPath: SMOLLM2_DIR,
+      loss: { kind: 'grpo', normalization: 'dr_grpo' } });
+    const manifest = await store.getJson<{ advantage: { length_normalizer: unknown } }>(out.manifest);
+    expect(manifest.advantage.length_normalizer).toEqual({ kind: 'constant', value: ORCH.seq_len, per: 'trajectory' });
+  });
+
   test('a corrupt trajectory artifact fails non-retryably naming the uri and both hashes', async () => {
     const trajectories = await summaries(group());
     const file = uriToPath(trajectories[1]!.trajectory.uri);

@@ -1,4 +1,5 @@
-import { advantageRecipe, groupAdvantages, STD_EPS } from '../../src/samples/advantages';
+import { parseRunConfig } from '../../src/config/load';
+import { advantageRecipe, groupAdvantages, lengthNormalizer, STD_EPS } from '../../src/samples/advantages';
 
 describe('group-relative advantages', () => {
   const sd = (xs: number[]) => { const m = xs.reduce((a, b) => a + b, 0) / xs.length; return Math.sqrt(xs.reduce((a, x) => a + (x - m) ** 2, 0) / xs.length); };
@@ -26,12 +27,22 @@ describe('group-relative advantages', () => {
     expect(() => groupAdvantages([1, NaN], { kind: 'grpo', std_normalize: true })).toThrow(/reward NaN is not a finite number/);
   });
 
-  test('the manifest records Dr.GRPO\'s constant length normalizer', () => {
-    expect(advantageRecipe({ kind: 'dr_grpo', std_normalize: true, drop_uniform_groups: false }, 1024)).toMatchObject({
-      kind: 'dr_grpo', std_normalize: false, length_normalizer: { kind: 'constant', value: 1024 },
+  test('the manifest records the length normalizer the trainer uses, which follows the loss, not the advantage', () => {
+    // Defaults: advantage kind "grpo" and loss normalization "dr_grpo": the trainer divides by
+    // trajectories x seq_len (before, the manifest said per_sample_tokens from the advantage kind).
+    const c = parseRunConfig('[[env]]\nid = "swe-grep"\n', 'x.toml');
+    expect(advantageRecipe(c.orchestrator.advantage, c.orchestrator.seq_len, c.trainer.loss)).toMatchObject({
+      kind: 'grpo', std_normalize: true, length_normalizer: { kind: 'constant', value: c.orchestrator.seq_len, per: 'trajectory' },
     });
-    expect(advantageRecipe({ kind: 'grpo', std_normalize: true, drop_uniform_groups: true }, 1024)).toMatchObject({
-      std_normalize: true, drop_uniform_groups: true, length_normalizer: { kind: 'per_sample_tokens' },
+    expect(advantageRecipe({ kind: 'dr_grpo', std_normalize: true, drop_uniform_groups: false }, 1024, { kind: 'grpo', normalization: 'dr_grpo' })).toMatchObject({
+      kind: 'dr_grpo', std_normalize: false, length_normalizer: { kind: 'constant', value: 1024, per: 'trajectory' },
     });
+    const grpo = { kind: 'grpo', std_normalize: true, drop_uniform_groups: true } as const;
+    expect(advantageRecipe(grpo, 1024, { kind: 'grpo', normalization: 'token' })).toMatchObject({
+      std_normalize: true, drop_uniform_groups: true, length_normalizer: { kind: 'batch_tokens' },
+    });
+    expect(lengthNormalizer({ kind: 'grpo', normalization: 'sequence' }, 1024)).toEqual({ kind: 'per_trajectory_tokens' });
+    expect(lengthNormalizer({ kind: 'gspo', normalization: 'dr_grpo' }, 1024)).toEqual({ kind: 'per_trajectory_tokens' });
+    expect(lengthNormalizer(undefined, 1024)).toEqual({ kind: 'unrecorded' });
   });
 });

@@ -12,7 +12,7 @@ import { createBatchActivities } from '../../src/activities/buildBatch';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import { LocalArtifactStore, sha256, type ArtifactStore } from '../../src/artifacts/store';
 import { saveTrajectory } from '../../src/rollouts/record';
-import type { RolloutSummary, Trajectory } from '../../src/rollouts/trajectory';
+import type { RolloutSummary, Trajectory } from '../../src/contracts/trajectory';
 import { loadModelTokenizer } from '../../src/samples/tokenizer';
 import { simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../fixtures/samples/simulate';
 

@@ -234,6 +234,16 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  test('a batch the trainer ranks could not plan alike (StepPartition) is recorded on the step and skipped', async () => {
+    await withWorkers({ stepFaults: { 1: 'StepPartition' }, orchestrator: { max_steps: 3 } }, async (f) => {
+      const handle = await start();
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 2, stopped: 'completed' });
+      expect(f.records.map((r) => [r.record.step, r.record.error?.type ?? null, r.record.trainer.skipped ?? false]))
+        .toEqual([[0, null, false], [1, 'StepPartition', true], [2, null, false]]);
+    });
+  });
+
   test('a non-finite gradient or an OOM that survived its retry is recorded on the step and skipped', async () => {
     await withWorkers({ stepFaults: { 1: 'NonFiniteGradient', 2: 'StepOutOfMemory' }, orchestrator: { max_steps: 4 } }, async (f) => {
       const handle = await start();

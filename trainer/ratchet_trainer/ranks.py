@@ -162,7 +162,7 @@ def _same_everywhere(error: BaseException) -> bool:
     from .core.batch import BatchError
     from .core.config import ConfigError
     from .core.errors import CheckpointError
-    from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError
+    from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepPartitionError
 
     return isinstance(error, (ArtifactError, BatchError, CheckpointError, ConfigError, NonFiniteGradientError,
-                              StepConflictError, StepOrderError))
+                              StepConflictError, StepOrderError, StepPartitionError))

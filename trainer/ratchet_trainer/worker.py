@@ -42,7 +42,8 @@ from .core.batch import BatchError
 from .core.config import ConfigError
 from .core.errors import CheckpointError
 from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full
-from .core.trainer import NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError, Trainer
+from .core.trainer import (NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError,
+                           StepPartitionError, Trainer)
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
 from .liveness import EXIT_STALLED, LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
 from .ranks import RankFailed, Ranks, launched_by_torchrun
@@ -72,7 +73,8 @@ _NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, Step
                   TrainerNotLoaded, RankFailed)
 # Deterministic for one step: the same batch fails the same way on any trainer. The
 # workflow records the step with the error and goes on (docs/contracts.md).
-_STEP_FAULTS = {NonFiniteGradientError: "NonFiniteGradient", StepOutOfMemoryError: "StepOutOfMemory"}
+_STEP_FAULTS = {NonFiniteGradientError: "NonFiniteGradient", StepOutOfMemoryError: "StepOutOfMemory",
+                StepPartitionError: "StepPartition"}
 
 
 @functools.cache

@@ -1,8 +1,12 @@
-"""One rank of the 2-process gloo test (test_distributed.py): a step under FSDP2, results to a file."""
+"""The ranks of the gloo tests (test_distributed.py): steps under FSDP2, rank 0's results to a file."""
 
 from __future__ import annotations
 
+import gc
+import os
 import sys
+import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -12,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers import make_cfg  # noqa: E402
 from ratchet_trainer.core import Trainer  # noqa: E402
-from ratchet_trainer.core.batch import BatchError, load_batch  # noqa: E402
+from ratchet_trainer.core.batch import load_batch  # noqa: E402
 from ratchet_trainer.core.distributed import local_tensor  # noqa: E402
 
 
@@ -49,42 +53,71 @@ def run_step(tr: Trainer, refs) -> dict:
     return {"metrics": metrics, "grads": grads, "state": state}
 
 
-def rank_main(rank: int, world: int, init_file: str, out: str, refs, odd_refs) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+# A peer that never joins a collective fails the test in this long, not the 30-minute default.
+COLLECTIVE_TIMEOUT = timedelta(seconds=90)
+
+
+def spawn(fn, world: int, tmp_path: Path, *args) -> dict:
+    """Run fn(rank, world, *args) on `world` gloo ranks (CPU processes); rank 0's returned dict."""
+    import torch.multiprocessing as mp
+
+    init = tempfile.mkdtemp(prefix="init-", dir=tmp_path)  # a fresh rendezvous file per job
+    out = Path(init) / "rank0.pt"
+    mp.spawn(rank_entry, args=(world, str(Path(init) / "file"), str(out), fn, args), nprocs=world, join=True)
+    return torch.load(out, weights_only=False)
+
+
+def rank_entry(rank: int, world: int, init_file: str, out: str, fn, args) -> None:
+    """One rank's life, with the process group torn down on every path.
+
+    Success: every rank reaches a barrier (no rank tears down while a peer is still
+    in a collective), destroys the group, and leaves with os._exit(0): the
+    interpreter's own finalisation never runs, so gloo's threads are not
+    destroyed under it (a rank once died of SIGABRT, 'terminate called without an
+    active exception', after its test had passed). Failure: the group is
+    destroyed and the error re-raised for mp.spawn to report.
+    """
+    torch.set_num_threads(1)  # ranks share the test machine's cores
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=COLLECTIVE_TIMEOUT)
     try:
-        tr = Trainer("run", make_cfg("tiny", optim={"max_grad_norm": 0.0}))
-        # A batch the ranks cannot split fails before any work, and the trainer is unchanged.
-        try:
-            tr.step(0, load_batch(*odd_refs))
-            odd_error = None
-        except BatchError as e:
-            odd_error = str(e)
-        unchanged = tr.ledger == {} and tr.optimizer_steps == 0
-        res = run_step(tr, refs)
+        res = fn(rank, world, *args)
         if rank == 0:
-            torch.save({**res, "odd_error": odd_error, "unchanged": unchanged}, out)
-    finally:
+            torch.save(res, out)
+        dist.barrier()
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    dist.destroy_process_group()
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def run_cases(rank: int, world: int, cases: list[tuple[str, dict, tuple]]) -> dict:
+    """Each case (name, make_cfg overrides, batch refs) on a fresh trainer; the results by name."""
+    out = {}
+    for name, over, refs in cases:
+        tr = Trainer("run", make_cfg("tiny", **over))
+        out[name] = run_step(tr, refs)
+        del tr
+    return out
 
 
 def pretrained_cfg(model_dir: str):
     return make_cfg("tiny", model={"path": model_dir, "config": None}, optim={"max_grad_norm": 0.0})
 
 
-def rank_main_pretrained(rank: int, world: int, init_file: str, out: str, refs, model_dir: str) -> None:
+def run_pretrained(rank: int, world: int, refs, model_dir: str) -> dict:
     """A model from model.path across ranks: only rank 0 may read its weights (sharded_init.py)."""
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        if rank != 0:
-            import transformers
+    if rank != 0:
+        import transformers
 
-            def refuse(*a, **k):
-                raise AssertionError(f"rank {rank} read the weights: only rank 0 may")
-            transformers.AutoModelForCausalLM.from_pretrained = refuse
-        tr = Trainer("run", pretrained_cfg(model_dir))
-        on_meta = [n for n, p in tr.model.named_parameters() if local_tensor(p.detach()).is_meta]
-        res = run_step(tr, refs)
-        if rank == 0:
-            torch.save({**res, "on_meta": on_meta}, out)
-    finally:
-        dist.destroy_process_group()
+        def refuse(*a, **k):
+            raise AssertionError(f"rank {rank} read the weights: only rank 0 may")
+        transformers.AutoModelForCausalLM.from_pretrained = refuse
+    tr = Trainer("run", pretrained_cfg(model_dir))
+    on_meta = [n for n, p in tr.model.named_parameters() if local_tensor(p.detach()).is_meta]
+    res = run_step(tr, refs)
+    return {**res, "on_meta": on_meta}

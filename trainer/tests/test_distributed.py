@@ -1,28 +1,110 @@
-"""FSDP2 across 2 processes (gloo, CPU): the same step as a single process."""
+"""FSDP2 across 2 and 3 processes (gloo, CPU): the same step as a single process, on batches shaped
+like real RL ones (odd sample counts, dropped rollouts, split trajectories, fewer samples than ranks)."""
 
+import random
+
+import pytest
 import torch
-import torch.multiprocessing as mp
 
 import dist_worker
-from helpers import make_cfg, make_samples
+from helpers import make_cfg
 from ratchet_trainer.core import Trainer, write_batch
+from ratchet_trainer.core.batch import load_batch
+from ratchet_trainer.core.distributed import partition_trajectories, plan_passes
+
+VOCAB = 256
+METRICS = ("loss", "entropy", "clip_frac", "ratio_abs_dev", "tokens", "grad_norm")
+
+
+def rl_samples(lengths, trajectories=None, advantages=None, masked=(), seed=0, offset=0.1):
+    """Samples with behaviour logprobs that are the tiny model's own (a fresh trainer: seed 0 init) plus
+    noise of `offset`, so ratios and TIS weights are not all 1. `masked`: samples whose every token is
+    out of the loss (a rollout dropped after batching: its tokens stay, it trains nothing)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i, n in enumerate(lengths):
+        ids = torch.randint(1, VOCAB, (n,), generator=g).tolist()
+        prompt = 5 + i % 3
+        mask = [0] * n if i in masked else [0] * prompt + [1] * (n - prompt)
+        a = advantages[i] if advantages else (1.0 - 2.0 * (i % 2)) * (0.5 + 0.25 * (i % 3))
+        s = {"input_ids": ids, "loss_mask": mask, "advantage": a, "inference_logprobs": [0.0] * n}
+        if trajectories is not None:
+            s["trajectory"] = trajectories[i]
+        out.append(s)
+    return out
+
+
+_SCORER: list[Trainer] = []
+
+
+def _scorer() -> Trainer:
+    """The fresh tiny model (seed 0), built once: it scores every test batch's behaviour logprobs."""
+    if not _SCORER:
+        _SCORER.append(Trainer("run", make_cfg("tiny")))
+    return _SCORER[0]
+
+
+def write_rl_batch(tmp_path, name, samples, seed=0, offset=0.1):
+    meta = {"run_id": "run", "step": 0, "vocab_size": VOCAB}
+    refs = write_batch(tmp_path, name, samples, meta)
+    lps = _scorer().sample_logprobs(load_batch(*refs))
+    g = torch.Generator().manual_seed(seed + 1)
+    samples = [{**s, "inference_logprobs": (lp + offset * torch.randn(lp.shape, generator=g)).tolist()}
+               for s, lp in zip(samples, lps)]
+    return write_batch(tmp_path, name, samples, meta)
+
+
+def check_cases(tmp_path, world: int, cases) -> None:
+    """Every case on `world` ranks (one job, a fresh trainer each) equals one process's step."""
+    results = dist_worker.spawn(dist_worker.run_cases, world, tmp_path, cases)
+    for name, over, refs in cases:
+        single = dist_worker.run_step(Trainer("run", make_cfg("tiny", **over)), refs)
+        try:
+            dist_worker.assert_same_step(single, results[name], METRICS)
+        except AssertionError as e:
+            raise AssertionError(f"case {name!r} on {world} ranks: {e}") from e
+
+
+# Small micro-batches (two short rows): ranks plan different numbers of passes, so empty passes run.
+# AdamW's eps well above the gradients' last-bit differences: with the default 1e-8, a near-zero
+# gradient element's first update (lr * g / (|g| + eps)) turns a 1e-12 difference into 1e-6.
+GRPO = {"optim": {"max_grad_norm": 0.0, "eps": 1e-4}, "micro_batch_tokens": 40}
+GSPO = {**GRPO, "loss": {"type": "gspo"}}
+SEQ_MEAN = {**GRPO, "loss": {"normalization": "sequence_mean"}}
+DR_GRPO = {**GRPO, "loss": {"normalization": "dr_grpo"}}
 
 
 def test_two_ranks_give_the_single_process_loss_and_gradients(tmp_path):
-    vocab = 256
-    meta = {"run_id": "run", "step": 0, "vocab_size": vocab}
-    refs = write_batch(tmp_path, "b", make_samples(vocab), meta)
-    odd_refs = write_batch(tmp_path, "odd", make_samples(vocab, lengths=(16, 20, 12)), meta)
+    # Trajectory 1 in two segments; the old contiguous blocks were [0,1,1,2 | 3,4,5,6] (and the ranks
+    # planned 3 and 2 passes: both blocked in gloo).
+    split = write_rl_batch(tmp_path, "split", rl_samples((12, 16, 14, 18, 10, 20, 12, 16), trajectories=(0, 1, 1, 2, 3, 4, 5, 6)))
+    # An odd count (a group's rollout dropped), a masked rollout (sample 4), and trajectory 1's three
+    # segments across the middle of the batch, where contiguous blocks would cut it between the ranks.
+    odd = write_rl_batch(tmp_path, "odd", rl_samples((14, 18, 12, 20, 16), trajectories=(0, 1, 1, 1, 2), masked=(4,)))
+    cases = [("split-grpo", GRPO, split), ("split-gspo", GSPO, split),
+             ("odd-grpo", GRPO, odd), ("odd-gspo", GSPO, odd), ("odd-sequence-mean", SEQ_MEAN, odd),
+             ("odd-dr-grpo", DR_GRPO, odd),
+             # Two updates per batch (mini-batches of whole trajectories): each trains on any world size.
+             ("odd-minibatches", {**GRPO, "minibatches": 2}, odd)]
+    check_cases(tmp_path, 2, cases)
 
-    single = dist_worker.run_step(Trainer("run", make_cfg("tiny", optim={"max_grad_norm": 0.0})), refs)
 
-    out = tmp_path / "rank0.pt"
-    mp.spawn(dist_worker.rank_main, args=(2, str(tmp_path / "init"), str(out), refs, odd_refs), nprocs=2, join=True)
-    dual = torch.load(out, weights_only=False)
+def test_three_ranks_give_the_single_process_loss_and_gradients(tmp_path):
+    seven = write_rl_batch(tmp_path, "seven", rl_samples((12, 18, 16, 14, 20, 10, 16), trajectories=(0, 1, 1, 2, 3, 3, 4), masked=(3,)))
+    # Fewer trajectories than ranks: one rank trains nothing and runs only empty passes.
+    two = write_rl_batch(tmp_path, "two", rl_samples((16, 12, 14), trajectories=(0, 0, 1)))
+    cases = [("seven-grpo", GRPO, seven), ("seven-gspo", GSPO, seven), ("two-gspo", GSPO, two)]
+    check_cases(tmp_path, 3, cases)
 
-    assert dual["odd_error"] is not None and "3 samples, which 2 ranks cannot split evenly" in dual["odd_error"]
-    assert dual["unchanged"]
-    dist_worker.assert_same_step(single, dual, ("loss", "entropy", "clip_frac", "ratio_abs_dev", "tokens", "grad_norm"))
+
+def test_several_updates_per_batch_across_ranks_give_the_single_process_updates(tmp_path):
+    # Mini-batches x epochs: the proximal logprobs are scored round-robin over the ranks and summed,
+    # and each mini-batch's update is partitioned like a batch. Odd counts and a split trajectory.
+    split = write_rl_batch(tmp_path, "split", rl_samples((12, 16, 14, 18, 10, 20, 12), trajectories=(0, 1, 1, 2, 3, 4, 5)))
+    several = {**GRPO, "minibatches": 2, "epochs": 2, "optim": {**GRPO["optim"], "lr": 1e-2}}
+    cases = [("tis-grpo", several, split), ("icepop-gspo", {**several, "loss": {"type": "gspo", "correction": "icepop"}}, split),
+             ("mask-grpo", {**several, "loss": {"correction": "mask"}}, split)]
+    check_cases(tmp_path, 2, cases)
 
 
 def test_a_pretrained_model_across_ranks_is_read_by_rank_0_alone_and_trains_as_one_process(tmp_path):
@@ -31,20 +113,87 @@ def test_a_pretrained_model_across_ranks_is_read_by_rank_0_alone_and_trains_as_o
     a single process that loaded the same directory with from_pretrained."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from helpers import TINY
+    from helpers import TINY, make_samples
 
     conf = dict(TINY)
     torch.manual_seed(123)  # weights unlike the seed-0 random init the trainer itself would draw
     AutoModelForCausalLM.from_config(AutoConfig.for_model(conf.pop("model_type"), **conf)).save_pretrained(tmp_path / "model")
-    vocab = 256
-    refs = write_batch(tmp_path, "b", make_samples(vocab), {"run_id": "run", "step": 0, "vocab_size": vocab})
+    refs = write_batch(tmp_path, "b", make_samples(VOCAB), {"run_id": "run", "step": 0, "vocab_size": VOCAB})
 
     single = dist_worker.run_step(Trainer("run", dist_worker.pretrained_cfg(str(tmp_path / "model"))), refs)
-
-    out = tmp_path / "rank0.pt"
-    mp.spawn(dist_worker.rank_main_pretrained, args=(2, str(tmp_path / "init"), str(out), refs, str(tmp_path / "model")),
-             nprocs=2, join=True)
-    dual = torch.load(out, weights_only=False)
+    dual = dist_worker.spawn(dist_worker.run_pretrained, 2, tmp_path, refs, str(tmp_path / "model"))
 
     assert dual["on_meta"] == []
     dist_worker.assert_same_step(single, dual)
+
+
+# -- planning, without processes -------------------------------------------------------------------
+
+def _units(trajectories):
+    units, prev = [], None
+    for i, t in enumerate(trajectories):
+        if t != prev:
+            units.append([])
+            prev = t
+        units[-1].append(i)
+    return units
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_partition_keeps_trajectories_whole_and_balances_tokens(world):
+    rng = random.Random(world)
+    for _ in range(50):
+        trajectories, t = [], 0
+        for _ in range(rng.randint(1, 13)):
+            trajectories += [t] * rng.choice((1, 1, 1, 2, 3))
+            t += 1
+        lengths = [rng.randint(4, 64) for _ in trajectories]
+        units = _units(trajectories)
+        shares = partition_trajectories(units, lengths, world)
+        assert len(shares) == world
+        assert sorted(i for s in shares for i in s) == list(range(len(lengths)))  # each sample once
+        owner = {i: r for r, s in enumerate(shares) for i in s}
+        assert all(len({owner[i] for i in u}) == 1 for u in units)  # a trajectory never spans ranks
+        loads = [sum(lengths[i] for i in s) for s in shares]
+        assert max(loads) - min(loads) <= max(sum(lengths[i] for i in u) for u in units)
+        assert shares == partition_trajectories(units, lengths, world)  # deterministic
+
+
+def test_one_rank_plans_every_sample_in_order():
+    units = _units([0, 1, 1, 2])
+    assert partition_trajectories(units, [5, 6, 7, 8], 1) == [[0, 1, 2, 3]]
+
+
+def test_segments_share_a_micro_batch_only_under_a_sequence_level_loss():
+    lengths, units = [30, 30, 30, 10], _units([0, 0, 0, 1])
+    token_level = plan_passes(lengths, units, 1, 32, packing=False, keep_units=False)[0]
+    sequence_level = plan_passes(lengths, units, 1, 32, packing=False, keep_units=True)[0]
+    assert token_level == [[0], [1], [2], [3]]
+    assert sequence_level == [[0, 1, 2], [3]]
+    packed = plan_passes(lengths, units, 1, 32, packing=True, keep_units=False)[0]
+    assert all(len([i for i in g if i < 3]) <= 1 for g in packed)
+
+
+def test_ranks_that_plan_different_passes_fail_the_step_as_a_step_fault_before_any_forward(tmp_path, monkeypatch):
+    """Rank 0 of 2 (faked: the all-reduce answers as if rank 1 planned one more pass): the step fails with
+    StepPartitionError before any forward, nothing applied; every rank raises it alike (ranks.py lets the
+    command fail as an ordinary error) and the worker reports it as the StepPartition step fault."""
+    from ratchet_trainer import ranks, worker
+    from ratchet_trainer.core import trainer as trainer_mod
+    from ratchet_trainer.core.trainer import StepPartitionError
+
+    t = Trainer("run", make_cfg("tiny"))
+    t.world_size = 2  # the model stays unsharded: no pass may run, or this test would not get this far
+    calls = []
+
+    def reduced(values, op=None):
+        calls.append(values)
+        return [values[0] + 1, -values[0], values[2], -values[2]]
+    monkeypatch.setattr(trainer_mod, "all_reduce_sums", reduced)
+    monkeypatch.setattr(t, "_policy_output", lambda *a: (_ for _ in ()).throw(AssertionError("a forward ran")))
+    refs = write_rl_batch(tmp_path, "b", rl_samples((16, 20, 12)))
+    with pytest.raises(StepPartitionError, match="planned different passes"):
+        t.step(0, load_batch(*refs))
+    assert len(calls) == 1 and t.ledger == {} and t.optimizer_steps == 0
+    assert ranks._same_everywhere(StepPartitionError("x"))
+    assert worker._STEP_FAULTS[StepPartitionError] == "StepPartition"

@@ -168,3 +168,28 @@ def test_out_of_memory_twice_is_a_typed_step_fault(tmp_path):
     with pytest.raises(StepOutOfMemoryError, match="micro_batch_tokens=32"):
         t.step(0, load_batch(*refs))
     assert t.ledger == {}
+
+
+def _split_trajectory_batch(tmp_path, vocab: int):
+    """One trajectory in two segments of 30 tokens (a Qwen3-style template: a segment per turn), one more sample."""
+    samples = make_samples(vocab, lengths=(30, 30, 16), advantages=(1.0, 1.0, -1.0))
+    for s, t in zip(samples, (0, 0, 1)):
+        s["trajectory"] = t
+    return on_policy_batch(Trainer("run", make_cfg("tiny")), tmp_path, samples, 0)
+
+
+def test_out_of_memory_retry_splits_a_trajectory_s_segments_under_a_token_level_loss(tmp_path):
+    """Token-level loss: a split trajectory's segments are planned like any samples, so the retry at
+    half the tokens can put them in separate micro-batches (they once stayed together: skipped as OOM)."""
+    t, wrapped = _oom_trainer(limit=40)
+    m = t.step(0, load_batch(*_split_trajectory_batch(tmp_path, t.vocab_size)))
+    assert m["applied"] and m["micro_batch_tokens"] == 32 and max(wrapped.calls[-3:]) <= 40
+
+
+def test_under_gspo_a_trajectory_s_segments_stay_in_one_micro_batch(tmp_path):
+    """GSPO's ratio spans the trajectory: its segments share a micro-batch, so the retry cannot split them."""
+    t = Trainer("run", make_cfg("tiny", micro_batch_tokens=64, loss={"type": "gspo"}))
+    wrapped = OomAbove(t, 40)
+    t._micro_batch = wrapped  # type: ignore[method-assign]  # noqa: SLF001
+    with pytest.raises(StepOutOfMemoryError):
+        t.step(0, load_batch(*_split_trajectory_batch(tmp_path, t.vocab_size)))

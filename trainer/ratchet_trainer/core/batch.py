@@ -60,6 +60,9 @@ class Batch:
     sample_offsets: torch.Tensor  # [S+1] int64
     manifest: dict[str, Any]
     trajectory_index: torch.Tensor | None = None  # [S] int64; None: one trajectory per sample
+    # [T] float32: the proximal policy's logprobs (the trainer's, before the batch's first
+    # update), set by the trainer when it makes several updates per batch; never on the wire.
+    proximal_logprobs: torch.Tensor | None = None
 
     @property
     def num_samples(self) -> int:
@@ -85,6 +88,24 @@ class Batch:
     def sample_lengths(self) -> list[int]:
         return (self.sample_offsets[1:] - self.sample_offsets[:-1]).tolist()
 
+    def subset(self, sample_ids: list[int]) -> "Batch":
+        """The batch of these samples (in batch order), trajectories renumbered from 0: a mini-batch."""
+        ids = sorted(sample_ids)
+        off = self.sample_offsets.tolist()
+        spans = [torch.arange(off[i], off[i + 1]) for i in ids]
+        idx = torch.cat(spans) if spans else torch.zeros(0, dtype=torch.long)
+        lengths = torch.tensor([off[i + 1] - off[i] for i in ids], dtype=torch.long)
+        traj = None
+        if self.trajectory_index is not None:
+            _, traj = torch.unique_consecutive(self.trajectory_index[ids], return_inverse=True)
+        return Batch(
+            input_ids=self.input_ids[idx], position_ids=self.position_ids[idx], loss_mask=self.loss_mask[idx],
+            advantages=self.advantages[idx], inference_logprobs=self.inference_logprobs[idx],
+            sample_offsets=torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
+            manifest=self.manifest, trajectory_index=traj,
+            proximal_logprobs=self.proximal_logprobs[idx] if self.proximal_logprobs is not None else None,
+        )
+
 
 @dataclass
 class MicroBatch:
@@ -96,6 +117,7 @@ class MicroBatch:
     loss_mask: torch.Tensor  # [B, L] bool, predicts input_ids[:, t] from logits[:, t-1]
     advantages: torch.Tensor  # [B, L]
     inference_logprobs: torch.Tensor  # [B, L]
+    proximal_logprobs: torch.Tensor | None = None  # [B, L], when the batch carries them
 
 
 def load_batch(batch_ref: ArtifactRef, manifest_ref: ArtifactRef, store: S3Store | None = None) -> Batch:
@@ -247,7 +269,21 @@ def make_packed_micro_batch(batch: Batch, sample_ids: list[int], device: torch.d
         loss_mask=cat(batch.loss_mask, torch.bool),
         advantages=cat(batch.advantages, torch.float32),
         inference_logprobs=cat(batch.inference_logprobs, torch.float32),
+        proximal_logprobs=cat(batch.proximal_logprobs, torch.float32) if batch.proximal_logprobs is not None else None,
     )
+
+
+def micro_batch_token_index(batch: Batch, sample_ids: list[int], packed: bool) -> torch.Tensor:
+    """[B, L] each micro-batch position's index into the batch's 1-D tensors (-1 on padding),
+    in the layout make_packed_micro_batch / make_micro_batch build for these samples."""
+    off = batch.sample_offsets.tolist()
+    if packed:
+        return torch.cat([torch.arange(off[i], off[i + 1]) for i in sample_ids])[None]
+    L = max(off[i + 1] - off[i] for i in sample_ids)
+    out = torch.full((len(sample_ids), L), -1, dtype=torch.long)
+    for r, i in enumerate(sample_ids):
+        out[r, : off[i + 1] - off[i]] = torch.arange(off[i], off[i + 1])
+    return out
 
 
 def make_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device, pad_id: int = 0) -> MicroBatch:
@@ -277,6 +313,7 @@ def make_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device, 
         loss_mask=pad(batch.loss_mask, False, torch.bool),
         advantages=pad(batch.advantages, 0.0, torch.float32),
         inference_logprobs=pad(batch.inference_logprobs, 0.0, torch.float32),
+        proximal_logprobs=pad(batch.proximal_logprobs, 0.0, torch.float32) if batch.proximal_logprobs is not None else None,
     )
 
 

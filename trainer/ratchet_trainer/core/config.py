@@ -99,14 +99,23 @@ class LossConfig:
     # The sampling temperature of the run: logits are divided by it before they
     # become logprobs, so the trainer scores the distribution vLLM sampled from.
     temperature: float = 1.0
-    # How the train/inference mismatch is bounded (loss.py):
-    # tis: truncated importance sampling, weight min(pi_trainer / pi_vllm, tis_cap);
-    # mask: the PPO/GSPO ratio against vLLM's logprobs, tokens whose |delta logprob|
+    # How the train/inference mismatch is bounded (loss.py; docs/training.md has the table).
+    # Three policies: behaviour (vLLM's logprobs, from the batch), proximal (the trainer's
+    # policy before the batch's first update) and current.
+    # tis: decoupled; the PPO/GSPO ratio is current/proximal, and each token is weighted
+    #      by min(pi_proximal / pi_vllm, tis_cap): truncated importance sampling;
+    # icepop: decoupled; the ratio is current/proximal, each token weighted by
+    #      pi_proximal / pi_vllm and dropped when that is outside [icepop_low, icepop_high];
+    # mask: the ratio against vLLM's logprobs, tokens whose |log pi_proximal - log pi_vllm|
     #       exceeds mask_threshold are dropped from the loss;
     # none: the ratio against vLLM's logprobs as is (dual clip and floor masking still apply).
+    # With one update per batch (minibatches = epochs = 1) proximal = current, so under tis
+    # and icepop the ratio is 1 and the clips (eps_low/eps_high/dual_clip) cannot act.
     correction: str = "tis"
     tis_cap: float = 2.0
     mask_threshold: float = 1.0  # nats
+    icepop_low: float = 0.5
+    icepop_high: float = 2.0
     # Dual clip (Ye et al. 2020): for a negative advantage the objective is bounded
     # below by dual_clip * A, so a token the trainer finds far likelier than the
     # sampler did cannot get an unbounded gradient. 0 turns it off.
@@ -135,6 +144,12 @@ class TrainerConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     seq_len: int = 1024
+    # Optimiser updates per batch: its trajectories split into `minibatches` parts, one
+    # update each, repeated `epochs` times (verl's ppo_mini_batch / ppo_epochs). With more
+    # than one update, the proximal policy's logprobs are computed once, with no gradient,
+    # before the first update, and the clip bounds each update against it (loss.correction).
+    minibatches: int = 1
+    epochs: int = 1
     # Tokens per forward/backward; gradients accumulate over micro-batches.
     # packing: one row of concatenated samples (no padding); otherwise rows * longest row.
     micro_batch_tokens: int = 4096
@@ -166,6 +181,10 @@ class TrainerConfig:
         }
         return hashlib.sha256(json.dumps(ident, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
+    @property
+    def updates_per_batch(self) -> int:
+        return self.minibatches * self.epochs
+
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=list))
 
@@ -178,7 +197,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.lora_dtype": ("auto", "float32"),
     "loss.kind": ("grpo", "gspo"),
     "loss.normalization": ("token", "sequence", "dr_grpo"),
-    "loss.correction": ("tis", "mask", "none"),
+    "loss.correction": ("tis", "icepop", "mask", "none"),
     "device": ("auto", "cpu", "cuda"),
 }
 
@@ -337,6 +356,8 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     _num(lc, "tis_cap", "loss", float, lo=1)
     _num(lc, "mask_threshold", "loss", float, lo=0, lo_open=True)
     _num(lc, "dual_clip", "loss", float, lo=0)
+    _num(lc, "icepop_low", "loss", float, lo=0, hi=1, lo_open=True)
+    _num(lc, "icepop_high", "loss", float, lo=1)
     if lc.get("dual_clip") not in (None, 0.0) and lc["dual_clip"] <= 1:
         raise ConfigError(f"trainer_config.loss.dual_clip must be 0 (off) or > 1, got {lc['dual_clip']!r}: "
                           "a bound at or below 1 x A would cut the ordinary clipped objective")
@@ -350,6 +371,8 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
 
     _num(top, "seq_len", "", int, lo=2)
     _num(top, "micro_batch_tokens", "", int, lo=1)
+    _num(top, "minibatches", "", int, lo=1, hi=1024)
+    _num(top, "epochs", "", int, lo=1, hi=100)
     _num(top, "logprob_chunk_tokens", "", int, lo=0)
     _num(top, "seed", "", int, lo=0)
     if "packing" in top and not (isinstance(top["packing"], bool) or top["packing"] == "auto"):

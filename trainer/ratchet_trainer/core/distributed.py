@@ -1,11 +1,17 @@
 """Past one GPU: the same step as an FSDP2 (`fully_shard`) job over torch.distributed ranks.
 
 Every rank holds the whole batch (it is small next to the model) and trains a
-contiguous block of its samples; the loss normalisers stay batch-wide, so the
-sum over ranks of their gradients is the single-process gradient, and FSDP2 is
-told to sum (divide factor 1), not average. Ranks must run the same number of
-forward/backward passes (each is a collective), so a rank with fewer
-micro-batches runs empty ones (all tokens masked: zero loss, zero gradient).
+share of its trajectories: `partition_trajectories` deals whole trajectories
+(all of a trajectory's segments) to the ranks, balanced by tokens, for any
+sample count; a rank may get none. The loss normalisers stay batch-wide
+(loss.Normalizer), and since no trajectory spans two ranks each rank's loss is
+exactly its trajectories' terms of the single-process loss (GSPO's sequence
+ratio, advantage and TIS weight included), so the sum over ranks of their
+gradients is the single-process gradient for every loss type and normalisation.
+FSDP2 averages the ranks' gradients, so each rank's loss is scaled by the world
+size. Ranks must run the same number of forward/backward passes (each is a
+collective): `plan_passes` plans every rank's micro-batches on every rank, and a
+rank with fewer runs empty ones (all tokens masked: zero loss, zero gradient).
 
 Started by torchrun (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`...); this module only
 uses an initialised default process group.
@@ -16,8 +22,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .batch import BatchError
-
 
 def world() -> tuple[int, int]:
     """(rank, world size); (0, 1) without an initialised process group."""
@@ -26,15 +30,52 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def rank_samples(num_samples: int, world_size: int, rank: int) -> list[int]:
-    """This rank's contiguous block of samples; the batch must divide evenly (checked before any work)."""
-    if num_samples % world_size:
-        raise BatchError(
-            f"the batch has {num_samples} samples, which {world_size} ranks cannot split evenly. "
-            f"Fix: make the batch size (orchestrator batch_size) a multiple of the world size {world_size}, "
-            "or run with a world size that divides it")
-    per = num_samples // world_size
-    return list(range(rank * per, (rank + 1) * per))
+def partition_trajectories(units: list[list[int]], lengths: list[int], world_size: int) -> list[list[int]]:
+    """Each rank's samples, in batch order: whole units (a trajectory's segments), balanced by tokens.
+
+    Longest-processing-time first: units by decreasing tokens (ties: batch order),
+    each to the rank with the fewest tokens so far (ties: the lowest rank). The
+    result depends only on the batch and the world size, so every rank computes
+    every rank's share. Any number of units works; ranks beyond it get none.
+    """
+    if world_size == 1:
+        return [[i for u in units for i in u]]
+    size = [sum(lengths[i] for i in u) for u in units]
+    load = [0] * world_size
+    shares: list[list[int]] = [[] for _ in range(world_size)]
+    for k in sorted(range(len(units)), key=lambda k: (-size[k], k)):
+        r = min(range(world_size), key=lambda r: (load[r], r))
+        shares[r].extend(units[k])
+        load[r] += size[k]
+    return [sorted(s) for s in shares]
+
+
+def plan_passes(lengths: list[int], units: list[list[int]], world_size: int, budget: int, packing: bool,
+                keep_units: bool) -> list[list[list[int]]]:
+    """Every rank's micro-batches (lists of batch sample ids) for one step.
+
+    Trajectories never span ranks. Within a rank, a unit's segments share a
+    micro-batch only when `keep_units` (a sequence-level loss: GSPO's ratio is
+    over the whole trajectory); for token-level losses segments are planned like
+    any sample, so a long multi-turn trajectory spreads over micro-batches and
+    the out-of-memory retry can split it further.
+    """
+    from .batch import plan_micro_batches, plan_packed_micro_batches
+
+    plan = plan_packed_micro_batches if packing else plan_micro_batches
+    out = []
+    for mine in partition_trajectories(units, lengths, world_size):
+        pos = {g: i for i, g in enumerate(mine)}
+        local_units = [[pos[i] for i in u] for u in units if u and u[0] in pos] if keep_units else None
+        out.append([[mine[i] for i in g] for g in plan([lengths[i] for i in mine], budget, local_units)] if mine else [])
+    return out
+
+
+def plan_checksum(plans: list[list[list[int]]]) -> int:
+    """A number every rank that planned the same passes computes alike (exact in float64)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(repr(plans).encode()).digest()[:6], "big")
 
 
 def shard_model(model: torch.nn.Module, layers: list[torch.nn.Module], decoder: torch.nn.Module,

@@ -72,6 +72,9 @@ class LossStats:
     kl_ref_sum: float = 0.0
     seq_clipped: int = 0
     seqs: int = 0
+    dual_clipped: int = 0  # tokens (gspo: trajectories) whose objective the dual clip bounded
+    policy_dev_sum: float = 0.0  # sum of |ratio - 1| of the ratio the clips act on, over kept tokens
+    updates: int = 1  # optimiser updates these stats sum over
     # Train/inference mismatch, over tokens whose behaviour logprob is usable.
     mismatch_tokens: int = 0
     abs_delta_sum: float = 0.0
@@ -83,10 +86,16 @@ class LossStats:
 
     def metrics(self, loss_type: str) -> dict[str, float]:
         n = max(self.tokens, 1)
+        gspo = loss_type == "gspo"
         out = {
-            "loss": self.loss,
+            "loss": self.loss / max(self.updates, 1),  # mean over updates of each update's loss
             "entropy": self.entropy_sum / n,
-            "clip_frac": (self.seq_clipped / max(self.seqs, 1)) if loss_type == "gspo" else self.clipped / n,
+            # The PPO/GSPO clip: tokens (gspo: trajectories) whose clipped objective was the smaller.
+            "clip_frac": (self.seq_clipped / max(self.seqs, 1)) if gspo else self.clipped / n,
+            "dual_clip_frac": self.dual_clipped / (max(self.seqs, 1) if gspo else n),
+            # mean |r - 1| of the ratio the clips act on (current/proximal under tis and icepop,
+            # current/behaviour under mask and none): how far the policy moved from it.
+            "policy_ratio_abs_dev": self.policy_dev_sum / n,
             "mismatch_kl": self.mismatch_k3_sum / n,
             "ratio_abs_dev": self.abs_ratio_dev_sum / n,
             "ratio_max": self.ratio_max,
@@ -108,6 +117,13 @@ def _dual_clip(obj: torch.Tensor, adv: torch.Tensor, c: float) -> torch.Tensor:
     return torch.where(adv < 0, torch.maximum(obj, c * adv), obj)
 
 
+def _dual_clipped(obj: torch.Tensor, adv: torch.Tensor, c: float) -> torch.Tensor:
+    """Where the dual clip binds: a negative advantage whose clipped objective is below c * A."""
+    if c <= 0:
+        return torch.zeros_like(adv, dtype=torch.bool)
+    return (adv < 0) & (obj < c * adv)
+
+
 def micro_batch_loss(
     out: torch.Tensor | HeadInput,
     mb: MicroBatch,
@@ -124,13 +140,22 @@ def micro_batch_loss(
     `temperature` (default: cfg.temperature, the run's sampling temperature)
     divides the logits as the sampler did (logprobs.py).
 
-    Ratios: with `correction = "tis"` the PPO/GSPO ratio is taken against the
-    trainer's own policy at this step (the batch gets one optimiser update, so that
-    is the policy that produced the samples, in the trainer's numerics) and the
-    behaviour-to-trainer gap is an importance weight min(pi_trainer / pi_vllm, cap).
-    Otherwise the ratio is against vLLM's logprobs, and `mask` drops tokens whose
-    |delta| is over the threshold. In every mode a floor/non-finite behaviour
-    logprob masks its token and the dual clip bounds negative advantages.
+    Three policies: behaviour (vLLM's logprobs, `mb.inference_logprobs`), proximal
+    (the trainer's policy before the batch's first update: `mb.proximal_logprobs`,
+    or, when the batch gets one update, the current policy's own logprobs detached,
+    which is the same policy) and current (`out`).
+
+    - `tis` and `icepop` are decoupled (AReaL): the PPO/GSPO ratio is current /
+      proximal, and the behaviour-to-proximal gap is an importance weight,
+      min(pi_prox / pi_vllm, tis_cap) (tis) or pi_prox / pi_vllm with the token
+      dropped when that is outside [icepop_low, icepop_high] (icepop). With one
+      update the ratio is 1: only the weight acts, never the clips.
+    - `mask` and `none` ratio against vLLM's logprobs (the clips act between
+      current and behaviour); `mask` drops tokens with |log pi_prox - log pi_vllm|
+      over the threshold.
+
+    In every mode a floor/non-finite behaviour logprob masks its token, and the
+    dual clip bounds negative advantages' objective (where the ratio can move).
     """
     temperature = cfg.temperature if temperature is None else temperature
     sel = mb.loss_mask[:, 1:]
@@ -151,15 +176,20 @@ def micro_batch_loss(
     K = max(norm.num_trajectories, 1)
 
     lp_d = logp.detach()
+    # One update per batch: the proximal policy is the current one (no second forward).
+    prox = mb.proximal_logprobs[:, 1:][sel] if mb.proximal_logprobs is not None else lp_d
+    decoupled = cfg.correction in ("tis", "icepop")
     usable = torch.isfinite(inf_lp) & (inf_lp > LOGPROB_FLOOR)
-    behaviour = torch.where(usable, inf_lp, lp_d)  # unusable: treated as agreeing, and masked below
-    delta = lp_d - behaviour  # log pi_trainer - log pi_vllm, 0 where unusable
+    behaviour = torch.where(usable, inf_lp, prox)  # unusable: treated as agreeing, and masked below
+    delta = prox - behaviour  # log pi_proximal - log pi_vllm, 0 where unusable
     keep = usable
     if cfg.correction == "mask":
         keep = keep & (delta.abs() <= cfg.mask_threshold)
+    elif cfg.correction == "icepop":
+        keep = keep & (delta >= math.log(cfg.icepop_low)) & (delta <= math.log(cfg.icepop_high))
     keepf = keep.float()
     # A masked token's log-ratio is a constant 0: no gradient, and nothing overflows.
-    old = lp_d if cfg.correction == "tis" else behaviour
+    old = prox if decoupled else behaviour
     log_ratio = torch.where(keep, logp - old, torch.zeros_like(logp))
     lo, hi = cfg.clip_range()
     lo, hi = 1.0 - lo, 1.0 + hi
@@ -173,25 +203,34 @@ def micro_batch_loss(
         a = seq_adv
         unclipped, clipped = s * a, torch.clamp(s, lo, hi) * a
         obj = _dual_clip(torch.minimum(unclipped, clipped), a, cfg.dual_clip)
+        seq_dual = _dual_clipped(torch.minimum(unclipped, clipped).detach(), a, cfg.dual_clip)
         seq_w = torch.ones(B, device=sel.device)
-        if cfg.correction == "tis":
+        if decoupled:
             seq_delta = torch.zeros(B, device=sel.device).index_add(0, local, delta * keepf / n_i)
-            seq_w = torch.exp(seq_delta.clamp(max=math.log(cfg.tis_cap)))
-            capped = (seq_delta > math.log(cfg.tis_cap))[local] & keep
+            if cfg.correction == "tis":
+                seq_w = torch.exp(seq_delta.clamp(max=math.log(cfg.tis_cap)))
+                capped = (seq_delta > math.log(cfg.tis_cap))[local] & keep
+            else:  # icepop: every kept token's weight is within the bounds, so is their mean
+                seq_w = torch.exp(seq_delta)
         # A trajectory whose every token is masked contributes nothing.
         seq_keep = torch.zeros(B, device=sel.device).index_add(0, local, keepf) > 0
         loss = -(obj * seq_w * seq_keep.float()).sum() / K
         stats.seq_clipped += int((clipped < unclipped).sum())
         stats.seqs += B
+        stats.dual_clipped += int(seq_dual.sum())
+        stats.policy_dev_sum += float(((s.detach() - 1.0).abs()[local] * keepf).sum())
         w = 1.0 / (K * n_i)  # for the KL term: per-trajectory mean
     else:
         ratio = torch.exp(log_ratio)
         unclipped, clipped = ratio * adv, torch.clamp(ratio, lo, hi) * adv
         obj = _dual_clip(torch.minimum(unclipped, clipped), adv, cfg.dual_clip)
+        tok_dual = _dual_clipped(torch.minimum(unclipped, clipped).detach(), adv, cfg.dual_clip)
         is_w = torch.ones_like(obj)
         if cfg.correction == "tis":
             is_w = torch.exp(delta.clamp(max=math.log(cfg.tis_cap)))
             capped = (delta > math.log(cfg.tis_cap)) & keep
+        elif cfg.correction == "icepop":
+            is_w = torch.exp(torch.where(keep, delta, torch.zeros_like(delta)))  # dropped tokens: 0 below
         per_tok = -obj * is_w * keepf
         if cfg.normalization == "token":
             w = torch.full_like(per_tok, 1.0 / norm.total_tokens)
@@ -201,12 +240,21 @@ def micro_batch_loss(
             w = 1.0 / (K * n_i)
         loss = (per_tok * w).sum()
         stats.clipped += int(((clipped < unclipped) & keep).sum())
+        stats.dual_clipped += int((tok_dual & keep).sum())
+        stats.policy_dev_sum += float(((ratio.detach() - 1.0).abs() * keepf).sum())
 
     if ref_out is not None and cfg.kl_coef > 0:
         ref_lp, _ = token_logprobs(ref_out, mb.input_ids, sel, temperature)
         d = ref_lp - logp
-        k3 = torch.exp(d) - d - 1.0  # unbiased, non-negative estimate of KL(pi || ref)
-        loss = loss + cfg.kl_coef * (k3 * w).sum()
+        # k3 = r - log r - 1 (r = pi_ref / pi) is an unbiased, non-negative estimate of KL(pi || ref)
+        # on tokens sampled from pi, but its gradient is (1 - r) grad log pi, whose expectation is
+        # the gradient of KL(ref || pi), the other direction. k2 = d^2 / 2 has gradient
+        # (log pi - log pi_ref) grad log pi, whose expectation is the gradient of KL(pi || ref).
+        # The term takes k3's value (what kl_ref reports) and k2's gradient.
+        k3 = torch.exp(d) - d - 1.0
+        k2 = 0.5 * d * d
+        kl = k3.detach() + (k2 - k2.detach())
+        loss = loss + cfg.kl_coef * (kl * w).sum()
         stats.kl_ref_sum += float(k3.detach().sum())
 
     with torch.no_grad():

@@ -8,12 +8,15 @@ batch is refused (StepConflictError), never answered with the other batch's resu
 
 Faults that are deterministic for one step are typed, so the run records the
 step as skipped instead of retrying it forever: a non-finite gradient
-(NonFiniteGradientError, nothing applied) and an out-of-memory error that
-survives one retry with micro-batches of half the tokens (StepOutOfMemoryError).
+(NonFiniteGradientError, nothing applied), an out-of-memory error that
+survives one retry with micro-batches of half the tokens (StepOutOfMemoryError),
+and, across ranks, a batch the ranks could not agree on a plan for
+(StepPartitionError, raised on every rank before any forward pass).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, Callable
@@ -21,10 +24,11 @@ from typing import Any, Callable
 import torch
 
 from .batch import (Batch, BatchError, MicroBatch, check_batch_fits, make_micro_batch, make_packed_micro_batch,
-                    plan_micro_batches, plan_packed_micro_batches)
+                    micro_batch_token_index, plan_micro_batches, plan_packed_micro_batches)
 from .config import TrainerConfig
-from .distributed import all_reduce_sums, local_tensor, rank_samples, reduce_replicated_grads, shard_model, world
-from .logprobs import HeadInput
+from .distributed import (all_reduce_sums, collective_device, local_tensor, plan_checksum, plan_passes,
+                          reduce_replicated_grads, shard_model, world)
+from .logprobs import HeadInput, token_logprobs
 from .loss import LossStats, Normalizer, micro_batch_loss
 from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers, compile_stats, decoder_layers,
                     resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation,
@@ -53,6 +57,11 @@ class StepOutOfMemoryError(RuntimeError):
     """The step ran out of memory, and again with micro-batches of half the tokens; nothing was applied."""
 
 
+class StepPartitionError(RuntimeError):
+    """Across ranks: the step's passes could not be planned, or the ranks planned different passes.
+    Raised on every rank alike before any forward pass; nothing was applied."""
+
+
 def is_out_of_memory(e: BaseException) -> bool:
     return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or (
         isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
@@ -62,6 +71,15 @@ def step_seed(seed: int, step: int) -> int:
     # Each step draws its randomness (LoRA dropout) from (seed, step) alone, so a
     # step replayed on a fresh worker after a crash computes the same update.
     return (seed * 1_000_003 + step) % (2**63 - 1)
+
+
+def _merge_stats(into: LossStats, s: LossStats) -> None:
+    """Add one update's stats to the step's: sums add, maxima take the max, updates count."""
+    for f in dataclasses.fields(LossStats):
+        if f.name in ("ratio_max", "abs_delta_max"):
+            setattr(into, f.name, max(getattr(into, f.name), getattr(s, f.name)))
+        elif f.name != "extra":
+            setattr(into, f.name, getattr(into, f.name) + getattr(s, f.name))
 
 
 class Trainer:
@@ -177,7 +195,6 @@ class Trainer:
                 "applied; steps apply in order. Fix: resume from a checkpoint taken before this step"
             )
         check_batch_fits(batch, self.vocab_size, self.cfg.seq_len, run_id=self.run_id, step=step)
-        rank_samples(batch.num_samples, self.world_size, self.rank)  # checks the world size fits, before any GPU work
         t0 = time.monotonic()
         norm = Normalizer.for_batch(batch, max_tokens=self.cfg.loss.max_tokens or self.cfg.seq_len)
         total = norm.total_tokens
@@ -186,9 +203,16 @@ class Trainer:
                              "Fix: check the batch builder's masking")
         set_training_mode(self.model)
         budget = self.cfg.micro_batch_tokens
+        several = self.cfg.updates_per_batch > 1
+
+        def attempt(budget: int) -> tuple[LossStats, int, int, float | None]:
+            if several:  # each update clipped and applied inside; all undone on failure
+                return self._several_updates(step, batch, budget, heartbeat)
+            return (*self._accumulate(step, batch, norm, budget, heartbeat), None)
+
         try:
             try:
-                stats, passes, forward_tokens = self._accumulate(step, batch, norm, budget, heartbeat)
+                stats, passes, forward_tokens, grad_norm = attempt(budget)
             except Exception as e:  # noqa: BLE001 - only out-of-memory is retried, the rest re-raised
                 # Across ranks a retry would desynchronise the collectives: the step fails as a whole there.
                 if not is_out_of_memory(e) or self.world_size > 1:
@@ -199,19 +223,20 @@ class Trainer:
                 log.warning("step ran out of memory; retrying once with micro-batches of half the tokens",
                             extra={"run_id": self.run_id, "step": step, "micro_batch_tokens": budget, "error": str(e)[:300]})
                 try:
-                    stats, passes, forward_tokens = self._accumulate(step, batch, norm, budget, heartbeat)
+                    stats, passes, forward_tokens, grad_norm = attempt(budget)
                 except Exception as e2:  # noqa: BLE001
                     if not is_out_of_memory(e2):
                         raise
                     raise StepOutOfMemoryError(
                         f"run {self.run_id}: step {step} ran out of memory, and again with micro_batch_tokens={budget}; "
                         "nothing was applied. Fix: lower trainer.micro_batch_tokens or orchestrator.seq_len") from e2
-            grad_norm = self._clip_grads()
-            if not torch.isfinite(torch.tensor(grad_norm)):
-                raise NonFiniteGradientError(f"run {self.run_id}: step {step}: gradient norm is {grad_norm}; the update was not applied")
-            self.optimizer.step()
-            if self.master is not None:
-                self.master.sync()
+            if grad_norm is None:
+                grad_norm = self._clip_grads()
+                if not torch.isfinite(torch.tensor(grad_norm)):
+                    raise NonFiniteGradientError(f"run {self.run_id}: step {step}: gradient norm is {grad_norm}; the update was not applied")
+                self.optimizer.step()
+                if self.master is not None:
+                    self.master.sync()
         finally:
             # Whatever happened, no half-accumulated gradient survives into the next step.
             self.optimizer.zero_grad(set_to_none=True)
@@ -222,6 +247,7 @@ class Trainer:
         metrics.update(
             step=step, grad_norm=grad_norm, tokens=total, total_tokens=int(batch.input_ids.numel()),
             samples=batch.num_samples, trajectories=norm.num_trajectories, micro_batches=passes, lr=self.cfg.optim.lr,
+            updates=stats.updates,
             padding_frac=1.0 - int(batch.input_ids.numel()) / max(forward_tokens, 1),
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
@@ -250,31 +276,19 @@ class Trainer:
         torch.manual_seed(step_seed(self.cfg.seed, step))
         if self.device.type == "cuda":
             torch.cuda.manual_seed(step_seed(self.cfg.seed, step))
-        mine = rank_samples(batch.num_samples, self.world_size, self.rank)
+        groups, passes = self._plan(step, batch, budget)
         lengths = batch.sample_lengths()
-        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
-        # A trajectory's segments stay in one micro-batch: GSPO's ratio spans them. (Across ranks,
-        # rank_samples splits by sample; a trajectory cut at a rank boundary is ratioed per rank.)
-        pos = {g: i for i, g in enumerate(mine)}
-        units = [[pos[i] for i in u if i in pos] for u in batch.trajectory_units()]
-        units = [u for u in units if u]
-        groups = [[mine[i] for i in g] for g in plan([lengths[i] for i in mine], budget, units)]
-        # Every rank runs as many passes as the busiest one (each pass is a collective).
-        passes = len(groups)
-        if self.world_size > 1:
-            for r in range(self.world_size):
-                theirs = rank_samples(batch.num_samples, self.world_size, r)
-                passes = max(passes, len(plan([lengths[i] for i in theirs], budget)))
+        dummy = min(range(batch.num_samples), key=lambda i: (lengths[i], i))  # the cheapest empty pass
         stats = LossStats()
         forward_tokens = 0
         self.optimizer.zero_grad(set_to_none=True)
         if heartbeat is not None:
-            heartbeat({"step": step, "micro_batch": 0, "micro_batches": len(groups)})
+            heartbeat({"step": step, "micro_batch": 0, "micro_batches": passes})
         for k in range(passes):
             if k < len(groups):
                 mb = self._micro_batch(batch, groups[k])
             else:  # an empty pass in lockstep with the other ranks: every token masked
-                mb = self._micro_batch(batch, groups[-1])
+                mb = self._micro_batch(batch, [dummy])
                 mb.loss_mask = torch.zeros_like(mb.loss_mask)
             forward_tokens += mb.input_ids.numel()
             ref_out = self._ref_output(mb) if self.cfg.loss.kl_coef > 0 else None
@@ -284,7 +298,7 @@ class Trainer:
             (loss * self.world_size if self.world_size > 1 else loss).backward()
             del out, loss, ref_out
             if heartbeat is not None:
-                heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": len(groups)})
+                heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": passes})
         if self.world_size > 1:
             reduce_replicated_grads(self.params)
             sums = all_reduce_sums([stats.loss, stats.tokens, stats.entropy_sum, stats.clipped,
@@ -296,7 +310,146 @@ class Trainer:
             (stats.mismatch_tokens, stats.abs_delta_sum, stats.masked, stats.floor, stats.capped) = all_reduce_sums(
                 [stats.mismatch_tokens, stats.abs_delta_sum, stats.masked, stats.floor, stats.capped])
             stats.abs_delta_max = all_reduce_sums([stats.abs_delta_max], torch.distributed.ReduceOp.MAX)[0]
+            stats.dual_clipped, stats.policy_dev_sum = all_reduce_sums([stats.dual_clipped, stats.policy_dev_sum])
         return stats, passes, forward_tokens
+
+    def _plan(self, step: int, batch: Batch, budget: int) -> tuple[list[list[int]], int]:
+        """This rank's micro-batches and the number of passes every rank runs (the busiest rank's).
+
+        Whole trajectories per rank, balanced by tokens (distributed.plan_passes); a trajectory's
+        segments share a micro-batch only for GSPO, whose ratio spans them. One process: all samples,
+        no collective. Across ranks, one all-reduce checks that every rank planned the same passes
+        before any of them enters the model's collectives (a mismatch would hang them)."""
+        try:
+            plans = plan_passes(batch.sample_lengths(), batch.trajectory_units(), self.world_size, budget,
+                                self.packing, keep_units=self.cfg.loss.type == "gspo")
+        except Exception as e:  # noqa: BLE001 - same batch, same code: every rank fails here alike
+            raise StepPartitionError(f"run {self.run_id}: step {step}: could not plan the batch's "
+                                     f"{batch.num_samples} samples over {self.world_size} ranks: {e}") from e
+        passes = max(len(p) for p in plans)
+        if self.world_size > 1:
+            mark = float(plan_checksum(plans))
+            hi = all_reduce_sums([passes, -passes, mark, -mark], torch.distributed.ReduceOp.MAX)
+            if hi[0] != -hi[1] or hi[2] != -hi[3]:
+                raise StepPartitionError(
+                    f"run {self.run_id}: step {step}: the {self.world_size} ranks planned different passes "
+                    f"(between {int(-hi[1])} and {int(hi[0])}) for the same batch; nothing was applied. "
+                    "Fix: run the same ratchet_trainer and trainer_config on every rank")
+        return plans[self.rank], passes
+
+    # -- several updates per batch (trainer.minibatches x trainer.epochs) --------
+
+    def minibatches(self, batch: Batch) -> list[list[int]]:
+        """The batch's samples in `cfg.minibatches` parts of whole trajectories, in batch order, each
+        about the same number of trainable tokens (a trajectory's segments share GSPO's ratio and
+        the normalisers count trajectories, so a trajectory is never split). Fewer parts when the
+        batch has fewer trajectories."""
+        units = batch.trajectory_units()
+        off = batch.sample_offsets.tolist()
+        weight = [sum(int(batch.loss_mask[off[i]: off[i + 1]].sum()) for i in u) for u in units]
+        m = min(self.cfg.minibatches, len(units))
+        total = sum(weight)
+        parts: list[list[int]] = [[]]
+        done = 0
+        for k, (u, w) in enumerate(zip(units, weight)):
+            # Close a part once it holds its share, leaving at least one unit for each part still to fill.
+            if parts[-1] and len(parts) < m and (done >= total * len(parts) / m or len(units) - k <= m - len(parts)):
+                parts.append([])
+            parts[-1].extend(u)
+            done += w
+        return parts
+
+    def _several_updates(self, step: int, batch: Batch, budget: int,
+                         heartbeat: Heartbeat | None) -> tuple[LossStats, int, int, float]:
+        """The decoupled objective's updates (AReaL): the proximal policy's logprobs once, with no
+        gradient, then for each epoch one optimiser update per mini-batch, each normalised over its
+        own mini-batch. On any failure every update is undone (weights and optimiser state as
+        before the step), so a skipped step has applied nothing. Returns the stats summed over the
+        updates, the training passes, one epoch's forward tokens and the largest gradient norm."""
+        parts = self.minibatches(batch)  # any part trains on any world size (whole trajectories per rank)
+        saved = self._snapshot()
+        try:
+            full = dataclasses.replace(batch, proximal_logprobs=self._proximal_logprobs(step, batch, budget, heartbeat))
+            max_tokens = self.cfg.loss.max_tokens or self.cfg.seq_len
+            total, passes, forward_tokens, grad_norm = LossStats(updates=0), 0, 0, 0.0
+            n_updates = len(parts) * self.cfg.epochs
+            for epoch in range(self.cfg.epochs):
+                for j, part in enumerate(parts):
+                    sub = full.subset(part)
+                    norm = Normalizer.for_batch(sub, max_tokens=max_tokens)
+                    if norm.total_tokens == 0:
+                        continue
+                    u = epoch * len(parts) + j
+
+                    def beat(info: dict[str, Any], u: int = u) -> None:
+                        if heartbeat is not None:
+                            heartbeat({**info, "update": u + 1, "updates": n_updates})
+                    stats, p, f = self._accumulate(step, sub, norm, budget, beat)
+                    gn = self._clip_grads()
+                    if not torch.isfinite(torch.tensor(gn)):
+                        raise NonFiniteGradientError(
+                            f"run {self.run_id}: step {step}: gradient norm is {gn} at update {u + 1} of {n_updates}; "
+                            "the step's updates were undone and nothing was applied")
+                    self.optimizer.step()
+                    if self.master is not None:
+                        self.master.sync()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    _merge_stats(total, stats)
+                    passes += p
+                    forward_tokens += f if epoch == 0 else 0
+                    grad_norm = max(grad_norm, gn)
+            total.floor //= self.cfg.epochs  # a count per batch: each epoch sees the same tokens
+            return total, passes, forward_tokens, grad_norm
+        except BaseException:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._restore(saved)
+            raise
+
+    @torch.no_grad()
+    def _proximal_logprobs(self, step: int, batch: Batch, budget: int, heartbeat: Heartbeat | None = None) -> torch.Tensor:
+        """[T] the current policy's logprobs of the batch's trainable tokens (0 elsewhere), at the
+        run's temperature, in the training forward's numerics. Across ranks, micro-batches are
+        dealt round-robin, every rank runs as many passes (an idle one re-scores a micro-batch and
+        drops it), and the [T] vectors are summed: each token is scored by exactly one rank."""
+        lengths = batch.sample_lengths()
+        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
+        groups = plan(lengths, budget)
+        mine = groups[self.rank::self.world_size]
+        passes = -(-len(groups) // self.world_size)
+        out = torch.zeros(batch.input_ids.numel(), dtype=torch.float32)
+        for k in range(passes):
+            ids = mine[k] if k < len(mine) else groups[0]
+            mb = self._micro_batch(batch, ids)
+            sel = mb.loss_mask[:, 1:]
+            if self.world_size == 1 and not bool(sel.any()):
+                continue  # (across ranks every pass is a collective: each rank runs every one)
+            lp, _ = token_logprobs(self._policy_output(self.model, mb), mb.input_ids, sel, self.cfg.loss.temperature)
+            if k < len(mine):
+                idx = micro_batch_token_index(batch, ids, self.packing)[:, 1:][sel.cpu()]
+                out[idx] = lp.float().cpu()
+            if heartbeat is not None:  # progress for the stall watchdog (and the cancellation check)
+                heartbeat({"step": step, "phase": "proximal", "micro_batch": k + 1, "micro_batches": passes})
+        if self.world_size > 1:
+            t = out.to(collective_device())
+            torch.distributed.all_reduce(t)
+            out = t.cpu()
+        return out
+
+    def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        """The trainable weights (fp32 masters under bf16 LoRA) and the optimiser state, copied."""
+        import copy
+
+        params = self.master.masters if self.master else self.params
+        return [p.detach().clone() for p in params], copy.deepcopy(self.optimizer.state_dict())
+
+    def _restore(self, saved: tuple[list[torch.Tensor], dict[str, Any]]) -> None:
+        params = self.master.masters if self.master else self.params
+        with torch.no_grad():
+            for p, v in zip(params, saved[0]):
+                p.copy_(v)
+        self.optimizer.load_state_dict(saved[1])
+        if self.master is not None:
+            self.master.sync()
 
     def _free_device_memory(self) -> None:
         if self.device.type == "cuda":
