@@ -20,6 +20,7 @@ import type { RolloutSummary } from '../rollouts/trajectory';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts/activities';
 import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
+import { trainingPriority } from '../shared/fairness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
 import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, callOf, handOff } from './outageWait';
@@ -31,8 +32,6 @@ const ROLLOUT_OPTIONS: ActivityOptions = {
   heartbeatTimeout: '1 minute',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 };
-const { rollout } = proxyActivities<RolloutActivities>(ROLLOUT_OPTIONS);
-
 const { storeRolloutSummaries } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
   retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
@@ -71,6 +70,9 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   let groupsDone = 0;
   const stride = Math.max(1, Math.ceil(input.tasks.length / 8));
   const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
+  // The run's priority and fairness keys: runs sharing rollout workers each get their share (src/shared/fairness.ts).
+  const rolloutOptions: ActivityOptions = { ...ROLLOUT_OPTIONS, priority: trainingPriority(input.runId, input.config.orchestrator.fairness_weight) };
+  const { rollout } = proxyActivities<RolloutActivities>(rolloutOptions);
 
   const report = async (extra: { waitingForDisk?: boolean } = {}): Promise<void> => {
     if (!parent) return;
@@ -135,7 +137,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   let handoffs = 0;
   const handOffRollout = async (i: number, waitS: number): Promise<RolloutSummary> => {
     await diskWaitStarts(i);
-    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(ROLLOUT_OPTIONS, 'rollout', inputFor(i)), 'DiskFull', waitS, input.outageWaits, handoffs++);
+    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(rolloutOptions, 'rollout', inputFor(i)), 'DiskFull', waitS, input.outageWaits, handoffs++);
   };
 
   /** One try of rollout i (or its hand-off); a try that ends other than DiskFull ends its disk wait. */

@@ -7,7 +7,7 @@
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
 import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { TrainRunInput } from '../../src/contracts';
@@ -27,6 +27,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
         executable: { type: 'existing-path', path: TEMPORAL_BIN },
         ip: '127.0.0.1',
         searchAttributes: Object.values(SA),
+        extraArgs: TEMPORAL_DEV_ARGS,
       },
     });
     bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
