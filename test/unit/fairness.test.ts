@@ -17,6 +17,12 @@ import type { RolloutInput, StepRolloutsInput } from '../../src/contracts';
 import type { EvalPlan, EvalSweepInput } from '../../src/contracts/eval';
 import { EVAL_STEP } from '../../src/shared/steps';
 import { ref } from './workflowFakes';
+import { ConfigError, parseRunConfig } from '../../src/config/load';
+import { evalRolloutOptions } from '../../src/workflows/evalSweep';
+import {
+  DEFAULT_FAIRNESS_WEIGHT, EVAL_PRIORITY, FAIRNESS_KEY_MAX_BYTES, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN, TRAINING_PRIORITY,
+  fairnessKeyOf, trainingPriority,
+} from '../../src/shared/fairness';
 
 jest.setTimeout(90_000);
 
@@ -24,6 +30,41 @@ const SLOTS = 2;
 
 /** A rollout the worker started: when the workflow scheduled it (server clock, same host) and when it started. */
 interface Dispatch { runId: string; step: number; scheduledAt: number; at: number }
+
+describe('priority and fairness keys (src/shared/fairness.ts)', () => {
+  test('training: the run id is the fairness key, the config\'s weight its weight, the server\'s default priority', () => {
+    expect(trainingPriority('smoke-20261125T101500', 2)).toEqual({ priorityKey: TRAINING_PRIORITY, fairnessKey: 'smoke-20261125T101500', fairnessWeight: 2 });
+    expect(trainingPriority('r').fairnessWeight).toBe(DEFAULT_FAIRNESS_WEIGHT);
+    expect(TRAINING_PRIORITY).toBe(3);
+  });
+
+  test('eval sweeps run below training (a larger priority key is a lower priority), keyed by the run', () => {
+    expect(EVAL_PRIORITY).toBeGreaterThan(TRAINING_PRIORITY);
+    expect(EVAL_PRIORITY).toBeLessThanOrEqual(5); // the server's default number of levels
+    const o = evalRolloutOptions('smoke-1');
+    expect(o).toMatchObject({ taskQueue: 'ratchet-rollout', priority: { priorityKey: EVAL_PRIORITY, fairnessKey: 'smoke-1' } });
+  });
+
+  test('a run id over Temporal\'s 64-byte key limit becomes a shorter key, still one per run', () => {
+    const a = `${'x'.repeat(70)}-a`;
+    const b = `${'x'.repeat(70)}-b`;
+    expect(Buffer.byteLength(fairnessKeyOf(a))).toBeLessThanOrEqual(FAIRNESS_KEY_MAX_BYTES);
+    expect(fairnessKeyOf(a)).not.toBe(fairnessKeyOf(b));
+    expect(fairnessKeyOf(a)).toBe(fairnessKeyOf(a));
+    expect(Buffer.byteLength(fairnessKeyOf('é'.repeat(40)))).toBeLessThanOrEqual(FAIRNESS_KEY_MAX_BYTES);
+    expect(fairnessKeyOf('y'.repeat(64))).toBe('y'.repeat(64));
+  });
+
+  test('[orchestrator] fairness_weight: default 1; outside its bounds a config error naming the key', () => {
+    const base = '[[env]]\nid = "debug"\n';
+    expect(parseRunConfig(base, 'x.toml').orchestrator.fairness_weight).toBe(1);
+    expect(parseRunConfig(`${base}[orchestrator]\nfairness_weight = 2.5\n`, 'x.toml').orchestrator.fairness_weight).toBe(2.5);
+    for (const bad of [0, -1, FAIRNESS_WEIGHT_MIN / 2, FAIRNESS_WEIGHT_MAX * 2]) {
+      expect(() => parseRunConfig(`${base}[orchestrator]\nfairness_weight = ${bad}\n`, 'x.toml')).toThrow(ConfigError);
+      expect(() => parseRunConfig(`${base}[orchestrator]\nfairness_weight = ${bad}\n`, 'x.toml')).toThrow(/x\.toml: orchestrator\.fairness_weight: Number must be/);
+    }
+  });
+});
 
 describeWithStack('runs share workers fairly (real dev server, one rollout worker)', ['temporalBinary'], () => {
   let env: TestWorkflowEnvironment;
