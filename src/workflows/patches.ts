@@ -32,3 +32,6 @@ export const PATCHES = {
   /** TrainRun records its [artifacts] settings in its memo, so `ratchet eval` finds the run's store. */
   artifactsMemo: 'v0.3-artifacts-memo',
 } as const;
+// Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
+// StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its
+// options, so histories recorded without the keys replay unchanged (test/unit/workflowReplay.test.ts).

@@ -158,7 +158,7 @@ describeWithStack('runs share workers fairly (real dev server, one rollout worke
       share: window.filter((d) => d.runId === r.runId).length / window.length,
       expected: r.weight / totalWeight,
     }));
-    console.log(`dispatch shares over ${window.length} rollouts on ${SLOTS} slots:\n` +
+    console.warn(`dispatch shares over ${window.length} rollouts on ${SLOTS} slots:\n` +
       shares.map((s) => `  ${s.runId} (${s.inFlight} in flight, weight ${s.weight}): ${(100 * s.share).toFixed(1)}% (expected ${(100 * s.expected).toFixed(1)}%)`).join('\n'));
     for (const s of shares) {
       expect({ runId: s.runId, withinTwentyPercent: Math.abs(s.share - s.expected) <= 0.2 * s.expected, share: s.share })
@@ -190,7 +190,7 @@ describeWithStack('runs share workers fairly (real dev server, one rollout worke
       const trainingDoneAt = Math.max(...training.map((d) => d.at));
       const evals = dispatches.filter((d) => d.step === EVAL_STEP && d.at <= trainingDoneAt);
       const trainingAfterEval = training.filter((d) => d.at >= evalStartedAt).length;
-      console.log(`training rollouts dispatched after the sweep started: ${trainingAfterEval}; eval rollouts (of ${dispatches.filter((d) => d.step === EVAL_STEP).length} dispatched by the end) ` +
+      console.warn(`training rollouts dispatched after the sweep started: ${trainingAfterEval}; eval rollouts (of ${dispatches.filter((d) => d.step === EVAL_STEP).length} dispatched by the end) ` +
         `dispatched before the step's last: ${evals.length} (allowed: ${SLOTS}, one round of the worker's slots)`);
       expect(trainingAfterEval).toBeGreaterThan(60);
       expect(evals.length).toBeLessThanOrEqual(SLOTS);
