@@ -28,6 +28,16 @@ DB="$RATCHET_HOME/temporal/ratchet.sqlite"
 PIDFILE="$RATCHET_HOME/run/temporal.pid"
 LOGFILE="$RATCHET_LOGS/temporal.log"
 TEMPORAL="$RATCHET_VENVS/tools/bin/temporal"
+# Runs share workers fairly (docs/architecture.md): rollout, eval and trainer activities carry the
+# run id as fairness key and eval sweeps a lower priority. Server 1.32 honours priority keys by
+# default but fairness keys only with matching.enableFairness, and both only within one partition
+# of a task queue, so the dev server keeps one (its throughput is far above a rollout queue's).
+# The tests start their dev servers with the same values (test/helpers/stack.ts TEMPORAL_DEV_ARGS).
+TEMPORAL_DYNAMIC_CONFIG=(
+  --dynamic-config-value matching.enableFairness=true
+  --dynamic-config-value matching.numTaskqueueReadPartitions=1
+  --dynamic-config-value matching.numTaskqueueWritePartitions=1
+)
 # name:type pairs; the workflow upserts these, the Web UI filters on them.
 SEARCH_ATTRIBUTES="RatchetStep:Int RatchetMeanReward:Double RatchetPolicyVersion:Int RatchetStatus:Keyword RatchetRunId:Keyword"
 
@@ -53,7 +63,7 @@ start() {
   mkdir -p "$(dirname "$DB")" "$(dirname "$PIDFILE")"
   log "starting temporal dev server on $IP:$PORT (UI http://$LOCAL_UI_IP:$UI_PORT, db $DB, log $LOGFILE)"
   setsid nohup "$TEMPORAL" server start-dev --ip "$IP" --ui-ip "$UI_IP" --port "$PORT" --ui-port "$UI_PORT" "${UI_CODEC_ARGS[@]}" \
-    --db-filename "$DB" --log-level warn >>"$LOGFILE" 2>&1 </dev/null &
+    "${TEMPORAL_DYNAMIC_CONFIG[@]}" --db-filename "$DB" --log-level warn >>"$LOGFILE" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 60); do
     if "$TEMPORAL" operator cluster health --address "$LOCAL_IP:$PORT" >/dev/null 2>&1; then

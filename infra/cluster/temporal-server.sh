@@ -109,6 +109,8 @@ dynamicConfigClient:
   pollInterval: 10s
 YAML
   )
+  local created=0
+  [ -f "$DYNAMIC_CONFIG" ] || created=1
   [ -f "$DYNAMIC_CONFIG" ] || cat >"$DYNAMIC_CONFIG" <<'YAML'
 # Dynamic config for Ratchet's Temporal cluster; the server rereads it every 10 s.
 # Search attributes take effect at once instead of after the cache refresh.
@@ -116,6 +118,44 @@ system.forceSearchAttributesCacheRefreshOnRead:
   - value: true
     constraints: {}
 YAML
+  fairness_config "$created"
+}
+
+# Runs share workers fairly (docs/architecture.md "Runs share workers fairly"): fairness keys are
+# honoured only with matching.enableFairness, and priority and fairness only within one partition
+# of a task queue, so the shared rollout queue has one partition (a rollout takes seconds to
+# minutes: one partition's dispatch rate is far above what the queue needs). Appended to a file
+# that lacks it, so an existing cluster gets it too; there only the write count is lowered, since a
+# backlog may wait in the other partitions: lower the read count too once `temporal task-queue
+# describe --task-queue ratchet-rollout` shows them empty.
+fairness_config() {
+  local created="$1"
+  grep -q '^matching.enableFairness:' "$DYNAMIC_CONFIG" && return 0
+  cat >>"$DYNAMIC_CONFIG" <<'YAML'
+# Runs share workers fairly: fairness keys (the run id) within each priority level (eval below training).
+matching.enableFairness:
+  - value: true
+    constraints: {}
+YAML
+  if grep -q '^matching.numTaskqueue' "$DYNAMIC_CONFIG"; then
+    log "$DYNAMIC_CONFIG already sets task queue partitions; keeping them (priority and fairness hold per partition: docs/architecture.md)"
+    return 0
+  fi
+  cat >>"$DYNAMIC_CONFIG" <<'YAML'
+# One partition for the shared rollout queue: priority and fairness hold within a partition.
+matching.numTaskqueueWritePartitions:
+  - value: 1
+    constraints: { taskQueueName: ratchet-rollout }
+YAML
+  if [ "$created" = 1 ]; then
+    cat >>"$DYNAMIC_CONFIG" <<'YAML'
+matching.numTaskqueueReadPartitions:
+  - value: 1
+    constraints: { taskQueueName: ratchet-rollout }
+YAML
+  else
+    log "$DYNAMIC_CONFIG: ratchet-rollout now writes to one partition; set matching.numTaskqueueReadPartitions to 1 for it once its other partitions are empty (docs/architecture.md)"
+  fi
 }
 
 setup() {

@@ -5,6 +5,7 @@ import { evalInputFromFlags, type EvalFlags } from './evalInput';
 import { EXIT } from './exit';
 import { connectClient, workflowUiUrl } from './temporal';
 import { c } from './term';
+import { evalPriority } from '../shared/fairness';
 
 const pct = (x: number | null): string => (x === null ? '—' : `${(x * 100).toFixed(1)}%`);
 
@@ -31,7 +32,7 @@ export function register(program: Command): void {
       try {
         const input = await evalInputFromFlags(client, flags);
         const workflowId = `eval-${flags.run}-${Date.now().toString(36)}`;
-        const handle = await client.workflow.start('EvalSweep', { taskQueue: TASK_QUEUES.main, workflowId, args: [input] });
+        const handle = await client.workflow.start('EvalSweep', { taskQueue: TASK_QUEUES.main, workflowId, args: [input], priority: evalPriority(input.runId) });
         console.log(`${c.green('started')} ${workflowId}  ${workflowUiUrl(workflowId, handle.firstExecutionRunId)}`);
         if (!flags.wait) return;
         let res: EvalSweepResult;

@@ -8,6 +8,7 @@ import { CliError, EXIT } from './exit';
 import { followRun } from './follow';
 import { connectClient, workflowUiUrl } from './temporal';
 import { c } from './term';
+import { trainingPriority } from '../shared/fairness';
 
 export function defaultRunId(name: string | undefined, now = new Date()): string {
   const stamp = now.toISOString().replace(/[-:]/g, '').replace(/\..*$/, '').replace('T', '-');
@@ -28,11 +29,16 @@ export function register(program: Command): void {
       if (opts.runId !== undefined && !/^[A-Za-z0-9._-]+$/.test(opts.runId)) throw new CliError(`--run-id "${opts.runId}": use letters, digits, ".", "_" and "-" only`, EXIT.usage);
       // The same checks as `ratchet check`: a run that would fail on its config, data or model never starts.
       let name: string | undefined;
+      let weight: number | undefined;
       if (opts.check) {
-        name = (await checkOrThrow(configPath, { ...g, stack: true, quiet: true })).config?.name;
+        const checked = (await checkOrThrow(configPath, { ...g, stack: true, quiet: true })).config;
+        name = checked?.name;
+        weight = checked?.orchestrator.fairness_weight;
       } else {
         try {
-          name = (await loadRunConfig(configPath)).config.name;
+          const loaded = (await loadRunConfig(configPath)).config;
+          name = loaded.name;
+          weight = loaded.orchestrator.fairness_weight;
         } catch (err) {
           if (err instanceof ConfigError) throw new CliError(err.message, EXIT.invalidInput);
           throw err;
@@ -44,7 +50,8 @@ export function register(program: Command): void {
         const input: TrainRunInput = { configPath, runId };
         let handle;
         try {
-          handle = await client.workflow.start('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input] });
+          // The run's keys on its own workflow too: every activity it starts inherits them (src/shared/fairness.ts).
+          handle = await client.workflow.start('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input], priority: trainingPriority(runId, weight) });
         } catch (err) {
           if (err instanceof WorkflowExecutionAlreadyStartedError) {
             throw new CliError(`run "${runId}" is already running. Follow it: ratchet status ${runId}; or pick another --run-id`, EXIT.failure);

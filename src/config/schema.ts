@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
+import { DEFAULT_FAIRNESS_WEIGHT, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN } from '../shared/fairness';
 
 /**
  * The run config (`configs/<env>/<name>.toml`). Sections mirror prime-rl's
@@ -174,6 +175,12 @@ const OrchestratorConfig = z.object({
   async_level: z.number().int().min(0).max(8).default(0),
   /** In-flight rollouts at once, far below Temporal's 2,000 pending-activity limit. */
   max_concurrent_rollouts: z.number().int().positive().max(1000).default(8),
+  /**
+   * This run's share of shared rollout and trainer workers against other runs' (docs/architecture.md
+   * "Runs share workers fairly"): a run of weight 2 gets twice the dispatches of a run of weight 1
+   * while both have rollouts waiting, whatever their sizes.
+   */
+  fairness_weight: z.number().min(FAIRNESS_WEIGHT_MIN).max(FAIRNESS_WEIGHT_MAX).default(DEFAULT_FAIRNESS_WEIGHT),
   advantage: z.object({
     kind: z.enum(['grpo', 'dr_grpo']).default('grpo'),
     /** GRPO only (Dr.GRPO never divides by the group std); setting it true with dr_grpo is an error. */

@@ -6,6 +6,7 @@ import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandle 
 import { SA, progressQuery } from './messages';
 import type { Progress, TrainRunInput, TrainRunResult } from '../contracts/run';
 import type { TrainRun } from './trainRun';
+import { trainingPriority } from '../shared/fairness';
 
 export interface StartTrainRunOptions {
   /** Run id = workflow id. Default: `<config name or file stem>-<UTC timestamp>`. */
@@ -30,6 +31,8 @@ export async function startTrainRun(client: Client, configPath: string, opts: St
       taskQueue: opts.taskQueue ?? 'ratchet',
       workflowId: runId,
       args: [input],
+      // The run's keys (the config's weight is read inside the workflow; its activities carry it).
+      priority: trainingPriority(runId),
       typedSearchAttributes: [{ key: SA.status, value: 'starting' }, { key: SA.step, value: 0 }],
     });
   } catch (err) {

@@ -5,12 +5,13 @@
  * artifact store (runs/<run>/evals/<version>/<taskset-hash>.json) and, small, to
  * this workflow's memo, so the Web UI shows them without opening a file.
  */
-import { ApplicationFailure, log, patched, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, log, patched, proxyActivities, upsertMemo, workflowInfo, type ActivityOptions } from '@temporalio/workflow';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
 import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalSweepResult, EvalVersionSummary } from '../contracts/eval';
 import { adapterName } from '../shared/adapters';
 import { EVAL_STEP } from '../shared/steps';
 import { forActivity, livenessOf } from '../shared/liveness';
+import { evalPriority } from '../shared/fairness';
 import { syncAllHosts } from './inferenceWait';
 import { PATCHES } from './patches';
 
@@ -23,13 +24,19 @@ const { evalPlan, evalRecord } = proxyActivities<EvalActivities>({
   retry: { maximumAttempts: 3 },
 });
 
-const { rollout } = proxyActivities<RolloutActivities>({
+/** Eval rollouts: on the rollout queue beside training, below it by priority (evalRolloutOptions). */
+const EVAL_ROLLOUT_OPTIONS: ActivityOptions = {
   // A literal: src/shared/paths imports node:path, which the workflow sandbox refuses.
   taskQueue: 'ratchet-rollout',
   startToCloseTimeout: '30 minutes',
   heartbeatTimeout: '1 minute',
   retry: { maximumAttempts: 3, nonRetryableErrorTypes: ['TaskNotFound', 'InvalidInput'] },
-});
+};
+
+/** An eval sweep's rollouts carry the run's fairness key and run below its training by priority (src/shared/fairness.ts). */
+export function evalRolloutOptions(runId: string): ActivityOptions {
+  return { ...EVAL_ROLLOUT_OPTIONS, priority: evalPriority(runId) };
+}
 
 const { syncWeights } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
@@ -82,6 +89,7 @@ export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult>
   upsertMemo({ runId: plan.runId, taskset: plan.taskset, k: plan.k, skipped: plan.skipped, evaluated });
   log.info('eval sweep', { runId: plan.runId, versions: plan.versions, skipped: plan.skipped });
 
+  const { rollout } = proxyActivities<RolloutActivities>(evalRolloutOptions(plan.runId));
   const jobs = plan.tasks.flatMap((t, ti) => Array.from({ length: plan.k }, (_, s) => ({ t, ti, s })));
   for (const version of plan.versions) {
     const startedAt = new Date().toISOString();

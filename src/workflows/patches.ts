@@ -58,3 +58,6 @@ export const PATCHES = {
   /** A step whose batch kills (or hangs) its trainer twice in trainer.step is recorded as TrainerKilled and skipped. */
   trainerKilledStepFault: 'v0.5-trainer-killed-step-fault',
 } as const;
+// Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
+// StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its
+// options, so histories recorded without the keys replay unchanged (test/unit/workflowReplay.test.ts).

@@ -21,6 +21,7 @@ import type { RolloutSummary } from '../contracts/trajectory';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
+import { trainingPriority } from '../shared/fairness';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
 import type { OutageType } from '../contracts/outage';
@@ -36,8 +37,6 @@ const ROLLOUT_OPTIONS: ActivityOptions = {
   heartbeatTimeout: '1 minute',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 };
-const { rollout } = proxyActivities<RolloutActivities>(ROLLOUT_OPTIONS);
-
 const SUMMARIES_OPTIONS: ActivityOptions = {
   startToCloseTimeout: '5 minutes',
   retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
@@ -83,6 +82,9 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   let groupsDone = 0;
   const stride = Math.max(1, Math.ceil(input.tasks.length / 8));
   const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
+  // The run's priority and fairness keys: runs sharing rollout workers each get their share (src/shared/fairness.ts).
+  const rolloutOptions: ActivityOptions = { ...ROLLOUT_OPTIONS, priority: trainingPriority(input.runId, input.config.orchestrator.fairness_weight) };
+  const { rollout } = proxyActivities<RolloutActivities>(rolloutOptions);
 
   const report = async (extra: { waitingForDisk?: boolean; waitingForStore?: boolean; waitingForRolloutWorkers?: boolean } = {}): Promise<void> => {
     if (!parent) return;
@@ -176,7 +178,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   // child, which continues as new while the fault lasts, so this history grows by one child (outageWait.ts).
   const handOffRollout = async (i: number, fault: OutageType, waitS: number): Promise<RolloutSummary> => {
     await (fault === 'DiskFull' ? diskWaitStarts(i) : storeWaitStarts(i));
-    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(ROLLOUT_OPTIONS, 'rollout', inputFor(i)), fault, waitS, input.outageWaits, waiter.outageHandoffs++);
+    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(rolloutOptions, 'rollout', inputFor(i)), fault, waitS, input.outageWaits, waiter.outageHandoffs++);
   };
 
   /** One try of rollout i (or its hand-off); a try that ends other than DiskFull ends its disk wait (StoreUnavailable: store wait). */

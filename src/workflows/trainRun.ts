@@ -47,6 +47,7 @@ import { runStateAfter, stepRecord } from './stepRecord';
 import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { SampledTask, StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
+import { trainingPriority } from '../shared/fairness';
 
 /** Cancels rollouts started ahead whose results are not needed (stop, or continue-as-new mid-wait). */
 async function cancelPending(pending: PendingRollouts): Promise<void> {
@@ -183,6 +184,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       args: [childInput],
       workflowId: `${runId}-step-${s}-rollouts`,
       taskQueue: info.taskQueue,
+      priority: trainingPriority(runId, orch.fairness_weight),
     }));
     return { step: s, policyVersion, tasks, handle, scope, startedAt: Date.now() };
   }

@@ -5,11 +5,12 @@
  * idle past the lease), it is re-announced and reloaded, so a step is applied
  * exactly once. Workflow code.
  */
-import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched, type ActivityOptions } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import { forActivity, type LivenessWindows } from '../shared/liveness';
+import { trainingPriority } from '../shared/fairness';
 import type { TrainerTimeouts } from '../contracts/run';
 import type { TrainerActivities, TrainerStepMetrics } from '../contracts/trainer';
 import { PATCHES } from './patches';
@@ -93,6 +94,11 @@ export class TrainerSession {
     this.carried = carriedQueue;
   }
 
+  /** A trainer call's options with the run's priority and fairness keys (src/shared/fairness.ts). */
+  private keyed(options: ActivityOptions): ActivityOptions {
+    return { ...options, priority: trainingPriority(this.run.runId, this.config.orchestrator.fairness_weight) };
+  }
+
   /** The queue of the trainer this run holds, if it has one now (carried across continue-as-new). */
   get heldQueue(): string | undefined {
     return this.queue ?? this.carried;
@@ -115,7 +121,7 @@ export class TrainerSession {
     }
     this.carried = undefined;
     const q = task_queue;
-    const loadedState = await patientActivities<TrainerActivities>(run, trainerIoOptions(q, this.timeouts))['trainer.load']({
+    const loadedState = await patientActivities<TrainerActivities>(run, this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.load']({
       run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, store: this.store, liveness: forActivity(this.windows, 'trainer'),
     });
     if (loadedState.policy_version !== run.policyVersion) {
@@ -143,10 +149,10 @@ export class TrainerSession {
         const q = await this.ensure(checkpoint);
         this.run.phase = 'training';
         inStep = true;
-        const metrics = await patientActivities<TrainerActivities>(this.run, trainerOptions(q, this.timeouts))['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer') });
+        const metrics = await patientActivities<TrainerActivities>(this.run, this.keyed(trainerOptions(q, this.timeouts)))['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer') });
         inStep = false;
         this.run.phase = 'saving';
-        const saved = await patientActivities<TrainerActivities>(this.run, trainerIoOptions(q, this.timeouts))['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') });
+        const saved = await patientActivities<TrainerActivities>(this.run, this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') });
         return { metrics, saved, restarts };
       } catch (err) {
         const type = appFailureType(err);

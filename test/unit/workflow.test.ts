@@ -7,12 +7,13 @@
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
 import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { TrainRunInput } from '../../src/contracts';
 import { makeFakes, type FakeOptions } from './workflowFakes';
 import { recordHistory } from '../helpers/histories';
+import { TRAINING_PRIORITY } from '../../src/shared/fairness';
 
 jest.setTimeout(120_000);
 
@@ -27,6 +28,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
         executable: { type: 'existing-path', path: TEMPORAL_BIN },
         ip: '127.0.0.1',
         searchAttributes: Object.values(SA),
+        extraArgs: TEMPORAL_DEV_ARGS,
       },
     });
     bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
@@ -86,6 +88,25 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(p).toMatchObject({ status: 'completed', step: 3, policyVersion: 3 });
       await record(handle, 'trainrun-sync');
       await record(env.client.workflow.getHandle(`${handle.workflowId}-step-1-rollouts`), 'steprollouts');
+    });
+  });
+
+  test('a run\'s rollouts, step children and trainer calls carry its priority and fairness keys (docs/architecture.md)', async () => {
+    await withWorkers({ orchestrator: { max_steps: 1, fairness_weight: 2 } }, async () => {
+      const handle = await start();
+      await handle.result();
+      const runId = handle.workflowId;
+      const keyed = { priorityKey: TRAINING_PRIORITY, fairnessKey: runId, fairnessWeight: 2 };
+      const parent = (await handle.fetchHistory()).events ?? [];
+      const child = parent.find((e) => e.startChildWorkflowExecutionInitiatedEventAttributes)!.startChildWorkflowExecutionInitiatedEventAttributes!;
+      expect(child.priority).toMatchObject(keyed);
+      const trainerCalls = parent.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name?.match(/^trainer\.(load|step|save)$/));
+      expect(trainerCalls.map((a) => a!.activityType!.name)).toEqual(['trainer.load', 'trainer.step', 'trainer.save']);
+      for (const a of trainerCalls) expect(a!.priority).toMatchObject(keyed);
+      const steps = (await env.client.workflow.getHandle(`${runId}-step-0-rollouts`).fetchHistory()).events ?? [];
+      const rollouts = steps.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name === 'rollout');
+      expect(rollouts).toHaveLength(6);
+      for (const a of rollouts) expect(a!.priority).toMatchObject(keyed);
     });
   });
 
