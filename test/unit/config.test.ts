@@ -46,11 +46,10 @@ describe('run config', () => {
     expect(() => parseRunConfig(`${env}${text}`, 'x.toml')).not.toThrow();
   });
 
-  test('updates per batch and icepop bounds reach the trainer only where set; a default config\'s payload is unchanged', () => {
+  test('updates per batch and icepop bounds pass through to the trainer (one update per batch by default)', () => {
     const plain = toTrainerConfig(parseRunConfig(env, 'x.toml')) as Record<string, unknown> & { loss: Record<string, unknown> };
-    expect(plain).not.toHaveProperty('minibatches');
-    expect(plain).not.toHaveProperty('epochs');
-    expect(plain.loss).not.toHaveProperty('icepop_low');
+    expect(plain).toMatchObject({ minibatches: 1, epochs: 1 });
+    expect(plain.loss).toMatchObject({ correction: 'tis', icepop_low: 0.5, icepop_high: 2 });
     const c = parseRunConfig(`${env}[trainer]\nminibatches = 2\nepochs = 3\n[trainer.loss]\ncorrection = "icepop"\nicepop_low = 0.25\n`, 'x.toml');
     const t = toTrainerConfig(c) as Record<string, unknown> & { loss: Record<string, unknown> };
     expect(t).toMatchObject({ minibatches: 2, epochs: 3 });

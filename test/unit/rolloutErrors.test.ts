@@ -88,7 +88,7 @@ describe('rollout errors: transient is retried, only what stays wrong is invalid
 
   test('the trajectory write finding the store down fails as StoreUnavailable (the step waits; no attempt used)', async () => {
     const { store, acts } = setup();
-    jest.spyOn(store, 'putJson').mockRejectedValueOnce(new StoreUnavailableError('s3://bucket/p', 'HTTP 503'));
+    jest.spyOn(store, 'put').mockRejectedValueOnce(new StoreUnavailableError('s3://bucket/p', 'HTTP 503'));
     await expect(run(acts, input())).rejects.toMatchObject({ type: 'StoreUnavailable', nonRetryable: true });
   });
 
