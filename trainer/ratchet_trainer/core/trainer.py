@@ -322,7 +322,7 @@ class Trainer:
         before any of them enters the model's collectives (a mismatch would hang them)."""
         try:
             plans = plan_passes(batch.sample_lengths(), batch.trajectory_units(), self.world_size, budget,
-                                self.packing, keep_units=self.cfg.loss.type == "gspo")
+                                self.packing, keep_units=self.cfg.loss.kind == "gspo")
         except Exception as e:  # noqa: BLE001 - same batch, same code: every rank fails here alike
             raise StepPartitionError(f"run {self.run_id}: step {step}: could not plan the batch's "
                                      f"{batch.num_samples} samples over {self.world_size} ranks: {e}") from e
