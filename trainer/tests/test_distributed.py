@@ -69,7 +69,7 @@ def check_cases(tmp_path, world: int, cases) -> None:
 # AdamW's eps well above the gradients' last-bit differences: with the default 1e-8, a near-zero
 # gradient element's first update (lr * g / (|g| + eps)) turns a 1e-12 difference into 1e-6.
 GRPO = {"optim": {"max_grad_norm": 0.0, "eps": 1e-4}, "micro_batch_tokens": 40}
-GSPO = {**GRPO, "loss": {"type": "gspo"}}
+GSPO = {**GRPO, "loss": {"kind": "gspo"}}
 SEQ_MEAN = {**GRPO, "loss": {"normalization": "sequence_mean"}}
 DR_GRPO = {**GRPO, "loss": {"normalization": "dr_grpo"}}
 
@@ -102,7 +102,7 @@ def test_several_updates_per_batch_across_ranks_give_the_single_process_updates(
     # and each mini-batch's update is partitioned like a batch. Odd counts and a split trajectory.
     split = write_rl_batch(tmp_path, "split", rl_samples((12, 16, 14, 18, 10, 20, 12), trajectories=(0, 1, 1, 2, 3, 4, 5)))
     several = {**GRPO, "minibatches": 2, "epochs": 2, "optim": {**GRPO["optim"], "lr": 1e-2}}
-    cases = [("tis-grpo", several, split), ("icepop-gspo", {**several, "loss": {"type": "gspo", "correction": "icepop"}}, split),
+    cases = [("tis-grpo", several, split), ("icepop-gspo", {**several, "loss": {"kind": "gspo", "correction": "icepop"}}, split),
              ("mask-grpo", {**several, "loss": {"correction": "mask"}}, split)]
     check_cases(tmp_path, 2, cases)
 

@@ -188,7 +188,7 @@ def test_out_of_memory_retry_splits_a_trajectory_s_segments_under_a_token_level_
 
 def test_under_gspo_a_trajectory_s_segments_stay_in_one_micro_batch(tmp_path):
     """GSPO's ratio spans the trajectory: its segments share a micro-batch, so the retry cannot split them."""
-    t = Trainer("run", make_cfg("tiny", micro_batch_tokens=64, loss={"type": "gspo"}))
+    t = Trainer("run", make_cfg("tiny", micro_batch_tokens=64, loss={"kind": "gspo"}))
     wrapped = OomAbove(t, 40)
     t._micro_batch = wrapped  # type: ignore[method-assign]  # noqa: SLF001
     with pytest.raises(StepOutOfMemoryError):

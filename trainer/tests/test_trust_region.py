@@ -56,14 +56,14 @@ def test_decoupled_ratio_is_against_the_proximal_policy_and_the_clip_acts():
     prox = torch.full((n,), -1.5)
     batch = _one_sample_batch(n, behaviour=prox.clone(), proximal=prox)
     logits = _logits_with_logprobs(batch.input_ids, prox + 0.5)
-    _, stats = _loss(batch, logits, LossConfig(correction="tis"))
+    _, stats = _loss(batch, logits, LossConfig(normalization="token", correction="tis"))
     m = stats.metrics("grpo")
     assert m["clip_frac"] == 1.0  # every token's ratio is over 1 + eps_high
     assert m["policy_ratio_abs_dev"] == pytest.approx(math.exp(0.5) - 1, rel=1e-4)
     assert m["mismatch_abs_mean"] == pytest.approx(0.0, abs=1e-6)  # proximal agrees with behaviour
     # Without proximal logprobs (one update per batch) the ratio is 1: the clip cannot act.
     batch1 = _one_sample_batch(n, behaviour=prox.clone())
-    _, stats1 = _loss(batch1, _logits_with_logprobs(batch1.input_ids, prox + 0.5), LossConfig(correction="tis"))
+    _, stats1 = _loss(batch1, _logits_with_logprobs(batch1.input_ids, prox + 0.5), LossConfig(normalization="token", correction="tis"))
     assert stats1.metrics("grpo")["clip_frac"] == 0.0
 
 
@@ -73,7 +73,7 @@ def test_tis_weight_is_proximal_over_behaviour_capped():
     behaviour = prox - torch.tensor([0.0, 0.1, 0.3, 2.0, 0.0])  # weight e^0.1, e^0.3, capped at 2
     batch = _one_sample_batch(n, behaviour=behaviour, proximal=prox)
     logits = _logits_with_logprobs(batch.input_ids, prox)  # current = proximal: ratio 1
-    loss, stats = _loss(batch, logits, LossConfig(correction="tis"))
+    loss, stats = _loss(batch, logits, LossConfig(normalization="token", correction="tis"))
     w = torch.tensor([math.exp(0.1), math.exp(0.3), 2.0, 1.0])  # tokens 1..4
     assert float(loss.detach()) == pytest.approx(-float(w.sum()) / 4, rel=1e-5)
     assert stats.capped == 1
@@ -86,7 +86,7 @@ def test_icepop_drops_tokens_whose_weight_is_outside_the_bounds_and_weights_the_
     lw = torch.tensor([0.0, 0.2, 0.8, -0.9, -0.3, 0.0])
     batch = _one_sample_batch(n, behaviour=prox - lw, proximal=prox)
     logits = _logits_with_logprobs(batch.input_ids, prox)
-    loss, stats = _loss(batch, logits, LossConfig(correction="icepop", icepop_low=0.5, icepop_high=2.0))
+    loss, stats = _loss(batch, logits, LossConfig(normalization="token", correction="icepop", icepop_low=0.5, icepop_high=2.0))
     kept = [math.exp(0.2), math.exp(-0.3), 1.0]
     assert float(loss.detach()) == pytest.approx(-sum(kept) / 5, rel=1e-5)
     assert stats.masked == 2
@@ -102,7 +102,7 @@ def test_gspo_icepop_weight_is_the_sequence_mean_of_kept_tokens():
     lw = torch.tensor([0.0, 0.2, 0.9, -0.2, 0.4])  # 0.9 dropped
     batch = _one_sample_batch(n, behaviour=prox - lw, proximal=prox)
     logits = _logits_with_logprobs(batch.input_ids, prox)
-    loss, stats = _loss(batch, logits, LossConfig(type="gspo", correction="icepop"))
+    loss, stats = _loss(batch, logits, LossConfig(kind="gspo", correction="icepop"))
     assert float(loss.detach()) == pytest.approx(-math.exp((0.2 - 0.2 + 0.4) / 4), rel=1e-5)
     assert stats.masked == 1
 
@@ -112,7 +112,7 @@ def test_dual_clip_acts_between_current_and_proximal_and_is_reported():
     prox = torch.full((n,), -2.0)
     batch = _one_sample_batch(n, adv=-1.0, behaviour=prox.clone(), proximal=prox)
     logits = _logits_with_logprobs(batch.input_ids, prox + 1.5)  # ratio e^1.5 = 4.5 > dual_clip 3
-    loss, stats = _loss(batch, logits, LossConfig(correction="tis"))
+    loss, stats = _loss(batch, logits, LossConfig(normalization="token", correction="tis"))
     assert float(loss.detach()) == pytest.approx(3.0, rel=1e-5)  # -(3 * A)
     assert stats.metrics("grpo")["dual_clip_frac"] == 1.0
 
@@ -130,7 +130,7 @@ def test_kl_term_gradient_is_the_gradient_of_kl_pi_to_ref():
     logpi = torch.log_softmax(zl, -1)
     exact = torch.autograd.grad((logpi.exp() * (logpi - torch.log_softmax(ref_logits, -1))).sum(), zl)[0]
 
-    cfg = LossConfig(kl_coef=1.0, correction="none")
+    cfg = LossConfig(normalization="token", kl_coef=1.0, correction="none")
     pi = torch.softmax(z, -1)
     total = torch.zeros(V)
     for x in range(V):
