@@ -159,10 +159,11 @@ describeWithStack('Temporal connections over TLS, profiles and the payload codec
   const havePython = existsSync(TRAINER_PY);
   if (!havePython) console.warn(`SKIPPING the trainer's TLS connection test: no trainer venv at ${TRAINER_PY}. Fix: bash infra/trainer-env.sh`);
   (havePython ? test : test.skip)('the trainer connects through the same profile, and explains a wrong CA', async () => {
-    const script = 'import asyncio, sys\nfrom ratchet_trainer import connection\n' +
+    // Exits the way the worker does on a fatal connection error (connection.exit_on_connect_error).
+    const script = 'import asyncio\nfrom ratchet_trainer import connection\n' +
       'async def main():\n    r = connection.resolve()\n    c = await connection.connect_client(r)\n' +
       '    print("ok", r.address, (await c.count_workflows()).count >= 0)\n' +
-      'try:\n    asyncio.run(main())\nexcept ConnectionError as e:\n    print("error:", e); sys.exit(3)\n';
+      'try:\n    asyncio.run(main())\nexcept ConnectionError as e:\n    connection.exit_on_connect_error(e, 3)\n';
     // Async: the TLS terminator lives in this process and must keep serving while Python runs.
     const run = (file: string) => new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
       const p = spawn(TRAINER_PY, ['-c', script], {

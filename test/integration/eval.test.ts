@@ -111,7 +111,9 @@ maybe('EvalSweep and schedules on a real dev server', () => {
     const file = store.localPath(v2!.key);
     expect(file).toMatch(/runs\/r1\/evals\/2\/[0-9a-f]{16}\.json$/);
     const result = EvalResult.parse(JSON.parse(readFileSync(file, 'utf8')));
-    expect(result.localization.file!.episodes).toBe(6);
+    // code-repair's eval metric is pass@k on its tests; it names no localization rewards (the environment
+    // owns its eval metrics, src/envs/types.ts EvalMetrics), so files in an answer are not scored as one.
+    expect(result.localization).toEqual({ file: null, function: null });
     expect(result.per_episode.tokens).toBe(250);
     const memo = (await env.client.workflow.getHandle('eval-r1-a').describe()).memo as { evaluated: unknown[] };
     expect(memo.evaluated).toHaveLength(2);

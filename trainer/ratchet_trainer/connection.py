@@ -13,6 +13,7 @@ import os
 import platform
 import re
 import ssl
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -195,3 +196,15 @@ async def connect_client(r: Resolved, **extra: Any) -> Client:
         return await Client.connect(**r.connect_kwargs, data_converter=data_converter, **extra)
     except RuntimeError as e:  # the bridge reports connect failures as RuntimeError
         raise ConnectionError(explain_connect_error(e, r)) from None
+
+
+def exit_on_connect_error(e: BaseException, code: int = 1) -> None:
+    """Print a fatal connection error and end the process at once, without interpreter teardown.
+
+    After a failed connect (a TLS handshake refused, say) the Temporal SDK's core runtime can
+    crash in teardown (SIGSEGV, seen about one exit in three), so a plain sys.exit printed the
+    fix and then died of a signal instead of exiting with `code`.
+    """
+    print(f"error: {e}", flush=True)
+    sys.stderr.flush()
+    os._exit(code)

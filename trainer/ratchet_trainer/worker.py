@@ -409,7 +409,7 @@ def main() -> None:
                                args.liveness_file, lease_ttl_s=args.lease_minutes * 60, ranks=ranks, rank_pids=rank_pids,
                                fence=args.fence))
     except ConnectionError as e:
-        raise SystemExit(f"error: {e}") from None
+        connection.exit_on_connect_error(e)
 
 
 if __name__ == "__main__":
