@@ -10,12 +10,12 @@ import { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import { ArtifactsFields, type RunConfig } from '../config/schema';
 import { RolloutSummary } from './trajectory';
-import type { ActivityLivenessInput } from '../shared/liveness';
 import type { EvalActivities } from './eval';
 import type { StepRecord, RunStateFile } from './records';
 import type { RolloutInput } from './rollout';
 import type { LoadedConfig, ResumeState } from './run';
 import type { RolloutStats, SampledTask, StepSummary } from './step';
+import type { WeightSyncActivities } from './weightSync';
 
 // ---- Config (src/activities/config.ts) ----
 
@@ -123,36 +123,8 @@ export interface BatchActivities {
   buildBatch(input: BuildBatchInput): Promise<BuildBatchOutput>;
 }
 
-// ---- Weight sync (src/activities/weightSync.ts; on an inference host's own queue too) ----
-
-export interface SyncWeightsInput {
-  runId: string;
-  baseUrls: string[];
-  /** The version to serve; 0 is the base model (nothing to load, but replicas must answer). */
-  policyVersion: number;
-  adapter?: ArtifactRef;
-  /** Versions below this are unloaded (newest − async_level − 1, so in-flight rollouts keep theirs). */
-  keepFromVersion: number;
-  /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
-  liveness?: ActivityLivenessInput;
-  /** The run's [artifacts] store: an s3:// adapter is fetched into this host's cache before vLLM loads it. */
-  artifacts?: StoreSettings;
-}
-
-export interface SyncWeightsResult {
-  policyVersion: number;
-  loaded: string[];
-  alreadyLoaded: string[];
-  unloaded: string[];
-  /** Wall time from the call to every replica serving the version. */
-  ms: number;
-}
-
-export interface WeightSyncActivities {
-  /** The run ended: its adapters leave every replica (other runs' are never touched). */
-  unloadRunAdapters(input: { runId: string; baseUrls: string[] }): Promise<{ unloaded: string[]; down: string[] }>;
-  syncWeights(input: SyncWeightsInput): Promise<SyncWeightsResult>;
-}
+// ---- Weight sync: ./weightSync.ts (its own file: the outage contracts name its input too) ----
+export type { SyncWeightsInput, SyncWeightsResult, WeightSyncActivities } from './weightSync';
 
 // ---- A finished step (src/activities/metrics.ts) ----
 

@@ -4,7 +4,7 @@
  * activities throw, the call as data, and how the wait is split. Pure: workflow code.
  */
 import type { ActivityOptions } from '@temporalio/common';
-import type { SyncWeightsInput } from './activities';
+import type { SyncWeightsInput } from './weightSync';
 
 /** The fault types an operator fixes; the run waits for them rather than failing. */
 export const OUTAGE_TYPES = ['StoreUnavailable', 'DiskFull'] as const;
