@@ -197,3 +197,35 @@ def test_ranks_that_plan_different_passes_fail_the_step_as_a_step_fault_before_a
     assert len(calls) == 1 and t.ledger == {} and t.optimizer_steps == 0
     assert ranks._same_everywhere(StepPartitionError("x"))
     assert worker._STEP_FAULTS[StepPartitionError] == "StepPartition"
+
+
+def test_out_of_memory_on_one_rank_exits_its_process_at_once_instead_of_waiting_in_a_collective():
+    """An OOM inside a command's collective work (a forward/backward under FSDP) leaves the other
+    ranks inside a collective that this rank will never join, so no retry with smaller micro-batches
+    can be agreed across ranks. The rank must exit at once (code 70): torchrun then stops the job, the
+    workflow's retry reloads, and a batch that kills the trainer twice is recorded as a TrainerKilled
+    step fault (docs/gpu.md). Were OOM treated as an error every rank shares, this rank would wait in
+    the agreement until the collective timeout (600 s) instead."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from ratchet_trainer import ranks
+
+    code = textwrap.dedent("""
+        import torch
+        from ratchet_trainer import ranks
+        class Agreeing:
+            rank, size = 1, 2
+            def agree(self, phase, outcome):
+                if outcome.error_type:
+                    raise AssertionError("an OOM reached the agreement: the process would wait for its peers")
+        def run(_):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        ranks.in_lockstep(Agreeing(), lambda: None, run, "step")
+        raise SystemExit(0)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert proc.returncode == 70, (proc.returncode, proc.stderr[-2000:])
+    assert not ranks._same_everywhere(torch.OutOfMemoryError("x"))

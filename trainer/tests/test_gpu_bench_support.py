@@ -77,3 +77,24 @@ def test_rl_batches_have_the_shapes_of_real_rl_batches(tmp_path):
         lengths.update(b.sample_lengths())
         assert max(b.sample_lengths()) <= 512
     assert split > 0 and dropped > 0 and len(lengths) > 10
+
+
+def test_memory_peak_finds_what_is_live_at_the_peak_of_an_allocator_trace():
+    """memory_peak.py replays the allocator's trace: the peak is the largest sum of live blocks
+    (plus what was allocated before recording), grouped by the innermost frame in our code."""
+    import memory_peak
+
+    ours = [{"filename": "/x/site-packages/transformers/models/qwen3/modeling_qwen3.py", "line": 322, "name": "forward"}]
+    logits = [{"filename": "/x/torch/nn/functional.py", "line": 1, "name": "linear"},
+              {"filename": "/r/trainer/ratchet_trainer/core/logprobs.py", "line": 115, "name": "backward"}]
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": ours},
+        {"action": "alloc", "addr": 2, "size": 300, "frames": logits},
+        {"action": "free_requested", "addr": 2, "size": 300},
+        {"action": "alloc", "addr": 3, "size": 250, "frames": logits},  # 350 live: below the 400 peak
+        {"action": "free_requested", "addr": 1, "size": 100},
+    ]
+    peak, groups = memory_peak.live_at_peak({"device_traces": [trace]}, base_bytes=1000)
+    assert peak == 1400
+    assert groups == {"core/logprobs.py:115 backward  <- linear": 300,
+                      "transformers/models/qwen3/modeling_qwen3.py:322 forward": 100}
