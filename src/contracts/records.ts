@@ -64,6 +64,8 @@ export const StepRecord = z.object({
   adapter: ArtifactRef.optional(),
   /** The weight sync's result (SyncWeightsResult). */
   weight_sync: z.object({ ms: z.number() }).passthrough().optional(),
+  /** The worker build (Worker Versioning deployment and build id) the step's workflow code ran on; absent on unversioned workers. */
+  build: z.object({ deployment: z.string(), build_id: z.string() }).optional(),
 }).passthrough();
 export type StepRecord = z.infer<typeof StepRecord>;
 

@@ -21,6 +21,8 @@ export interface StepTimes {
 }
 
 export interface FinishedStep {
+  /** The worker build the step ran on (Worker Versioning), when the worker is versioned. */
+  build?: { deployment: string; build_id: string };
   runId: string;
   step: number;
   /** The version the trainer held before this step (staleness is measured against it). */
@@ -76,6 +78,7 @@ export function stepRecord(f: FinishedStep): StepRecord {
     checkpoint: f.checkpoint,
     adapter: f.adapter,
     weight_sync: f.synced,
+    ...(f.build ? { build: f.build } : {}),
   };
 }
 

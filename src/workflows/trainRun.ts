@@ -25,7 +25,9 @@ import {
   continueAsNew,
   isCancellation,
   log,
+  makeContinueAsNewFunc,
   patched,
+  setWorkflowOptions,
   upsertMemo,
   startChild,
   workflowInfo,
@@ -66,6 +68,17 @@ interface PendingRollouts {
   handle: ChildWorkflowHandle<typeof StepRollouts>;
   scope: CancellationScope;
   startedAt: number;
+}
+
+/** The worker build this execution runs on (pinned), or undefined on an unversioned worker. */
+function buildOf(): { deployment: string; build_id: string } | undefined {
+  const v = workflowInfo().currentDeploymentVersion;
+  return v ? { deployment: v.deploymentName, build_id: v.buildId } : undefined;
+}
+
+/** A newer build is current for this deployment: move to it at this step boundary (continue-as-new). */
+function upgradeWaiting(): boolean {
+  return workflowInfo().targetWorkerDeploymentVersionChanged && patched(PATCHES.upgradeOnContinueAsNew);
 }
 
 export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
@@ -121,8 +134,13 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   run.started = true;
   run.publish();
 
-  /** Continue as new from `state`: the pause and the leased trainer go along; nothing large does. */
-  const continueFrom = (state: ResumeState) => continueAsNew<typeof TrainRun>({
+  /**
+   * Continue as new from `state`: the pause and the leased trainer go along; nothing large does.
+   * The next execution starts on the deployment's current build (docs/upgrades.md).
+   */
+  const continueFrom = (state: ResumeState) => (patched(PATCHES.upgradeOnContinueAsNew)
+    ? makeContinueAsNewFunc<typeof TrainRun>({ initialVersioningBehavior: 'AUTO_UPGRADE' })
+    : continueAsNew<typeof TrainRun>)({
     ...input, runId,
     resume: {
       ...pickResume(state),
@@ -266,7 +284,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
         : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts });
       const record = stepRecord({
-        runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
+        build: buildOf(), runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts);
@@ -276,7 +294,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       run.phase = 'idle';
       run.publish();
 
-      if ((willContinueAsNew || syncDeferred) && run.step < run.maxSteps && !run.stopRequested) {
+      if ((willContinueAsNew || syncDeferred || upgradeWaiting()) && run.step < run.maxSteps && !run.stopRequested) {
         if (pending) await cancelPending(pending);
         await continueFrom(nextState);
       }
@@ -310,3 +328,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     throw err;
   }
 }
+
+// Pinned: an execution never moves to another build mid-step; it moves at a step boundary by
+// continue-as-new (docs/upgrades.md). Ignored by unversioned workers.
+setWorkflowOptions({ versioningBehavior: 'PINNED' }, TrainRun);
