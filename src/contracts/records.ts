@@ -13,6 +13,30 @@ import { ArtifactsFields } from '../config/schema';
 
 const Counts = z.record(z.string(), z.number());
 
+/** Settings changed on a running run (`ratchet set`), in effect from a step boundary on; unset keys follow the config. */
+export const RunOverrides = z.object({
+  /** [trainer.optim] lr from this step on (0: the policy stops moving). */
+  learning_rate: z.number().min(0).max(1).optional(),
+  /** [orchestrator] async_level (the staleness bound) from this step on. */
+  async_level: z.number().int().min(0).max(8).optional(),
+});
+export type RunOverrides = z.infer<typeof RunOverrides>;
+
+/** One control action on a run (an update the workflow validated and accepted), with who sent it and why. */
+export const ControlAction = z.object({
+  action: z.enum(['pause', 'resume', 'stop', 'set']),
+  /** The caller: `ratchet` sends <user>@<host> ($USER); a client that sends none is recorded as "unknown". */
+  identity: z.string(),
+  reason: z.string(),
+  /** Workflow time at which the run accepted it (ISO). */
+  time: z.string(),
+  /** The step the run was in (or about to start) when it accepted it. */
+  step: z.number().int().nonnegative(),
+  /** `set` only: the settings asked for, in effect from the next step boundary. */
+  changes: RunOverrides.optional(),
+});
+export type ControlAction = z.infer<typeof ControlAction>;
+
 /** One line of runs/<run>/metrics.jsonl: written by TrainRun's `recordStep`, read by `ratchet report`, follow, soak and benchmarks. */
 export const StepRecord = z.object({
   format: z.literal('ratchet.step/v1'),
@@ -66,6 +90,10 @@ export const StepRecord = z.object({
   weight_sync: z.object({ ms: z.number() }).passthrough().optional(),
   /** The worker build (Worker Versioning deployment and build id) the step's workflow code ran on; absent on unversioned workers. */
   build: z.object({ deployment: z.string(), build_id: z.string() }).optional(),
+  /** Control actions the run accepted since the previous step record (pause, resume, stop, set). */
+  control: z.array(ControlAction).optional(),
+  /** Settings changed with `ratchet set` that were in effect for this step. */
+  overrides: RunOverrides.optional(),
 }).passthrough();
 export type StepRecord = z.infer<typeof StepRecord>;
 
@@ -83,5 +111,7 @@ export const RunStateFile = z.object({
   seed: z.number(),
   lastMeanReward: z.number().optional(),
   artifacts: ArtifactsFields.optional(),
+  /** Settings changed with `ratchet set`, kept by a restarted run. */
+  overrides: RunOverrides.optional(),
 });
 export type RunStateFile = z.infer<typeof RunStateFile>;

@@ -5,7 +5,7 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { BuildBatchOutput } from '../contracts/activities';
-import type { RunStateFile, StepRecord } from '../contracts/records';
+import type { ControlAction, RunOverrides, RunStateFile, StepRecord } from '../contracts/records';
 import type { LoadedConfig } from '../contracts/run';
 import type { RolloutStats } from '../contracts/step';
 import type { TrainedStep } from './trainerSession';
@@ -23,6 +23,9 @@ export interface StepTimes {
 export interface FinishedStep {
   /** The worker build the step ran on (Worker Versioning), when the worker is versioned. */
   build?: { deployment: string; build_id: string };
+  /** Control actions accepted since the previous record; settings changed with `ratchet set` in effect for this step. */
+  control?: ControlAction[];
+  overrides?: RunOverrides;
   runId: string;
   step: number;
   /** The version the trainer held before this step (staleness is measured against it). */
@@ -79,6 +82,8 @@ export function stepRecord(f: FinishedStep): StepRecord {
     adapter: f.adapter,
     weight_sync: f.synced,
     ...(f.build ? { build: f.build } : {}),
+    ...(f.control ? { control: f.control } : {}),
+    ...(f.overrides ? { overrides: f.overrides } : {}),
   };
 }
 
@@ -97,5 +102,6 @@ export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: nu
     seed,
     lastMeanReward: record.mean_reward,
     ...(artifacts ? { artifacts } : {}),
+    ...(record.overrides ? { overrides: record.overrides } : {}),
   };
 }

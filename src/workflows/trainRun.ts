@@ -27,7 +27,6 @@ import {
   log,
   makeContinueAsNewFunc,
   patched,
-  setWorkflowOptions,
   upsertMemo,
   startChild,
   workflowInfo,
@@ -119,11 +118,15 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   if (resume?.lastMeanReward !== undefined) {
     run.lastStep = { step: run.step - 1, meanReward: resume.lastMeanReward, components: {}, rollouts: 0, dropped: 0, policyVersion: run.policyVersion };
   }
-  const asyncLevel = orch.async_level;
+  // `ratchet set` changes these at a step boundary (runControl.ts); a resumed run keeps them.
+  run.overrides = { ...(resume?.overrides ?? {}) };
+  const asyncLevel = () => run.overrides.async_level ?? orch.async_level;
+  /** [orchestrator] as in effect now: the batch builder's staleness filter and the step children read async_level from it. */
+  const orchNow = () => (run.overrides.async_level === undefined ? orch : { ...orch, async_level: run.overrides.async_level });
   const windows = livenessOf(config);
   const canEvery = input.continueAsNewEvery ?? orch.continue_as_new_every;
   let taskSetDir = '';
-  const keepFrom = () => Math.max(1, run.policyVersion - asyncLevel - 1);
+  const keepFrom = () => Math.max(1, run.policyVersion - asyncLevel() - 1);
   const modelFor = (v: number) => (v === 0 ? config.inference.served_model : adapterName(runId, v));
   const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts);
   const serveCurrent = () => syncUntilServed(run, () => ({
@@ -146,6 +149,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       ...pickResume(state),
       ...(run.pauseRequested ? { paused: true } : {}),
       ...(trainer.heldQueue ? { trainerQueue: trainer.heldQueue } : {}),
+      // Changes accepted but not yet in effect take effect at the next execution's first step.
+      ...(Object.keys({ ...run.overrides, ...run.pendingOverrides }).length ? { overrides: { ...run.overrides, ...run.pendingOverrides } } : {}),
     },
   });
 
@@ -167,7 +172,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[] | undefined, summaries: ArtifactRef | undefined) {
     try {
       const built = await patient.buildBatch({
-        runId, step: s, trainerPolicyVersion: run.policyVersion, orchestrator: orch, modelPath: config.model.path, artifacts,
+        runId, step: s, trainerPolicyVersion: run.policyVersion, orchestrator: orchNow(), modelPath: config.model.path, artifacts,
         // An input field only (no new command): replays of older histories are unaffected.
         loss: { kind: config.trainer.loss.kind, normalization: config.trainer.loss.normalization },
         ...(summaries ? { summaries } : { trajectories: rollouts }),
@@ -191,7 +196,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const policyVersion = run.policyVersion;
     const childInput: StepRolloutsInput = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(), tasks,
-      config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch, liveness: windows },
+      config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orchNow(), liveness: windows },
       taskSetDir, seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
       ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
       ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
@@ -223,6 +228,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         await condition(() => !run.pauseRequested || run.stopRequested);
       }
       if (run.stopRequested) break;
+      // The step boundary: settings changed with `ratchet set` take effect for this step on.
+      if (run.applyPendingOverrides()) log.info('run settings changed', { step: run.step, overrides: run.overrides });
       run.publish();
       const step = run.step;
       const t0 = Date.now();
@@ -245,7 +252,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       // Overlap: the next step's rollouts run on the current policy while this step trains.
       stepsThisExecution++;
       const willContinueAsNew = stepsThisExecution >= canEvery || workflowInfo().continueAsNewSuggested;
-      if (built && asyncLevel >= 1 && step + 1 < run.maxSteps && !run.stopRequested && !run.pauseRequested && !willContinueAsNew) {
+      if (built && asyncLevel() >= 1 && step + 1 < run.maxSteps && !run.stopRequested && !run.pauseRequested && !willContinueAsNew) {
         pending = await startRollouts(step + 1);
         run.prefetchedStep = step + 1;
       }
@@ -256,7 +263,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       let error = emptyBatch ? { type: 'EmptyBatch', message: emptyBatch } : undefined;
       let syncDeferred = false;
       if (built) {
-        const outcome = await trainer.trainAndSave(step, built.batch, built.manifest, checkpoint);
+        const outcome = await trainer.trainAndSave(step, built.batch, built.manifest, checkpoint, run.overrides.learning_rate);
         if (isStepFault(outcome)) {
           error = outcome.fault;
         } else {
@@ -284,7 +291,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
         : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts });
       const record = stepRecord({
-        build: buildOf(), runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
+        build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
+        runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts);
@@ -304,6 +312,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     if (pending) await cancelPending(pending);
 
     run.finalStatus = run.stopRequested && run.step < run.maxSteps ? 'stopped' : 'completed';
+    const tailControls = run.takeControls();
     run.phase = 'idle';
     run.publish();
     return {
@@ -314,6 +323,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       checkpoint,
       lastMeanReward: run.lastStep?.meanReward,
       stopped: run.finalStatus === 'stopped' ? 'stopped-by-request' : 'completed',
+      ...(tailControls ? { controls: tailControls } : {}),
     };
   }
 
@@ -328,7 +338,3 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     throw err;
   }
 }
-
-// Pinned: an execution never moves to another build mid-step; it moves at a step boundary by
-// continue-as-new (docs/upgrades.md). Ignored by unversioned workers.
-setWorkflowOptions({ versioningBehavior: 'PINNED' }, TrainRun);
