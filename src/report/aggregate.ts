@@ -1,5 +1,6 @@
 import type { EvalResult } from '../contracts/eval';
 import { PHASES, type PhaseName, type ReportStep } from './records';
+import type { ControlAction } from '../contracts/records';
 
 /**
  * Turns step records and eval results into the series the report plots. Pure and
@@ -13,6 +14,9 @@ export interface PhaseRow {
   /** Share of the summed phase time (phases may overlap with async_level >= 1, so not of wall time). */
   share: number;
 }
+
+/** One control action, with the step whose record holds it. */
+export type ControlRow = ControlAction & { recordedWith: number };
 
 export interface ReportData {
   runId: string;
@@ -46,6 +50,8 @@ export interface ReportData {
    */
   mismatch: { absMean: (number | null)[]; absMax: (number | null)[]; maskedFrac: (number | null)[]; cappedFrac: (number | null)[] };
   evals: EvalSeries[];
+  /** Every control action recorded with the run's steps (pause, resume, stop, set), oldest first. */
+  controls: ControlRow[];
   /** Another run's mean reward per step, drawn beside this run's (`ratchet report --baseline`): a control run, say. */
   baseline?: BaselineSeries;
 }
@@ -171,6 +177,7 @@ export function buildReportData(runId: string, records: ReportStep[], evals: Eva
       cappedFrac: sorted.map((r) => trainerMetric(r, 'mismatch_capped_frac')),
     },
     evals: buildEvalSeries(evals),
+    controls: sorted.flatMap((r) => (r.control ?? []).map((a) => ({ ...a, recordedWith: r.step }))),
     ...(baseline ? { baseline: buildBaselineSeries(baseline.runId, baseline.records, sorted.map((r) => r.step)) } : {}),
   };
 }
