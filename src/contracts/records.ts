@@ -37,6 +37,41 @@ export const ControlAction = z.object({
 });
 export type ControlAction = z.infer<typeof ControlAction>;
 
+/**
+ * A step's lineage as the workflow records it (src/workflows/lineage.ts): the build, the config, the
+ * task rows it sampled, each [[env]] section (rubric weights, args) and the sampling settings, the
+ * policy versions its rollouts came from (version -> count), the batch it trained on, the trainer's
+ * seed, learning rate and the checkpoints before and after. Not yet recorded: the sandbox image's
+ * digest, the task set's sha256, environment module versions, the trainer's code version.
+ */
+export const StepLineage = z.object({
+  build: z.object({ deployment: z.string(), build_id: z.string() }).optional(),
+  config_sha256: z.string(),
+  model: z.object({ path: z.string(), served_model: z.string() }),
+  tasks: z.object({
+    task_set_dir: z.string(),
+    seed: z.number(),
+    rows: z.array(z.object({ env: z.string(), dataset: z.string(), instance_id: z.string() })),
+  }),
+  envs: z.array(z.record(z.string(), z.unknown())),
+  sampling: z.record(z.string(), z.unknown()),
+  /** The [sandbox] image setting (absent: the stack's default image). */
+  sandbox_image: z.string().optional(),
+  rollout_policy_versions: Counts,
+  batch_sha256: z.string().optional(),
+  manifest_sha256: z.string().optional(),
+  trainer: z.object({
+    seed: z.number(),
+    step: z.number().int(),
+    learning_rate: z.number(),
+    loss: z.string(),
+    parent_checkpoint_sha256: z.string().optional(),
+    checkpoint_sha256: z.string().optional(),
+    adapter_sha256: z.string().optional(),
+  }),
+});
+export type StepLineage = z.infer<typeof StepLineage>;
+
 /** One line of runs/<run>/metrics.jsonl: written by TrainRun's `recordStep`, read by `ratchet report`, follow, soak and benchmarks. */
 export const StepRecord = z.object({
   format: z.literal('ratchet.step/v1'),
@@ -94,6 +129,8 @@ export const StepRecord = z.object({
   control: z.array(ControlAction).optional(),
   /** Settings changed with `ratchet set` that were in effect for this step. */
   overrides: RunOverrides.optional(),
+  /** Where the step came from (`ratchet lineage <run> <step>`). */
+  lineage: StepLineage.optional(),
 }).passthrough();
 export type StepRecord = z.infer<typeof StepRecord>;
 

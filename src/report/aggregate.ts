@@ -52,6 +52,8 @@ export interface ReportData {
   evals: EvalSeries[];
   /** Every control action recorded with the run's steps (pause, resume, stop, set), oldest first. */
   controls: ControlRow[];
+  /** Per step with a recorded lineage: its build and the first 12 hex of its batch and adapter sha256. */
+  lineage: { step: number; build?: string; batch?: string; adapter?: string }[];
   /** Another run's mean reward per step, drawn beside this run's (`ratchet report --baseline`): a control run, say. */
   baseline?: BaselineSeries;
 }
@@ -178,6 +180,12 @@ export function buildReportData(runId: string, records: ReportStep[], evals: Eva
     },
     evals: buildEvalSeries(evals),
     controls: sorted.flatMap((r) => (r.control ?? []).map((a) => ({ ...a, recordedWith: r.step }))),
+    lineage: sorted.filter((r) => r.lineage).map((r) => ({
+      step: r.step,
+      ...(r.lineage!.build ? { build: `${r.lineage!.build.deployment}.${r.lineage!.build.build_id}` } : {}),
+      ...(r.lineage!.batch_sha256 ? { batch: r.lineage!.batch_sha256.slice(0, 12) } : {}),
+      ...(r.lineage!.trainer.adapter_sha256 ? { adapter: r.lineage!.trainer.adapter_sha256.slice(0, 12) } : {}),
+    })),
     ...(baseline ? { baseline: buildBaselineSeries(baseline.runId, baseline.records, sorted.map((r) => r.step)) } : {}),
   };
 }

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { StepRecord, type ControlAction, type RunOverrides } from '../contracts/records';
+import { StepRecord, type ControlAction, type RunOverrides, type StepLineage } from '../contracts/records';
 
 /**
  * What the report reads, and its own view of a step. A run's steps are stored as
@@ -44,6 +44,7 @@ export interface ReportStep {
   control?: ControlAction[];
   build?: { deployment: string; build_id: string };
   overrides?: RunOverrides;
+  lineage?: StepLineage;
 }
 
 /**
@@ -91,6 +92,7 @@ export function reportStep(r: StepRecord): ReportStep {
     ...(r.control?.length ? { control: r.control } : {}),
     ...(r.build ? { build: r.build } : {}),
     ...(r.overrides ? { overrides: r.overrides } : {}),
+    ...(r.lineage ? { lineage: r.lineage } : {}),
   };
 }
 

@@ -5,7 +5,7 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { BuildBatchOutput } from '../contracts/activities';
-import type { ControlAction, RunOverrides, RunStateFile, StepRecord } from '../contracts/records';
+import type { ControlAction, RunOverrides, RunStateFile, StepLineage, StepRecord } from '../contracts/records';
 import type { LoadedConfig } from '../contracts/run';
 import type { RolloutStats } from '../contracts/step';
 import type { TrainedStep } from './trainerSession';
@@ -26,6 +26,7 @@ export interface FinishedStep {
   /** Control actions accepted since the previous record; settings changed with `ratchet set` in effect for this step. */
   control?: ControlAction[];
   overrides?: RunOverrides;
+  lineage?: StepLineage;
   runId: string;
   step: number;
   /** The version the trainer held before this step (staleness is measured against it). */
@@ -84,6 +85,7 @@ export function stepRecord(f: FinishedStep): StepRecord {
     ...(f.build ? { build: f.build } : {}),
     ...(f.control ? { control: f.control } : {}),
     ...(f.overrides ? { overrides: f.overrides } : {}),
+    ...(f.lineage ? { lineage: f.lineage } : {}),
   };
 }
 

@@ -45,6 +45,7 @@ import { rolloutStats } from '../rollouts/stats';
 import { StepRollouts } from './stepRollouts';
 import { patientActivities } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
+import { stepLineage } from './lineage';
 import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { SampledTask, StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
@@ -258,6 +259,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       }
 
       const versionBefore = run.policyVersion;
+      const parentCheckpoint = checkpoint;
       let trained: TrainedStep | undefined;
       let synced: { ms: number } | undefined;
       let error = emptyBatch ? { type: 'EmptyBatch', message: emptyBatch } : undefined;
@@ -291,6 +293,11 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
         : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts });
       const record = stepRecord({
+        lineage: stepLineage({
+          build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.tasks, versionBefore,
+          stalenessHistogram: stats.stalenessHistogram, batch: built, parentCheckpoint, checkpoint, adapter, trained: !!trained,
+          learningRate: run.overrides.learning_rate,
+        }),
         build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },

@@ -4,6 +4,7 @@ import { reportStep } from '../../src/report/records';
 import { buildReportData } from '../../src/report/aggregate';
 import { renderReportHtml } from '../../src/report/html';
 import { controlLine } from '../../src/cli/follow';
+import { lineageText } from '../../src/cli/lineage';
 
 const record = (step: number, extra: Record<string, unknown> = {}) => StepRecord.parse({
   format: 'ratchet.step/v1', run_id: 'r', step, time: `2026-11-25T10:0${step}:00Z`, policy_version: step + 1, mean_reward: 0.5,
@@ -36,4 +37,20 @@ test('a report of a run without control actions says so', () => {
 test('`ratchet status` prints who did what and why', () => {
   expect(controlLine(set)).toMatch(/set learning_rate=0.000005.* by alice@h at step 0 \(2026-11-25T10:00:30.000Z\): loss <spikes>/);
   expect(controlLine(pause)).toMatch(/pause.* by unknown at step 1 .*no reason given/);
+});
+
+test('lineage: a step\'s record prints as text, the report links each step to `ratchet lineage`', () => {
+  const lineage = {
+    build: { deployment: 'ratchet', build_id: 'b1' }, config_sha256: 'c'.repeat(64), model: { path: 'm', served_model: 's' },
+    tasks: { task_set_dir: '/t', seed: 3, rows: [{ env: 'swe-grep', dataset: 'd.jsonl', instance_id: 'pkg-1' }] },
+    envs: [{ id: 'swe-grep', rubric: { correct_files: 1 } }], sampling: { temperature: 1 }, rollout_policy_versions: { 2: 5, 1: 1 },
+    batch_sha256: 'b'.repeat(64), manifest_sha256: 'm'.repeat(64),
+    trainer: { seed: 0, step: 2, learning_rate: 1e-5, loss: 'grpo', parent_checkpoint_sha256: 'p'.repeat(64), adapter_sha256: 'a'.repeat(64) },
+  };
+  const text = lineageText(2, lineage);
+  for (const want of ['ratchet.b1', 'c'.repeat(64), 'pkg-1', '"correct_files":1', '{"1":1,"2":5}', 'b'.repeat(64), '"adapter_sha256":"' + 'a'.repeat(64)]) expect(text).toContain(want);
+  expect(lineageText(0, undefined)).toMatch(/no lineage recorded/);
+  const html = renderReportHtml(buildReportData('r', [reportStep(record(2, { lineage }))], []), '');
+  expect(html).toContain('ratchet lineage r 2');
+  expect(html).toContain('b'.repeat(12));
 });

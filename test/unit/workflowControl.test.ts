@@ -102,6 +102,16 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
         expect(r.record.overrides).toEqual({ learning_rate: 5e-6, async_level: 1 });
         expect(r.state.overrides).toEqual({ learning_rate: 5e-6, async_level: 1 });
       }
+      // Lineage (src/workflows/lineage.ts): the rows sampled, the batch trained on, the checkpoints, the rate.
+      const l0 = f.records[0]!.record.lineage!;
+      const l1 = f.records[1]!.record.lineage!;
+      expect(l0.tasks.rows).toHaveLength(2);
+      expect(l0.batch_sha256).toBe(f.records[0]!.record.batch!.batch.sha256);
+      expect(l0.rollout_policy_versions).toEqual({ 0: 6 });
+      expect(l0.trainer).toMatchObject({ step: 0, learning_rate: f.config.trainer.optim.lr, adapter_sha256: f.records[0]!.record.adapter!.sha256 });
+      expect(l0.trainer.parent_checkpoint_sha256).toBeUndefined();
+      expect(l1.trainer).toMatchObject({ step: 1, learning_rate: 5e-6, parent_checkpoint_sha256: f.records[0]!.record.checkpoint!.sha256 });
+      expect(l1.config_sha256).toBe(f.records[0]!.state.configSha256);
       // The staleness bound reached the batch builder.
       expect(f.batches.map((b) => b.orchestrator.async_level)).toEqual([0, ...f.batches.slice(1).map(() => 1)]);
       await recordHistory(env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-control-audited');
