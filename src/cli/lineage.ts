@@ -20,8 +20,9 @@ export function lineageText(step: number, l: StepLineage | undefined): string {
     kv('batch sha256', l.batch_sha256 ?? '(no batch: the step trained on nothing)'),
     kv('manifest sha256', l.manifest_sha256 ?? '-'),
     kv('trainer', l.trainer),
-    kv('task set', `${l.tasks.task_set_dir} (seed ${l.tasks.seed}, ${l.tasks.rows.length} rows)`),
+    kv('task set', `${l.tasks.task_set_dir} (seed ${l.tasks.seed}, ${l.tasks.row_count ?? l.tasks.rows.length} rows)`),
     ...l.tasks.rows.map((r) => `    ${r.env}  ${r.instance_id}  ${c.dim(r.dataset)}`),
+    ...((l.tasks.row_count ?? 0) > l.tasks.rows.length ? [c.dim(`    ... ${l.tasks.row_count! - l.tasks.rows.length} more (named in the step's trajectories)`)] : []),
   ];
   return lines.join('\n');
 }

@@ -51,6 +51,8 @@ export const StepLineage = z.object({
   tasks: z.object({
     task_set_dir: z.string(),
     seed: z.number(),
+    /** Tasks the step sampled; `rows` names the first 256 of them (src/workflows/lineage.ts). */
+    row_count: z.number().int().nonnegative().optional(),
     rows: z.array(z.object({ env: z.string(), dataset: z.string(), instance_id: z.string() })),
   }),
   envs: z.array(z.record(z.string(), z.unknown())),

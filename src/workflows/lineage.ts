@@ -30,6 +30,12 @@ export interface LineageInput {
   learningRate?: number;
 }
 
+/**
+ * Task rows named one by one up to this many: the record travels through history as recordStep's
+ * input, so a step of thousands of tasks records the count only (its rollouts' trajectories name them).
+ */
+export const MAX_LINEAGE_ROWS = 256;
+
 export function stepLineage(l: LineageInput): StepLineage {
   const c = l.config;
   const versions: Record<string, number> = {};
@@ -41,7 +47,8 @@ export function stepLineage(l: LineageInput): StepLineage {
     tasks: {
       task_set_dir: l.taskSetDir,
       seed: l.seed,
-      rows: l.tasks.map((t) => ({ env: t.envId, dataset: t.datasetPath, instance_id: t.instanceId })),
+      row_count: l.tasks.length,
+      rows: l.tasks.slice(0, MAX_LINEAGE_ROWS).map((t) => ({ env: t.envId, dataset: t.datasetPath, instance_id: t.instanceId })),
     },
     envs: c.env.map((e) => ({ ...e }) as Record<string, unknown>),
     sampling: { ...c.sampling } as Record<string, unknown>,

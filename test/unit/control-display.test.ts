@@ -5,6 +5,8 @@ import { buildReportData } from '../../src/report/aggregate';
 import { renderReportHtml } from '../../src/report/html';
 import { controlLine } from '../../src/cli/follow';
 import { lineageText } from '../../src/cli/lineage';
+import { MAX_LINEAGE_ROWS, stepLineage } from '../../src/workflows/lineage';
+import { RunConfig } from '../../src/config/schema';
 
 const record = (step: number, extra: Record<string, unknown> = {}) => StepRecord.parse({
   format: 'ratchet.step/v1', run_id: 'r', step, time: `2026-11-25T10:0${step}:00Z`, policy_version: step + 1, mean_reward: 0.5,
@@ -53,4 +55,14 @@ test('lineage: a step\'s record prints as text, the report links each step to `r
   const html = renderReportHtml(buildReportData('r', [reportStep(record(2, { lineage }))], []), '');
   expect(html).toContain('ratchet lineage r 2');
   expect(html).toContain('b'.repeat(12));
+});
+
+test('lineage names at most 256 task rows (it travels through history), and counts them all', () => {
+  const config = RunConfig.parse({ name: 'x', env: [{ id: 'swe-grep' }] });
+  const tasks = Array.from({ length: 300 }, (_, i) => ({ envId: 'swe-grep', groupId: `g${i}`, datasetPath: 'd', instanceId: `t${i}`, envIndex: 0 }));
+  const l = stepLineage({ config, configSha256: 'c', seed: 1, step: 0, taskSetDir: '/t', tasks, versionBefore: 3, stalenessHistogram: { 0: 4, 1: 2 }, trained: false });
+  expect(l.tasks.row_count).toBe(300);
+  expect(l.tasks.rows).toHaveLength(MAX_LINEAGE_ROWS);
+  expect(l.rollout_policy_versions).toEqual({ 3: 4, 2: 2 });
+  expect(l.trainer.adapter_sha256).toBeUndefined();
 });

@@ -106,6 +106,7 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       const l0 = f.records[0]!.record.lineage!;
       const l1 = f.records[1]!.record.lineage!;
       expect(l0.tasks.rows).toHaveLength(2);
+      expect(l0.tasks.row_count).toBe(2);
       expect(l0.batch_sha256).toBe(f.records[0]!.record.batch!.batch.sha256);
       expect(l0.rollout_policy_versions).toEqual({ 0: 6 });
       expect(l0.trainer).toMatchObject({ step: 0, learning_rate: f.config.trainer.optim.lr, adapter_sha256: f.records[0]!.record.adapter!.sha256 });
