@@ -3,7 +3,7 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import { loadStepRecords } from '../report/load';
 import type { ReportStep } from '../report/records';
 import { progressQuery } from '../workflows/messages';
-import type { Progress } from '../contracts';
+import type { ControlAction, Progress } from '../contracts';
 import { CliError, EXIT } from './exit';
 import { notFound } from './temporal';
 import { c, fmtMs, fmtReward, ProgressBar } from './term';
@@ -15,6 +15,14 @@ export function stepLine(r: ReportStep): string {
   return `${c.bold(`step ${String(r.step).padStart(4)}`)}  v${String(r.policy_version).padEnd(3)} reward ${c.cyan(fmtReward(r.reward.mean))} ±${r.reward.std.toFixed(3)}` +
     `  ${c.dim(comps ? `[${comps}]` : '')}  ${r.episodes ?? r.rollouts} eps  ${fmtMs(wall)}`;
 }
+
+/** One control action as `ratchet status` shows it: what, who, why. */
+export function controlLine(a: ControlAction): string {
+  const changes = a.changes ? ` ${Object.entries(a.changes).map(([k, v]) => `${k}=${String(v)}`).join(' ')}` : '';
+  return `  ${c.yellow(`⏵ ${a.action}${changes}`)} by ${a.identity} at step ${a.step} (${a.time})${a.reason ? `: ${a.reason}` : c.dim(': no reason given')}`;
+}
+
+const controlKey = (a: ControlAction): string => `${a.time}|${a.action}|${a.identity}`;
 
 async function recordsSoft(runId: string): Promise<ReportStep[]> {
   try {
@@ -103,6 +111,15 @@ export interface FollowResult {
 export async function followRun(client: Client, workflowId: string, opts: { once?: boolean; pollMs?: number } = {}): Promise<FollowResult> {
   const handle = client.workflow.getHandle(workflowId);
   const printed = new Set<number>();
+  const printedControls = new Set<string>();
+  const showControls = (actions: ControlAction[] | undefined) => {
+    for (const a of actions ?? []) {
+      if (printedControls.has(controlKey(a))) continue;
+      printedControls.add(controlKey(a));
+      bar.clear();
+      console.log(controlLine(a));
+    }
+  };
   const bar = new ProgressBar();
   let lastPhaseKey = '';
   let interrupted = false;
@@ -120,6 +137,7 @@ export async function followRun(client: Client, workflowId: string, opts: { once
         if (printed.has(r.step)) continue;
         bar.clear();
         console.log(stepLine(r));
+        showControls(r.control);
         printed.add(r.step);
       }
       const status = desc.status.name;
@@ -129,6 +147,7 @@ export async function followRun(client: Client, workflowId: string, opts: { once
       }
       const p = await queryProgress(client, workflowId);
       if (p) {
+        showControls(p.controls);
         if (p.lastStep && !printed.has(p.lastStep.step) && printed.size === 0) {
           // No metrics file readable from here (another machine's store): the workflow's own summary.
           bar.clear();

@@ -13,6 +13,67 @@ import { ArtifactsFields } from '../config/schema';
 
 const Counts = z.record(z.string(), z.number());
 
+/** Settings changed on a running run (`ratchet set`), in effect from a step boundary on; unset keys follow the config. */
+export const RunOverrides = z.object({
+  /** [trainer.optim] lr from this step on (0: the policy stops moving). */
+  learning_rate: z.number().min(0).max(1).optional(),
+  /** [orchestrator] async_level (the staleness bound) from this step on. */
+  async_level: z.number().int().min(0).max(8).optional(),
+});
+export type RunOverrides = z.infer<typeof RunOverrides>;
+
+/** One control action on a run (an update the workflow validated and accepted), with who sent it and why. */
+export const ControlAction = z.object({
+  action: z.enum(['pause', 'resume', 'stop', 'set']),
+  /** The caller: `ratchet` sends <user>@<host> ($USER); a client that sends none is recorded as "unknown". */
+  identity: z.string(),
+  reason: z.string(),
+  /** Workflow time at which the run accepted it (ISO). */
+  time: z.string(),
+  /** The step the run was in (or about to start) when it accepted it. */
+  step: z.number().int().nonnegative(),
+  /** `set` only: the settings asked for, in effect from the next step boundary. */
+  changes: RunOverrides.optional(),
+});
+export type ControlAction = z.infer<typeof ControlAction>;
+
+/**
+ * A step's lineage as the workflow records it (src/workflows/lineage.ts): the build, the config, the
+ * task rows it sampled, each [[env]] section (rubric weights, args) and the sampling settings, the
+ * policy versions its rollouts came from (version -> count), the batch it trained on, the trainer's
+ * seed, learning rate and the checkpoints before and after. Not yet recorded: the sandbox image's
+ * digest, the task set's sha256, environment module versions, the trainer's code version.
+ */
+export const StepLineage = z.object({
+  build: z.object({ deployment: z.string(), build_id: z.string() }).optional(),
+  config_sha256: z.string(),
+  model: z.object({ path: z.string(), served_model: z.string() }),
+  tasks: z.object({
+    task_set_dir: z.string(),
+    seed: z.number(),
+    /** Tasks the step sampled; `rows` names the first 256 of them (src/workflows/lineage.ts). */
+    row_count: z.number().int().nonnegative().optional(),
+    rows: z.array(z.object({ env: z.string(), dataset: z.string(), instance_id: z.string() })),
+  }),
+  envs: z.array(z.record(z.string(), z.unknown())),
+  sampling: z.record(z.string(), z.unknown()),
+  /** The [sandbox] image setting (absent: the stack's default image). */
+  sandbox_image: z.string().optional(),
+  rollout_policy_versions: Counts,
+  batch_sha256: z.string().optional(),
+  manifest_sha256: z.string().optional(),
+  trainer: z.object({
+    seed: z.number(),
+    step: z.number().int(),
+    learning_rate: z.number(),
+    loss: z.string(),
+    parent_checkpoint_sha256: z.string().optional(),
+    checkpoint_sha256: z.string().optional(),
+    adapter_sha256: z.string().optional(),
+  }),
+});
+export type StepLineage = z.infer<typeof StepLineage>;
+
 /** One line of runs/<run>/metrics.jsonl: written by TrainRun's `recordStep`, read by `ratchet report`, follow, soak and benchmarks. */
 export const StepRecord = z.object({
   format: z.literal('ratchet.step/v1'),
@@ -64,6 +125,14 @@ export const StepRecord = z.object({
   adapter: ArtifactRef.optional(),
   /** The weight sync's result (SyncWeightsResult). */
   weight_sync: z.object({ ms: z.number() }).passthrough().optional(),
+  /** The worker build (Worker Versioning deployment and build id) the step's workflow code ran on; absent on unversioned workers. */
+  build: z.object({ deployment: z.string(), build_id: z.string() }).optional(),
+  /** Control actions the run accepted since the previous step record (pause, resume, stop, set). */
+  control: z.array(ControlAction).optional(),
+  /** Settings changed with `ratchet set` that were in effect for this step. */
+  overrides: RunOverrides.optional(),
+  /** Where the step came from (`ratchet lineage <run> <step>`). */
+  lineage: StepLineage.optional(),
 }).passthrough();
 export type StepRecord = z.infer<typeof StepRecord>;
 
@@ -81,5 +150,7 @@ export const RunStateFile = z.object({
   seed: z.number(),
   lastMeanReward: z.number().optional(),
   artifacts: ArtifactsFields.optional(),
+  /** Settings changed with `ratchet set`, kept by a restarted run. */
+  overrides: RunOverrides.optional(),
 });
 export type RunStateFile = z.infer<typeof RunStateFile>;

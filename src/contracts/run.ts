@@ -9,6 +9,7 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { OutageWaitLimits } from './outage';
+import type { ControlAction, RunOverrides } from './records';
 import type { StepSummary } from './step';
 
 /** State carried across continue-as-new and used to resume a run: nothing large. */
@@ -32,7 +33,18 @@ export interface ResumeState {
   paused?: boolean;
   /** Only across continue-as-new: the queue of the trainer this run holds the lease of, tried before announcing. */
   trainerQueue?: string;
+  /** Settings changed with `ratchet set` (carried across continue-as-new and in the state file). */
+  overrides?: RunOverrides;
 }
+
+/** What every control update may carry: why, and who asks (recorded with the action). */
+export interface ControlRequest {
+  reason?: string;
+  identity?: string;
+}
+
+/** The `set` update: settings to change at the next step boundary, with the request's reason and identity. */
+export interface SettingsChange extends ControlRequest, RunOverrides {}
 
 export interface TrainRunInput {
   /** configs/<env>/<name>.toml, relative to the repository root or absolute. */
@@ -79,6 +91,8 @@ export interface TrainRunResult {
   checkpoint?: ArtifactRef;
   lastMeanReward?: number;
   stopped: 'completed' | 'stopped-by-request';
+  /** Control actions accepted after the last step record (a pause and stop between steps): no step record holds them. */
+  controls?: ControlAction[];
 }
 
 /** What `openRun` answers: the run's parsed config and where it is stored. */
@@ -128,6 +142,11 @@ export interface Progress {
   lastStep?: StepSummary;
   /** Rollouts of the next step running ahead while this one trains (async_level >= 1). */
   prefetchedStep?: number;
+  /** The newest control actions (up to 20), oldest first. */
+  controls?: ControlAction[];
+  /** Settings changed with `ratchet set` and in effect; `pendingOverrides`: accepted, in effect from the next step. */
+  overrides?: RunOverrides;
+  pendingOverrides?: RunOverrides;
 }
 
 /** The ResumeState part of a run's state file: only the small fields continue-as-new may carry. */
@@ -136,5 +155,6 @@ export function pickResume(s: ResumeState): ResumeState {
     nextStep: s.nextStep, policyVersion: s.policyVersion, checkpoint: s.checkpoint, adapter: s.adapter,
     configRef: s.configRef, seed: s.seed, lastMeanReward: s.lastMeanReward,
     ...(s.artifacts ? { artifacts: s.artifacts } : {}),
+    ...(s.overrides && Object.keys(s.overrides).length ? { overrides: s.overrides } : {}),
   };
 }

@@ -26,7 +26,8 @@ export interface TrainerActivities {
   'trainer.announce'(input: { run_id: string }): Promise<{ task_queue: string; worker_id: string }>;
   // `store`: the run's [artifacts] settings; the trainer reads s3:// refs and writes checkpoints there (no shared disk).
   'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
-  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<TrainerStepMetrics>;
+  // `lr`: a learning rate changed with `ratchet set` (absent: the config's), applied from this step on.
+  'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput; lr?: number }): Promise<TrainerStepMetrics>;
   'trainer.save'(input: { run_id: string; step: number; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number }>;
   /** The run ended: the trainer drops its model and frees its lease. */
   'trainer.release'(input: { run_id: string }): Promise<{ released: boolean; worker_id: string }>;

@@ -1,5 +1,6 @@
 import type { EvalResult } from '../contracts/eval';
 import { PHASES, type PhaseName, type ReportStep } from './records';
+import type { ControlAction } from '../contracts/records';
 
 /**
  * Turns step records and eval results into the series the report plots. Pure and
@@ -13,6 +14,9 @@ export interface PhaseRow {
   /** Share of the summed phase time (phases may overlap with async_level >= 1, so not of wall time). */
   share: number;
 }
+
+/** One control action, with the step whose record holds it. */
+export type ControlRow = ControlAction & { recordedWith: number };
 
 export interface ReportData {
   runId: string;
@@ -46,6 +50,10 @@ export interface ReportData {
    */
   mismatch: { absMean: (number | null)[]; absMax: (number | null)[]; maskedFrac: (number | null)[]; cappedFrac: (number | null)[] };
   evals: EvalSeries[];
+  /** Every control action recorded with the run's steps (pause, resume, stop, set), oldest first. */
+  controls: ControlRow[];
+  /** Per step with a recorded lineage: its build and the first 12 hex of its batch and adapter sha256. */
+  lineage: { step: number; build?: string; batch?: string; adapter?: string }[];
   /** Another run's mean reward per step, drawn beside this run's (`ratchet report --baseline`): a control run, say. */
   baseline?: BaselineSeries;
 }
@@ -171,6 +179,13 @@ export function buildReportData(runId: string, records: ReportStep[], evals: Eva
       cappedFrac: sorted.map((r) => trainerMetric(r, 'mismatch_capped_frac')),
     },
     evals: buildEvalSeries(evals),
+    controls: sorted.flatMap((r) => (r.control ?? []).map((a) => ({ ...a, recordedWith: r.step }))),
+    lineage: sorted.filter((r) => r.lineage).map((r) => ({
+      step: r.step,
+      ...(r.lineage!.build ? { build: `${r.lineage!.build.deployment}.${r.lineage!.build.build_id}` } : {}),
+      ...(r.lineage!.batch_sha256 ? { batch: r.lineage!.batch_sha256.slice(0, 12) } : {}),
+      ...(r.lineage!.trainer.adapter_sha256 ? { adapter: r.lineage!.trainer.adapter_sha256.slice(0, 12) } : {}),
+    })),
     ...(baseline ? { baseline: buildBaselineSeries(baseline.runId, baseline.records, sorted.map((r) => r.step)) } : {}),
   };
 }

@@ -212,6 +212,23 @@ const CLIENT_JS = String.raw`
 })();
 `;
 
+function lineageTable(data: ReportData): string {
+  const rows = data.lineage.map((l) => `<tr><td class="num">${l.step}</td><td>${escapeHtml(l.build ?? 'unversioned')}</td>` +
+    `<td><code>${escapeHtml(l.batch ?? '-')}</code></td><td><code>${escapeHtml(l.adapter ?? '-')}</code></td><td><code>ratchet lineage ${escapeHtml(data.runId)} ${l.step}</code></td></tr>`).join('');
+  if (!rows) return '<p class="empty">No lineage recorded in this run (steps from before 0.6.0).</p>';
+  return `<table><thead><tr><th class="num">step</th><th>build</th><th>batch sha256</th><th>adapter sha256</th><th>all of it</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+function controlTable(data: ReportData): string {
+  if (!data.controls.length) return '<p class="empty">No control actions recorded in this run.</p>';
+  const rows = data.controls.map((a) => {
+    const changes = a.changes ? Object.entries(a.changes).map(([k, v]) => `${k} = ${String(v)}`).join(', ') : '';
+    return `<tr><td>${escapeHtml(a.time)}</td><td class="num">${a.step}</td><td>${escapeHtml(a.action)}${changes ? ` (${escapeHtml(changes)})` : ''}</td>` +
+      `<td>${escapeHtml(a.identity)}</td><td>${a.reason ? escapeHtml(a.reason) : '<span class="hint">no reason given</span>'}</td></tr>`;
+  }).join('');
+  return `<table><thead><tr><th>time</th><th class="num">step</th><th>action</th><th>by</th><th>reason</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
 function section(id: string, title: string, hint: string, body: string, wide = false): string {
   return `<section class="${wide ? 'wide' : ''}" id="sec-${id}"><h2>${escapeHtml(title)}</h2><p class="hint">${hint}</p>${body}</section>`;
 }
@@ -254,6 +271,8 @@ ${section('tools', 'Tool usage', 'Tool calls by tool, over all steps.', data.too
 ${section('shell', 'Shell commands', 'Programs the agent ran (first word of each command), top 20.', data.shell.length ? canvas('chart-shell', Math.max(160, 22 * data.shell.length + 60)) : none('shell commands'))}
 ${section('staleness', 'Staleness', 'Samples by how many policy versions their rollout lagged the trainer (bounded by async_level).', data.staleness.length ? canvas('chart-staleness', 220) : none('staleness'))}
 </div>
+${section('lineage', 'Lineage', `Where each step came from: the worker build, the batch and the adapter it produced. Everything recorded (task rows, env and sampling settings, rollout policy versions, seeds, checkpoints): <code>ratchet lineage ${escapeHtml(data.runId)} &lt;step&gt;</code>.`, lineageTable(data), true)}
+${section('controls', 'Control actions', 'Every pause, resume, stop and settings change the run accepted: who sent it, why, and the step whose record holds it (`ratchet pause|resume|stop|set --reason`). Changes take effect at the next step boundary.', controlTable(data), true)}
 ${section('evals', 'Evaluation across policy versions', 'EvalSweep results on held-out task sets: unbiased pass@k where tests decide, localization F1, reward.', `${evalCharts}${evalTable(data)}`, data.evals.length > 0)}
 </div></main>
 <footer>Ratchet · single-file report, works offline · Chart.js inlined</footer>

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { StepRecord } from '../contracts/records';
+import { StepRecord, type ControlAction, type RunOverrides, type StepLineage } from '../contracts/records';
 
 /**
  * What the report reads, and its own view of a step. A run's steps are stored as
@@ -40,6 +40,11 @@ export interface ReportStep {
   finished_at: string;
   /** The trainer's step metrics, as recorded. */
   trainer?: Record<string, unknown>;
+  /** Control actions recorded with this step (who, why), the worker build it ran on, settings changed with `ratchet set`. */
+  control?: ControlAction[];
+  build?: { deployment: string; build_id: string };
+  overrides?: RunOverrides;
+  lineage?: StepLineage;
 }
 
 /**
@@ -84,6 +89,10 @@ export function reportStep(r: StepRecord): ReportStep {
     started_at: r.started_at ?? new Date(Date.parse(r.time) - wall).toISOString(),
     finished_at: r.time,
     trainer: r.trainer,
+    ...(r.control?.length ? { control: r.control } : {}),
+    ...(r.build ? { build: r.build } : {}),
+    ...(r.overrides ? { overrides: r.overrides } : {}),
+    ...(r.lineage ? { lineage: r.lineage } : {}),
   };
 }
 

@@ -11,6 +11,7 @@ import { TASK_QUEUES } from '../shared/paths';
 import { connectWorker } from './connect';
 import { startWorkerTelemetry } from './telemetry';
 import { startLivenessFile } from './livenessFile';
+import { mainWorkerDeployment } from '../deploy/build';
 
 const log = componentLogger('worker-main');
 
@@ -19,6 +20,8 @@ export async function runMainWorker(): Promise<void> {
   const telemetry = await startWorkerTelemetry('main', log);
   const { connection, namespace, dataConverter } = await connectWorker(log);
   const store = defaultStore();
+  // Worker Versioning (docs/upgrades.md): runs stay on the build they started on until a step boundary.
+  const workerDeploymentOptions = mainWorkerDeployment();
   const worker = await Worker.create({
     connection,
     namespace,
@@ -28,8 +31,9 @@ export async function runMainWorker(): Promise<void> {
     activities: createActivities({ store, logger: componentLogger('activities') }),
     // Light activities only: batch building is the heaviest, and the machine may be small.
     maxConcurrentActivityTaskExecutions: Number(process.env.RATCHET_MAIN_ACTIVITY_SLOTS ?? 8),
+    ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
   });
-  log.info({ taskQueue: TASK_QUEUES.main, namespace, artifacts: store.url }, 'main worker started');
+  log.info({ taskQueue: TASK_QUEUES.main, namespace, artifacts: store.url, build: workerDeploymentOptions?.version ?? 'unversioned' }, 'main worker started');
   try {
     await worker.run();
   } finally {

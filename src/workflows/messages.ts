@@ -4,12 +4,24 @@
  */
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
-import type { Progress, RunStatus } from '../contracts/run';
+import type { ControlRequest, Progress, RunStatus, SettingsChange } from '../contracts/run';
 import type { RolloutProgressSignal } from '../contracts/step';
 
 export const pauseUpdate = defineUpdate<RunStatus>('pause');
 export const resumeUpdate = defineUpdate<RunStatus>('resume');
 export const stopAfterCurrentStepUpdate = defineUpdate<RunStatus>('stopAfterCurrentStep');
+/**
+ * The same three updates with their ControlRequest (reason, identity), recorded with the action: the
+ * workflow's handlers and `ratchet` use these; a client that sends no argument (the definitions above,
+ * older clients) is recorded as identity "unknown", no reason.
+ */
+export const controlUpdates = {
+  pause: defineUpdate<RunStatus, [ControlRequest]>('pause'),
+  resume: defineUpdate<RunStatus, [ControlRequest]>('resume'),
+  stop: defineUpdate<RunStatus, [ControlRequest]>('stopAfterCurrentStep'),
+} as const;
+/** Change the learning rate and/or the staleness bound (async_level) from the next step boundary on. */
+export const setSettingsUpdate = defineUpdate<RunStatus, [SettingsChange]>('setSettings');
 export const progressQuery = defineQuery<Progress>('progress');
 
 /** Sent by a step's rollout child to its parent, by workflow id, as groups finish. */

@@ -57,6 +57,13 @@ export const PATCHES = {
   artifactsMemo: 'v0.3-artifacts-memo',
   /** A step whose batch kills (or hangs) its trainer twice in trainer.step is recorded as TrainerKilled and skipped. */
   trainerKilledStepFault: 'v0.5-trainer-killed-step-fault',
+  /**
+   * Worker Versioning (docs/upgrades.md): TrainRun continues as new with initialVersioningBehavior
+   * AUTO_UPGRADE, so the next execution starts on the deployment's current build, and it continues as
+   * new at the first step boundary after the current build changed (targetWorkerDeploymentVersionChanged).
+   * Each execution stays PINNED to its build in between; step children inherit the parent's build.
+   */
+  upgradeOnContinueAsNew: 'v0.6-upgrade-on-continue-as-new',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

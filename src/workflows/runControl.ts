@@ -6,14 +6,14 @@
 import { setCurrentDetails, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
 import {
   SA,
-  pauseUpdate,
+  controlUpdates,
   progressQuery,
-  resumeUpdate,
   rolloutProgressSignal,
-  stopAfterCurrentStepUpdate,
+  setSettingsUpdate,
 } from './messages';
 import type { OutageWaitLimits } from '../contracts/outage';
-import type { Phase, Progress, RunStatus } from '../contracts/run';
+import type { ControlAction, RunOverrides } from '../contracts/records';
+import type { ControlRequest, Phase, Progress, RunStatus, SettingsChange } from '../contracts/run';
 import type { StepSummary } from '../contracts/step';
 
 export class RunControl {
@@ -38,6 +38,14 @@ export class RunControl {
   /** OutageWait children started by this execution (their workflow ids count them). */
   outageHandoffs = 0;
   readonly rolloutCounts = new Map<number, { done: number; total: number }>();
+  /** Settings changed with `ratchet set`, in effect for the step now running. */
+  overrides: RunOverrides = {};
+  /** Accepted `set` changes, in effect from the next step boundary (applyPendingOverrides). */
+  pendingOverrides: RunOverrides = {};
+  /** Control actions accepted since the last step record (takeControls empties it into the next one). */
+  private unrecorded: ControlAction[] = [];
+  /** The newest accepted actions, for the progress query. */
+  private recent: ControlAction[] = [];
   private published = '';
 
   constructor(readonly runId: string) {}
@@ -67,7 +75,35 @@ export class RunControl {
       policyVersion: this.policyVersion,
       lastStep: this.lastStep,
       prefetchedStep: this.prefetchedStep,
+      ...(this.recent.length ? { controls: [...this.recent] } : {}),
+      ...(Object.keys(this.overrides).length ? { overrides: { ...this.overrides } } : {}),
+      ...(Object.keys(this.pendingOverrides).length ? { pendingOverrides: { ...this.pendingOverrides } } : {}),
     };
+  }
+
+  /** At a step boundary: accepted `set` changes take effect; true when any did. */
+  applyPendingOverrides(): boolean {
+    if (!Object.keys(this.pendingOverrides).length) return false;
+    this.overrides = { ...this.overrides, ...this.pendingOverrides };
+    this.pendingOverrides = {};
+    return true;
+  }
+
+  /** The actions to write into the step record now being written (each is recorded once). */
+  takeControls(): ControlAction[] | undefined {
+    const out = this.unrecorded;
+    this.unrecorded = [];
+    return out.length ? out : undefined;
+  }
+
+  private audit(action: ControlAction['action'], req: ControlRequest | undefined, changes?: RunOverrides): void {
+    // new Date() is the workflow clock in workflow code: deterministic on replay.
+    const entry: ControlAction = {
+      action, identity: req?.identity || 'unknown', reason: req?.reason ?? '', time: new Date().toISOString(), step: this.step,
+      ...(changes ? { changes } : {}),
+    };
+    this.unrecorded.push(entry);
+    this.recent = [...this.recent, entry].slice(-20);
   }
 
   /** Search attributes and the Web UI's details, rewritten only when they change (each upsert is an event). */
@@ -124,38 +160,99 @@ export class RunControl {
         this.publish();
       }
     });
-    setHandler(pauseUpdate, () => {
+    setHandler(controlUpdates.pause, (req?: ControlRequest) => {
       this.pauseRequested = true;
+      this.audit('pause', req);
       this.publish();
       return this.status();
     }, {
-      validator: () => {
+      validator: (req?: ControlRequest) => {
+        validateRequest(req);
         if (this.finalStatus) throw new Error(`run ${runId} is ${this.finalStatus}; nothing to pause`);
         if (this.pauseRequested) throw new Error(`run ${runId} is already paused; send resume to continue`);
         if (this.stopRequested) throw new Error(`run ${runId} is stopping after the current step; it cannot be paused`);
       },
     });
-    setHandler(resumeUpdate, () => {
+    setHandler(controlUpdates.resume, (req?: ControlRequest) => {
       this.pauseRequested = false;
+      this.audit('resume', req);
       this.publish();
       return this.status();
     }, {
-      validator: () => {
+      validator: (req?: ControlRequest) => {
+        validateRequest(req);
         if (!this.pauseRequested) throw new Error(`run ${runId} is not paused (status ${this.status()}); nothing to resume`);
       },
     });
-    setHandler(stopAfterCurrentStepUpdate, () => {
+    setHandler(controlUpdates.stop, (req?: ControlRequest) => {
       this.stopRequested = true;
       // A paused run stops at once: it is between steps already.
       this.pauseRequested = false;
+      this.audit('stop', req);
       this.publish();
       return this.status();
     }, {
-      validator: () => {
+      validator: (req?: ControlRequest) => {
+        validateRequest(req);
         if (this.finalStatus) throw new Error(`run ${runId} is already ${this.finalStatus}`);
         if (this.stopRequested) throw new Error(`run ${runId} is already stopping after the current step`);
       },
     });
+    setHandler(setSettingsUpdate, (change) => {
+      const changes = settingsOf(change);
+      this.pendingOverrides = { ...this.pendingOverrides, ...changes };
+      this.audit('set', change, changes);
+      this.publish();
+      return this.status();
+    }, {
+      validator: (change) => {
+        validateRequest(change);
+        if (this.finalStatus) throw new Error(`run ${runId} is ${this.finalStatus}; nothing to change`);
+        if (this.stopRequested) throw new Error(`run ${runId} is stopping after the current step; its settings no longer change`);
+        validateSettings(change);
+      },
+    });
+  }
+}
+
+const MAX_REASON = 1000;
+
+/** Rejects a malformed reason or identity (the validator's message goes back to the caller). */
+export function validateRequest(req: ControlRequest | undefined): void {
+  if (req === undefined || req === null) return;
+  if (typeof req !== 'object') throw new Error('a control request is an object { reason?, identity? }');
+  if (req.reason !== undefined && (typeof req.reason !== 'string' || req.reason.length > MAX_REASON)) {
+    throw new Error(`reason must be text of at most ${MAX_REASON} characters`);
+  }
+  if (req.identity !== undefined && (typeof req.identity !== 'string' || req.identity.length > 200)) {
+    throw new Error('identity must be text of at most 200 characters');
+  }
+}
+
+/** The settings a `set` asks for, without its reason and identity. */
+function settingsOf(change: SettingsChange): RunOverrides {
+  return {
+    ...(change.learning_rate !== undefined ? { learning_rate: change.learning_rate } : {}),
+    ...(change.async_level !== undefined ? { async_level: change.async_level } : {}),
+  };
+}
+
+/** The same bounds as the config's (src/config/schema.ts: trainer.optim.lr, orchestrator.async_level), with the fix. */
+export function validateSettings(change: SettingsChange): void {
+  if (!change || typeof change !== 'object') throw new Error('set needs { learning_rate?, async_level?, reason?, identity? }');
+  const known = new Set(['learning_rate', 'async_level', 'reason', 'identity']);
+  const unknown = Object.keys(change).filter((k) => !known.has(k));
+  if (unknown.length) throw new Error(`cannot change ${unknown.join(', ')} on a running run: only learning_rate and async_level`);
+  if (change.learning_rate === undefined && change.async_level === undefined) {
+    throw new Error('nothing to change: give learning_rate and/or async_level');
+  }
+  const lr = change.learning_rate;
+  if (lr !== undefined && (typeof lr !== 'number' || !Number.isFinite(lr) || lr < 0 || lr > 1)) {
+    throw new Error(`learning_rate must be a number from 0 to 1 (got ${String(lr)})${typeof lr === 'number' && lr < 0 ? ': a negative rate would climb the loss' : ''}`);
+  }
+  const a = change.async_level;
+  if (a !== undefined && (typeof a !== 'number' || !Number.isInteger(a) || a < 0 || a > 8)) {
+    throw new Error(`async_level must be a whole number from 0 to 8 (got ${String(a)})`);
   }
 }
 

@@ -5,7 +5,7 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { BuildBatchOutput } from '../contracts/activities';
-import type { RunStateFile, StepRecord } from '../contracts/records';
+import type { ControlAction, RunOverrides, RunStateFile, StepLineage, StepRecord } from '../contracts/records';
 import type { LoadedConfig } from '../contracts/run';
 import type { RolloutStats } from '../contracts/step';
 import type { TrainedStep } from './trainerSession';
@@ -21,6 +21,12 @@ export interface StepTimes {
 }
 
 export interface FinishedStep {
+  /** The worker build the step ran on (Worker Versioning), when the worker is versioned. */
+  build?: { deployment: string; build_id: string };
+  /** Control actions accepted since the previous record; settings changed with `ratchet set` in effect for this step. */
+  control?: ControlAction[];
+  overrides?: RunOverrides;
+  lineage?: StepLineage;
   runId: string;
   step: number;
   /** The version the trainer held before this step (staleness is measured against it). */
@@ -76,6 +82,10 @@ export function stepRecord(f: FinishedStep): StepRecord {
     checkpoint: f.checkpoint,
     adapter: f.adapter,
     weight_sync: f.synced,
+    ...(f.build ? { build: f.build } : {}),
+    ...(f.control ? { control: f.control } : {}),
+    ...(f.overrides ? { overrides: f.overrides } : {}),
+    ...(f.lineage ? { lineage: f.lineage } : {}),
   };
 }
 
@@ -94,5 +104,6 @@ export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: nu
     seed,
     lastMeanReward: record.mean_reward,
     ...(artifacts ? { artifacts } : {}),
+    ...(record.overrides ? { overrides: record.overrides } : {}),
   };
 }

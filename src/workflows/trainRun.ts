@@ -25,6 +25,7 @@ import {
   continueAsNew,
   isCancellation,
   log,
+  makeContinueAsNewFunc,
   patched,
   upsertMemo,
   startChild,
@@ -44,6 +45,7 @@ import { rolloutStats } from '../rollouts/stats';
 import { StepRollouts } from './stepRollouts';
 import { patientActivities } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
+import { stepLineage } from './lineage';
 import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { SampledTask, StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
@@ -66,6 +68,17 @@ interface PendingRollouts {
   handle: ChildWorkflowHandle<typeof StepRollouts>;
   scope: CancellationScope;
   startedAt: number;
+}
+
+/** The worker build this execution runs on (pinned), or undefined on an unversioned worker. */
+function buildOf(): { deployment: string; build_id: string } | undefined {
+  const v = workflowInfo().currentDeploymentVersion;
+  return v ? { deployment: v.deploymentName, build_id: v.buildId } : undefined;
+}
+
+/** A newer build is current for this deployment: move to it at this step boundary (continue-as-new). */
+function upgradeWaiting(): boolean {
+  return workflowInfo().targetWorkerDeploymentVersionChanged && patched(PATCHES.upgradeOnContinueAsNew);
 }
 
 export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
@@ -106,11 +119,15 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   if (resume?.lastMeanReward !== undefined) {
     run.lastStep = { step: run.step - 1, meanReward: resume.lastMeanReward, components: {}, rollouts: 0, dropped: 0, policyVersion: run.policyVersion };
   }
-  const asyncLevel = orch.async_level;
+  // `ratchet set` changes these at a step boundary (runControl.ts); a resumed run keeps them.
+  run.overrides = { ...(resume?.overrides ?? {}) };
+  const asyncLevel = () => run.overrides.async_level ?? orch.async_level;
+  /** [orchestrator] as in effect now: the batch builder's staleness filter and the step children read async_level from it. */
+  const orchNow = () => (run.overrides.async_level === undefined ? orch : { ...orch, async_level: run.overrides.async_level });
   const windows = livenessOf(config);
   const canEvery = input.continueAsNewEvery ?? orch.continue_as_new_every;
   let taskSetDir = '';
-  const keepFrom = () => Math.max(1, run.policyVersion - asyncLevel - 1);
+  const keepFrom = () => Math.max(1, run.policyVersion - asyncLevel() - 1);
   const modelFor = (v: number) => (v === 0 ? config.inference.served_model : adapterName(runId, v));
   const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts);
   const serveCurrent = () => syncUntilServed(run, () => ({
@@ -121,13 +138,20 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   run.started = true;
   run.publish();
 
-  /** Continue as new from `state`: the pause and the leased trainer go along; nothing large does. */
-  const continueFrom = (state: ResumeState) => continueAsNew<typeof TrainRun>({
+  /**
+   * Continue as new from `state`: the pause and the leased trainer go along; nothing large does.
+   * The next execution starts on the deployment's current build (docs/upgrades.md).
+   */
+  const continueFrom = (state: ResumeState) => (patched(PATCHES.upgradeOnContinueAsNew)
+    ? makeContinueAsNewFunc<typeof TrainRun>({ initialVersioningBehavior: 'AUTO_UPGRADE' })
+    : continueAsNew<typeof TrainRun>)({
     ...input, runId,
     resume: {
       ...pickResume(state),
       ...(run.pauseRequested ? { paused: true } : {}),
       ...(trainer.heldQueue ? { trainerQueue: trainer.heldQueue } : {}),
+      // Changes accepted but not yet in effect take effect at the next execution's first step.
+      ...(Object.keys({ ...run.overrides, ...run.pendingOverrides }).length ? { overrides: { ...run.overrides, ...run.pendingOverrides } } : {}),
     },
   });
 
@@ -149,7 +173,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[] | undefined, summaries: ArtifactRef | undefined) {
     try {
       const built = await patient.buildBatch({
-        runId, step: s, trainerPolicyVersion: run.policyVersion, orchestrator: orch, modelPath: config.model.path, artifacts,
+        runId, step: s, trainerPolicyVersion: run.policyVersion, orchestrator: orchNow(), modelPath: config.model.path, artifacts,
         // An input field only (no new command): replays of older histories are unaffected.
         loss: { kind: config.trainer.loss.kind, normalization: config.trainer.loss.normalization },
         ...(summaries ? { summaries } : { trajectories: rollouts }),
@@ -173,7 +197,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const policyVersion = run.policyVersion;
     const childInput: StepRolloutsInput = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(), tasks,
-      config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orch, liveness: windows },
+      config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orchNow(), liveness: windows },
       taskSetDir, seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
       ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
       ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
@@ -205,6 +229,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         await condition(() => !run.pauseRequested || run.stopRequested);
       }
       if (run.stopRequested) break;
+      // The step boundary: settings changed with `ratchet set` take effect for this step on.
+      if (run.applyPendingOverrides()) log.info('run settings changed', { step: run.step, overrides: run.overrides });
       run.publish();
       const step = run.step;
       const t0 = Date.now();
@@ -227,18 +253,19 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       // Overlap: the next step's rollouts run on the current policy while this step trains.
       stepsThisExecution++;
       const willContinueAsNew = stepsThisExecution >= canEvery || workflowInfo().continueAsNewSuggested;
-      if (built && asyncLevel >= 1 && step + 1 < run.maxSteps && !run.stopRequested && !run.pauseRequested && !willContinueAsNew) {
+      if (built && asyncLevel() >= 1 && step + 1 < run.maxSteps && !run.stopRequested && !run.pauseRequested && !willContinueAsNew) {
         pending = await startRollouts(step + 1);
         run.prefetchedStep = step + 1;
       }
 
       const versionBefore = run.policyVersion;
+      const parentCheckpoint = checkpoint;
       let trained: TrainedStep | undefined;
       let synced: { ms: number } | undefined;
       let error = emptyBatch ? { type: 'EmptyBatch', message: emptyBatch } : undefined;
       let syncDeferred = false;
       if (built) {
-        const outcome = await trainer.trainAndSave(step, built.batch, built.manifest, checkpoint);
+        const outcome = await trainer.trainAndSave(step, built.batch, built.manifest, checkpoint, run.overrides.learning_rate);
         if (isStepFault(outcome)) {
           error = outcome.fault;
         } else {
@@ -266,6 +293,12 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
         : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts });
       const record = stepRecord({
+        lineage: stepLineage({
+          build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.tasks, versionBefore,
+          stalenessHistogram: stats.stalenessHistogram, batch: built, parentCheckpoint, checkpoint, adapter, trained: !!trained,
+          learningRate: run.overrides.learning_rate,
+        }),
+        build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },
       });
@@ -276,7 +309,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       run.phase = 'idle';
       run.publish();
 
-      if ((willContinueAsNew || syncDeferred) && run.step < run.maxSteps && !run.stopRequested) {
+      if ((willContinueAsNew || syncDeferred || upgradeWaiting()) && run.step < run.maxSteps && !run.stopRequested) {
         if (pending) await cancelPending(pending);
         await continueFrom(nextState);
       }
@@ -286,6 +319,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     if (pending) await cancelPending(pending);
 
     run.finalStatus = run.stopRequested && run.step < run.maxSteps ? 'stopped' : 'completed';
+    const tailControls = run.takeControls();
     run.phase = 'idle';
     run.publish();
     return {
@@ -296,6 +330,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       checkpoint,
       lastMeanReward: run.lastStep?.meanReward,
       stopped: run.finalStatus === 'stopped' ? 'stopped-by-request' : 'completed',
+      ...(tailControls ? { controls: tailControls } : {}),
     };
   }
 

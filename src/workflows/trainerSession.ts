@@ -140,7 +140,7 @@ export class TrainerSession {
    * trainer.step then trainer.save for step `s`, on a live trainer; a trainer that dies meanwhile
    * is replaced. A step fault (non-finite gradient, out of memory twice, a batch that killed its trainer twice) comes back as a StepFault.
    */
-  async trainAndSave(s: number, batch: ArtifactRef, manifest: ArtifactRef, checkpoint: ArtifactRef | undefined): Promise<TrainedStep | StepFault> {
+  async trainAndSave(s: number, batch: ArtifactRef, manifest: ArtifactRef, checkpoint: ArtifactRef | undefined, lr?: number): Promise<TrainedStep | StepFault> {
     const runId = this.run.runId;
     let killed = 0;
     for (let restarts = 0; ; restarts++) {
@@ -149,7 +149,7 @@ export class TrainerSession {
         const q = await this.ensure(checkpoint);
         this.run.phase = 'training';
         inStep = true;
-        const metrics = await patientActivities<TrainerActivities>(this.run, this.keyed(trainerOptions(q, this.timeouts)))['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer') });
+        const metrics = await patientActivities<TrainerActivities>(this.run, this.keyed(trainerOptions(q, this.timeouts)))['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer'), ...(lr !== undefined ? { lr } : {}) });
         inStep = false;
         this.run.phase = 'saving';
         const saved = await patientActivities<TrainerActivities>(this.run, this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') });

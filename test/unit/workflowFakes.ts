@@ -56,7 +56,7 @@ export interface FakeOptions {
   leases?: number;
 }
 
-export interface Event { t: number; what: string; step?: number; version?: number; worker?: string }
+export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; lr?: number }
 
 export function makeFakes(opts: FakeOptions = {}) {
   const events: Event[] = [];
@@ -227,8 +227,8 @@ export function makeFakes(opts: FakeOptions = {}) {
         version = input.checkpoint ? Number(/step-(\d+)/.exec(input.checkpoint.uri)![1]) + 1 : 0;
         return { step: version - 1, policy_version: version, ledger: [] };
       },
-      async 'trainer.step'(input: { run_id: string; step: number }) {
-        events.push({ t: now(), what: 'train-start', step: input.step, worker });
+      async 'trainer.step'(input: { run_id: string; step: number; lr?: number }) {
+        events.push({ t: now(), what: 'train-start', step: input.step, worker, ...(input.lr !== undefined ? { lr: input.lr } : {}) });
         const fault = opts.stepFaults?.[input.step];
         if (fault) {
           delete opts.stepFaults![input.step];

@@ -121,6 +121,8 @@ class TrainerCommands:
             trainer, done, batch, batch_sha256 = prepared
             if done is not None:
                 return done, trainer
+            if req.get("lr") is not None:  # `ratchet set --lr`: from this step on (every rank gets the same req)
+                trainer.set_lr(req["lr"])
             return trainer.step(step, batch, heartbeat=heartbeat, batch_sha256=batch_sha256), trainer
 
         return in_lockstep(self.ranks, prepare, run, f"trainer.step {step}")

@@ -17,6 +17,7 @@ and, across ranks, a batch the ranks could not agree on a plan for
 from __future__ import annotations
 
 import dataclasses
+import math
 import logging
 import time
 from typing import Any, Callable
@@ -184,6 +185,17 @@ class Trainer:
                 "Fix: reload the run's last recorded checkpoint (trainer.load) before redoing the step")
         log.info("step already applied; returning recorded metrics", extra={"run_id": self.run_id, "step": step})
         return {**done, "applied": False}
+
+    def set_lr(self, lr: float) -> None:
+        """A learning rate changed on the running run (`ratchet set --lr`): the optimizer's groups and the
+        config take it, so the step's metrics and the next checkpoint (optimizer.pt keeps param_groups) carry it."""
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or not 0 <= lr <= 1:
+            raise BatchError(f"lr must be a number from 0 to 1, got {lr!r}")
+        if float(lr) == self.cfg.optim.lr:
+            return
+        self.cfg = dataclasses.replace(self.cfg, optim=dataclasses.replace(self.cfg.optim, lr=float(lr)))
+        for group in self.optimizer.param_groups:
+            group["lr"] = float(lr)
 
     def step(self, step: int, batch: Batch, heartbeat: Heartbeat | None = None, batch_sha256: str | None = None) -> dict[str, Any]:
         done = self.applied(step, batch_sha256)

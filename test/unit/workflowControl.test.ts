@@ -1,0 +1,132 @@
+/**
+ * Audited live control (src/workflows/runControl.ts) on a real dev server with fake
+ * activities: every action is an update the workflow validates, recorded in the step
+ * records with the caller's identity and reason; `set` changes the learning rate and
+ * the staleness bound at the next step boundary; an invalid change is refused with a
+ * clear message and leaves no trace.
+ */
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
+import { SA, controlUpdates, pauseUpdate, progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
+import type { TrainRun } from '../../src/workflows/trainRun';
+import { makeFakes } from './workflowFakes';
+import { recordHistory } from '../helpers/histories';
+
+jest.setTimeout(150_000);
+const quietLogger = new DefaultLogger('WARN');
+
+describeWithStack('TrainRun audited control (fake activities, real dev server)', ['temporalBinary'], () => {
+  let env: TestWorkflowEnvironment;
+  let bundle: WorkflowBundleWithSourceMap;
+
+  beforeAll(async () => {
+    Runtime.install({ logger: quietLogger });
+    env = await TestWorkflowEnvironment.createLocal({
+      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA), extraArgs: TEMPORAL_DEV_ARGS },
+    });
+    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
+  }, 240_000);
+
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  test('pause, resume, set and stop are recorded with identity and reason; set takes effect at the next step; bad values are refused', async () => {
+    const f = makeFakes({ orchestrator: { max_steps: 6, async_level: 0 }, trainMs: 400 });
+    const conn = env.nativeConnection;
+    const workers = await Promise.all([
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: f.main }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: f.rollout }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: f.announce }),
+      Worker.create({ connection: conn, taskQueue: 'trainer-w1', activities: f.trainerFor('w1'), shutdownGraceTime: '1 second' }),
+    ]);
+    const running = Promise.all(workers.map((w) => w.run()));
+    try {
+      const runId = `control-${process.pid}`;
+      // continueAsNewEvery 2: the change survives continue-as-new.
+      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 2 }],
+      });
+      await until(() => f.events.some((e) => e.what === 'train-start' && e.step === 0));
+
+      // Invalid: refused by the validator, with the reason why; nothing recorded.
+      const refused = async (change: { args: [Record<string, unknown>] }) => {
+        try {
+          await handle.executeUpdate<string, [Record<string, unknown>]>(setSettingsUpdate.name, change);
+        } catch (err) {
+          expect(err).toBeInstanceOf(WorkflowUpdateFailedError);
+          return ((err as WorkflowUpdateFailedError).cause as Error).message;
+        }
+        throw new Error('accepted');
+      };
+      expect(await refused({ args: [{ learning_rate: -0.001, reason: 'oops', identity: 'alice@h' }] })).toMatch(/learning_rate must be a number from 0 to 1 \(got -0.001\): a negative rate would climb the loss/);
+      expect(await refused({ args: [{ async_level: 1.5, reason: 'x' }] })).toMatch(/async_level must be a whole number from 0 to 8 \(got 1.5\)/);
+      expect(await refused({ args: [{ reason: 'x' }] })).toMatch(/nothing to change/);
+      expect(await refused({ args: [{ batch_size: 4, reason: 'x' }] })).toMatch(/cannot change batch_size on a running run/);
+
+      await handle.executeUpdate(setSettingsUpdate, { args: [{ learning_rate: 5e-6, async_level: 1, reason: 'loss spikes', identity: 'alice@h' }] });
+      const p = await handle.query(progressQuery);
+      expect(p.pendingOverrides).toEqual({ learning_rate: 5e-6, async_level: 1 });
+      await handle.executeUpdate(controlUpdates.pause, { args: [{ reason: 'look at step 1', identity: 'bob@h' }] });
+      await until(async () => (await handle.query(progressQuery)).phase === 'idle' && f.records.length >= 1);
+      await handle.executeUpdate(controlUpdates.resume, { args: [{ reason: 'looks fine', identity: 'bob@h' }] });
+      await until(() => f.records.length >= 3);
+      await handle.executeUpdate(pauseUpdate);
+      await until(async () => (await handle.query(progressQuery)).phase === 'idle');
+      await handle.executeUpdate(controlUpdates.stop, { args: [{ reason: 'enough', identity: 'carol@h' }] });
+      const result = await handle.result();
+      expect(result.stopped).toBe('stopped-by-request');
+
+      // Each action once, in order: in the step record written after it, or (after the last record) in the run's result.
+      const recorded = [...f.records.flatMap((r) => r.record.control ?? []), ...(result.controls ?? [])];
+      expect(recorded.map((c) => [c.action, c.identity, c.reason, c.changes])).toEqual([
+        ['set', 'alice@h', 'loss spikes', { learning_rate: 5e-6, async_level: 1 }],
+        ['pause', 'bob@h', 'look at step 1', undefined],
+        ['resume', 'bob@h', 'looks fine', undefined],
+        // An older client's update without a request.
+        ['pause', 'unknown', '', undefined],
+        ['stop', 'carol@h', 'enough', undefined],
+      ]);
+      // A stop while paused comes between steps: no step record follows, so the result holds it.
+      expect(result.controls?.length).toBeGreaterThan(0);
+      for (const c of recorded) expect(c.time).toMatch(/^\d{4}-\d\d-\d\dT/);
+      // Step 0 trained with the config's rate; from the boundary after the change on, with the new one, also after continue-as-new.
+      const lrs = f.events.filter((e) => e.what === 'train-start').map((e) => [e.step, e.lr]);
+      expect(lrs[0]).toEqual([0, undefined]);
+      expect(lrs.slice(1).every(([, lr]) => lr === 5e-6)).toBe(true);
+      expect(lrs.length).toBeGreaterThanOrEqual(3);
+      expect(f.records[0]!.record.overrides).toBeUndefined();
+      for (const r of f.records.slice(1)) {
+        expect(r.record.overrides).toEqual({ learning_rate: 5e-6, async_level: 1 });
+        expect(r.state.overrides).toEqual({ learning_rate: 5e-6, async_level: 1 });
+      }
+      // Lineage (src/workflows/lineage.ts): the rows sampled, the batch trained on, the checkpoints, the rate.
+      const l0 = f.records[0]!.record.lineage!;
+      const l1 = f.records[1]!.record.lineage!;
+      expect(l0.tasks.rows).toHaveLength(2);
+      expect(l0.tasks.row_count).toBe(2);
+      expect(l0.batch_sha256).toBe(f.records[0]!.record.batch!.batch.sha256);
+      expect(l0.rollout_policy_versions).toEqual({ 0: 6 });
+      expect(l0.trainer).toMatchObject({ step: 0, learning_rate: f.config.trainer.optim.lr, adapter_sha256: f.records[0]!.record.adapter!.sha256 });
+      expect(l0.trainer.parent_checkpoint_sha256).toBeUndefined();
+      expect(l1.trainer).toMatchObject({ step: 1, learning_rate: 5e-6, parent_checkpoint_sha256: f.records[0]!.record.checkpoint!.sha256 });
+      expect(l1.config_sha256).toBe(f.records[0]!.state.configSha256);
+      // The staleness bound reached the batch builder.
+      expect(f.batches.map((b) => b.orchestrator.async_level)).toEqual([0, ...f.batches.slice(1).map(() => 1)]);
+      await recordHistory(env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-control-audited');
+    } finally {
+      for (const w of workers) w.shutdown();
+      await running;
+    }
+  });
+});
+
+async function until(check: () => boolean | Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('timed out waiting');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
