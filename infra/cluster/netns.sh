@@ -74,12 +74,14 @@ up() {
 down() {
   for h in "${HOSTS[@]}"; do
     local n; n=$(ns "$h")
+    kill_cgroup "$h"
     if ip netns list | grep -qw "$n"; then
       local pids; pids=$(ip netns pids "$n" 2>/dev/null || true)
       # shellcheck disable=SC2086
       [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
       ip netns del "$n"
     fi
+    unmount_under "$HOSTS_DIR/$h/docker"
     ip link del "$(veth "$h")" 2>/dev/null || true
   done
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -227,9 +229,16 @@ host_dockerd() {
         kill -9 "$pid" 2>/dev/null || true
       fi
       kill_cgroup "$h"
+      unmount_under "$d"
       ;;
     *) die "usage: infra/cluster/netns.sh dockerd HOST start|stop|sock" ;;
   esac
+}
+
+# A host dockerd killed with -9 leaves its overlay and netns mounts: lazily unmounted, deepest first.
+unmount_under() {
+  local m
+  awk -v d="$1/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
 
 # Every process in the host's containers' cgroup (a host that lost power loses its sandboxes too).
