@@ -36,6 +36,7 @@ import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
@@ -98,6 +99,7 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
   let stackVllmWasUp = false;
   let connection: Connection | undefined;
   let client: Client;
+  let rolloutA: Proc;
 
   /** Everything a worker on any host needs: Temporal on control, the store's credentials, inference. */
   const common = (host: Host): Record<string, string> => ({
@@ -170,7 +172,7 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
     scriptOnHost('inference', [path.join(REPO, 'infra', 'inference.sh'), 'start'], vllmEnv, 900_000);
 
     node('control', 'main', 'main.js', { RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
-    rolloutWorker('rollout-a');
+    rolloutA = rolloutWorker('rollout-a');
     rolloutWorker('rollout-b');
     node('inference', 'sync', 'inference.js', { RATCHET_INFERENCE_QUEUE: INFERENCE_QUEUE, RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
     trainerWorker();
@@ -213,18 +215,33 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
       return [];
     }
   };
-  const running = (host: Host): string[] => {
+
+  /**
+   * The run's rollout activities started on a worker, read from the server: pending, started,
+   * last taken by that worker (its identity is `<pid>@<hostname>`; every host here has the
+   * machine's hostname, and the worker's pid is its Proc's: netns.sh execs all the way down).
+   * A sandbox that runs is no proof: idle ones stay warm in the pool.
+   */
+  async function activitiesOn(runId: string, worker: Proc): Promise<string[]> {
+    const ids: string[] = [];
     try {
-      return execFileSync('docker', ['ps', '-q'], { encoding: 'utf8', env: { ...process.env, DOCKER_HOST: dockerHost(host) }, stdio: ['ignore', 'pipe', 'ignore'] }).split('\n').filter(Boolean);
-    } catch {
-      return [];
-    }
-  };
-  /** Until the host has a sandbox running: its worker is mid-episode. */
-  async function midEpisode(host: Host, timeoutMs = 300_000): Promise<void> {
+      for await (const wf of client.workflow.list({ query: `ExecutionStatus = 'Running'` })) {
+        if (!wf.workflowId.startsWith(`${runId}-`)) continue;
+        const d = await client.workflowService.describeWorkflowExecution({ namespace: 'default', execution: { workflowId: wf.workflowId } });
+        for (const a of d.pendingActivities ?? []) {
+          if (a.state === temporal.api.enums.v1.PendingActivityState.PENDING_ACTIVITY_STATE_STARTED && a.lastWorkerIdentity?.startsWith(`${worker.child.pid}@`)) ids.push(`${wf.workflowId}/${a.activityId}`);
+        }
+      }
+    } catch { /* the server is away right now */ }
+    return ids;
+  }
+  /** Until a worker runs one of the run's rollouts (mid-episode); returns them. */
+  async function midEpisode(runId: string, worker: Proc, timeoutMs = 600_000): Promise<string[]> {
     const deadline = Date.now() + timeoutMs;
-    while (running(host).length === 0 && Date.now() < deadline) await sleep(100);
-    expect(running(host).length).toBeGreaterThan(0);
+    let ids: string[] = [];
+    while ((ids = await activitiesOn(runId, worker)).length === 0 && Date.now() < deadline) await sleep(250);
+    expect(ids.length).toBeGreaterThan(0);
+    return ids;
   }
 
   test(`a ${MAX_STEPS}-step run survives partitions and losing a rollout host, the trainer host and the Temporal server`, async () => {
@@ -271,15 +288,17 @@ EOF`]);
     // write their trajectories (content-keyed, beside the retries'). Healed only once the steps
     // whose rollouts it held are done: two steps on, as async_level 1 prefetches the next step's.
     await waitFor(handle, 'step 1', (p) => p.step >= 1);
-    await midEpisode('rollout-a');
+    const heldAtCut = await midEpisode(runId, rolloutA);
     const cutAt = await handle.query(progressQuery);
     netns('cut', 'rollout-a', `control:${TEMPORAL_PORT}`);
     const cutT0 = Date.now();
     await waitFor(handle, 'two steps on, with rollout-a cut off from Temporal', (p) => p.step >= cutAt.step + 2);
+    // Both steps are done, so every rollout rollout-a held at the cut completed, and not on
+    // rollout-a, which could not report to the server: they were retried on rollout-b.
     netns('heal', 'rollout-a');
-    faults.push({ fault: 'rollout-a cut off from Temporal (not S3)', step: cutAt.step, phase: cutAt.phase, heldS: (Date.now() - cutT0) / 1000 });
+    faults.push({ fault: `rollout-a cut off from Temporal (not S3), holding ${heldAtCut.length} rollouts`, step: cutAt.step, phase: cutAt.phase, heldS: (Date.now() - cutT0) / 1000 });
     // The same worker, healed, takes rollouts again: the partition did not kill it.
-    await midEpisode('rollout-a');
+    await midEpisode(runId, rolloutA);
 
     // 2. A rollout host dies mid-episode: every process on it, its daemon and sandboxes too.
     const rolloutHostLostAt = (await handle.query(progressQuery)).step;
