@@ -13,6 +13,7 @@ import { finalVersionServed } from '../../src/soak/invariants';
 interface RunStore {
   read(key: string): Promise<Buffer | undefined>;
   list(prefix: string): Promise<string[]>;
+  exists(key: string): Promise<ArtifactRef | undefined>;
   get(ref: ArtifactRef): Promise<Buffer>;
   /** A directory artifact, every file verified against its manifest, in a local cache. */
   localDir(ref: ArtifactRef): Promise<string>;
@@ -63,6 +64,7 @@ export async function checkInvariantsInStore(p: {
 }
 
 /** What the store holds beside what the records name: the objects stale or retried attempts left. */
+export type { RunStore };
 export interface StoreAudit {
   trajectoryObjects: number;
   /** Trajectory objects no step's summaries name: other attempts of a rollout (content-keyed, so beside the winner). */
@@ -84,9 +86,9 @@ const sha256 = async (b: Buffer): Promise<string> => (await import('node:crypto'
  *   each record names a checkpoint of its own step that verifies;
  * - state.json was not rolled back: it names the last step and its checkpoint.
  */
-export async function auditStoreAgainstRecords(p: { runId: string; records: StepRecord[]; s3: { url: string; endpoint: string } }): Promise<StoreAudit> {
+export async function auditStoreAgainstRecords(p: { runId: string; records: StepRecord[]; s3?: { url: string; endpoint: string }; store?: RunStore }): Promise<StoreAudit> {
   const stores = (await import(STORES_MODULE)) as StoresModule;
-  const store = stores.storeFor({ url: p.s3.url, endpoint: p.s3.endpoint, force_path_style: true }, stores.defaultStore());
+  const store = p.store ?? stores.storeFor({ url: p.s3!.url, endpoint: p.s3!.endpoint, force_path_style: true }, stores.defaultStore());
   const run = `runs/${p.runId}`;
   const audit: StoreAudit = { trajectoryObjects: 0, unreferencedTrajectories: 0, checkpointDirs: 0, attemptCheckpointDirs: 0 };
   const referenced = new Set<string>();
@@ -127,9 +129,9 @@ export async function auditStoreAgainstRecords(p: { runId: string; records: Step
     if (/\.attempt-[^/]+$/.test(dir)) audit.attemptCheckpointDirs++;
     const man = manifests.find((k) => k.startsWith(`${dir}/`));
     if (!man) continue; // a save cut off before its manifest: no reader trusts it
-    const manBody = await store.read(man);
+    const manRef = (await store.exists(man))!;
     // The directory as its manifest lists it: every file there with the manifest's sha256.
-    await store.localDir({ uri: `${p.s3.url}/${dir}`, sha256: await sha256(manBody!), bytes: 0 } as ArtifactRef);
+    await store.localDir({ uri: manRef.uri.slice(0, -'/MANIFEST.sha256'.length), sha256: await sha256((await store.read(man))!), bytes: 0 });
   }
   for (const r of p.records) {
     const ck = r.checkpoint as ArtifactRef | undefined;
