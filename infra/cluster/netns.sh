@@ -237,8 +237,10 @@ host_dockerd() {
 
 # A host dockerd killed with -9 leaves its overlay and netns mounts: lazily unmounted, deepest first.
 unmount_under() {
-  local m
-  awk -v d="$1/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  local m d
+  # /proc/mounts names the resolved path ($RATCHET_HOME may be a symlink, as in a worktree).
+  d=$(realpath -m "$1")
+  awk -v d="$d/" -v e="$d" '$2 == e || index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
 
 # Every process in the host's containers' cgroup (a host that lost power loses its sandboxes too).
