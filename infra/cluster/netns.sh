@@ -7,6 +7,10 @@
 #   infra/cluster/netns.sh addr HOST       print HOST's address
 #   infra/cluster/netns.sh pids HOST       every process running on HOST
 #   infra/cluster/netns.sh status
+#   infra/cluster/netns.sh cut HOST [PEER[:PORT,..]]  a partition: HOST's link down, or only
+#                                          its traffic with PEER (on those ports) dropped
+#   infra/cluster/netns.sh heal HOST       undo every cut of HOST
+#   infra/cluster/netns.sh dockerd HOST start|stop|sock   a Docker daemon of HOST's own
 #
 # A command run on a host sees its own loopback and address, the others' addresses over
 # the bridge, and the root namespace at the gateway address. Its file system is the
@@ -14,7 +18,9 @@
 # $RATCHET_HOME/cache/s3 are the host's own (tmp/, artifacts/ and s3-cache/ in its directory), and of $RATCHET_NETNS_DIR it sees only its own directory.
 # So a file written on one host by a path that should have gone through the artifact
 # store is not there on another.
-# dockerd stays in the root namespace: rollout hosts reach it through its unix socket.
+# dockerd: the machine's stays in the root namespace; `dockerd HOST start` gives a host a
+# daemon of its own (its own data root, containers and socket), so a rollout host sees
+# only its own sandboxes, as on separate machines.
 source "$(dirname "$0")/../lib.sh"
 
 HOSTS=(control rollout-a rollout-b inference trainer)
@@ -68,12 +74,14 @@ up() {
 down() {
   for h in "${HOSTS[@]}"; do
     local n; n=$(ns "$h")
+    kill_cgroup "$h"
     if ip netns list | grep -qw "$n"; then
       local pids; pids=$(ip netns pids "$n" 2>/dev/null || true)
       # shellcheck disable=SC2086
       [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
       ip netns del "$n"
     fi
+    unmount_under "$HOSTS_DIR/$h/docker"
     ip link del "$(veth "$h")" 2>/dev/null || true
   done
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -141,6 +149,110 @@ status() {
   done
 }
 
+# cut HOST [PEER[:PORTS]]: with no PEER the host's cable is pulled (its veth's root end
+# goes down: no packet in or out, connections hang rather than being refused). With a
+# PEER, iptables DROP inside HOST's namespace, both directions, optionally only on the
+# given TCP ports of PEER (a host cut off from one service of a host, e.g. the Temporal
+# server but not the S3 store on the control host). `heal` restores both kinds.
+CUT_CHAIN=RATCHET-CUT
+cut_host() {
+  local h="$1" peer="${2:-}"
+  local n; n=$(ns "$h")
+  if [ -z "$peer" ]; then
+    ip link set "$(veth "$h")" down
+    log "cut: $h's link is down"
+    return 0
+  fi
+  local p="${peer%%:*}" ports=""
+  [ "$p" != "$peer" ] && ports="${peer#*:}"
+  local a; a=$(addr "$p")
+  ip netns exec "$n" iptables -N "$CUT_CHAIN" 2>/dev/null || true
+  ip netns exec "$n" iptables -C OUTPUT -j "$CUT_CHAIN" 2>/dev/null || ip netns exec "$n" iptables -I OUTPUT -j "$CUT_CHAIN"
+  ip netns exec "$n" iptables -C INPUT -j "$CUT_CHAIN" 2>/dev/null || ip netns exec "$n" iptables -I INPUT -j "$CUT_CHAIN"
+  if [ -n "$ports" ]; then
+    ip netns exec "$n" iptables -A "$CUT_CHAIN" -d "$a" -p tcp -m multiport --dports "$ports" -j DROP
+    ip netns exec "$n" iptables -A "$CUT_CHAIN" -s "$a" -p tcp -m multiport --sports "$ports" -j DROP
+  else
+    ip netns exec "$n" iptables -A "$CUT_CHAIN" -d "$a" -j DROP
+    ip netns exec "$n" iptables -A "$CUT_CHAIN" -s "$a" -j DROP
+  fi
+  log "cut: $h <-> $p${ports:+ (tcp $ports)}"
+}
+
+heal_host() {
+  local h="$1"
+  local n; n=$(ns "$h")
+  ip link set "$(veth "$h")" up
+  ip netns exec "$n" iptables -F "$CUT_CHAIN" 2>/dev/null || true
+  log "healed: $h"
+}
+
+# A Docker daemon of the host's own: started on the host (its network namespace, its
+# private dirs), state under the host's directory, no bridge and no iptables rules
+# (sandboxes run with no network). Containers go into the cgroup ratchet-<host>, so
+# the test can kill them with the host (a container has a network namespace of its
+# own: `pids HOST` does not list it). The sandbox image comes from the machine's daemon
+# through a `docker save` cached under $RATCHET_HOME/cache/.
+docker_sock() { echo "$HOSTS_DIR/$1/docker/docker.sock"; }
+host_dockerd() {
+  local h="$1" verb="$2"
+  local d="$HOSTS_DIR/$h/docker" sock; sock=$(docker_sock "$h")
+  case "$verb" in
+    sock) echo "$sock" ;;
+    start)
+      mkdir -p "$d/data" "$d/exec"
+      if ! DOCKER_HOST="unix://$sock" docker info >/dev/null 2>&1; then
+        # Only the host's network namespace (nsenter, not `exec`): `ip netns exec` remounts /sys,
+        # which hides the cgroup mounts dockerd needs. setsid so it outlives this script.
+        setsid nsenter --net="/var/run/netns/$(ns "$h")" dockerd --data-root "$d/data" --exec-root "$d/exec" --pidfile "$d/dockerd.pid" \
+          -H "unix://$sock" --bridge=none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false \
+          --cgroup-parent "ratchet-$h" --userland-proxy=false >"$d/dockerd.log" 2>&1 </dev/null &
+        for _ in $(seq 1 60); do DOCKER_HOST="unix://$sock" docker info >/dev/null 2>&1 && break; sleep 1; done
+        DOCKER_HOST="unix://$sock" docker info >/dev/null 2>&1 || die "$h's dockerd did not start in 60 s. See $d/dockerd.log"
+      fi
+      local tag; tag=$(cat "$RATCHET_HOME/sandbox-image" 2>/dev/null) || die "no sandbox image recorded. Fix: bash infra/docker.sh"
+      if ! DOCKER_HOST="unix://$sock" docker image inspect "$tag" >/dev/null 2>&1; then
+        local id; id=$(docker image inspect -f '{{.Id}}' "$tag" | sed 's/^sha256://' | cut -c1-16)
+        local tar="$RATCHET_HOME/cache/sandbox-image-$id.tar"
+        if [ ! -s "$tar" ]; then
+          mkdir -p "$RATCHET_HOME/cache"
+          docker save -o "$tar.tmp" "$tag" "${tag%%:*}:latest" && mv "$tar.tmp" "$tar"
+        fi
+        DOCKER_HOST="unix://$sock" docker load -q -i "$tar" >/dev/null
+      fi
+      log "$h's dockerd up at $sock with $tag"
+      ;;
+    stop)
+      local pid; pid=$(cat "$d/dockerd.pid" 2>/dev/null || true)
+      if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid"; for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+        kill -9 "$pid" 2>/dev/null || true
+      fi
+      kill_cgroup "$h"
+      unmount_under "$d"
+      ;;
+    *) die "usage: infra/cluster/netns.sh dockerd HOST start|stop|sock" ;;
+  esac
+}
+
+# A host dockerd killed with -9 leaves its overlay and netns mounts: lazily unmounted, deepest first.
+unmount_under() {
+  local m d
+  # /proc/mounts names the resolved path ($RATCHET_HOME may be a symlink, as in a worktree).
+  d=$(realpath -m "$1")
+  awk -v d="$d/" -v e="$d" '$2 == e || index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+
+# Every process in the host's containers' cgroup (a host that lost power loses its sandboxes too).
+kill_cgroup() {
+  local f
+  for f in /sys/fs/cgroup/*/"ratchet-$1"/*/cgroup.procs /sys/fs/cgroup/"ratchet-$1"/*/cgroup.procs; do
+    [ -f "$f" ] || continue
+    # shellcheck disable=SC2046
+    kill -9 $(cat "$f") 2>/dev/null || true
+  done
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
@@ -149,5 +261,9 @@ case "${1:-}" in
   pids) ip netns pids "$(ns "${2:?host}")" ;;
   status) status ;;
   hosts) echo "${HOSTS[*]}" ;;
-  *) die "usage: infra/cluster/netns.sh up|down|exec HOST CMD..|addr HOST|pids HOST|status|hosts" ;;
+  cut) cut_host "${2:?host}" "${3:-}" ;;
+  heal) heal_host "${2:?host}" ;;
+  dockerd) host_dockerd "${2:?host}" "${3:?start|stop|sock}" ;;
+  kill-sandboxes) kill_cgroup "${2:?host}" ;;
+  *) die "usage: infra/cluster/netns.sh up|down|exec HOST CMD..|addr HOST|pids HOST|status|hosts|cut HOST [PEER[:PORTS]]|heal HOST|dockerd HOST start|stop|sock" ;;
 esac

@@ -20,6 +20,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export interface FaultOptions {
   /** How long a hung process stays stopped before SIGCONT. */
   hangMs: number;
+  /** How long a partition holds before it is healed. */
+  partitionMs?: number;
+  /** The extra inference replica's pid file (`lose-replica` kills it for good). */
+  replicaPidFile?: string;
   /** How long a killed worker stays dead before it is started again. */
   restartDelayMs: number;
   logger: Logger;
@@ -77,8 +81,50 @@ async function dockerdPid(): Promise<number | undefined> {
   }
 }
 
+/** The port each partition cuts (on the loopback, where the local stack listens). */
+const PARTITION_PORT: Partial<Record<FaultKind, number>> = {
+  'partition-inference': 8000,
+  'partition-temporal': 7233,
+};
+
+/**
+ * The rule a partition adds: packets to the port over the loopback are dropped, so a client's
+ * connect or request hangs until its own timeout, as across a cut network (a refused
+ * connection, which a stopped server gives, is the easier case). The comment marks it as the
+ * soak's, so healing removes exactly it.
+ */
+export function partitionRule(port: number): string[] {
+  return ['INPUT', '-i', 'lo', '-p', 'tcp', '--dport', String(port), '-m', 'comment', '--comment', `ratchet-soak-partition-${port}`, '-j', 'DROP'];
+}
+
+async function cutPort(port: number): Promise<void> {
+  await run('iptables', ['-I', ...partitionRule(port)]);
+}
+
+/** Removes every copy of the rule (a soak killed mid-partition may have left one). */
+export async function healPort(port: number): Promise<void> {
+  for (let i = 0; i < 10; i++) {
+    try {
+      await run('iptables', ['-D', ...partitionRule(port)]);
+    } catch {
+      return; // no such rule left
+    }
+  }
+}
+
+function pidFromFile(file: string | undefined): number | undefined {
+  if (!file) return undefined;
+  try {
+    const pid = Number(readFileSync(file, 'utf8').trim());
+    return Number.isInteger(pid) && pid > 0 && isAlive(pid) ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The target's pid, or a reason the fault cannot be injected now. */
-async function targetPid(kind: FaultKind): Promise<number | string> {
+async function targetPid(kind: FaultKind, opts: FaultOptions): Promise<number | string> {
+  if (kind === 'lose-replica') return pidFromFile(opts.replicaPidFile) ?? 'no second inference replica is running (the soak starts one with --replica-loss)';
   const worker = WORKER_OF[kind];
   if (worker) return readPid(worker) ?? `${worker} is not running`;
   if (kind === 'hang-vllm') return vllmPid() ?? 'vLLM is not running';
@@ -91,7 +137,7 @@ async function targetPid(kind: FaultKind): Promise<number | string> {
  * done (a hang: after SIGCONT); the run's own recovery is measured by the caller.
  */
 export async function injectFault(kind: FaultKind, opts: FaultOptions): Promise<void> {
-  const pid = await targetPid(kind);
+  const pid = await targetPid(kind, opts);
   if (typeof pid === 'string') throw new Error(`soak: cannot inject ${kind}: ${pid}`);
   opts.logger.info({ kind, pid }, 'injecting fault');
   switch (kind) {
@@ -118,6 +164,23 @@ export async function injectFault(kind: FaultKind, opts: FaultOptions): Promise<
       await infra('temporal.sh', 'stop');
       await sleep(opts.restartDelayMs);
       await infra('temporal.sh', 'start');
+      return;
+    }
+    case 'partition-inference':
+    case 'partition-temporal': {
+      const port = PARTITION_PORT[kind]!;
+      await cutPort(port);
+      try {
+        await sleep(opts.partitionMs ?? 60_000);
+      } finally {
+        await healPort(port);
+      }
+      return;
+    }
+    case 'lose-replica': {
+      // For good: no operator brings it back during the run; the run must go on with one.
+      signalGroup(pid, 'SIGKILL');
+      await waitGone(pid, 10_000);
       return;
     }
     case 'restart-dockerd': {

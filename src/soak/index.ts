@@ -7,12 +7,20 @@
  * them into BENCHMARKS.md. Exits 1 on any violation.
  *
  *   npm run soak [-- --steps 20 --faults 20 --seed 1 --hang-s 60 --no-baseline]
+ *   npm run soak -- --partitions [--partition-s 60] [--replica-loss] [--kinds a,b,..]
+ *
+ * --partitions adds network partitions to the schedule (iptables DROP of vLLM's or the
+ * Temporal server's port on the loopback, healed after --partition-s; needs root);
+ * --replica-loss starts a second vLLM replica (port 8001) and kills it for good a third
+ * of the way in. Their figures go to their own BENCHMARKS.md section (soak-partitions),
+ * beside the crash-only soak's.
  *
  * Needs `ratchet up` (the soak kills and restarts the stack's own processes).
  */
 import { componentLogger } from '../shared/logger';
 import { machineLine, writeBenchSection } from '../bench/benchmarksFile';
 import { percentile, runSoak, type SoakReport } from './run';
+import { FAULT_KINDS, PARTITION_KINDS, REPLICA_LOSS, type FaultKind } from './schedule';
 
 const arg = (name: string, fallback: string): string => {
   const i = process.argv.indexOf(`--${name}`);
@@ -24,7 +32,7 @@ function summary(r: SoakReport): string[] {
   const survived = hit.filter((f) => f.recoveryS !== undefined && !f.error);
   const rec = survived.map((f) => f.recoveryS!);
   const lines = [
-    `Run ${r.runId}: ${r.steps} steps, seed ${r.seed}, hangs of ${r.hangS} s.`,
+    `Run ${r.runId}: ${r.steps} steps, seed ${r.seed}, hangs of ${r.hangS} s${r.partitionS !== undefined ? `, partitions of ${r.partitionS} s` : ''}${r.replicaLoss ? ', one inference replica of two lost for good' : ''}.`,
     '',
     '| # | fault | step | phase at injection | recovered in s |',
     '| ---: | --- | ---: | --- | ---: |',
@@ -45,14 +53,29 @@ async function main(): Promise<void> {
   const seed = Number(arg('seed', '1'));
   const hangS = Number(arg('hang-s', '60'));
   const baseline = !process.argv.includes('--no-baseline');
-  const report = await runSoak({ steps, faults, seed, hangS, baseline, logger: componentLogger('soak') });
+  const partitions = process.argv.includes('--partitions');
+  const replicaLoss = process.argv.includes('--replica-loss');
+  const partitionS = Number(arg('partition-s', '60'));
+  const known: readonly string[] = [...FAULT_KINDS, ...PARTITION_KINDS];
+  const kindsArg = arg('kinds', '');
+  const kinds = kindsArg
+    ? kindsArg.split(',').map((k) => {
+      if (!known.includes(k)) throw new Error(`soak: unknown fault kind "${k}" in --kinds. Fix: use some of ${known.join(', ')} (${REPLICA_LOSS} is --replica-loss)`);
+      return k as FaultKind;
+    })
+    : partitions ? [...FAULT_KINDS, ...PARTITION_KINDS] : undefined;
+  const withNetwork = partitions || replicaLoss || (kinds ?? []).some((k) => (PARTITION_KINDS as readonly string[]).includes(k));
+  const report = await runSoak({ steps, faults, seed, hangS, baseline, kinds, partitionS: withNetwork ? partitionS : undefined, replicaLoss, logger: componentLogger('soak') });
   const lines = summary(report);
   process.stdout.write(`${lines.join('\n')}\n`);
   if (baseline) {
-    writeBenchSection('soak', [
-      '### Soak: a long run under a seeded fault schedule (real CPU stack)',
+    const extra = `${partitions ? ` --partitions --partition-s ${partitionS}` : ''}${kindsArg ? ` --kinds ${kindsArg}` : ''}${replicaLoss ? ' --replica-loss' : ''}`;
+    writeBenchSection(withNetwork ? 'soak-partitions' : 'soak', [
+      withNetwork
+        ? '### Soak with network partitions and replica loss (real CPU stack; beside the crash-only soak above)'
+        : '### Soak: a long run under a seeded fault schedule (real CPU stack)',
       '',
-      `Command: \`npm run soak -- --steps ${steps} --faults ${faults} --seed ${seed} --hang-s ${hangS}\` (source \`src/soak/\`, config \`configs/swe-grep/soak.toml\`).`,
+      `Command: \`npm run soak -- --steps ${steps} --faults ${faults} --seed ${seed} --hang-s ${hangS}${extra}\` (source \`src/soak/\`, config \`configs/swe-grep/soak.toml\`).`,
       `Machine: ${machineLine()}.`,
       '',
       ...lines,

@@ -4,7 +4,9 @@
  * sandbox and no stray worker left. Optionally a fault-free run of the same config
  * first, in the same soak, as the wall-time baseline.
  */
+import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { promisify } from 'node:util';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { WorkflowFailedError, type Client, type WorkflowHandle } from '@temporalio/client';
@@ -15,10 +17,10 @@ import type { TrainRun } from '../workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../contracts';
 import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
 import type { Logger } from '../shared/logger';
-import { injectFault } from './faults';
+import { healPort, injectFault } from './faults';
 import { releaseHistoriesDir, saveRunHistories } from './histories';
 import { checkRun, leftoverSandboxes, strayWorkers } from './invariants';
-import { comparePoints, planFaults, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
+import { comparePoints, planFaults, REPLICA_LOSS, STEP_PHASES, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
 
 export const SOAK_CONFIG = path.join(REPO_ROOT, 'configs', 'swe-grep', 'soak.toml');
 
@@ -30,6 +32,10 @@ export interface SoakOptions {
   /** Run the same config without faults first, for the wall-time ratio. */
   baseline: boolean;
   kinds?: readonly FaultKind[];
+  /** How long a partition holds before it is healed (partition kinds only). */
+  partitionS?: number;
+  /** A second inference replica for the run, killed for good once mid-run (REPLICA_LOSS). */
+  replicaLoss?: boolean;
   /** How long the run may take to move on after one fault before the soak calls it stuck. */
   recoverTimeoutS?: number;
   logger: Logger;
@@ -48,6 +54,8 @@ export interface SoakReport {
   steps: number;
   seed: number;
   hangS: number;
+  partitionS?: number;
+  replicaLoss?: boolean;
   wallS: number;
   baselineWallS?: number;
   faults: FaultOutcome[];
@@ -57,10 +65,21 @@ export interface SoakReport {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const POLL_MS = 150;
 
+/** The second replica --replica-loss starts beside the stack's vLLM (infra/inference.sh with its own port and run dir). */
+const REPLICA_PORT = 8001;
+const replicaRunDir = (): string => `${paths.run()}-replica-1`;
+function replicaEnv(): NodeJS.ProcessEnv {
+  return { ...process.env, RATCHET_VLLM_PORT: String(REPLICA_PORT), RATCHET_RUN_DIR: replicaRunDir(), RATCHET_VLLM_LOG: path.join(paths.home(), 'logs', 'vllm-replica-1.log') };
+}
+async function replica(verb: 'start' | 'stop'): Promise<void> {
+  await promisify(execFile)('bash', [path.join(REPO_ROOT, 'infra', 'inference.sh'), verb], { cwd: REPO_ROOT, env: replicaEnv(), timeout: 15 * 60_000 });
+}
+
 /** The soak config with this soak's step count: a copy in a temp dir, the committed file unchanged. */
-function configFor(steps: number): string {
-  const doc = parse(readFileSync(SOAK_CONFIG, 'utf8')) as { orchestrator: Record<string, unknown> };
+function configFor(steps: number, extraBaseUrls: string[] = []): string {
+  const doc = parse(readFileSync(SOAK_CONFIG, 'utf8')) as { orchestrator: Record<string, unknown>; inference: { base_urls: string[] } };
   doc.orchestrator.max_steps = steps;
+  doc.inference.base_urls = [...doc.inference.base_urls, ...extraBaseUrls];
   const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'ratchet-soak-')), 'soak.toml');
   writeFileSync(file, stringify(doc));
   return file;
@@ -132,7 +151,7 @@ async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: Planne
     f.hitAt = { step: p.step, phase: p.phase, rolloutsDone: p.rolloutsDone };
     const t0 = Date.now();
     try {
-      await injectFault(f.kind, { hangMs: opts.hangS * 1000, restartDelayMs: 3000, logger: opts.logger });
+      await injectFault(f.kind, { hangMs: opts.hangS * 1000, partitionMs: (opts.partitionS ?? 60) * 1000, replicaPidFile: path.join(replicaRunDir(), 'vllm.pid'), restartDelayMs: 3000, logger: opts.logger });
     } catch (err) {
       f.error = `injection failed: ${(err as Error).message}`;
       continue;
@@ -155,9 +174,26 @@ async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: Planne
   return outcomes;
 }
 
+/** The seeded schedule, and with --replica-loss one replica lost for good a third of the way in, during rollouts. */
+export function soakPlan(opts: Pick<SoakOptions, 'seed' | 'faults' | 'steps' | 'kinds' | 'replicaLoss'>): PlannedFault[] {
+  const plan: Omit<PlannedFault, 'index'>[] = planFaults({ seed: opts.seed, faults: opts.faults, steps: opts.steps, kinds: opts.kinds });
+  if (opts.replicaLoss) plan.push({ kind: REPLICA_LOSS, step: Math.floor((opts.steps - 1) / 3), phase: 'rollouts' });
+  return plan
+    .sort((a, b) => a.step - b.step || STEP_PHASES.indexOf(a.phase) - STEP_PHASES.indexOf(b.phase))
+    .map((f, index) => ({ ...f, index }));
+}
+
+const PARTITIONED_PORTS = [8000, 7233];
+
 export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
-  const configPath = configFor(opts.steps);
-  const plan = planFaults({ seed: opts.seed, faults: opts.faults, steps: opts.steps, kinds: opts.kinds });
+  const configPath = configFor(opts.steps, opts.replicaLoss ? [`http://127.0.0.1:${REPLICA_PORT}/v1`] : []);
+  const plan = soakPlan(opts);
+  // A soak killed mid-partition leaves its iptables rule: whatever is left, this soak starts healed.
+  for (const port of PARTITIONED_PORTS) await healPort(port).catch(() => undefined);
+  if (opts.replicaLoss) {
+    opts.logger.info({ port: REPLICA_PORT }, 'starting a second inference replica');
+    await replica('start');
+  }
   const { client, close } = await connectClient();
   try {
     let baselineWallS: number | undefined;
@@ -198,8 +234,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     const prefix = `real-soak-${opts.steps}-steps-${opts.faults}-faults-seed-${opts.seed}`;
     await saveRunHistories(client, runId, path.join(paths.home(), 'test-reports', 'soak-histories'), prefix);
     if (process.env.RATCHET_RECORD_HISTORIES === '1') await saveRunHistories(client, runId, releaseHistoriesDir(), prefix);
-    return { runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, wallS, baselineWallS, faults, violations };
+    return { runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, partitionS: opts.partitionS, replicaLoss: opts.replicaLoss, wallS, baselineWallS, faults, violations };
   } finally {
+    for (const port of PARTITIONED_PORTS) await healPort(port).catch(() => undefined);
+    if (opts.replicaLoss) await replica('stop').catch(() => undefined);
     await close();
   }
 }

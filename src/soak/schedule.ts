@@ -17,7 +17,18 @@ export const FAULT_KINDS = [
   'restart-temporal', // the Temporal server stops and starts again
   'restart-dockerd', // dockerd stops (every sandbox dies with it) and starts again
 ] as const;
-export type FaultKind = (typeof FAULT_KINDS)[number];
+/**
+ * Network partitions on the local stack (`npm run soak -- --partitions`): iptables DROP of
+ * the port on the loopback, so clients hang (no refusal) until the cut is healed, after
+ * --partition-s. Not in FAULT_KINDS, so a seed's schedule of the crash faults is unchanged.
+ */
+export const PARTITION_KINDS = [
+  'partition-inference', // nothing reaches vLLM (port 8000)
+  'partition-temporal', // nothing reaches the Temporal server (port 7233): every worker, the soak too
+] as const;
+/** Losing one inference replica of two for good (`--replica-loss`): once per soak, never planned by the seed. */
+export const REPLICA_LOSS = 'lose-replica' as const;
+export type FaultKind = (typeof FAULT_KINDS)[number] | (typeof PARTITION_KINDS)[number] | typeof REPLICA_LOSS;
 
 /** The phases of one step, in the order a step goes through them. */
 export const STEP_PHASES = ['sampling', 'rollouts', 'building-batch', 'training', 'saving', 'weight-sync', 'metrics'] as const satisfies readonly Phase[];

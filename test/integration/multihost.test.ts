@@ -3,15 +3,29 @@
  * namespaces (infra/cluster/netns.sh), each with its own address and its own private
  * directories, so only the S3 store and the network cross between them.
  *   control    Temporal server on PostgreSQL (infra/cluster), MinIO (infra/minio.sh), the ratchet worker
- *   rollout-a  a rollout worker (Docker sandboxes through dockerd's unix socket)
- *   rollout-b  a rollout worker
+ *   rollout-a  a rollout worker and a Docker daemon of its own for its sandboxes
+ *   rollout-b  a rollout worker and its own Docker daemon
  *   inference  vLLM (SmolLM2-135M on the CPU) and its sync worker (adapters from S3 into vLLM)
  *   trainer    the Python trainer worker
- * One TrainRun of 6 steps, during which: every process of rollout-a is killed mid-step
- * (its rollouts finish on rollout-b), the trainer host's worker is killed (a new one
- * reloads the last checkpoint from S3), and the Temporal server is restarted (its state
- * is in PostgreSQL). Then the fault tests' invariants: the run completed, each step
- * once, the ledger, every sha256, vLLM serving the trainer's version.
+ * One TrainRun of 8 steps, during which: rollout-a is cut off from the Temporal server
+ * (not from S3) mid-step, and healed once its rollouts were done again on rollout-b (its
+ * stale attempts still write their trajectories); every process of rollout-a is killed
+ * mid-step (its rollouts finish on rollout-b; when the host comes back, its new worker's
+ * janitor removes the dead worker's sandboxes from its daemon); the trainer host's worker
+ * is killed (a new one reloads the last checkpoint from S3); and the Temporal server is
+ * restarted (its state is in PostgreSQL). With RATCHET_LONG_TESTS=1 (npm run test:long)
+ * the run has 11 steps and two more partitions: the trainer host cut off from S3 in the
+ * middle of trainer.save, healed a minute later, and the inference host cut off from
+ * everything for two minutes. Then the fault tests' invariants (the run completed, each
+ * step once, the ledger, every sha256, vLLM serving the trainer's version) and the store
+ * audited against the records: no stale attempt overwrote what the records name.
+ *
+ * A partition is infra/cluster/netns.sh cut/heal: iptables DROP inside the host's
+ * namespace (one peer, some ports), or the host's link down (everything); connections
+ * hang rather than being refused, as on a real network.
+ * Each rollout host has its own dockerd (netns.sh dockerd HOST start), so a sandbox one
+ * host made is invisible to the other: a janitor or a reuse that crossed hosts through
+ * a shared daemon cannot pass here.
  *
  * Needs root (namespaces), the cluster server build, MinIO, vLLM, the model, the
  * trainer venv and Docker; skips loudly naming what is missing. Takes the local
@@ -22,11 +36,12 @@ import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
-import { checkInvariantsInStore } from './multihostInvariants';
+import { auditStoreAgainstRecords, checkInvariantsInStore } from './multihostInvariants';
 import { distBuilt, killProc, startProc, takeOverStackWorkers, type Proc } from './trainrunStack';
 
 const NETNS = path.join(REPO, 'infra', 'cluster', 'netns.sh');
@@ -38,7 +53,12 @@ const S3_ENDPOINT = `http://${HOSTS.control}:9200`;
 const INFERENCE = `http://${HOSTS.inference}:8000/v1`;
 const BUCKET = 'ratchet-multihost';
 const LEASE_TTL_S = 8;
-const MAX_STEPS = 6;
+/** The longer partitions (trainer from S3 during save, inference for two minutes) only in npm run test:long. */
+const LONG = process.env.RATCHET_LONG_TESTS === '1';
+const MAX_STEPS = LONG ? 11 : 8;
+/** The Temporal server's frontend and the S3 store, both on the control host. */
+const TEMPORAL_PORT = '7233';
+const S3_PORT = '9200';
 /** The inference host's own worker: it pulls each adapter from S3 and loads it into its vLLM. */
 const INFERENCE_QUEUE = 'ratchet-inference-inference';
 const MINIO_BIN = path.join(STATE, 'minio', 'bin', 'minio');
@@ -79,6 +99,7 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
   let stackVllmWasUp = false;
   let connection: Connection | undefined;
   let client: Client;
+  let rolloutA: Proc;
 
   /** Everything a worker on any host needs: Temporal on control, the store's credentials, inference. */
   const common = (host: Host): Record<string, string> => ({
@@ -111,8 +132,14 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
     for (const pid of pids) {
       try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
     }
+    // Its sandboxes too: each has a network namespace of its own, so `pids` does not list them.
+    netns('kill-sandboxes', host);
     return pids.length;
   }
+
+  /** A host's own Docker daemon (netns.sh dockerd HOST start): its socket on this machine and on the host. */
+  const dockerHost = (host: Host): string => `unix://${path.join(HOSTS_DIR, host, 'docker', 'docker.sock')}`;
+  const netns = (...args: string[]): void => { execFileSync('bash', [NETNS, ...args], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' }); };
 
   const clusterEnv = { RATCHET_CLUSTER_DIR: path.join(HOSTS_DIR, 'control', 'cluster'), RATCHET_CLUSTER_HOST: HOSTS.control };
   const minioEnv = { RATCHET_MINIO_ADDRESS: HOSTS.control, RATCHET_MINIO_PORT: '9200', RATCHET_MINIO_DATA: path.join(HOSTS_DIR, 'control', 'minio'), RATCHET_MINIO_BUCKET: BUCKET };
@@ -120,7 +147,7 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
 
   const node = (host: Host, name: string, script: string, env: Record<string, string> = {}) =>
     onHost(host, name, process.execPath, [path.join(REPO, 'dist', 'workers', script)], env);
-  const rolloutWorker = (host: Host) => node(host, 'rollout', 'rollout.js', { RATCHET_ROLLOUT_SLOTS: '2', RATCHET_WORKER_LEASE_TTL_S: String(LEASE_TTL_S), RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
+  const rolloutWorker = (host: Host) => node(host, 'rollout', 'rollout.js', { DOCKER_HOST: dockerHost(host), RATCHET_ROLLOUT_SLOTS: '2', RATCHET_WORKER_LEASE_TTL_S: String(LEASE_TTL_S), RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
   const trainerWorker = () => onHost('trainer', 'trainer', path.join(STATE, 'venvs', 'trainer', 'bin', 'python'), ['-m', 'ratchet_trainer.worker'], { PYTHONUNBUFFERED: '1', PYTHONPATH: path.join(REPO, 'trainer') }, path.join(REPO, 'trainer'));
 
   beforeAll(async () => {
@@ -131,21 +158,21 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
     restoreStackWorkers = await takeOverStackWorkers();
 
     execFileSync('bash', [NETNS, 'down'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
+    // `down` also stopped an earlier run's host daemons and unmounted what they left (their data
+    // roots are under HOSTS_DIR), so nothing of an aborted run survives into this one.
     execFileSync('rm', ['-rf', HOSTS_DIR]);
-    // Sandboxes of an earlier, aborted run of this test: their leases went with HOSTS_DIR's
-    // MinIO, so no janitor can judge them (only max age would); they would blur what this run sweeps.
-    const stale = execFileSync('docker', ['ps', '-aq', '--filter', 'label=ratchet.worker'], { encoding: 'utf8' }).split('\n').filter(Boolean)
-      .filter((id) => /^(rollout-a|rollout-b):/.test(execFileSync('docker', ['inspect', '-f', '{{index .Config.Labels "ratchet.worker"}}', id], { encoding: 'utf8' }).trim()));
-    if (stale.length) execFileSync('docker', ['rm', '-f', ...stale], { stdio: 'ignore' });
     execFileSync('bash', [NETNS, 'up'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
     for (const h of Object.keys(HOSTS)) mkdirSync(path.join(HOSTS_DIR, h), { recursive: true });
+    // A Docker daemon per rollout host, the sandbox image loaded from the machine's (cached docker save).
+    netns('dockerd', 'rollout-a', 'start');
+    netns('dockerd', 'rollout-b', 'start');
 
     scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'start'], clusterEnv);
     scriptOnHost('control', [path.join(REPO, 'infra', 'minio.sh'), 'start'], minioEnv);
     scriptOnHost('inference', [path.join(REPO, 'infra', 'inference.sh'), 'start'], vllmEnv, 900_000);
 
     node('control', 'main', 'main.js', { RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
-    rolloutWorker('rollout-a');
+    rolloutA = rolloutWorker('rollout-a');
     rolloutWorker('rollout-b');
     node('inference', 'sync', 'inference.js', { RATCHET_INFERENCE_QUEUE: INFERENCE_QUEUE, RATCHET_METRICS_PORT: 'off', RATCHET_SDK_METRICS_PORT: 'off' });
     trainerWorker();
@@ -156,7 +183,10 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
   afterAll(async () => {
     await connection?.close();
     for (const p of procs) await killProc(p, 'SIGKILL');
-    for (const h of Object.keys(HOSTS) as Host[]) killHost(h);
+    for (const h of Object.keys(HOSTS) as Host[]) {
+      try { netns('heal', h); } catch { /* not cut */ }
+      killHost(h);
+    }
     execFileSync('bash', [NETNS, 'down'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
     if (stackVllmWasUp) execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
     await restoreStackWorkers();
@@ -176,12 +206,45 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
     throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
   }
 
-  /** Sandboxes made by a host's workers (by their worker label's host part). */
-  const hostContainers = (host: Host): string[] =>
-    execFileSync('docker', ['ps', '-a', '--format', '{{.ID}} {{.Label "ratchet.worker"}}'], { encoding: 'utf8' })
-      .split('\n').filter((l) => l.split(' ')[1]?.startsWith(`${host}:`)).map((l) => l.split(' ')[0]!);
+  /** Sandboxes on a host's own daemon made by that host's workers (by their worker label's host part); none while its daemon is down. */
+  const hostContainers = (host: Host): string[] => {
+    try {
+      return execFileSync('docker', ['ps', '-a', '--format', '{{.ID}} {{.Label "ratchet.worker"}}'], { encoding: 'utf8', env: { ...process.env, DOCKER_HOST: dockerHost(host) }, stdio: ['ignore', 'pipe', 'ignore'] })
+        .split('\n').filter((l) => l.split(' ')[1]?.startsWith(`${host}:`)).map((l) => l.split(' ')[0]!);
+    } catch {
+      return [];
+    }
+  };
 
-  test('a 6-step run survives losing a rollout host, the trainer host and the Temporal server', async () => {
+  /**
+   * The run's rollout activities started on a worker, read from the server: pending, started,
+   * last taken by that worker (its identity is `<pid>@<hostname>`; every host here has the
+   * machine's hostname, and the worker's pid is its Proc's: netns.sh execs all the way down).
+   * A sandbox that runs is no proof: idle ones stay warm in the pool.
+   */
+  async function activitiesOn(runId: string, worker: Proc): Promise<string[]> {
+    const ids: string[] = [];
+    try {
+      for await (const wf of client.workflow.list({ query: `ExecutionStatus = 'Running'` })) {
+        if (!wf.workflowId.startsWith(`${runId}-`)) continue;
+        const d = await client.workflowService.describeWorkflowExecution({ namespace: 'default', execution: { workflowId: wf.workflowId } });
+        for (const a of d.pendingActivities ?? []) {
+          if (a.state === temporal.api.enums.v1.PendingActivityState.PENDING_ACTIVITY_STATE_STARTED && a.lastWorkerIdentity?.startsWith(`${worker.child.pid}@`)) ids.push(`${wf.workflowId}/${a.activityId}`);
+        }
+      }
+    } catch { /* the server is away right now */ }
+    return ids;
+  }
+  /** Until a worker runs one of the run's rollouts (mid-episode); returns them. */
+  async function midEpisode(runId: string, worker: Proc, timeoutMs = 600_000): Promise<string[]> {
+    const deadline = Date.now() + timeoutMs;
+    let ids: string[] = [];
+    while ((ids = await activitiesOn(runId, worker)).length === 0 && Date.now() < deadline) await sleep(250);
+    expect(ids.length).toBeGreaterThan(0);
+    return ids;
+  }
+
+  test(`a ${MAX_STEPS}-step run survives partitions and losing a rollout host, the trainer host and the Temporal server`, async () => {
     // The operator's config file lives on the control host, where the main worker reads it:
     // each host has its own /tmp (infra/cluster/netns.sh), HOSTS_DIR/control/tmp on this machine.
     const configPath = '/tmp/multihost.toml';
@@ -219,34 +282,69 @@ EOF`]);
 
     // Each fault waits for the run to reach a step, not for a phase: with async_level 1 the
     // next step's rollouts run during this step's training, so a phase can pass between polls.
-    // 1. A rollout host dies mid-episode: every process on it, at once.
+    const faults: { fault: string; step: number; phase: string; heldS: number }[] = [];
+    // 1. A partition: rollout-a loses the Temporal server mid-episode but keeps S3. Its activities
+    // stop heartbeating, time out (1 minute) and run again on rollout-b; its own attempts go on and
+    // write their trajectories (content-keyed, beside the retries'). Healed only once the steps
+    // whose rollouts it held are done: two steps on, as async_level 1 prefetches the next step's.
     await waitFor(handle, 'step 1', (p) => p.step >= 1);
-    const deadline = Date.now() + 300_000;
-    while (hostContainers('rollout-a').length === 0 && Date.now() < deadline) await sleep(100);
-    expect(hostContainers('rollout-a').length).toBeGreaterThan(0); // rollout-a was mid-episode
+    const heldAtCut = await midEpisode(runId, rolloutA);
+    const cutAt = await handle.query(progressQuery);
+    netns('cut', 'rollout-a', `control:${TEMPORAL_PORT}`);
+    const cutT0 = Date.now();
+    await waitFor(handle, 'two steps on, with rollout-a cut off from Temporal', (p) => p.step >= cutAt.step + 2);
+    // Both steps are done, so every rollout rollout-a held at the cut completed, and not on
+    // rollout-a, which could not report to the server: they were retried on rollout-b.
+    netns('heal', 'rollout-a');
+    faults.push({ fault: `rollout-a cut off from Temporal (not S3), holding ${heldAtCut.length} rollouts`, step: cutAt.step, phase: cutAt.phase, heldS: (Date.now() - cutT0) / 1000 });
+    // The same worker, healed, takes rollouts again: the partition did not kill it.
+    await midEpisode(runId, rolloutA);
+
+    // 2. A rollout host dies mid-episode: every process on it, its daemon and sandboxes too.
     const rolloutHostLostAt = (await handle.query(progressQuery)).step;
     const orphans = hostContainers('rollout-a');
+    expect(orphans.length).toBeGreaterThan(0);
     expect(killHost('rollout-a')).toBeGreaterThan(0);
-    // rollout-b's janitor sees rollout-a's lease lapse and removes what it left on the shared dockerd.
+    faults.push({ fault: 'rollout-a killed', step: rolloutHostLostAt, phase: 'rollouts', heldS: 0 });
     await waitFor(handle, 'the next step, without rollout-a', (p) => p.step > rolloutHostLostAt);
-    const sweptBy = Date.now() + LEASE_TTL_S * 3 * 1000;
+    // The host comes back: its daemon still holds the dead worker's sandboxes, which the new
+    // worker's janitor removes once the dead one's lease has lapsed (rollout-b cannot see them).
+    netns('dockerd', 'rollout-a', 'start');
+    rolloutWorker('rollout-a');
+    const sweptBy = Date.now() + LEASE_TTL_S * 4 * 1000 + 30_000;
     const left = () => hostContainers('rollout-a').filter((id) => orphans.includes(id));
     while (left().length > 0 && Date.now() < sweptBy) await sleep(500);
     expect(left()).toEqual([]);
 
-    // 2. The trainer host dies mid-training; a new worker there reloads the last checkpoint from S3.
+    // 3. The trainer host dies mid-training; a new worker there reloads the last checkpoint from S3.
     const training = await waitFor(handle, 'a later step in training', (p) => p.step > rolloutHostLostAt && p.phase === 'training');
     const trainerLostAt = training.step;
     expect(killHost('trainer')).toBeGreaterThan(0);
     await sleep(3000);
     trainerWorker();
 
-    // 3. The Temporal server restarts; everything it knew is in PostgreSQL.
+    // 4. The Temporal server restarts; everything it knew is in PostgreSQL.
     await waitFor(handle, 'the step after the trainer came back', (p) => p.step > trainerLostAt);
     expect((await handle.query(progressQuery)).step).toBeLessThan(MAX_STEPS); // the run is still going
     scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'stop'], clusterEnv);
     await sleep(5000);
     scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'start'], clusterEnv);
+    const temporalRestartedAt = (await waitFor(handle, 'the run after the server restart', () => true)).step;
+
+    if (LONG) {
+      // 5. The trainer host loses S3 in the middle of trainer.save, for a minute.
+      const saving = await waitFor(handle, 'trainer.save', (p) => p.step > temporalRestartedAt && p.phase === 'saving');
+      netns('cut', 'trainer', `control:${S3_PORT}`);
+      await sleep(60_000);
+      netns('heal', 'trainer');
+      faults.push({ fault: 'trainer cut off from S3', step: saving.step, phase: saving.phase, heldS: 60 });
+      // 6. The inference host is cut off from everything for two minutes.
+      const inf = await waitFor(handle, 'rollouts after the trainer partition', (p) => p.step > saving.step && p.step < MAX_STEPS - 1);
+      netns('cut', 'inference');
+      await sleep(120_000);
+      netns('heal', 'inference');
+      faults.push({ fault: 'inference host cut off', step: inf.step, phase: inf.phase, heldS: 120 });
+    }
 
     let res: TrainRunResult;
     for (;;) {
@@ -265,8 +363,12 @@ EOF`]);
     // The trainer was replaced mid-run and the new one resumed from S3.
     expect(records.find((r) => r.step === trainerLostAt)!.trainer.restarts).toBeGreaterThanOrEqual(1);
     // Cross-host timings (the adapter goes trainer host -> S3 -> inference host -> vLLM), for BENCHMARKS.md.
+    // Nothing a stale attempt wrote replaced what the records name (the partitioned rollout host's
+    // trajectories, a trainer's save cut off from S3).
+    const audit = await auditStoreAgainstRecords({ runId, records, s3: { url: `s3://${BUCKET}/runs`, endpoint: S3_ENDPOINT } });
+    console.warn(`multi-host store audit: ${JSON.stringify(audit)}; faults: ${JSON.stringify(faults)}`);
     const timings = records.map((r) => ({ step: r.step, timing_ms: (r as unknown as { timing_ms: Record<string, number> }).timing_ms }));
     mkdirSync(path.join(STATE, 'test-reports'), { recursive: true });
-    writeFileSync(path.join(STATE, 'test-reports', 'multihost-timing.json'), JSON.stringify({ runId, timings }, null, 1));
+    writeFileSync(path.join(STATE, 'test-reports', 'multihost-timing.json'), JSON.stringify({ runId, timings, faults, audit }, null, 1));
   }, 3_600_000);
 });

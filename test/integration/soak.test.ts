@@ -1,12 +1,16 @@
 /**
  * The soak's short version (CI): 5 steps with 3 seeded faults on the real stack,
- * then every run invariant, no sandbox and no stray worker left. The long soak
- * (20 steps, 20 faults, a fault-free baseline) is `npm run soak`, out of CI.
+ * then every run invariant, no sandbox and no stray worker left; and 3 steps through
+ * two network partitions (vLLM's port, then the Temporal server's, dropped on the
+ * loopback for 30 s each: clients hang instead of being refused). The long soaks
+ * (20 steps, 20 faults, a fault-free baseline; with `--partitions --replica-loss` the
+ * partitions and one inference replica of two lost for good) are `npm run soak`, out of CI.
  */
 import { describeWithStack } from '../helpers/stack';
 import { distBuilt } from './trainrunStack';
 import { componentLogger } from '../../src/shared/logger';
 import { runSoak } from '../../src/soak/run';
+import { PARTITION_KINDS } from '../../src/soak/schedule';
 
 describeWithStack('soak (short): a run rides out a seeded fault schedule', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
   test('5 steps, 3 faults: completes with every invariant', async () => {
@@ -18,4 +22,12 @@ describeWithStack('soak (short): a run rides out a seeded fault schedule', ['tem
     expect(injected.length).toBe(3);
     for (const f of injected) expect(f.recoveryS).toBeGreaterThan(0);
   }, 45 * 60_000);
+
+  test('3 steps, 2 partitions (vLLM, then Temporal, 30 s each): completes with every invariant', async () => {
+    if (process.getuid?.() !== 0) throw new Error('partitions need root (iptables): run as root');
+    const report = await runSoak({ steps: 3, faults: 2, seed: 1, hangS: 60, partitionS: 30, baseline: false, kinds: PARTITION_KINDS, logger: componentLogger('soak-test') });
+    expect(report.violations).toEqual([]);
+    expect(new Set(report.faults.filter((f) => f.hitAt).map((f) => f.kind))).toEqual(new Set(PARTITION_KINDS));
+    for (const f of report.faults) expect(f.recoveryS).toBeGreaterThanOrEqual(30);
+  }, 30 * 60_000);
 });

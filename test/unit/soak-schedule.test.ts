@@ -1,5 +1,6 @@
-import { comparePoints, FAULT_KINDS, planFaults, STEP_PHASES, TARGET_PHASES } from '../../src/soak/schedule';
-import { percentile } from '../../src/soak/run';
+import { comparePoints, FAULT_KINDS, PARTITION_KINDS, planFaults, REPLICA_LOSS, STEP_PHASES, TARGET_PHASES } from '../../src/soak/schedule';
+import { partitionRule } from '../../src/soak/faults';
+import { percentile, soakPlan } from '../../src/soak/run';
 
 describe('soak fault schedule', () => {
   test('20 faults over 20 steps cover every kind and every target phase, never the last step', () => {
@@ -54,5 +55,32 @@ describe('soak fault schedule', () => {
     expect(percentile([5, 1, 3, 2, 4], 50)).toBe(3);
     expect(percentile([5, 1, 3, 2, 4], 95)).toBe(5);
     expect(percentile([], 50)).toBeNaN();
+  });
+});
+
+describe('soak partitions and replica loss', () => {
+  test('partition kinds are opt-in: the default schedule of a seed is what it was (no partition in it)', () => {
+    const plan = planFaults({ seed: 56, faults: 3, steps: 5 });
+    expect(plan.map((f) => f.kind)).toEqual(expect.not.arrayContaining([...PARTITION_KINDS, REPLICA_LOSS]));
+    expect(new Set(FAULT_KINDS)).not.toContain('partition-inference');
+  });
+
+  test('with --partitions every partition kind is drawn once the faults cover a round', () => {
+    const kinds = [...FAULT_KINDS, ...PARTITION_KINDS];
+    const plan = soakPlan({ seed: 1, faults: kinds.length, steps: 12, kinds });
+    expect(new Set(plan.map((f) => f.kind))).toEqual(new Set(kinds));
+  });
+
+  test('--replica-loss loses one replica once, during rollouts a third of the way in, in step order with the rest', () => {
+    const plan = soakPlan({ seed: 3, faults: 6, steps: 10, replicaLoss: true });
+    const lost = plan.filter((f) => f.kind === REPLICA_LOSS);
+    expect(lost).toEqual([expect.objectContaining({ step: 3, phase: 'rollouts' })]);
+    expect(plan).toHaveLength(7);
+    expect(plan.map((f) => f.index)).toEqual(plan.map((_, i) => i));
+    for (let i = 1; i < plan.length; i++) expect(plan[i]!.step).toBeGreaterThanOrEqual(plan[i - 1]!.step);
+  });
+
+  test('a partition drops the port on the loopback (a hang, not a refusal), under a comment healing finds', () => {
+    expect(partitionRule(7233)).toEqual(['INPUT', '-i', 'lo', '-p', 'tcp', '--dport', '7233', '-m', 'comment', '--comment', 'ratchet-soak-partition-7233', '-j', 'DROP']);
   });
 });
