@@ -66,7 +66,11 @@ export const TrainerConfig = z.object({
   /** Gradient checkpointing: every `freq` layers (0 = off), as prime-rl's [model.ac]. */
   ac: z.object({ freq: z.number().int().min(0).max(1024).default(0) }).strict().default({}),
   loss: z.object({
-    kind: z.enum(['grpo', 'gspo']).default('grpo'),
+    /**
+     * grpo: token-level ratio; gspo: sequence-level ratio; sft: supervised fine-tuning,
+     * the negative log-likelihood of exactly the policy's tokens (the loss mask), for `SftRun`.
+     */
+    kind: z.enum(['grpo', 'gspo', 'sft']).default('grpo'),
     /** Clip range; unset: the loss's own (grpo 0.2/0.28, gspo 3e-4/4e-4: GSPO clips a sequence ratio). */
     eps_low: z.number().min(0).max(1).optional(),
     eps_high: z.number().min(0).max(10).optional(),
