@@ -35,9 +35,11 @@ describeWithStack('SFT batch -> Python trainer', ['model', 'trainerVenv'], () =>
     expect(prepared).toMatchObject({ trajectories: 2, rejected: 0 });
     const seqLen = 1024;
     const out = await acts.buildSftBatch({ runId: 'sft2t', step: 0, seed: 0, batchSize: 2, data: prepared.data, modelPath: SMOLLM2_DIR, seqLen });
+    // Step 1: the next epoch over the same two trajectories, so its NLL is measured after step 0's update.
+    const out1 = await acts.buildSftBatch({ runId: 'sft2t', step: 1, seed: 0, batchSize: 2, data: prepared.data, modelPath: SMOLLM2_DIR, seqLen });
     const stdout = execFileSync(PYTHON, [
       path.join(REPO, 'test', 'fixtures', 'samples', 'check_sft_batch_with_trainer.py'),
-      JSON.stringify(out.batch), JSON.stringify(out.manifest), SMOLLM2_DIR, String(seqLen),
+      JSON.stringify(out.batch), JSON.stringify(out.manifest), JSON.stringify(out1.batch), JSON.stringify(out1.manifest), SMOLLM2_DIR, String(seqLen),
     ], { encoding: 'utf8', timeout: 1_400_000, env: { ...process.env, OMP_NUM_THREADS: '2', PYTHONPATH: path.join(REPO, 'trainer') } }); // this tree's trainer, not an installed one
     const result = JSON.parse(stdout.trim().split('\n').pop()!) as { samples: number; trainable: number; masked_checked: number; nll: number[] };
     expect(result.samples).toBe(2);
