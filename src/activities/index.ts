@@ -13,6 +13,7 @@ import { createEvalActivities } from './eval';
 import { createMetricsActivities } from './metrics';
 import { createRolloutSummaryActivities } from './rolloutSummaries';
 import { createRolloutWorkersActivities } from './rolloutWorkers';
+import { createSftActivities } from './sft';
 import { createWeightSyncActivities, type WeightSyncDeps } from './weightSync';
 
 export interface ActivityDeps {
@@ -32,5 +33,6 @@ export function createActivities(deps: ActivityDeps) {
     ...createRolloutSummaryActivities(deps),
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
     ...createRolloutWorkersActivities(),
+    ...createSftActivities({ store: deps.store, logger: deps.logger.child({ component: 'sft' }) }),
   } satisfies MainActivities;
 }

@@ -14,6 +14,7 @@
  *   steps/<step>/rollouts/<group>/<i>-<sha16>.json  a trajectory, keyed by its content (older runs: <i>.json)
  *   steps/<step>/rollouts/summaries[-part-<p>].json  the step's rollout summaries
  *   steps/<step>/batch.safetensors, batch.json   the training batch and its manifest
+ *   sft/data.jsonl                               an SftRun's trajectories, checked and frozen when it opens
  *   checkpoints/step-<n>[-<batch sha256, 16 hex>]/   written by the Python trainer
  *   checkpoints/step-<n>[-<16 hex>].attempt-<id>/   the same step, saved by a save that lost the race for it
  *   evals/<version>/<taskset hash>.json          an EvalSweep result
@@ -63,6 +64,9 @@ export const runKeys = {
   /** The training batch of a step and its manifest. */
   batch: (runId: string, step: number): { batch: string; manifest: string } =>
     ({ batch: `${stepDir(runId, step)}/batch.safetensors`, manifest: `${stepDir(runId, step)}/batch.json` }),
+
+  /** An SftRun's trajectories: its data files, checked and joined once when it opens, then read by reference. */
+  sftData: (runId: string): string => `${run(runId)}/sft/data.jsonl`,
 
   /** Every checkpoint of the run (the Python trainer writes them: trainer/ratchet_trainer/core/checkpoint.py). */
   checkpoints: (runId: string): string => `${run(runId)}/checkpoints`,

@@ -6,6 +6,7 @@ import { checkDatasets, checkEnvironments } from './data';
 import { checkHostLimits, hostCapacity, type HostCapacity } from './host';
 import { checkGpuMemory } from './gpu';
 import { checkModel } from './model';
+import { checkSft } from './sft';
 import { checkStack, type StackTarget } from './stack';
 import { fail, ok, type CheckLine } from './types';
 
@@ -57,6 +58,7 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
   const { tasksByEnv, lines: dataLines } = await checkDatasets(config, envs, opts.taskSetDir ?? paths.tasks());
   lines.push(...dataLines);
   lines.push(...checkModel(config, envs, tasksByEnv));
+  lines.push(...checkSft(config));
   lines.push(...checkGpuMemory(config));
   lines.push(...checkHostLimits(config, await (opts.host ?? hostCapacity)()));
   if (opts.stack !== false) lines.push(...await checkStack(config, opts));

@@ -68,8 +68,12 @@ export function register(program: Command): void {
       const { client, close } = await connectClient(cmd.optsWithGlobals());
       try {
         let status: string;
+        let workflowType = 'TrainRun';
         try {
-          status = (await client.workflow.getHandle(run).describe()).status.name;
+          const desc = await client.workflow.getHandle(run).describe();
+          status = desc.status.name;
+          // An SftRun restarts as an SftRun: the same state file, the same frozen data.
+          if (desc.type === 'SftRun') workflowType = 'SftRun';
         } catch (err) {
           notFound(err, `run "${run}"`);
         }
@@ -79,7 +83,7 @@ export function register(program: Command): void {
         const { input, from } = restartPlan(run, status, state, opts.config, artifacts);
         let handle;
         try {
-          handle = await client.workflow.start('TrainRun', {
+          handle = await client.workflow.start(workflowType, {
             taskQueue: TASK_QUEUES.main, workflowId: run, args: [input],
             workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
           });

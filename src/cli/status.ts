@@ -13,7 +13,7 @@ function sa(attrs: Record<string, unknown> | undefined, key: string): unknown {
 export function register(program: Command): void {
   program.command('status')
     .description('without a run: list recent runs; with one: finished steps and a live bar for the current step')
-    .argument('[run]', 'run id (the TrainRun workflow id)')
+    .argument('[run]', 'run id (the TrainRun or SftRun workflow id)')
     .option('--once', 'print a snapshot and exit instead of following the run')
     .option('-n, --limit <n>', 'runs to list', '20')
     .addHelpText('after', '\nExamples:\n  $ ratchet status\n  $ ratchet status smoke-1\n  $ ratchet status smoke-1 --once')
@@ -24,7 +24,7 @@ export function register(program: Command): void {
         if (!run) {
           let n = 0;
           const limit = Number(opts.limit) || 20;
-          for await (const wf of client.workflow.list({ query: "WorkflowType = 'TrainRun'" })) {
+          for await (const wf of client.workflow.list({ query: "WorkflowType = 'TrainRun' OR WorkflowType = 'SftRun'" })) {
             if (n++ === 0) console.log(c.dim(`${'run'.padEnd(28)} ${'status'.padEnd(21)} ${'step'.padStart(5)} ${'policy'.padStart(6)} ${'reward'.padStart(8)}  started`));
             const attrs = wf.searchAttributes as Record<string, unknown>;
             const st = wf.status.name;

@@ -15,34 +15,61 @@ export function defaultRunId(name: string | undefined, now = new Date()): string
   return `${name ?? 'run'}-${stamp}`;
 }
 
+interface RunCommand {
+  name: 'train' | 'sft';
+  workflowType: 'TrainRun' | 'SftRun';
+  description: string;
+  example: string;
+}
+
+const COMMANDS: RunCommand[] = [
+  { name: 'train', workflowType: 'TrainRun', description: 'start a TrainRun from a run config (validated here first)', example: 'configs/swe-grep/smoke.toml' },
+  {
+    name: 'sft', workflowType: 'SftRun', example: 'configs/swe-grep/sft.toml',
+    description: 'start an SftRun: supervised fine-tuning on the trajectories of the config\'s [sft] section (validated here first)',
+  },
+];
+
 export function register(program: Command): void {
-  program.command('train')
-    .description('start a TrainRun from a run config (validated here first)')
-    .argument('<config>', 'run config, e.g. configs/swe-grep/smoke.toml')
+  for (const spec of COMMANDS) registerRun(program, spec);
+}
+
+function registerRun(program: Command, spec: RunCommand): void {
+  const { name: cmdName, workflowType, example } = spec;
+  program.command(cmdName)
+    .description(spec.description)
+    .argument('<config>', `run config, e.g. ${example}`)
     .option('--run-id <id>', 'workflow id of the run (default: <config name>-<UTC time>); an existing id with a finished step resumes')
     .option('--wait', 'follow the run: one line per step with reward and components, then the Web UI URL')
     .option('--no-check', 'skip `ratchet check` (config, environments, datasets, model, host, stack) before starting')
-    .addHelpText('after', '\nExamples:\n  $ ratchet train configs/swe-grep/smoke.toml\n  $ ratchet train configs/swe-grep/smoke.toml --run-id smoke-1 --wait\n\n' +
-      'Same as: temporal workflow start --type TrainRun --task-queue ratchet --input \'{"configPath": "..."}\'')
+    .addHelpText('after', `\nExamples:\n  $ ratchet ${cmdName} ${example}\n  $ ratchet ${cmdName} ${example} --run-id ${cmdName}-1 --wait\n\n` +
+      `Same as: temporal workflow start --type ${workflowType} --task-queue ratchet --input '{"configPath": "..."}'`)
     .action(async (configPath: string, opts: { runId?: string; wait?: boolean; check: boolean }, cmd: Command) => {
       const g = cmd.optsWithGlobals<{ address?: string; namespace?: string }>();
       if (opts.runId !== undefined && !/^[A-Za-z0-9._-]+$/.test(opts.runId)) throw new CliError(`--run-id "${opts.runId}": use letters, digits, ".", "_" and "-" only`, EXIT.usage);
       // The same checks as `ratchet check`: a run that would fail on its config, data or model never starts.
       let name: string | undefined;
       let weight: number | undefined;
+      let hasSft = false;
       if (opts.check) {
         const checked = (await checkOrThrow(configPath, { ...g, stack: true, quiet: true })).config;
         name = checked?.name;
         weight = checked?.orchestrator.fairness_weight;
+        hasSft = checked?.sft !== undefined;
       } else {
         try {
           const loaded = (await loadRunConfig(configPath)).config;
           name = loaded.name;
           weight = loaded.orchestrator.fairness_weight;
+          hasSft = loaded.sft !== undefined;
         } catch (err) {
           if (err instanceof ConfigError) throw new CliError(err.message, EXIT.invalidInput);
           throw err;
         }
+      }
+      if (workflowType === 'SftRun' && !hasSft) {
+        throw new CliError(`${configPath}: ratchet sft needs an [sft] section naming its trajectories, e.g. [sft] data = ["demos.jsonl"]. ` +
+          'Fix: add it (docs/training.md, "Supervised fine-tuning")', EXIT.invalidInput);
       }
       const runId = opts.runId ?? defaultRunId(name);
       const { client, close } = await connectClient(g);
@@ -51,7 +78,7 @@ export function register(program: Command): void {
         let handle;
         try {
           // The run's keys on its own workflow too: every activity it starts inherits them (src/shared/fairness.ts).
-          handle = await client.workflow.start('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input], priority: trainingPriority(runId, weight) });
+          handle = await client.workflow.start(workflowType, { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input], priority: trainingPriority(runId, weight) });
         } catch (err) {
           if (err instanceof WorkflowExecutionAlreadyStartedError) {
             throw new CliError(`run "${runId}" is already running. Follow it: ratchet status ${runId}; or pick another --run-id`, EXIT.failure);

@@ -66,7 +66,11 @@ export const TrainerConfig = z.object({
   /** Gradient checkpointing: every `freq` layers (0 = off), as prime-rl's [model.ac]. */
   ac: z.object({ freq: z.number().int().min(0).max(1024).default(0) }).strict().default({}),
   loss: z.object({
-    kind: z.enum(['grpo', 'gspo']).default('grpo'),
+    /**
+     * grpo: token-level ratio; gspo: sequence-level ratio; sft: supervised fine-tuning,
+     * the negative log-likelihood of exactly the policy's tokens (the loss mask), for `SftRun`.
+     */
+    kind: z.enum(['grpo', 'gspo', 'sft']).default('grpo'),
     /** Clip range; unset: the loss's own (grpo 0.2/0.28, gspo 3e-4/4e-4: GSPO clips a sequence ratio). */
     eps_low: z.number().min(0).max(1).optional(),
     eps_high: z.number().min(0).max(10).optional(),
@@ -304,6 +308,22 @@ const MetricsConfig = z.object({
   }).strict().optional(),
 }).strict();
 
+/**
+ * [sft]: what an SftRun (`ratchet sft`) trains on. The trajectories are Ratchet's own
+ * (ratchet.trajectory/v1, one a line: scripted demonstrations, the successful episodes of a
+ * run, or your own); they are checked against the model's template and frozen into the run's
+ * store when the run opens (src/sft/). TrainRun ignores this section.
+ */
+export const SftSection = z.object({
+  /** JSONL files of trajectories, relative to the directory the worker runs in. */
+  data: z.array(z.string().min(1)).nonempty('name at least one JSONL file of trajectories, e.g. data = ["demos.jsonl"]'),
+  /** Rejection sampling: keep completed trajectories whose reward is at least this. Unset: keep every trajectory. */
+  min_reward: z.number().min(-1e6).max(1e6).optional(),
+  /** Trajectories per step. */
+  batch_size: z.number().int().positive().max(10_000).default(8),
+}).strict();
+export type SftSection = z.infer<typeof SftSection>;
+
 export const RunConfig = z.object({
   name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'use letters, digits, ".", "_" and "-" only').optional(),
   model: z.object({
@@ -320,6 +340,7 @@ export const RunConfig = z.object({
   artifacts: ArtifactsConfig.default({}),
   liveness: LivenessSection.default({}),
   metrics: MetricsConfig.default({}),
+  sft: SftSection.optional(),
 }).strict();
 
 /**
@@ -358,6 +379,10 @@ export function crossCheckRunConfig(raw: unknown, config: RunConfig): string[] {
   const loss = config.trainer.loss;
   const adv = config.orchestrator.advantage;
   const out: string[] = [];
+  if (loss.kind === 'sft') {
+    out.push('trainer.loss.kind: "sft" is set by an SftRun itself (ratchet sft, with an [sft] section); a run config keeps its RL loss. ' +
+      'Fix: remove kind, or set "grpo" or "gspo"');
+  }
   if (adv.kind === 'dr_grpo' && rawAdv.std_normalize === true) {
     out.push('orchestrator.advantage.std_normalize: true with kind = "dr_grpo", which never divides by the group std (that is its fix). ' +
       'Fix: remove std_normalize, or use kind = "grpo"');

@@ -16,6 +16,7 @@ import type { RolloutInput } from './rollout';
 import type { LoadedConfig, ResumeState } from './run';
 import type { RolloutStats, SampledTask, StepSummary } from './step';
 import type { WeightSyncActivities } from './weightSync';
+import type { SftActivities } from './sft';
 
 // ---- Config (src/activities/config.ts) ----
 
@@ -104,7 +105,7 @@ export const BuildBatchInput = z.object({
   /** The run's [artifacts] store; absent: the worker's default store. */
   artifacts: ArtifactsFields.optional(),
   /** The run's [trainer.loss] kind and normalization: the manifest records the length normalizer they make. */
-  loss: z.object({ kind: z.enum(['grpo', 'gspo']), normalization: z.enum(['token', 'sequence', 'dr_grpo']) }).optional(),
+  loss: z.object({ kind: z.enum(['grpo', 'gspo', 'sft']), normalization: z.enum(['token', 'sequence', 'dr_grpo']) }).optional(),
 });
 export type BuildBatchInput = z.input<typeof BuildBatchInput>;
 
@@ -166,4 +167,4 @@ export interface RolloutWorkersActivities {
 
 /** The main worker's activities (task queue `ratchet`): src/activities/index.ts implements them. */
 export interface MainActivities extends ConfigActivities, DatasetActivities, BatchActivities, RolloutSummaryActivities,
-  WeightSyncActivities, MetricsActivities, EvalActivities, RolloutWorkersActivities {}
+  WeightSyncActivities, MetricsActivities, EvalActivities, RolloutWorkersActivities, SftActivities {}

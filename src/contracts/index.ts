@@ -8,6 +8,7 @@
  * - rollout.ts: the rollout activity's input, one schema: workflows send its input type, the activity parses it
  * - trajectory.ts: one rollout as the rollout worker saves it and the batch builder reads it, and its RolloutSummary
  * - trainer.ts: the Python trainer's activities
+ * - sft.ts: SftRun's activities (its data frozen into the store, a step's batch)
  * - outage.ts: a store or disk outage handed to the OutageWait workflow
  * docs/contracts.md names the other side of each (the Python trainer's where there is one).
  */
@@ -17,6 +18,7 @@ export * from './outage';
 export * from './records';
 export * from './rollout';
 export * from './run';
+export * from './sft';
 export * from './step';
 export * from './trainer';
 export * from './trajectory';

@@ -47,7 +47,7 @@ export function groupAdvantages(rewards: readonly number[], cfg: Pick<AdvantageC
 
 /** The trainer's loss settings the length normalizer comes from ([trainer.loss] kind and normalization). */
 export interface LossRecipe {
-  kind: 'grpo' | 'gspo';
+  kind: 'grpo' | 'gspo' | 'sft';
   normalization: 'token' | 'sequence' | 'dr_grpo';
 }
 

@@ -253,3 +253,24 @@ test('a prefix-stable template (configs/templates/smollm2-tools.jinja) passes th
   expect(r.failed).toBe('');
   expect(r.text).toContain('chat template keeps multi-turn prefixes');
 });
+
+describe('[sft] (ratchet sft)', () => {
+  test('a data file that does not exist', async () => {
+    const r = await check({ ...baseConfig(), sft: { data: [path.join(dir, 'nope.jsonl')] } });
+    expect(r.code).toBe(EXIT.invalidInput);
+    expect(r.failed).toMatch(/sft\.data\.0: cannot read .*nope\.jsonl.*Fix: make demonstrations/);
+  });
+
+  test('a bad line is named by file and line', async () => {
+    const file = dataset('sft-bad.jsonl', ['{"format": "ratchet.trajectory/v1"}']);
+    const r = await check({ ...baseConfig(), sft: { data: [file] } });
+    expect(r.code).toBe(EXIT.invalidInput);
+    expect(r.failed).toContain(`sft.data.0: ${file}:1: field `);
+  });
+
+  test('trainer.loss.kind = "sft" in a run config (SftRun sets it itself)', async () => {
+    const r = await check(setKey(baseConfig(), 'trainer.loss.kind', 'sft'));
+    expect(r.code).toBe(EXIT.invalidInput);
+    expect(r.failed).toMatch(/trainer\.loss\.kind: "sft" is set by an SftRun itself/);
+  });
+});

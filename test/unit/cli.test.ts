@@ -22,7 +22,7 @@ describe('ratchet CLI (no stack needed)', () => {
   afterEach(() => { jest.restoreAllMocks(); process.exitCode = undefined; });
 
   it('--help on every command exits 0 with examples', async () => {
-    for (const cmd of ['up', 'down', 'doctor', 'check', 'train', 'status', 'pause', 'resume', 'stop', 'eval', 'report', 'schedule', 'schedule eval']) {
+    for (const cmd of ['up', 'down', 'doctor', 'check', 'train', 'sft', 'status', 'pause', 'resume', 'stop', 'eval', 'report', 'schedule', 'schedule eval']) {
       out = [];
       expect(await main([...cmd.split(' '), '--help'])).toBe(EXIT.ok);
       expect(out.join('')).toMatch(/Examples:|Usage:/);
@@ -61,6 +61,17 @@ describe('ratchet CLI (no stack needed)', () => {
     writeFileSync(file, '[orchestrator]\nbatch_size = -1\n');
     expect(await main(['train', file])).toBe(EXIT.invalidInput);
     expect(err.join('')).toMatch(/orchestrator\.batch_size/);
+  });
+
+  it('sft with a config without [sft] exits 5 with the fix, before connecting anywhere', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'ratchet-cfg-'));
+    const file = path.join(dir, 'rl.toml');
+    writeFileSync(file, '[[env]]\nid = "swe-grep"\n');
+    expect(await main(['sft', file, '--no-check'])).toBe(EXIT.invalidInput);
+    expect(err.join('')).toMatch(/ratchet sft needs an \[sft\] section .*Fix: add it/);
+    out = [];
+    expect(await main(['sft', '--help'])).toBe(EXIT.ok);
+    expect(out.join('')).toContain('temporal workflow start --type SftRun');
   });
 
   it('helpers', () => {

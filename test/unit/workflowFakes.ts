@@ -10,6 +10,7 @@ import type { BuildBatchInput, RolloutInput } from '../../src/contracts';
 import { pickResume, taskIdOf, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/contracts';
 import type { RecordStepInput } from '../../src/contracts';
 import type { SyncWeightsInput } from '../../src/contracts';
+import type { BuildSftBatchInput, PrepareSftDataInput } from '../../src/contracts/sft';
 import { rolloutStats } from '../../src/rollouts/stats';
 import { createRolloutWorkersActivities } from '../../src/activities/rolloutWorkers';
 
@@ -54,6 +55,8 @@ export interface FakeOptions {
   inferenceDownAtStart?: boolean;
   /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
   leases?: number;
+  /** The config's [sft] section (for SftRun; data = ["demos.jsonl"], batch_size 4 unless given); absent: none. */
+  sft?: Record<string, unknown>;
 }
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; lr?: number }
@@ -65,11 +68,14 @@ export function makeFakes(opts: FakeOptions = {}) {
     name: 'fake',
     orchestrator: { batch_size: 2, rollouts_per_example: 3, max_steps: 3, async_level: 0, max_concurrent_rollouts: 4, ...opts.orchestrator },
     env: [{ id: 'swe-grep' }],
+    ...(opts.sft ? { sft: { data: ['demos.jsonl'], batch_size: 4, ...opts.sft } } : {}),
   });
   const configRef = ref('config');
+  const sftPrepares: PrepareSftDataInput[] = [];
+  const sftBatches: BuildSftBatchInput[] = [];
   const records: RecordStepInput[] = [];
   const batches: BuildBatchInput[] = [];
-  const loads: { worker: string; checkpoint?: ArtifactRef }[] = [];
+  const loads: { worker: string; checkpoint?: ArtifactRef; lossKind?: string }[] = [];
   const syncs: SyncWeightsInput[] = [];
   const releases: { worker: string; runId: string }[] = [];
   const unloads: string[] = [];
@@ -154,6 +160,16 @@ export function makeFakes(opts: FakeOptions = {}) {
       const r = input.record;
       return { step: r.step, meanReward: r.mean_reward, components: r.reward_components, rollouts: r.rollouts, dropped: 0, policyVersion: r.policy_version };
     },
+    async prepareSftData(input: PrepareSftDataInput) {
+      sftPrepares.push(input);
+      events.push({ t: now(), what: 'prepareSftData' });
+      return { data: ref('sft-data'), trajectories: 10, rejected: 0 };
+    },
+    async buildSftBatch(input: BuildSftBatchInput) {
+      sftBatches.push(input);
+      events.push({ t: now(), what: 'buildSftBatch', step: input.step });
+      return { batch: ref(`batch-${input.step}`), manifest: ref(`manifest-${input.step}`), summary: { samples: input.batchSize, dropped: {} } };
+    },
     async buildBatch(input: BuildBatchInput) {
       batches.push(input);
       events.push({ t: now(), what: 'buildBatch', step: input.step, version: input.trainerPolicyVersion });
@@ -222,8 +238,8 @@ export function makeFakes(opts: FakeOptions = {}) {
   const trainerFor = (worker: string) => {
     let version = 0;
     return {
-      async 'trainer.load'(input: { run_id: string; checkpoint?: ArtifactRef }) {
-        loads.push({ worker, checkpoint: input.checkpoint });
+      async 'trainer.load'(input: { run_id: string; checkpoint?: ArtifactRef; trainer_config?: { loss?: { kind?: string } } }) {
+        loads.push({ worker, checkpoint: input.checkpoint, lossKind: input.trainer_config?.loss?.kind });
         version = input.checkpoint ? Number(/step-(\d+)/.exec(input.checkpoint.uri)![1]) + 1 : 0;
         return { step: version - 1, policy_version: version, ledger: [] };
       },
@@ -272,5 +288,6 @@ export function makeFakes(opts: FakeOptions = {}) {
     };
   };
 
-  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, applied, releases, unloads, leased, announces: () => announces };
+  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, applied, releases, unloads, leased, announces: () => announces,
+    sftPrepares, sftBatches };
 }

@@ -80,12 +80,14 @@ class OptimConfig:
 # Clip ranges follow the loss: PPO/GRPO clip a token ratio (0.2/0.28, DAPO's
 # clip-higher); GSPO clips a sequence ratio, the exp of a mean log-ratio, whose
 # published ranges are three orders of magnitude smaller (Zheng et al. 2025).
-DEFAULT_CLIP = {"grpo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
+DEFAULT_CLIP = {"grpo": (0.2, 0.28), "gspo": (3e-4, 4e-4), "sft": (0.2, 0.28)}  # sft: no ratio, never used
 
 
 @dataclass(frozen=True)
 class LossConfig:
-    kind: str = "grpo"  # grpo (token-level ratio) | gspo (sequence-level ratio)
+    # grpo (token-level ratio) | gspo (sequence-level ratio) | sft (supervised: token-level
+    # negative log-likelihood of the policy's tokens, advantages and behaviour logprobs unused)
+    kind: str = "grpo"
     eps_low: float | None = None  # None: DEFAULT_CLIP[kind]
     eps_high: float | None = None
     # token: mean over all trainable tokens of the batch (DAPO);
@@ -195,7 +197,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "bfloat16", "float16", "float32"),
     "model.attn_implementation": ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2"),
     "model.lora_dtype": ("auto", "float32"),
-    "loss.kind": ("grpo", "gspo"),
+    "loss.kind": ("grpo", "gspo", "sft"),
     "loss.normalization": ("token", "sequence", "dr_grpo"),
     "loss.correction": ("tis", "icepop", "mask", "none"),
     "device": ("auto", "cpu", "cuda"),

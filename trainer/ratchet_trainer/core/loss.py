@@ -107,6 +107,8 @@ class LossStats:
             "mismatch_capped_frac": self.capped / n,
             "floor_logprobs": self.floor,
         }
+        if loss_type == "sft":  # mean negative log-likelihood per trained token
+            out["nll"] = self.extra.get("nll_sum", 0.0) / n
         return out
 
 
@@ -122,6 +124,37 @@ def _dual_clipped(obj: torch.Tensor, adv: torch.Tensor, c: float) -> torch.Tenso
     if c <= 0:
         return torch.zeros_like(adv, dtype=torch.bool)
     return (adv < 0) & (obj < c * adv)
+
+
+def _sft_loss(logp: torch.Tensor, ent: torch.Tensor, mb: MicroBatch, sel: torch.Tensor, cfg: LossConfig,
+              norm: Normalizer, stats: LossStats) -> torch.Tensor:
+    """Supervised fine-tuning: the negative log-likelihood of the loss mask's tokens.
+
+    The mask is the same one RL trains on (the policy's own tokens; prompts and tool
+    outputs carry none), so SFT on a demonstration teaches exactly what the policy
+    would have had to generate. Advantages and behaviour logprobs are not read: a
+    scripted demonstration has no sampler. The normaliser is the run's
+    (`token`: mean over the batch's trainable tokens; `sequence`: mean per
+    trajectory, then over trajectories; `dr_grpo`: sum / (trajectories x max_tokens)),
+    global over the batch as for the policy-gradient losses.
+    """
+    sample_idx = mb.sample_index[:, 1:][sel]
+    assert norm.sample_trajectory is not None
+    traj_idx = norm.sample_trajectory.to(sel.device)[sample_idx]
+    K = max(norm.num_trajectories, 1)
+    if cfg.normalization == "token":
+        w = torch.full_like(logp, 1.0 / max(norm.total_tokens, 1))
+    elif cfg.normalization == "dr_grpo":
+        w = torch.full_like(logp, 1.0 / (K * norm.max_tokens))
+    else:
+        w = 1.0 / (K * norm.tokens_per_trajectory.to(sel.device)[traj_idx].float())
+    loss = -(logp * w).sum()
+    with torch.no_grad():
+        stats.tokens += int(sel.sum())
+        stats.entropy_sum += float(ent.sum())
+        stats.loss += float(loss.detach())
+        stats.extra["nll_sum"] = stats.extra.get("nll_sum", 0.0) + float(-logp.detach().sum())
+    return loss
 
 
 def micro_batch_loss(
@@ -163,6 +196,8 @@ def micro_batch_loss(
         t = out.hidden if isinstance(out, HeadInput) else out
         return t.sum() * 0.0  # keeps the graph connected; contributes nothing
     logp, ent = token_logprobs(out, mb.input_ids, sel, temperature)
+    if cfg.kind == "sft":
+        return _sft_loss(logp, ent, mb, sel, cfg, norm, stats)
     inf_lp = mb.inference_logprobs[:, 1:][sel]
     adv = mb.advantages[:, 1:][sel]
     # The trajectory each selected token belongs to (rows are samples when padded,

@@ -1,0 +1,119 @@
+import type { Completion, CompletionRequest, ModelClient } from '../../agent/model';
+import type { ToolCall } from '../../contracts/trajectory';
+import type { Task } from '../../tasks/schema';
+
+/**
+ * The scripted swe-grep solver: a "policy" that drives the shared agent loop with the
+ * steps a person would take, so its episodes run on the real sandboxes with real tool
+ * outputs. It reads the failing test, picks the functions the test calls, searches for
+ * their definitions outside the tests, and answers with the file that defines the first
+ * one found. It decides every step from the tool output it just read (never from the
+ * gold answer), so a demonstration shows the use of a tool output; episodes where its
+ * guess is wrong score low and are filtered out by reward (src/sft/demos.ts).
+ *
+ * Its replies carry no token ids: no server sampled them. SFT renders them with the
+ * model's own chat template (src/sft/trajectories.ts).
+ */
+
+// Names a test calls that are never the code under test.
+const NOT_CANDIDATES = new Set([
+  'assert', 'print', 'len', 'range', 'list', 'dict', 'set', 'tuple', 'str', 'int', 'float', 'bool', 'bytes', 'type', 'isinstance',
+  'issubclass', 'sorted', 'reversed', 'enumerate', 'zip', 'map', 'filter', 'any', 'all', 'sum', 'min', 'max', 'abs', 'repr', 'next',
+  'iter', 'open', 'getattr', 'setattr', 'hasattr', 'super', 'object', 'round', 'hash', 'id', 'vars', 'format', 'Exception', 'ValueError',
+  'TypeError', 'KeyError', 'IndexError', 'RuntimeError', 'AttributeError', 'StopIteration', 'NotImplementedError', 'raises', 'approx',
+  'fixture', 'mark', 'parametrize', 'skip', 'xfail', 'assertEqual', 'assertTrue', 'assertFalse', 'assertRaises', 'assertIn', 'assertIs',
+  'assertIsNone', 'assertIsNotNone', 'assertNotEqual', 'assertAlmostEqual', 'append', 'extend', 'join', 'split', 'strip', 'encode',
+  'decode', 'items', 'keys', 'values', 'get', 'pop', 'update', 'copy', 'read', 'write', 'seek', 'tell', 'close', 'lower', 'upper',
+  'replace', 'startswith', 'endswith', 'def', 'class', 'return', 'if', 'for', 'while', 'with', 'lambda', 'not', 'and', 'or', 'in', 'is',
+]);
+
+/** "tests/test_x.py::TestA::test_b" -> the file and the test function's name. */
+export function failingTest(id: string): { file: string; name: string } {
+  const parts = id.split('::');
+  const name = (parts[parts.length - 1] ?? '').replace(/\[.*$/, '');
+  return { file: parts[0] ?? '', name };
+}
+
+/** Step 1: the failing test's source (its def line and what follows). */
+export function readTestCommand(test: { file: string; name: string }): string {
+  return `grep -n -A 25 "def ${test.name}(" ${test.file} | head -40`;
+}
+
+/** Step 2: the functions the test calls, first called first, without builtins, assertions or the test itself. */
+export function calledNames(testSource: string, testName: string): string[] {
+  const out: string[] = [];
+  // Only the test's own body: stop at the next def at the same or a lower indent.
+  const lines = testSource.split('\n');
+  const body: string[] = [];
+  let indent = -1;
+  for (const raw of lines) {
+    const line = raw.replace(/^\d+[:-]/, ''); // grep -n prefixes
+    const m = /^(\s*)(async\s+)?def\s+(\w+)/.exec(line);
+    if (m) {
+      if (indent >= 0 && m[1]!.length <= indent) break;
+      if (m[3] === testName) { indent = m[1]!.length; continue; }
+    }
+    if (indent >= 0) body.push(line);
+  }
+  for (const m of body.join('\n').matchAll(/(?<![\w.])(?:\w+\.)*(\w+)\s*\(/g)) {
+    const name = m[1]!;
+    if (NOT_CANDIDATES.has(name) || name === testName || /^test_?/i.test(name) || /^assert/.test(name) || out.includes(name)) continue;
+    out.push(name);
+  }
+  return out;
+}
+
+/** Step 3: where those names are defined, outside the tests. */
+export function searchDefinitionsCommand(names: string[]): string {
+  const alt = names.map((n) => n.replace(/[^\w]/g, '')).join('|');
+  // grep, not rg: the same command wherever the sandbox image came from.
+  return `grep -rnE "^\\s*(async\\s+)?(def|class)\\s+(${alt})\\b" --include='*.py' --exclude-dir=tests --exclude-dir=test . | grep -v '/test_' | head -20`;
+}
+
+/** Step 4: the first definition found, in the order the test calls the names. */
+export function definitionFromSearch(output: string, names: string[]): { file: string; name: string } | undefined {
+  const hits: { file: string; name: string }[] = [];
+  for (const line of output.split('\n')) {
+    const m = /^(?:\.\/)?([^:\s]+\.py):\d+:\s*(?:async\s+)?(?:def|class)\s+(\w+)/.exec(line);
+    if (m) hits.push({ file: m[1]!, name: m[2]! });
+  }
+  for (const n of names) {
+    const hit = hits.find((h) => h.name === n);
+    if (hit) return hit;
+  }
+  return hits[0];
+}
+
+let callSeq = 0;
+const call = (name: string, args: Record<string, unknown>): ToolCall => ({
+  id: `call_${name}_${++callSeq}`, type: 'function', function: { name, arguments: JSON.stringify(args) },
+});
+
+function reply(toolCalls: ToolCall[], content = ''): Completion {
+  return {
+    content, tool_calls: toolCalls, finish_reason: toolCalls.length ? 'tool_calls' : 'stop',
+    prompt_token_ids: null, completion_token_ids: null, completion_logprobs: null, prompt_tokens: 0, completion_tokens: 0,
+  };
+}
+
+/**
+ * The solver for one task. State is read from the conversation (the tool outputs so far),
+ * so it is the same whatever the loop retries.
+ */
+export function sweGrepSolver(task: Pick<Task, 'FAIL_TO_PASS'>): ModelClient {
+  const test = failingTest(task.FAIL_TO_PASS[0] ?? '');
+  return {
+    async complete(req: CompletionRequest): Promise<Completion> {
+      const outputs = req.messages.filter((m) => m.role === 'tool').map((m) => m.content ?? '');
+      if (outputs.length === 0) return reply([call('bash', { command: readTestCommand(test) })]);
+      const names = calledNames(outputs[0]!, test.name);
+      if (outputs.length === 1) {
+        if (names.length === 0) return reply([call('result', { files: [test.file] })]); // nothing to search for: a wrong answer, filtered out
+        return reply([call('bash', { command: searchDefinitionsCommand(names.slice(0, 4)) })]);
+      }
+      const found = definitionFromSearch(outputs[1]!, names);
+      if (!found) return reply([call('result', { files: [test.file] })]);
+      return reply([call('result', { files: [found.file], functions: [`${found.file}::${found.name}`] })]);
+    },
+  };
+}

@@ -1,0 +1,140 @@
+/**
+ * SftRun against a real Temporal dev server (the PyPI CLI, never downloaded) with fake
+ * activities: every step trains once with the SFT loss and is served; a trainer that dies
+ * mid-step is replaced and the step applied exactly once; pause, stop and status as a
+ * TrainRun's; a config without [sft] is refused.
+ * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
+ */
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { WorkflowFailedError, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
+import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
+import type { SftRun } from '../../src/workflows/sftRun';
+import type { TrainRunInput } from '../../src/contracts';
+import { makeFakes, type FakeOptions } from './workflowFakes';
+import { recordHistory } from '../helpers/histories';
+
+jest.setTimeout(120_000);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+async function waitFor(pred: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await sleep(100);
+  }
+}
+const quietLogger = {
+  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
+  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
+};
+
+describeWithStack('SftRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
+  let env: TestWorkflowEnvironment;
+  let bundle: WorkflowBundleWithSourceMap;
+
+  beforeAll(async () => {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+    env = await TestWorkflowEnvironment.createLocal({
+      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA), extraArgs: TEMPORAL_DEV_ARGS },
+    });
+    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
+  }, 180_000);
+
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  async function withWorkers<T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> {
+    const fakes = makeFakes(opts);
+    const conn = env.nativeConnection;
+    const workers = await Promise.all([
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
+      ...['w1', 'w2', 'w3'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
+    ]);
+    const all = Promise.all(workers.map((w) => w.run()));
+    try {
+      return await fn(fakes);
+    } finally {
+      for (const w of workers) w.shutdown();
+      await all;
+    }
+  }
+
+  let n = 0;
+  async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof SftRun>> {
+    const runId = `sft-${process.pid}-${++n}`;
+    return env.client.workflow.start<typeof SftRun>('SftRun', {
+      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake-sft.toml', runId, ...input }],
+    });
+  }
+
+  test('every step: a seeded batch of the frozen data, one SFT optimizer step, a checkpoint, weight sync, a step record', async () => {
+    await withWorkers({ sft: { batch_size: 3 }, orchestrator: { max_steps: 3, seed: 7 } }, async (f) => {
+      const handle = await start();
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+      expect(f.sftPrepares.map((p) => p.data)).toEqual([['demos.jsonl']]);
+      expect(f.sftBatches.map((b) => [b.step, b.seed, b.batchSize, b.data.uri])).toEqual([
+        [0, 7, 3, 'file:///fake/sft-data'], [1, 7, 3, 'file:///fake/sft-data'], [2, 7, 3, 'file:///fake/sft-data']]);
+      // The trainer is loaded with the SFT loss, whatever the config's RL loss is.
+      expect(f.loads.map((l) => l.lossKind)).toEqual(['sft']);
+      expect([...f.applied.values()]).toEqual([1, 1, 1]);
+      expect(f.syncs.map((s) => s.policyVersion)).toEqual([1, 2, 3]);
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.record.rollouts, r.record.adapter?.uri])).toEqual([
+        [0, 1, 0, 'file:///fake/adapter-step-0'], [1, 2, 0, 'file:///fake/adapter-step-1'], [2, 3, 0, 'file:///fake/adapter-step-2']]);
+      expect(f.releases.map((r) => r.runId)).toEqual([handle.workflowId]);
+      expect(await handle.query(progressQuery)).toMatchObject({ status: 'completed', step: 3, policyVersion: 3 });
+      expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('completed');
+      await recordHistory(handle, 'sftrun');
+    });
+  });
+
+  test('a trainer that dies mid-step is replaced: it reloads the last checkpoint and each step is applied exactly once', async () => {
+    await withWorkers({ sft: {}, orchestrator: { max_steps: 3 }, deadTrainers: ['w1'], deadFromStep: 1 }, async (f) => {
+      const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+      expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null, l.lossKind])).toEqual([
+        ['w1', null, 'sft'], ['w2', 'file:///fake/ckpt-step-0', 'sft']]);
+      expect([...f.applied.entries()].map(([k, c]) => [k.split('/')[1], c])).toEqual([['0', 1], ['1', 1], ['2', 1]]);
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.record.trainer.restarts])).toEqual([[0, 1, 0], [1, 2, 1], [2, 3, 0]]);
+      await recordHistory(handle, 'sftrun-trainer-died');
+    });
+  });
+
+  test('pause, resume and stop after the current step, as a TrainRun\'s; continue-as-new keeps the data and the trainer', async () => {
+    await withWorkers({ sft: {}, orchestrator: { max_steps: 6 }, trainMs: 300 }, async (f) => {
+      const handle = await start({ continueAsNewEvery: 2 });
+      await waitFor(async () => f.events.some((e) => e.what === 'train-start'));
+      expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
+      await waitFor(async () => (await handle.query(progressQuery)).phase === 'idle' && f.records.length >= 1);
+      const at = f.records.length;
+      await sleep(700);
+      expect(f.records.length).toBe(at);
+      expect((await handle.query(progressQuery)).status).toBe('paused');
+      expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
+      await waitFor(async () => f.records.length >= 3);
+      await handle.executeUpdate(stopAfterCurrentStepUpdate);
+      const result = await handle.result();
+      expect(result.stopped).toBe('stopped-by-request');
+      expect(result.stepsCompleted).toBeLessThan(6);
+      expect([...f.applied.values()].every((c) => c === 1)).toBe(true);
+      // A later execution finds the frozen data again (the real activity returns the stored copy).
+      expect(f.sftPrepares.length).toBeGreaterThan(1);
+      expect(new Set(f.sftBatches.map((b) => b.step)).size).toBe(f.sftBatches.length);
+      await recordHistory(handle, 'sftrun-pause-stop');
+    });
+  });
+
+  test('a config without [sft] is refused with the fix', async () => {
+    await withWorkers({}, async () => {
+      const handle = await start();
+      const err = await handle.result().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(WorkflowFailedError);
+      expect(String((err as WorkflowFailedError).cause?.message)).toMatch(/an SftRun needs an \[sft\] section .*Fix: add it/);
+    });
+  });
+});
