@@ -55,8 +55,8 @@ describeResume('turn resume (SmolLM2 on vLLM, a real sandbox)', ['docker', 'infe
       task: { datasetPath: taskFile!, instanceId: task.instance_id }, taskSetDir: taskSet!,
       policyVersion: 0, modelName: 'smollm2-135m',
       // A tool call every turn (code-repair has no answer tool), so the episode reaches turn 4.
-      sampling: { temperature: 0.7, top_p: 1, max_tokens: 120, tool_choice: 'required' },
-      envArgs: { max_tokens: 2000, max_tool_calls: 12, max_turns: 6 }, rubric: {},
+      sampling: { temperature: 0.7, top_p: 1, max_tokens: 200, tool_choice: 'required' },
+      envArgs: { max_tokens: 3000, max_tool_calls: 12, max_turns: 6 }, rubric: {},
       sandbox: { memory_mb: 512, cpus: 1, pids_limit: 128, disk_mb: 128, exec_timeout_s: 10, output_limit_bytes: 1024, warm_pool_size: 0 },
       inferenceBaseUrl: process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1', seed: 1,
     };
