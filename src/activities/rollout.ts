@@ -86,7 +86,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: taskId });
     const store = storeFor(input.artifacts, deps.store);
 
-    const episode = await runEpisode({ input, env, sandboxes: deps.sandboxes, model: clientFor(input.inferenceBaseUrl), live, log: rlog });
+    const episode = await runEpisode({ input, env, sandboxes: deps.sandboxes, model: clientFor(input.inferenceBaseUrl), live, log: rlog, store });
     if (isSetupFailed(episode)) {
       // Dropped by the batch builder (cause task_setup), left out of its group's baseline and the step's reward statistics.
       rlog.warn({ err: episode.setupError }, 'task cannot be set up: rollout recorded as setup_error and dropped');

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
-import type { ChatMessage, StopReason, ToolCall, Turn } from '../contracts/trajectory';
+import type { ChatMessage, ResumeRecord, StopReason, ToolCall, Turn } from '../contracts/trajectory';
 import type { Logger } from '../shared/logger';
-import { ContextLengthError, type ModelClient, type TurnSampling } from './model';
+import { ContextLengthError, type Completion, type ModelClient, type TurnSampling } from './model';
 import { toolSpec, type Tool, type ToolContext, type ToolOutcome } from './tool';
 
 /** Episode limits from the env's args (seed 001: max_tokens, max_tool_calls), plus a turn cap. */
@@ -29,6 +29,26 @@ export interface ProgressEvent {
   tool?: string;
 }
 
+/**
+ * A turn an earlier attempt of the episode completed (src/rollouts/journal.ts): the policy's completion,
+ * token for token, and the tool messages it got. Also what `onTurn` hands the journal for each new turn.
+ */
+export interface ReplayTurn {
+  completion: Completion;
+  toolOutputs: ChatMessage[];
+  policyVersion: number;
+  modelMs: number;
+  toolsMs: number;
+}
+
+/** A replayed tool call answered otherwise than when the turn was journaled: the sandbox is not where that attempt's was. */
+export class ReplayDivergedError extends Error {
+  override readonly name = 'ReplayDivergedError';
+  constructor(readonly turn: number, readonly expected: string, readonly actual: string) {
+    super(`replaying turn ${turn + 1} gave another tool output than the journal holds`);
+  }
+}
+
 export interface AgentRunInput {
   model: ModelClient;
   modelName: string;
@@ -44,6 +64,13 @@ export interface AgentRunInput {
   progress?: (event: ProgressEvent) => void;
   signal?: AbortSignal;
   log?: Logger;
+  /**
+   * Turns to replay before sampling anything: their tool calls run in this sandbox and each output must
+   * equal the recorded one (else ReplayDivergedError); the model is not asked for them.
+   */
+  replay?: ReplayTurn[];
+  /** Called with each newly sampled turn once its tool calls ran, before the next turn is sampled: the turn journal. */
+  onTurn?: (turn: number, t: ReplayTurn) => Promise<void>;
 }
 
 export interface AgentStats {
@@ -65,6 +92,8 @@ export interface AgentResult {
   stats: AgentStats;
   model_ms: number;
   tools_ms: number;
+  /** Set by the episode when an earlier attempt had journaled turns. */
+  resume?: ResumeRecord;
 }
 
 /**
@@ -93,9 +122,12 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
     if (remaining <= 0) { stop = 'max_tokens'; break; }
 
     const promptCount = messages.length;
+    const replaying = input.replay?.[turns.length];
     const t0 = performance.now();
-    let completion;
-    try {
+    let completion: Completion;
+    if (replaying) {
+      completion = replaying.completion;
+    } else try {
       completion = await input.model.complete({
         model: input.modelName,
         messages,
@@ -113,8 +145,9 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       if (err instanceof ContextLengthError) { stop = 'context_length'; break; }
       throw err;
     }
-    input.progress?.({ event: 'model-response', turn: turns.length + 1 });
-    const turnModelMs = performance.now() - t0;
+    if (!replaying) input.progress?.({ event: 'model-response', turn: turns.length + 1 });
+    // A replayed turn keeps the model time it took when it was sampled.
+    const turnModelMs = replaying ? replaying.modelMs : performance.now() - t0;
     modelMs += turnModelMs;
     stats.prompt_tokens += completion.prompt_tokens;
     stats.completion_tokens += completion.completion_tokens;
@@ -141,6 +174,8 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
     }
     const turnToolsMs = performance.now() - t1;
     toolsMs += turnToolsMs;
+    const toolOutputs = messages.slice(promptCount + 1);
+    if (replaying) checkReplay(turns.length, replaying.toolOutputs, toolOutputs, stop === 'error' ? error : undefined);
 
     turns.push({
       prompt_message_count: promptCount,
@@ -149,16 +184,37 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       completion_logprobs: completion.completion_logprobs,
       ...(completion.completion_logprob_tokens ? { completion_logprob_tokens: completion.completion_logprob_tokens } : {}),
       finish_reason: completion.finish_reason,
-      policy_version: input.policyVersion,
+      policy_version: replaying ? replaying.policyVersion : input.policyVersion,
       model_ms: turnModelMs,
-      tools_ms: turnToolsMs,
+      tools_ms: replaying ? replaying.toolsMs : turnToolsMs,
     });
+    // A turn whose sandbox failed mid-call never got all its outputs: not journaled, so a retry samples it anew.
+    if (!replaying && input.onTurn && error === undefined) {
+      await input.onTurn(turns.length - 1, { completion, toolOutputs, policyVersion: input.policyVersion, modelMs: turnModelMs, toolsMs: turnToolsMs });
+    }
     input.heartbeat?.({ turn: turns.length, completion_tokens: stats.completion_tokens, tool_calls: stats.tool_calls });
     input.log?.debug({ turn: turns.length, tool_calls: completion.tool_calls.length, finish: completion.finish_reason, stop }, 'agent turn');
     if (stop === undefined && stats.completion_tokens >= limits.max_tokens) stop = 'max_tokens';
   }
 
   return { messages, turns, stop_reason: stop, ...(error !== undefined ? { error } : {}), answer, stats, model_ms: modelMs, tools_ms: toolsMs };
+}
+
+/**
+ * A replayed turn must leave the conversation exactly where the journaled one did: the same tool
+ * messages, content for content. A sandbox failure while replaying is a divergence too (the episode
+ * starts over in a fresh sandbox rather than scoring a turn the policy never saw end that way).
+ */
+function checkReplay(turn: number, recorded: ChatMessage[], replayed: ChatMessage[], fatal: string | undefined): void {
+  if (fatal !== undefined) throw new ReplayDivergedError(turn, recorded[replayed.length]?.content ?? '', `the sandbox failed: ${fatal}`);
+  const n = Math.max(recorded.length, replayed.length);
+  for (let i = 0; i < n; i++) {
+    const want = recorded[i];
+    const got = replayed[i];
+    if (!want || !got || want.content !== got.content || want.tool_call_id !== got.tool_call_id || want.name !== got.name) {
+      throw new ReplayDivergedError(turn, want?.content ?? '(no tool output)', got?.content ?? '(no tool output)');
+    }
+  }
 }
 
 interface CallOutcome extends ToolOutcome {

@@ -12,6 +12,8 @@
  *   report.html                                  `ratchet report`'s default output
  *   tensorboard/  wandb/                         local metric sinks (on an S3 store: under this host's artifacts dir)
  *   steps/<step>/rollouts/<group>/<i>-<sha16>.json  a trajectory, keyed by its content (older runs: <i>.json)
+ *   steps/<step>/rollouts/<group>/<i>.journal/turn-<k>-<attempt>.json  a rollout's turn journal: one part a turn
+ *   steps/<step>/rollouts/<group>/<i>.journal/diverged-<attempt>-<k>.json  a journaled turn whose replay diverged
  *   steps/<step>/rollouts/summaries[-part-<p>].json  the step's rollout summaries
  *   steps/<step>/batch.safetensors, batch.json   the training batch and its manifest
  *   sft/data.jsonl                               an SftRun's trajectories, checked and frozen when it opens
@@ -19,6 +21,7 @@
  *   checkpoints/step-<n>[-<16 hex>].attempt-<id>/   the same step, saved by a save that lost the race for it
  *   evals/<version>/<taskset hash>.json          an EvalSweep result
  *   evals/trajectories/<group>/<i>-<sha16>.json  an eval episode's trajectory (older runs: <i>.json)
+ *   evals/trajectories/<group>/<i>.journal/...   an eval episode's turn journal
  *
  * Pure (no Node built-ins): workflow code may import it.
  */
@@ -30,6 +33,11 @@ export const RUNS_PREFIX = 'runs';
 const run = (runId: string): string => `${RUNS_PREFIX}/${runId}`;
 const stepDir = (runId: string, step: number): string => `${run(runId)}/steps/${step}`;
 const rolloutsDir = (runId: string, step: number): string => `${stepDir(runId, step)}/rollouts`;
+/** Where a rollout's (or an eval episode's) own objects live: its group's folder. */
+const groupDir = (runId: string, step: number, groupId: string): string =>
+  step === EVAL_STEP ? `${run(runId)}/evals/trajectories/${groupId}` : `${rolloutsDir(runId, step)}/${groupId}`;
+const journalDir = (runId: string, step: number, groupId: string, rolloutIndex: number): string =>
+  `${groupDir(runId, step, groupId)}/${rolloutIndex}.journal`;
 
 export const runKeys = {
   /** Everything of one run (a prefix, or a directory on a local store). */
@@ -54,10 +62,22 @@ export const runKeys = {
    */
   trajectory: (runId: string, step: number, groupId: string, rolloutIndex: number, contentSha256?: string): string => {
     const name = `${rolloutIndex}${contentSha256 ? `-${contentSha256.slice(0, 16)}` : ''}.json`;
-    return step === EVAL_STEP
-      ? `${run(runId)}/evals/trajectories/${groupId}/${name}`
-      : `${rolloutsDir(runId, step)}/${groupId}/${name}`;
+    return `${groupDir(runId, step, groupId)}/${name}`;
   },
+  /**
+   * A rollout's turn journal (src/rollouts/journal.ts): every part below it, listed when a retry of the
+   * rollout starts. Keyed by the rollout's identity (run, step, group, index), never by an attempt.
+   */
+  rolloutJournal: journalDir,
+  /**
+   * One turn (0-based `turn`, zero-padded so parts list in turn order) as attempt `attempt` recorded it.
+   * The attempt id keeps a stale attempt's part and its retry's apart: neither overwrites the other.
+   */
+  rolloutJournalTurn: (runId: string, step: number, groupId: string, rolloutIndex: number, turn: number, attempt: string): string =>
+    `${journalDir(runId, step, groupId, rolloutIndex)}/turn-${String(turn).padStart(4, '0')}-${attempt}.json`,
+  /** Attempt `attempt` replayed turn `turn` and got another tool output: that turn's part is not replayed again. */
+  rolloutJournalDiverged: (runId: string, step: number, groupId: string, rolloutIndex: number, attempt: string, turn: number): string =>
+    `${journalDir(runId, step, groupId, rolloutIndex)}/diverged-${attempt}-${turn}.json`,
   /** A step's rollout summaries as one artifact, or one part of them. */
   rolloutSummaries: (runId: string, step: number, part?: number): string =>
     `${rolloutsDir(runId, step)}/summaries${part === undefined ? '' : `-part-${part}`}.json`,

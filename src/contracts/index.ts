@@ -6,6 +6,7 @@
  * - activities.ts: the activities workflows call (the main worker's, the rollout worker's)
  * - eval.ts: EvalSweep's input, plan, episodes and result, and its activities
  * - rollout.ts: the rollout activity's input, one schema: workflows send its input type, the activity parses it
+ * - journal.ts: a rollout's turn journal (each turn as it happens), read back by its retry
  * - trajectory.ts: one rollout as the rollout worker saves it and the batch builder reads it, and its RolloutSummary
  * - trainer.ts: the Python trainer's activities
  * - sft.ts: SftRun's activities (its data frozen into the store, a step's batch)
@@ -14,6 +15,7 @@
  */
 export * from './activities';
 export * from './eval';
+export * from './journal';
 export * from './outage';
 export * from './records';
 export * from './rollout';

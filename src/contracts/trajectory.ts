@@ -108,6 +108,24 @@ export function samplingRecord(s: { temperature: number; top_p: number; top_k?: 
   };
 }
 
+/**
+ * How a rollout's episode used an earlier attempt's journal, recorded on its trajectory.
+ * `resumed`: every journaled turn replayed with the same tool outputs, and sampling went on from there;
+ * `restarted-diverged`: a replayed tool output differed, so the episode started over in a fresh sandbox;
+ * `restarted-unreadable`: the journal could not be read (the store failed), so the episode started over.
+ */
+export const ResumeRecord = z.object({
+  outcome: z.enum(['resumed', 'restarted-diverged', 'restarted-unreadable']),
+  /** Turns the journal held for this rollout (its longest chain). */
+  turns_journaled: z.number().int().nonnegative(),
+  /** Turns kept from the journal: not sampled again. 0 when the episode started over. */
+  turns_replayed: z.number().int().nonnegative(),
+  /** The turn (0-based) whose replayed tool output differed. */
+  diverged_at_turn: z.number().int().nonnegative().optional(),
+  error: z.string().optional(),
+});
+export type ResumeRecord = z.infer<typeof ResumeRecord>;
+
 export const Trajectory = z.object({
   format: z.literal('ratchet.trajectory/v1'),
   run_id: z.string(),
@@ -145,6 +163,11 @@ export const Trajectory = z.object({
     sandbox_ms: z.number().nonnegative(),
     total_ms: z.number().nonnegative(),
   }),
+  /**
+   * Set when an earlier attempt of this rollout had journaled turns (ResumeRecord; the journal itself: ./journal.ts):
+   * how many were kept token for token, or why the episode started over. Absent: a first attempt.
+   */
+  resume: ResumeRecord.optional(),
 });
 export type Trajectory = z.infer<typeof Trajectory>;
 

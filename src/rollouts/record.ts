@@ -18,7 +18,7 @@ import { RolloutSummary, samplingRecord, Trajectory } from '../contracts/traject
 export interface RolloutOutcome {
   taskId: string;
   /** The agent's episode; its stop_reason and error are the rollout's. */
-  result: Pick<AgentResult, 'messages' | 'turns' | 'stop_reason' | 'error' | 'stats' | 'model_ms' | 'tools_ms'>;
+  result: Pick<AgentResult, 'messages' | 'turns' | 'stop_reason' | 'error' | 'stats' | 'model_ms' | 'tools_ms' | 'resume'>;
   final: Record<string, unknown>;
   tests?: TestEvidence;
   score: Score;
@@ -63,6 +63,7 @@ export function trajectoryOf(input: ParsedRolloutInput, env: Pick<Environment, '
     reward: { total: score.total, components: score.components },
     stats: result.stats,
     timing: { model_ms: result.model_ms, tools_ms: result.tools_ms, sandbox_ms: o.sandboxMs, total_ms: o.totalMs },
+    ...(result.resume ? { resume: result.resume } : {}),
   });
 }
 

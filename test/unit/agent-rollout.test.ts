@@ -216,7 +216,10 @@ describe('rollout activity: a task that cannot be set up is a dropped rollout, n
 
   test('saving the trajectory on a full disk fails as DiskFull (non-retryable), for StepRollouts to wait on', async () => {
     const { store, acts } = setup([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
-    jest.spyOn(store, 'put').mockRejectedValueOnce(Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', path: '/art/runs/run1/x.json.tmp-1' }));
+    // The trajectory's write, not the turn journal's (a journal write that fails only ends the journal).
+    const put = store.put.bind(store);
+    jest.spyOn(store, 'put').mockImplementation((key, data) => (key.includes('.journal/') ? put(key, data)
+      : Promise.reject(Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', path: '/art/runs/run1/x.json.tmp-1' }))));
     await expect(new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input('swe-grep')))
       .rejects.toMatchObject({ type: 'DiskFull', nonRetryable: true, message: expect.stringMatching(/disk full writing \/art\/runs\/run1\/x\.json\.tmp-1/) });
   });

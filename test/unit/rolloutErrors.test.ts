@@ -88,7 +88,9 @@ describe('rollout errors: transient is retried, only what stays wrong is invalid
 
   test('the trajectory write finding the store down fails as StoreUnavailable (the step waits; no attempt used)', async () => {
     const { store, acts } = setup();
-    jest.spyOn(store, 'put').mockRejectedValueOnce(new StoreUnavailableError('s3://bucket/p', 'HTTP 503'));
+    // The trajectory's write, not the turn journal's (a journal write that fails only ends the journal).
+    const put = store.put.bind(store);
+    jest.spyOn(store, 'put').mockImplementation((key, data) => (key.includes('.journal/') ? put(key, data) : Promise.reject(new StoreUnavailableError('s3://bucket/p', 'HTTP 503'))));
     await expect(run(acts, input())).rejects.toMatchObject({ type: 'StoreUnavailable', nonRetryable: true });
   });
 

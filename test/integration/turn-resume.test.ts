@@ -1,0 +1,88 @@
+import { existsSync, mkdtempSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import Docker from 'dockerode';
+import pino from 'pino';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createRolloutActivities } from '../../src/activities/rollout';
+import { OpenAIModelClient, type Completion, type CompletionRequest, type ModelClient } from '../../src/agent/model';
+import { LocalArtifactStore } from '../../src/artifacts/store';
+import type { RolloutInput } from '../../src/contracts/rollout';
+import { Trajectory, type RolloutSummary } from '../../src/contracts/trajectory';
+import { readJournal } from '../../src/rollouts/journal';
+import { SandboxManager } from '../../src/sandbox';
+import { loadTasks } from '../../src/tasks/load';
+import { describeWithStack, REPO, STATE } from '../helpers/stack';
+
+/**
+ * Turn resume against real parts: SmolLM2-135M on vLLM, a hardened Docker sandbox, a real task.
+ * The first attempt is aborted (as Temporal cancels an activity whose worker is gone) while it asks
+ * for turn 4; the retry must keep turns 1-3 token for token and never ask vLLM for them again.
+ */
+const TASK_SETS = [path.join(STATE, 'tasks'), path.join(REPO, 'taskgen', 'fixtures')];
+const taskSet = TASK_SETS.find((d) => existsSync(path.join(d, 'train.jsonl')) || existsSync(path.join(d, 'sample_tasks.jsonl')));
+if (!taskSet) console.warn('SKIPPING turn-resume integration test: no task set in .ratchet/tasks or taskgen/fixtures. Fix: bash infra/taskgen.sh');
+const taskFile = taskSet && (existsSync(path.join(taskSet, 'train.jsonl')) ? path.join(taskSet, 'train.jsonl') : path.join(taskSet, 'sample_tasks.jsonl'));
+const describeResume = taskSet ? describeWithStack : (name: string, _needs: unknown, fn: () => void) => describe.skip(name, fn);
+
+const log = pino({ level: process.env.RATCHET_LOG_LEVEL ?? 'silent' });
+const RUN = `itest-resume-${process.pid}`;
+
+/** vLLM, with every request counted and what it answered kept; `onRequest` sees the request number before it goes out. */
+class CountingClient implements ModelClient {
+  requests = 0;
+  answers: Completion[] = [];
+  constructor(private readonly inner: ModelClient, private readonly onRequest?: (n: number) => void) {}
+  async complete(req: CompletionRequest): Promise<Completion> {
+    this.requests += 1;
+    this.onRequest?.(this.requests);
+    const c = await this.inner.complete(req);
+    this.answers.push(c);
+    return c;
+  }
+}
+
+describeResume('turn resume (SmolLM2 on vLLM, a real sandbox)', ['docker', 'inference', 'model'], () => {
+  jest.setTimeout(600_000);
+  const sandboxes = new SandboxManager({ docker: new Docker(), log });
+  const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-resume-')));
+  afterAll(() => sandboxes.close());
+
+  test('killed at turn 4: the retry keeps turns 1-3 token for token and vLLM is not asked for them again', async () => {
+    const task = (await loadTasks(taskFile!, { onInvalid: 'skip' })).tasks[0]!;
+    const input: RolloutInput = {
+      runId: RUN, step: 0, groupId: 'resume-g0', rolloutIndex: 0, envId: 'code-repair',
+      task: { datasetPath: taskFile!, instanceId: task.instance_id }, taskSetDir: taskSet!,
+      policyVersion: 0, modelName: 'smollm2-135m',
+      // A tool call every turn (code-repair has no answer tool), so the episode reaches turn 4.
+      sampling: { temperature: 0.7, top_p: 1, max_tokens: 200, tool_choice: 'required' },
+      envArgs: { max_tokens: 3000, max_tool_calls: 12, max_turns: 6 }, rubric: {},
+      sandbox: { memory_mb: 512, cpus: 1, pids_limit: 128, disk_mb: 128, exec_timeout_s: 10, output_limit_bytes: 1024, warm_pool_size: 0 },
+      inferenceBaseUrl: process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1', seed: 1,
+    };
+    const vllm = new OpenAIModelClient(input.inferenceBaseUrl);
+
+    const killed = new MockActivityEnvironment({ attempt: 1 });
+    // The 4th request is turn 4: the attempt is cancelled as it asks, as a dead worker's attempt is.
+    const first = new CountingClient(vllm, (n) => { if (n === 4) killed.cancel(); });
+    await expect(killed.run(createRolloutActivities({ store, sandboxes, openaiFactory: () => first }).rollout, input)).rejects.toThrow();
+    const journaled = await readJournal(store, input as Parameters<typeof readJournal>[1]);
+    expect(journaled).toHaveLength(3);
+    expect(first.answers).toHaveLength(3);
+
+    const second = new CountingClient(vllm);
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 2 })
+      .run(createRolloutActivities({ store, sandboxes, openaiFactory: () => second }).rollout, input);
+    const t = Trajectory.parse(await store.getJson(summary.trajectory));
+    expect(t.resume).toEqual({ outcome: 'resumed', turns_journaled: 3, turns_replayed: 3 });
+    for (let k = 0; k < 3; k++) {
+      expect(t.turns[k]!.completion_token_ids).toEqual(first.answers[k]!.completion_token_ids);
+      expect(t.turns[k]!.completion_logprobs).toEqual(first.answers[k]!.completion_logprobs);
+      expect(t.turns[k]!.prompt_token_ids).toEqual(first.answers[k]!.prompt_token_ids);
+    }
+    // vLLM answered the retry only for the turns after the journal: one request a new turn.
+    expect(second.requests).toBe(t.turns.length - 3);
+    expect(t.turns.length).toBeGreaterThan(3);
+    expect(t.stop_reason).not.toBe('infra_error');
+  });
+});
