@@ -21,7 +21,7 @@ for name in nano mini-swe-agent; do
     nano) mod=nano ;;
     mini-swe-agent) mod=minisweagent ;;
   esac
-  MSWEA_SILENT_STARTUP=1 "$venv/bin/python" -c "import $mod, litellm, ratchet_harness" \
+  MSWEA_SILENT_STARTUP=1 LITELLM_LOCAL_MODEL_COST_MAP=True "$venv/bin/python" -c "import $mod, litellm, ratchet_harness" \
     || die "harness $name does not import. Fix: rm -rf $venv and run infra/harness-env.sh again"
   stamp_write "harness-$name" "$hash"
   log "harness $name ready"

@@ -10,8 +10,9 @@ import { runAgent, type AgentResult } from '../agent/loop';
 import type { ModelClient } from '../agent/model';
 import type { ToolContext } from '../agent/tool';
 import type { ParsedRolloutInput } from '../contracts/rollout';
-import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
+import { REPO_DIR, type AcquireOptions, type Sandbox, type SandboxManager } from '../envs/sandbox';
 import type { Environment } from '../envs/types';
+import { harnessSpecFor, runHarness } from '../harness/run';
 import type { Liveness } from '../shared/liveness';
 import type { Logger } from '../shared/logger';
 import type { Task } from '../tasks/schema';
@@ -112,7 +113,20 @@ export async function runEpisode({ input, env, sandboxes, model, live, log }: Ep
         infra = `the sandbox failed during setup: ${(err as Error).message}`;
       }
     }
-    result = infra !== undefined ? noEpisode(infra) : await runAgent({
+    result = infra !== undefined ? noEpisode(infra) : env.harness ? await runHarness({
+      spec: harnessSpecFor(env.harness, input.envArgs),
+      upstream: input.inferenceBaseUrl,
+      modelName: input.modelName,
+      policyVersion: input.policyVersion,
+      sampling: input.sampling,
+      limits,
+      ctx: toolCtx,
+      instruction: env.userPrompt(task),
+      workdir: source.imageRepo?.dir ?? REPO_DIR,
+      signal,
+      log,
+      progress: () => live.progress({ phase: 'agent' }),
+    }) : await runAgent({
       model,
       modelName: input.modelName,
       policyVersion: input.policyVersion,
