@@ -39,7 +39,7 @@ class RatchetSandboxEnvironment(Environment):
         self.bridge.write(path, content)
 
     def file_exists(self, path: str) -> bool:
-        return self.bridge.exec("test -f " + _q(self.bridge.abspath(path)))["exit_code"] == 0
+        return self.bridge.exec("test -f " + _q(path))["exit_code"] == 0
 
     def is_git_repo(self) -> bool:
         return self.bridge.exec("test -d .git")["exit_code"] == 0
