@@ -122,7 +122,7 @@ export async function runEpisode({ input, env, sandboxes, model, live, log }: Ep
       limits,
       ctx: toolCtx,
       instruction: env.userPrompt(task),
-      workdir: source.imageRepo?.dir ?? REPO_DIR,
+      workdir: REPO_DIR,
       signal,
       log,
       progress: () => live.progress({ phase: 'agent' }),

@@ -5,6 +5,7 @@
  */
 import { existsSync } from 'node:fs';
 import * as path from 'node:path';
+import { startEndpoint } from '../../src/endpoint/server';
 import { runHarness, type HarnessRunInput } from '../../src/harness/run';
 import { REPO } from '../helpers/stack';
 import { startFakeVllm, type FakeVllm } from '../helpers/fakeVllm';
@@ -74,6 +75,20 @@ describe('runHarness', () => {
     const { result } = await run('flood', { limits: { max_turns: 3, max_tokens: 100_000, max_tool_calls: 10 } });
     expect(result.stop_reason).toBe('max_turns');
     expect(result.turns).toHaveLength(3);
+  }, 30_000);
+
+  test('cannot use another rollout\'s endpoint: its own key is refused there', async () => {
+    const { mkdtempSync } = await import('node:fs');
+    const os = await import('node:os');
+    const other = await startEndpoint({ upstream: fake.url, modelName: 'm', policyVersion: 0, sampling: { temperature: 1, top_p: 1, max_tokens: 5 },
+      limits: { max_turns: 5, max_tokens: 100, max_tool_calls: 5 }, socketPath: path.join(mkdtempSync(path.join(os.tmpdir(), 'other-')), 'endpoint.sock'),
+      routes: { exec: async () => ({ exit_code: 0, stdout: 'OTHER SANDBOX', stderr: '' }) } });
+    try {
+      const { result } = await run('other_endpoint', { args: { other_socket: other.socketPath } });
+      expect(result.answer).toMatchObject({ other: expect.stringMatching(/^refused: exec: 401/) });
+    } finally {
+      await other.close();
+    }
   }, 30_000);
 
   (canIsolate ? test : test.skip)('isolated: reaches its endpoint, not a TCP port on the host, and sees only its own processes', async () => {
