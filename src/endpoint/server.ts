@@ -57,6 +57,8 @@ export interface EndpointOptions {
   socketPath?: string;
   routes?: Record<string, RouteHandler>;
   upstreamTimeoutMs?: number;
+  /** Called after each recorded turn: the liveness watchdog's clock. */
+  onTurn?: () => void;
   log?: Logger;
 }
 
@@ -193,6 +195,7 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
     const parsed = JSON.parse(text) as OpenAI.Chat.Completions.ChatCompletion;
     const rec = recordTurn(body.messages, parsed, opts.policyVersion, performance.now() - t0);
     turns.push(rec);
+    opts.onTurn?.();
     completionTokens += rec.completionTokens;
     toolCalls += rec.reply.tool_calls?.length ?? 0;
     if (toolCalls > opts.limits.max_tool_calls) {

@@ -136,6 +136,7 @@ export async function runHarness(input: HarnessRunInput): Promise<AgentResult & 
     sampling: input.sampling,
     limits: input.limits,
     socketPath: path.join(dir, 'endpoint.sock'),
+    ...(input.progress ? { onTurn: input.progress } : {}),
     routes: bridgeRoutes({ sandbox: input.ctx.sandbox, execTimeoutMs: input.ctx.execTimeoutMs, workdir: input.workdir, progress: input.progress }, cmds),
     ...(log ? { log } : {}),
   });
@@ -194,6 +195,10 @@ export async function runHarness(input: HarnessRunInput): Promise<AgentResult & 
       const e = first.kind === 'exit' ? first.e : { code: null, sig: null };
       answer = parseFinal(stdout);
       if (e.spawnError) throw new HarnessInfraError(`harness ${spec.name} could not be started (${argv[0]}): ${e.spawnError.message}`);
+      // The isolation itself failing (not root, no user namespaces) is this host's problem, not the harness's.
+      if (e.code !== 0 && spec.isolate !== false && /^(unshare|setpriv|ip): /m.test(stderr)) {
+        throw new HarnessInfraError(`harness ${spec.name} could not be isolated on this host: ${tail}. Fix: run the rollout worker as root with util-linux and iproute2`);
+      }
       if (e.code !== 0) {
         reason = 'error';
         error = `harness ${spec.name} crashed (exit ${e.code ?? e.sig ?? 'unknown'})${tail ? `: ${tail}` : ''}`;
