@@ -1,4 +1,5 @@
 import { shellTool } from '../shell';
+import { codeRepair } from '../code-repair';
 import { applyPatchTool } from '../code-repair/apply-patch';
 import { REPO_DIR, shq } from '../sandbox';
 import type { ToolContext } from '../../agent/tool';
@@ -69,7 +70,8 @@ export const harbor: Environment = {
     'When the task is done, reply with a short summary and no tool call.',
   ].join('\n'),
   userPrompt: (task) => task.problem_statement,
-  demonstration: [],
+  // The code-repair worked example: the same two tools on a made-up repository.
+  demonstration: codeRepair.demonstration,
   tools: [shellTool('shell', 'Run a bash command in the working directory and see its output.'), applyPatchTool],
   finalize: (ctx) => runHarborVerifier(ctx),
   needsTests: false,
