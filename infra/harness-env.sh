@@ -7,11 +7,17 @@
 source "$(dirname "$0")/lib.sh"
 
 need_free_disk 2 "$RATCHET_HOME"
+# A harness runs as an unprivileged user of its own (src/harness/run.ts), so its interpreter must be
+# one every user may run: Debian's /usr/bin/python3, not a python under /root.
+HARNESS_PYTHON="${RATCHET_HARNESS_PYTHON:-/usr/bin/python3}"
+[ -x "$HARNESS_PYTHON" ] || die "$HARNESS_PYTHON is missing. Fix: apt-get install python3 python3-venv, or set RATCHET_HARNESS_PYTHON to a python every user can run"
 for name in nano mini-swe-agent; do
   req="$RATCHET_ROOT/harness/requirements-$name.txt"
-  hash=$(RECIPE_EXTRA="$RATCHET_ROOT" recipe_hash "$req")
+  hash=$(RECIPE_EXTRA="$RATCHET_ROOT $HARNESS_PYTHON $(readlink -f "$HARNESS_PYTHON")" recipe_hash "$req")
   if stamp_ok "harness-$name" "$hash"; then log "harness $name up to date"; continue; fi
-  venv=$(venv_for "harness-$name")
+  venv="$RATCHET_VENVS/harness-$name"
+  rm -rf "$venv"
+  PYTHON="$HARNESS_PYTHON" venv_for "harness-$name" >/dev/null
   log "installing harness $name into $venv"
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q -r "$req"

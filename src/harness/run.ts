@@ -5,11 +5,11 @@
  * recorded turns assembled into the AgentResult the built-in loop would return.
  *
  * Isolation (docs/environments.md#bring-your-own-agent): the harness runs on the
- * worker host, but in its own network, pid, ipc and uts namespaces with no
- * capabilities. Its only network is loopback; it reaches its endpoint through a
- * unix socket in a per-rollout 0700 directory, authenticated with a key it
- * reads from stdin (never argv or the environment, so no other process's /proc
- * shows it). Every command it runs goes through the bridge into the rollout's
+ * worker host, but in its own network, pid, ipc, uts and mount namespaces, as a
+ * user id of its own with no capabilities. Its only network is loopback; it
+ * reaches its endpoint through a unix socket in a per-rollout 0700 directory
+ * only its user may enter, authenticated with a key it reads from stdin (never
+ * argv or the environment, so no other process's /proc shows it). Every command it runs goes through the bridge into the rollout's
  * hardened sandbox. It gets none of the worker's environment variables.
  *
  * Whatever the harness does ends as an episode, never a stuck rollout: it
@@ -19,6 +19,7 @@
  * inference server failing throws (the rollout is retried: infrastructure).
  */
 import { spawn } from 'node:child_process';
+import { randomInt } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -98,10 +99,21 @@ export class HarnessInfraError extends Error {
   override readonly name = 'HarnessInfraError';
 }
 
-/** The argv that runs `command` isolated: fresh namespaces, loopback up, every capability dropped. */
-export function isolatedArgv(command: string[]): string[] {
+/**
+ * Unprivileged ids harnesses run as: one per rollout, drawn at random from a range no host account
+ * uses, so one harness can neither open another's socket directory nor read root's files.
+ */
+export const HARNESS_UID_BASE = 2_000_000;
+const HARNESS_UID_SPAN = 1_000_000;
+export const harnessUid = (): number => HARNESS_UID_BASE + randomInt(HARNESS_UID_SPAN);
+
+/**
+ * The argv that runs `command` isolated: fresh network, pid, ipc, uts and mount namespaces, loopback
+ * up, then as `uid` (a user of its own, no groups) with every capability dropped and no_new_privs.
+ */
+export function isolatedArgv(command: string[], uid: number): string[] {
   return ['unshare', '--net', '--pid', '--fork', '--mount-proc', '--ipc', '--uts', '--kill-child', '--',
-    'sh', '-c', 'ip link set lo up && exec setpriv --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"', 'sh', ...command];
+    'sh', '-c', `ip link set lo up && exec setpriv --reuid=${uid} --regid=${uid} --clear-groups --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"`, 'sh', ...command];
 }
 
 /** The final answer a runner printed, or undefined. */
@@ -124,6 +136,8 @@ export function parseFinal(stdout: string): Record<string, unknown> | undefined 
 export async function runHarness(input: HarnessRunInput): Promise<AgentResult & { tools: ToolSpec[] }> {
   const { spec, log } = input;
   input.signal?.throwIfAborted();
+  const isolate = spec.isolate !== false;
+  const uid = isolate ? harnessUid() : undefined;
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'ratchet-harness-'));
   await fs.chmod(dir, 0o700);
   const home = path.join(dir, 'home');
@@ -141,12 +155,14 @@ export async function runHarness(input: HarnessRunInput): Promise<AgentResult & 
     ...(log ? { log } : {}),
   });
   try {
+    // Only this rollout's harness user may enter the directory and connect to its socket.
+    if (uid !== undefined) for (const p of [dir, home, ep.socketPath!]) await fs.chown(p, uid, uid);
     const runSpec: HarnessRunSpec = {
       socket: ep.socketPath!, key: ep.key, model: input.modelName, instruction: input.instruction, workdir: input.workdir,
       limits: input.limits, max_tokens_per_turn: input.sampling.max_tokens, exec_timeout_s: input.ctx.execTimeoutMs / 1000,
       timeout_s: spec.timeout_s, args: spec.args ?? {},
     };
-    const argv = spec.isolate === false ? spec.command : isolatedArgv(spec.command);
+    const argv = uid === undefined ? spec.command : isolatedArgv(spec.command, uid);
     const child = spawn(argv[0]!, argv.slice(1), {
       detached: true,
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -196,7 +212,7 @@ export async function runHarness(input: HarnessRunInput): Promise<AgentResult & 
       answer = parseFinal(stdout);
       if (e.spawnError) throw new HarnessInfraError(`harness ${spec.name} could not be started (${argv[0]}): ${e.spawnError.message}`);
       // The isolation itself failing (not root, no user namespaces) is this host's problem, not the harness's.
-      if (e.code !== 0 && spec.isolate !== false && /^(unshare|setpriv|ip): /m.test(stderr)) {
+      if (e.code !== 0 && isolate && /^(unshare|setpriv|ip): /m.test(stderr)) {
         throw new HarnessInfraError(`harness ${spec.name} could not be isolated on this host: ${tail}. Fix: run the rollout worker as root with util-linux and iproute2`);
       }
       if (e.code !== 0) {

@@ -91,12 +91,35 @@ describe('runHarness', () => {
     }
   }, 30_000);
 
-  (canIsolate ? test : test.skip)('isolated: reaches its endpoint, not a TCP port on the host, and sees only its own processes', async () => {
+  (canIsolate ? test : test.skip)('isolated: its own endpoint only (not a host TCP port, not another rollout\'s socket), its own processes and user', async () => {
+    const { mkdtempSync, writeFileSync, chmodSync } = await import('node:fs');
+    const os = await import('node:os');
     const port = Number(new URL(fake.url).port);
-    const { result } = await run('probe', { isolate: true, args: { host_port: port } });
-    expect(result.stop_reason).toBe('completed');
-    expect(result.answer).toMatchObject({ endpoint: 'reached', host_port: expect.stringMatching(/^unreachable/) });
-    expect(result.answer?.pid1).not.toMatch(/systemd|init|node/);
+    const secretDir = mkdtempSync(path.join(os.tmpdir(), 'secret-'));
+    chmodSync(secretDir, 0o755);
+    const rootOnly = path.join(secretDir, 'root-only.txt');
+    writeFileSync(rootOnly, 'secret', { mode: 0o600 });
+    // Another rollout's endpoint, as runHarness would make it: its socket in a 0700 directory owned by another harness user.
+    const otherDir = mkdtempSync(path.join(os.tmpdir(), 'other-rollout-'));
+    const other = await startEndpoint({ upstream: fake.url, modelName: 'm', policyVersion: 0, sampling: { temperature: 1, top_p: 1, max_tokens: 5 },
+      limits: { max_turns: 5, max_tokens: 100, max_tool_calls: 5 }, socketPath: path.join(otherDir, 'endpoint.sock') });
+    const { chown } = await import('node:fs/promises');
+    await chown(otherDir, 2_999_999, 2_999_999);
+    try {
+      const { result } = await run('probe', { isolate: true, args: { host_port: port, root_only: rootOnly, other_socket: other.socketPath } });
+      expect(result.stop_reason).toBe('completed');
+      expect(result.answer).toMatchObject({
+        endpoint: 'reached',
+        host_port: expect.stringMatching(/^unreachable/),
+        root_only: expect.stringMatching(/^refused: PermissionError/),
+        other_socket: expect.stringMatching(/^refused: PermissionError/),
+        uid: expect.any(Number),
+      });
+      expect(result.answer?.uid).toBeGreaterThanOrEqual(2_000_000);
+      expect(result.answer?.pid1).not.toMatch(/systemd|init|node/);
+    } finally {
+      await other.close();
+    }
   }, 30_000);
   if (!canIsolate) {
     test('isolation test skipped', () => {
