@@ -40,6 +40,9 @@ timed docker bash "$RATCHET_ROOT/infra/docker.sh" setup
 timed temporal bash "$RATCHET_ROOT/infra/temporal.sh" setup
 timed trainer-env bash "$RATCHET_ROOT/infra/trainer-env.sh"
 timed metrics-env bash "$RATCHET_ROOT/infra/metrics-env.sh"
+# External agent harnesses (Nano, mini-swe-agent) from PyPI, unchanged: docs/environments.md#bring-your-own-agent.
+apt_install python3 python3-venv util-linux iproute2
+timed harness-env bash "$RATCHET_ROOT/infra/harness-env.sh"
 timed inference bash "$RATCHET_ROOT/infra/inference.sh" setup
 timed tasks bash "$RATCHET_ROOT/infra/tasks.sh"
 # The S3 server the s3:// artifact-store tests use (built from its Go module; cached).

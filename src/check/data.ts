@@ -8,6 +8,16 @@ import { formatProblem, loadTasks, resolveDataset, TaskLoadError } from '../task
 import type { Task } from '../tasks/schema';
 import { fail, ok, type CheckLine } from './types';
 
+/** Why an external harness cannot start on this host (its program, or the isolation it runs under), or undefined. */
+export function harnessProblem(h: NonNullable<Environment['harness']>, builtIn: boolean): string | undefined {
+  if (!existsSync(h.command[0]!)) return `its harness program ${h.command[0]} is not installed. Fix: ${builtIn ? 'bash infra/harness-env.sh' : 'install it on every rollout host, or correct harness.command'}`;
+  if (h.isolate !== false) {
+    if (process.getuid?.() !== 0) return 'an external harness runs in its own namespaces, which needs the rollout worker to run as root. Fix: run the ratchet-rollout worker as root';
+    for (const bin of ['/usr/bin/unshare', '/usr/bin/setpriv']) if (!existsSync(bin)) return `${bin} is missing (the harness's isolation). Fix: apt-get install util-linux`;
+  }
+  return undefined;
+}
+
 /** Loads every [[env]]'s environment; each failure names the section and the module. */
 export function checkEnvironments(c: RunConfig): { envs: (Environment | undefined)[]; lines: CheckLine[] } {
   const lines: CheckLine[] = [];
@@ -29,6 +39,15 @@ export function checkEnvironments(c: RunConfig): { envs: (Environment | undefine
     } catch (err) {
       lines.push(fail('environments', `env.${i} ("${env.id}"${section.module ? `, module ${section.module}` : ''}): a tool's schema cannot be sent to the model: ${(err as Error).message}`));
       return undefined;
+    }
+    if (env.harness) {
+      const problem = harnessProblem(env.harness, section.module === undefined);
+      if (problem) {
+        lines.push(fail('environments', `env.${i} ("${env.id}"${section.module ? `, environment module ${section.module}` : ''}): ${problem}`));
+        return undefined;
+      }
+      lines.push(ok('environments', `env.${i} "${env.id}": external harness ${env.harness.name} (${env.harness.command[0]}), ${env.rubric.length} rewards`));
+      return env;
     }
     lines.push(ok('environments', `env.${i} "${env.id}" (${section.module ?? 'built in'}): ${env.tools.length} tools, ${env.rubric.length} rewards`));
     return env;

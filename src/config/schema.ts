@@ -199,7 +199,7 @@ const OrchestratorConfig = z.object({
 }).strict();
 
 /** The environments that ship in src/envs; any other id needs `module`. */
-export const BUILTIN_ENV_IDS = ['swe-grep', 'code-repair', 'debug'] as const;
+export const BUILTIN_ENV_IDS = ['swe-grep', 'code-repair', 'debug', 'harbor', 'nano', 'mini-swe-agent'] as const;
 
 const EnvConfig = z.object({
   /** A built-in environment, or the name of the one `module` exports. */

@@ -5,6 +5,7 @@ import type { z } from 'zod';
 import { REPO_ROOT } from '../shared/paths';
 import type { Task } from '../tasks/schema';
 import { ENVIRONMENTS } from './registry';
+import type { HarnessSpec } from '../harness/run';
 import type { Environment, EvalMetrics, RewardFn, ScoreInput } from './types';
 
 /**
@@ -145,6 +146,7 @@ export function validateEnvironment(raw: unknown, module: string, id: string): E
     });
   }
   if (e.evalMetrics !== undefined) problems.push(...evalMetricsProblems(e.evalMetrics, names));
+  if (e.harness !== undefined) problems.push(...harnessSpecProblems(e.harness));
   if (problems.length > 0) throw new EnvironmentError(module, problems);
   return {
     id,
@@ -158,7 +160,22 @@ export function validateEnvironment(raw: unknown, module: string, id: string): E
     needsRepository: e.needsRepository !== false,
     ...(isFn(e.setup) ? { setup: e.setup as Environment['setup'] } : {}),
     ...(e.evalMetrics !== undefined ? { evalMetrics: e.evalMetrics as EvalMetrics } : {}),
+    ...(e.harness !== undefined ? { harness: e.harness as HarnessSpec } : {}),
   };
+}
+
+/** `harness` (docs/environments.md#your-own-harness): a name, an absolute program with its arguments, a time limit. */
+export function harnessSpecProblems(raw: unknown): string[] {
+  if (raw === null || typeof raw !== 'object') return ['`harness` must be an object { name, command, timeout_s }'];
+  const h = raw as Record<string, unknown>;
+  const problems: string[] = [];
+  if (typeof h.name !== 'string' || h.name === '') problems.push('harness.name must be a non-empty string');
+  if (!Array.isArray(h.command) || h.command.length === 0 || !h.command.every((a) => typeof a === 'string')) problems.push('harness.command must be a non-empty array of strings (program, then arguments)');
+  else if (!path.isAbsolute(h.command[0] as string)) problems.push(`harness.command[0] must be an absolute path (got "${String(h.command[0])}"): the harness starts with an empty PATH of its own`);
+  if (typeof h.timeout_s !== 'number' || !(h.timeout_s > 0)) problems.push('harness.timeout_s must be a positive number of seconds');
+  if (h.isolate === false) problems.push('harness.isolate = false is for Ratchet\'s own tests only: a run always isolates its harnesses');
+  if (h.args !== undefined && (h.args === null || typeof h.args !== 'object')) problems.push('harness.args must be an object');
+  return problems;
 }
 
 /** `evalMetrics` names rewards of the rubric, each part in its shape (docs/environments.md). */

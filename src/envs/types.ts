@@ -2,6 +2,7 @@ import type { AgentLimits, AgentStats } from '../agent/loop';
 import type { Tool, ToolContext } from '../agent/tool';
 import type { StopReason } from '../contracts/trajectory';
 import type { ChatMessage } from '../contracts/trajectory';
+import type { HarnessSpec } from '../harness/run';
 import type { Task } from '../tasks/schema';
 import type { TestEvidence } from './tests';
 
@@ -82,6 +83,13 @@ export interface Environment {
   setup?(ctx: ToolContext): Promise<void>;
   /** Where it came from: "built-in" or the resolved module file. */
   origin?: string;
+  /**
+   * The agent is an external program (Nano, mini-swe-agent, yours), not Ratchet's loop: it is
+   * started per rollout against a token-capturing endpoint and runs its commands in the sandbox
+   * (src/harness/run.ts). `tools` then only describe the harness's tools; the trajectory records
+   * the specs the harness actually sent.
+   */
+  harness?: HarnessSpec;
 }
 
 export interface Score {

@@ -13,8 +13,9 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { JournalTurn } from '../contracts/journal';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { ResumeRecord } from '../contracts/trajectory';
-import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
+import { REPO_DIR, type AcquireOptions, type Sandbox, type SandboxManager } from '../envs/sandbox';
 import type { Environment } from '../envs/types';
+import { harnessSpecFor, runHarness } from '../harness/run';
 import type { Liveness } from '../shared/liveness';
 import type { Logger } from '../shared/logger';
 import type { Task } from '../tasks/schema';
@@ -158,7 +159,21 @@ export async function runEpisode({ input, env, sandboxes, model, live, log, stor
           infra = `the sandbox failed during setup: ${(err as Error).message}`;
         }
       }
-      result = infra !== undefined ? noEpisode(infra) : await runAgent({
+      // An external harness (no turn journal: its requests come through the endpoint, src/harness/run.ts).
+      result = infra !== undefined ? noEpisode(infra) : env.harness ? await runHarness({
+        spec: harnessSpecFor(env.harness, input.envArgs),
+        upstream: input.inferenceBaseUrl,
+        modelName: input.modelName,
+        policyVersion: input.policyVersion,
+        sampling: input.sampling,
+        limits,
+        ctx: toolCtx,
+        instruction: env.userPrompt(task),
+        workdir: REPO_DIR,
+        signal,
+        log,
+        progress: () => live.progress({ phase: 'agent' }),
+      }) : await runAgent({
         model,
         modelName: input.modelName,
         policyVersion: input.policyVersion,

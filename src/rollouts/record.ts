@@ -12,13 +12,16 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
 import type { Environment, Score } from '../envs/types';
-import { RolloutSummary, samplingRecord, Trajectory } from '../contracts/trajectory';
+import { RolloutSummary, samplingRecord, Trajectory, type ToolSpec } from '../contracts/trajectory';
 
 /** What one attempt of a rollout ended with. */
 export interface RolloutOutcome {
   taskId: string;
   /** The agent's episode; its stop_reason and error are the rollout's. */
-  result: Pick<AgentResult, 'messages' | 'turns' | 'stop_reason' | 'error' | 'stats' | 'model_ms' | 'tools_ms' | 'resume'>;
+  result: Pick<AgentResult, 'messages' | 'turns' | 'stop_reason' | 'error' | 'stats' | 'model_ms' | 'tools_ms' | 'resume'> & {
+    /** The tool specs an external harness sent (src/harness/run.ts); absent: the environment's own tools. */
+    tools?: ToolSpec[];
+  };
   final: Record<string, unknown>;
   tests?: TestEvidence;
   score: Score;
@@ -53,7 +56,7 @@ export function trajectoryOf(input: ParsedRolloutInput, env: Pick<Environment, '
     group_id: input.groupId,
     rollout_index: input.rolloutIndex,
     model: input.modelName,
-    tools: env.tools.map(toolSpec),
+    tools: result.tools && result.tools.length > 0 ? result.tools : env.tools.map(toolSpec),
     messages: result.messages,
     turns: result.turns,
     stop_reason: result.stop_reason,

@@ -72,6 +72,8 @@ test.each([
   ['a module that throws on load', 'throw new Error("boom at import");', /loading it threw: Error: boom at import/],
   ['eval metrics naming a reward it does not have', envBody({ evalMetrics: `{ solved: { reward: 'wrong', min: 1 } }` }), /evalMetrics\.solved\.reward must name a reward of the rubric \(got "wrong"; rewards: right\)/],
   ['localization without all three rewards', envBody({ evalMetrics: `{ localization: { file: { precision: 'right', recall: 'right' } } }` }), /evalMetrics\.localization\.file\.f1 must name a reward of the rubric/],
+  ['a harness with a relative program and no time limit', envBody({ harness: `{ name: 'mine', command: ['python', '-m', 'x'] }` }), /harness\.command\[0\] must be an absolute path[\s\S]*harness\.timeout_s must be a positive number/],
+  ['a harness whose program is not installed', envBody({ harness: `{ name: 'mine', command: ['/nonexistent/bin/python'], timeout_s: 60 }` }), /its harness program \/nonexistent\/bin\/python is not installed/],
 ])('%s: named with the module, before anything starts', async (name, body, message) => {
   const file = envModule(name.replace(/\W+/g, '-'), body);
   const code = await main(['check', config(file), '--offline']);

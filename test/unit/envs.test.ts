@@ -20,10 +20,12 @@ const tool = (env: string, name: string) => getEnvironment(env).tools.find((t) =
 const run = (env: string, name: string, args: unknown, c: ToolContext) => tool(env, name).run(tool(env, name).args.parse(args), c);
 
 describe('environment registry', () => {
-  test('three environments with their tools', () => {
+  test('the built-in environments with their tools; nano and mini-swe-agent are external harnesses', () => {
     expect(Object.fromEntries(Object.values(ENVIRONMENTS).map((e) => [e.id, e.tools.map((t) => t.name)]))).toEqual({
       'swe-grep': ['bash', 'result'], 'code-repair': ['shell', 'apply_patch'], debug: ['view', 'listdir', 'eval', 'pdb', 'rewrite'],
+      harbor: ['shell', 'apply_patch'], nano: ['shell', 'apply_patch'], 'mini-swe-agent': ['shell', 'apply_patch'],
     });
+    expect(Object.values(ENVIRONMENTS).filter((e) => e.harness).map((e) => e.harness!.name)).toEqual(['nano', 'mini-swe-agent']);
     expect(() => getEnvironment('nope')).toThrow(/unknown environment "nope"/);
   });
 });

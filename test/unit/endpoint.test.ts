@@ -1,0 +1,155 @@
+import { mkdtempSync } from 'node:fs';
+import * as http from 'node:http';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { assembleResult } from '../../src/endpoint/recorder';
+import { startEndpoint, type Endpoint, type EndpointOptions } from '../../src/endpoint/server';
+import { startFakeVllm, type FakeReply, type FakeVllm } from '../helpers/fakeVllm';
+
+const sampling = { temperature: 0.7, top_p: 1, top_k: 0, max_tokens: 64 };
+const limits = { max_turns: 5, max_tokens: 200, max_tool_calls: 5 };
+
+async function post(ep: Pick<Endpoint, 'url' | 'key'>, body: unknown, key = ep.key, route = '/chat/completions'): Promise<{ status: number; json: Record<string, unknown>; text: string }> {
+  const res = await fetch(`${ep.url}${route}`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const text = await res.text();
+  let json: Record<string, unknown> = {};
+  try { json = JSON.parse(text) as Record<string, unknown>; } catch { /* SSE */ }
+  return { status: res.status, json, text };
+}
+
+describe('token-capturing endpoint', () => {
+  let fake: FakeVllm;
+  let script: (body: Record<string, unknown>, n: number) => FakeReply;
+  const eps: Endpoint[] = [];
+  const start = async (o: Partial<EndpointOptions> = {}) => {
+    const ep = await startEndpoint({ upstream: fake.url, modelName: 'policy-v3', policyVersion: 3, sampling, limits, ...o });
+    eps.push(ep);
+    return ep;
+  };
+  beforeAll(async () => {
+    fake = await startFakeVllm((b, n) => script(b, n));
+  });
+  afterEach(async () => {
+    for (const ep of eps.splice(0)) await ep.close();
+    fake.requests.length = 0;
+  });
+  afterAll(() => fake.close());
+
+  test('records the server\'s exact ids and logprobs per request, with the policy version, and answers the harness', async () => {
+    script = (_b, n) => (n === 0
+      ? { content: 'ls', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'shell', arguments: '{"cmd":"ls"}' } }] }
+      : { content: 'done' });
+    const ep = await start();
+    const m1 = [{ role: 'system', content: 'sys' }, { role: 'user', content: 'fix it' }];
+    const r1 = await post(ep, { model: 'whatever', messages: m1, tools: [{ type: 'function', function: { name: 'shell', parameters: { type: 'object' } } }], temperature: 1.5, max_tokens: 1000 });
+    expect(r1.status).toBe(200);
+    expect((r1.json.choices as { message: { tool_calls: unknown[] } }[])[0]!.message.tool_calls).toHaveLength(1);
+    const m2 = [...m1, { role: 'assistant', content: 'ls', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'shell', arguments: '{"cmd":"ls"}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'a.py' }];
+    await post(ep, { model: 'x', messages: m2 });
+    // The run's sampling and model win over the harness's; ids and logprobs are asked for; max_tokens is cut.
+    expect(fake.requests[0]).toMatchObject({ model: 'policy-v3', temperature: 0.7, top_k: -1, min_p: 0, logprobs: true, return_token_ids: true, max_tokens: 64, tool_choice: 'auto' });
+    expect(ep.turns).toHaveLength(2);
+    const t = ep.turns[0]!.turn;
+    expect(t.completion_token_ids).toEqual([...'ls'].map((c) => 2000 + c.charCodeAt(0)));
+    expect(t.completion_logprobs).toEqual(t.completion_token_ids!.map((id) => -id / 10000));
+    expect(t.prompt_token_ids!.length).toBeGreaterThan(0);
+    expect(t.policy_version).toBe(3);
+    expect(t.prompt_message_count).toBe(2);
+    expect(ep.turns[1]!.turn.prompt_message_count).toBe(4);
+    const result = assembleResult(ep.turns, ep.tools(), { commands: ['ls'], execErrors: 0, toolsMs: 5 }, 'completed', undefined, undefined);
+    expect(result.messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'tool', 'assistant']);
+    expect(result.stats).toMatchObject({ tool_calls: 1, completion_tokens: 6, tools_used: { shell: 1 }, commands: ['ls'] });
+    expect(result.tools.map((x) => x.function.name)).toEqual(['shell']);
+  });
+
+  test('refuses a wrong or missing key, and another rollout\'s key', async () => {
+    script = () => ({ content: 'x' });
+    const a = await start();
+    const b = await start();
+    expect((await post(a, { messages: [{ role: 'user', content: 'hi' }] }, 'nope')).status).toBe(401);
+    expect((await post(a, { messages: [{ role: 'user', content: 'hi' }] }, b.key)).status).toBe(401);
+    expect(a.key).not.toBe(b.key);
+    expect(a.key).toMatch(/^[0-9a-f]{64}$/);
+    expect(fake.requests).toHaveLength(0);
+  });
+
+  test('bounds requests (max_turns), completion tokens and tool calls; stopped names the reason', async () => {
+    script = () => ({ content: 'abcdefghij' });
+    const ep = await start({ limits: { ...limits, max_turns: 2 } });
+    const msg = { messages: [{ role: 'user', content: 'go' }] };
+    expect((await post(ep, msg)).status).toBe(200);
+    expect((await post(ep, msg)).status).toBe(200);
+    expect((await post(ep, msg)).status).toBe(400);
+    await expect(ep.stopped).resolves.toMatchObject({ reason: 'max_turns' });
+    expect(fake.requests).toHaveLength(2);
+
+    const tok = await start({ limits: { ...limits, max_tokens: 15 } });
+    await post(tok, msg);
+    await post(tok, msg);
+    // The second request may only ask for what is left of the budget.
+    expect(fake.requests[3]!.max_tokens).toBe(5);
+    await expect(tok.stopped).resolves.toMatchObject({ reason: 'max_tokens' });
+
+    script = () => ({ content: '', tool_calls: [1, 2, 3].map((i) => ({ id: `c${i}`, type: 'function' as const, function: { name: 'shell', arguments: '{}' } })) });
+    const tc = await start({ limits: { ...limits, max_tool_calls: 2 } });
+    await post(tc, msg);
+    await expect(tc.stopped).resolves.toMatchObject({ reason: 'max_tool_calls' });
+  });
+
+  test('a flooding harness (concurrent and refused requests) is stopped as an error', async () => {
+    script = () => ({ content: 'ok', delayMs: 50 });
+    const ep = await start({ limits: { ...limits, max_turns: 1000, max_tokens: 100000, max_refused: 5 } });
+    const msg = { messages: [{ role: 'user', content: 'go' }] };
+    const results = await Promise.all(Array.from({ length: 12 }, () => post(ep, msg)));
+    expect(results.filter((r) => r.status === 429).length).toBeGreaterThanOrEqual(6);
+    await expect(ep.stopped).resolves.toMatchObject({ reason: 'error', message: expect.stringContaining('flooded') });
+    expect(fake.requests.length).toBeLessThanOrEqual(2);
+  });
+
+  test('an inference server that fails is an infrastructure stop; a context overflow is context_length', async () => {
+    script = () => ({ status: 500, errorText: 'engine dead' });
+    const ep = await start();
+    expect((await post(ep, { messages: [{ role: 'user', content: 'go' }] })).status).toBe(502);
+    await expect(ep.stopped).resolves.toMatchObject({ reason: 'error', infra: true });
+    script = () => ({ status: 400, errorText: "This model's maximum context length is 2048 tokens" });
+    const cl = await start();
+    expect((await post(cl, { messages: [{ role: 'user', content: 'go' }] })).status).toBe(400);
+    await expect(cl.stopped).resolves.toMatchObject({ reason: 'context_length' });
+    const down = await start({ upstream: 'http://127.0.0.1:9/v1' });
+    expect((await post(down, { messages: [{ role: 'user', content: 'go' }] })).status).toBe(502);
+    await expect(down.stopped).resolves.toMatchObject({ reason: 'error', infra: true });
+  });
+
+  test('a streamed request gets the whole reply as one SSE chunk; bad bodies are 400', async () => {
+    script = () => ({ content: 'hello' });
+    const ep = await start();
+    const r = await post(ep, { messages: [{ role: 'user', content: 'go' }], stream: true });
+    expect(r.status).toBe(200);
+    expect(r.text).toContain('"content":"hello"');
+    expect(r.text.trim().endsWith('data: [DONE]')).toBe(true);
+    const bad = await fetch(`${ep.url}/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${ep.key}` }, body: 'not json' });
+    expect(bad.status).toBe(400);
+    expect((await post(ep, { messages: [] })).status).toBe(400);
+  });
+
+  test('serves over a unix socket, and is gone after close', async () => {
+    script = () => ({ content: 'sock' });
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ep-'));
+    const socketPath = path.join(dir, 'endpoint.sock');
+    const ep = await start({ socketPath });
+    const body = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] });
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = http.request({ socketPath, path: '/v1/chat/completions', method: 'POST', headers: { authorization: `Bearer ${ep.key}`, 'content-type': 'application/json' } }, (res) => { res.resume(); res.on('end', () => resolve(res.statusCode ?? 0)); });
+      req.on('error', reject);
+      req.end(body);
+    });
+    expect(status).toBe(200);
+    await ep.close();
+    const err = await new Promise<Error>((resolve) => {
+      const req = http.request({ socketPath, path: '/v1/models', headers: { authorization: `Bearer ${ep.key}` } }, () => resolve(new Error('answered')));
+      req.on('error', resolve);
+      req.end();
+    });
+    expect(err.message).toMatch(/ENOENT|ECONNREFUSED/);
+  });
+});
