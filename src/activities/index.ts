@@ -7,6 +7,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { Logger } from '../shared/logger';
 import type { MainActivities } from '../contracts';
 import { createBatchActivities } from './buildBatch';
+import { createCheckpointFallbackActivities } from './checkpointFallback';
 import { createConfigActivities } from './config';
 import { createDatasetActivities } from './dataset';
 import { createEvalActivities } from './eval';
@@ -32,5 +33,6 @@ export function createActivities(deps: ActivityDeps) {
     ...createRolloutSummaryActivities(deps),
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
     ...createRolloutWorkersActivities(),
+    ...createCheckpointFallbackActivities(deps),
   } satisfies MainActivities;
 }

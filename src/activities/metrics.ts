@@ -4,7 +4,7 @@ import { storeFor, withStoreErrors } from '../artifacts/stores';
 import type { Logger } from '../shared/logger';
 import { StepRecord, type MetricsActivities, type RecordStepInput, type StepSummary } from '../contracts';
 import { runKeys } from '../artifacts/keys';
-import { appendState, appendStepRecord, readRunRecords } from '../records/runRecords';
+import { appendState, appendStepRecord } from '../records/runRecords';
 import { lastMeanReward, stepsTotal, trainerStepSeconds } from '../metrics';
 import { RunConfig } from '../config/schema';
 import { paths, REPO_ROOT } from '../shared/paths';
@@ -85,6 +85,4 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
 }
 
 /** The run's winning step records, by step (appended records, or metrics.jsonl of a run from before 0.6). */
-export async function readStepRecords(store: ArtifactStore, runId: string): Promise<StepRecord[]> {
-  return (await readRunRecords(store, runId)).steps;
-}
+export { readStepRecords } from '../records/runRecords';

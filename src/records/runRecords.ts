@@ -47,13 +47,16 @@ export async function appendFallback(store: ArtifactStore, fallback: FallbackRec
   await store.putIfAbsent(runKeys.fallbackRecord(fallback.run_id, fallback.epoch, sha256(text)), text);
 }
 
-/** Every record of the run and the winning step records. A record object that does not parse fails loudly. */
-export async function readRunRecords(store: ArtifactStore, runId: string): Promise<RunRecords> {
+/**
+ * Every record of the run and the winning step records. A record object that does not parse fails loudly.
+ * `legacy: false`: the appended records only (a reader with its own parser for metrics.jsonl: the report).
+ */
+export async function readRunRecords(store: ArtifactStore, runId: string, opts: { legacy?: boolean } = {}): Promise<RunRecords> {
   const appended = await readObjects(store, `${runKeys.records(runId)}/steps`, StepRecord);
   const fallbacks = await readObjects(store, `${runKeys.records(runId)}/fallbacks`, FallbackRecord);
   const recorded = new Set(appended.map((r) => r.step));
   // A run started on 0.5 and carried on by 0.6 workers has both: an appended record wins over the line.
-  const legacy = (await readLegacyLines(store, runId)).filter((r) => !recorded.has(r.step));
+  const legacy = (opts.legacy === false ? [] : await readLegacyLines(store, runId)).filter((r) => !recorded.has(r.step));
   const all = [...legacy, ...appended];
   return { steps: winningSteps(all, fallbacks), all, fallbacks };
 }
@@ -103,4 +106,9 @@ async function readLegacyLines(store: ArtifactStore, runId: string): Promise<Ste
     bySteps.set(r.step, r);
   }
   return [...bySteps.values()];
+}
+
+/** The run's winning step records, by step. */
+export async function readStepRecords(store: ArtifactStore, runId: string): Promise<StepRecord[]> {
+  return (await readRunRecords(store, runId)).steps;
 }
