@@ -36,6 +36,8 @@ export interface FinishedStep {
   checkpoint?: ArtifactRef;
   adapter?: ArtifactRef;
   times: StepTimes;
+  /** The run's checkpoint epoch (ResumeState.epoch); recorded only when above 0, after a checkpoint fallback. */
+  epoch?: number;
 }
 
 export function stepRecord(f: FinishedStep): StepRecord {
@@ -76,11 +78,12 @@ export function stepRecord(f: FinishedStep): StepRecord {
     checkpoint: f.checkpoint,
     adapter: f.adapter,
     weight_sync: f.synced,
+    ...(f.epoch ? { epoch: f.epoch } : {}),
   };
 }
 
 /** The run-state file after `record`: the step is complete, the next one starts from here. */
-export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: number, artifacts?: StoreSettings): RunStateFile {
+export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: number, artifacts?: StoreSettings, epoch?: number): RunStateFile {
   return {
     format: 'ratchet.run-state/v1',
     runId: record.run_id,
@@ -94,5 +97,6 @@ export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: nu
     seed,
     lastMeanReward: record.mean_reward,
     ...(artifacts ? { artifacts } : {}),
+    ...(epoch ? { epoch } : {}),
   };
 }
