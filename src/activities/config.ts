@@ -11,7 +11,8 @@ import { type FetchLike, logprobsModeProblem, probeLogprobsMode, processedLogpro
 import { resolveConfigPath } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
-import { pickResume, RunStateFile, type ConfigActivities, type LoadedConfig, type ResumeState } from '../contracts';
+import { readRunState } from '../records/runRecords';
+import { pickResume, type RunStateFile, type ConfigActivities, type LoadedConfig, type ResumeState } from '../contracts';
 
 export interface ConfigDeps {
   store: ArtifactStore;
@@ -45,9 +46,8 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
 
   /** Reads the state file of a run, if it has completed a step. */
   async function readState(runStore: ArtifactStore, runId: string): Promise<RunStateFile | undefined> {
-    const ref = await runStore.exists(runKeys.state(runId));
-    if (!ref) return undefined;
-    return RunStateFile.parse(await runStore.getJson(ref));
+    // The winning state record (0.6 on), or state.json of a run from before.
+    return readRunState(runStore, runId);
   }
 
   return {

@@ -8,6 +8,7 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { runKeys } from '../artifacts/keys';
 import type { ArtifactRef } from '../artifacts/ref';
+import { readRunRecords } from '../records/runRecords';
 import type { ArtifactStore } from '../artifacts/store';
 import { storeFor, storeForRef } from '../artifacts/stores';
 import type { RunConfig } from '../config/schema';
@@ -47,6 +48,8 @@ export async function runVersions(store: ArtifactStore, runId: string): Promise<
       if (typeof v === 'number' && Number.isInteger(v) && v >= 0) versions.set(v, r.adapter);
     } catch { /* a torn line: the metrics writer owns repairs */ }
   }
+  // Appended records (0.6 on): the winners, so a version retrained after a checkpoint fallback names its new adapter.
+  for (const r of (await readRunRecords(store, runId, { legacy: false })).steps) versions.set(r.policy_version, r.adapter);
   return versions;
 }
 

@@ -7,6 +7,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { Logger } from '../shared/logger';
 import type { MainActivities } from '../contracts';
 import { createBatchActivities } from './buildBatch';
+import { createCheckpointFallbackActivities } from './checkpointFallback';
 import { createConfigActivities } from './config';
 import { createDatasetActivities } from './dataset';
 import { createEvalActivities } from './eval';
@@ -34,5 +35,6 @@ export function createActivities(deps: ActivityDeps) {
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
     ...createRolloutWorkersActivities(),
     ...createSftActivities({ store: deps.store, logger: deps.logger.child({ component: 'sft' }) }),
+    ...createCheckpointFallbackActivities(deps),
   } satisfies MainActivities;
 }

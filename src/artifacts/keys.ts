@@ -7,8 +7,11 @@
  *
  * runs/<run>/
  *   config.json                                  the parsed run config (openRun)
- *   state.json                                   the last completed step (recordStep)
- *   metrics.jsonl                                one step record a line (recordStep)
+ *   state.json                                   the last completed step: a copy of the winning state record (recordStep, monotonic)
+ *   metrics.jsonl                                one step record a line (runs written before 0.6; read, never written)
+ *   records/steps/<step>-<sha16>.json            one step record, content-keyed, created once (0.6 on)
+ *   records/states/<epoch>-<completed step>-<sha16>.json  one run state, content-keyed, created once
+ *   records/fallbacks/<epoch>-<sha16>.json       a checkpoint fallback: the bad checkpoint, the one used, the steps retrained
  *   report.html                                  `ratchet report`'s default output
  *   tensorboard/  wandb/                         local metric sinks (on an S3 store: under this host's artifacts dir)
  *   steps/<step>/rollouts/<group>/<i>-<sha16>.json  a trajectory, keyed by its content (older runs: <i>.json)
@@ -46,6 +49,21 @@ export const runKeys = {
   state: (runId: string): string => `${run(runId)}/state.json`,
   metrics: (runId: string): string => `${run(runId)}/metrics.jsonl`,
   report: (runId: string): string => `${run(runId)}/report.html`,
+  /** Every appended record of the run: step records, run states, checkpoint fallbacks (src/artifacts/runRecords.ts). */
+  records: (runId: string): string => `${run(runId)}/records`,
+  /**
+   * One step record, keyed by its step and content (first 16 hex of its sha256) and created only where absent:
+   * a retried recordStep writes the same bytes to the same key; a redone step (another batch, or retrained after a
+   * checkpoint fallback) gets a key of its own. Readers pick the winner per step (runRecords.ts), never the last write.
+   */
+  stepRecord: (runId: string, step: number, contentSha256: string): string =>
+    `${run(runId)}/records/steps/${step}-${contentSha256.slice(0, 16)}.json`,
+  /** One run state (RunStateFile), keyed like a step record; the winner is the highest (epoch, completed step). */
+  stateRecord: (runId: string, epoch: number, completedStep: number, contentSha256: string): string =>
+    `${run(runId)}/records/states/${epoch}-${completedStep}-${contentSha256.slice(0, 16)}.json`,
+  /** A checkpoint fallback record (epoch = the epoch it starts). */
+  fallbackRecord: (runId: string, epoch: number, contentSha256: string): string =>
+    `${run(runId)}/records/fallbacks/${epoch}-${contentSha256.slice(0, 16)}.json`,
   /** A local metrics sink's directory (TensorBoard event files, W&B's offline run). */
   sink: (runId: string, sink: 'tensorboard' | 'wandb' | (string & {})): string => `${run(runId)}/${sink}`,
 

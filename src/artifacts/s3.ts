@@ -102,6 +102,29 @@ export class S3ArtifactStore implements ArtifactStore {
     return this.put(key, JSON.stringify(value));
   }
 
+  /** A conditional put (If-None-Match: *, AWS S3 and MinIO): 412 means another writer created the key first. */
+  async putIfAbsent(key: string, data: Buffer | string): Promise<{ ref: ArtifactRef; created: boolean }> {
+    const buf = typeof data === 'string' ? Buffer.from(data) : data;
+    const objectKey = this.objectKey(key);
+    const digest = sha256(buf);
+    try {
+      await this.send(() => this.client.send(new PutObjectCommand({
+        Bucket: this.bucket, Key: objectKey, Body: buf, IfNoneMatch: '*',
+        ChecksumSHA256: Buffer.from(digest, 'hex').toString('base64'),
+        Metadata: { [SHA_META]: digest },
+      })), objectKey);
+      return { ref: { uri: this.uriOf(objectKey), sha256: digest, bytes: buf.length }, created: true };
+    } catch (err) {
+      const e = err as { name?: string; $metadata?: { httpStatusCode?: number } };
+      const status = e.$metadata?.httpStatusCode;
+      if (!(e.name === 'PreconditionFailed' || status === 412 || e.name === 'ConditionalRequestConflict' || status === 409)) throw err;
+      const there = await this.exists(key);
+      // 409: a concurrent conditional write of the key is under way and not yet visible; the caller retries.
+      if (!there) throw new StoreUnavailableError(this.url, `${this.uriOf(objectKey)}: a concurrent conditional write is in progress; retry`);
+      return { ref: there, created: false };
+    }
+  }
+
   async get(ref: ArtifactRef): Promise<Buffer> {
     const objectKey = this.keyOfUri(ref.uri);
     const got = await this.getObject(objectKey);

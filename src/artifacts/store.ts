@@ -32,6 +32,12 @@ export interface ArtifactStore {
   readonly url: string;
   put(key: string, data: Buffer | string): Promise<ArtifactRef>;
   putJson(key: string, value: unknown): Promise<ArtifactRef>;
+  /**
+   * Creates the object only where none is (a local hard link that fails on EEXIST; S3's conditional
+   * put, If-None-Match: *). `created` false: an object was already there, left as it was; its ref
+   * is returned (the same bytes for a content-keyed key: this write, retried). Append-only records use it.
+   */
+  putIfAbsent(key: string, data: Buffer | string): Promise<{ ref: ArtifactRef; created: boolean }>;
   get(ref: ArtifactRef): Promise<Buffer>;
   getJson<T = unknown>(ref: ArtifactRef): Promise<T>;
   exists(key: string): Promise<ArtifactRef | undefined>;
@@ -146,6 +152,25 @@ export class LocalArtifactStore implements ArtifactStore {
 
   putJson(key: string, value: unknown): Promise<ArtifactRef> {
     return this.put(key, JSON.stringify(value));
+  }
+
+  async putIfAbsent(key: string, data: Buffer | string): Promise<{ ref: ArtifactRef; created: boolean }> {
+    const file = this.localPath(key);
+    const buf = typeof data === 'string' ? Buffer.from(data) : data;
+    const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+    try {
+      await fs.mkdir(path.dirname(file), { recursive: true });
+      await fs.writeFile(tmp, buf);
+      // link(2) never replaces: of two writers of one key exactly one creates it, and a reader sees a whole file.
+      await fs.link(tmp, file);
+      return { ref: { uri: pathToFileURL(file).href, sha256: sha256(buf), bytes: buf.length }, created: true };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw diskFullFrom(err, file) ?? err;
+      const there = await fs.readFile(file);
+      return { ref: { uri: pathToFileURL(file).href, sha256: sha256(there), bytes: there.length }, created: false };
+    } finally {
+      await fs.rm(tmp, { force: true }).catch(() => undefined);
+    }
   }
 
   async get(ref: ArtifactRef): Promise<Buffer> {

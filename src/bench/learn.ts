@@ -26,6 +26,7 @@ import { resolveTaskset } from '../evals/tasksets';
 import { StepRecord } from '../contracts';
 import { isEvalResultKey, runKeys } from '../artifacts/keys';
 import { LocalArtifactStore } from '../artifacts/store';
+import { readStepRecords } from '../records/runRecords';
 import { connectClient } from '../cli/temporal';
 import { paths, TASK_QUEUES } from '../shared/paths';
 import { generateReport } from '../report';
@@ -176,9 +177,9 @@ export interface EvalPoint {
 export interface RunResult { runId: string; records: StepRecord[]; evals: EvalPoint[] }
 export interface LearnResult { learn: RunResult; control: RunResult; reports: string[] }
 
-function stepRecords(runId: string): StepRecord[] {
-  return readFileSync(path.join(paths.artifacts(), runKeys.metrics(runId)), 'utf8')
-    .split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)));
+/** The run's winning step records (appended records, src/records/runRecords.ts). */
+function stepRecords(runId: string): Promise<StepRecord[]> {
+  return readStepRecords(new LocalArtifactStore(), runId);
 }
 
 /** EvalSweep results (runs/<run>/evals/<version>/<taskset>.json) as the bench's points, by version. */
@@ -198,7 +199,7 @@ function evalPoints(keys: string[]): EvalPoint[] {
 /** A finished run of an earlier bench run, read back from the local store (`--render`). */
 async function storedRun(runId: string): Promise<RunResult> {
   const keys = (await new LocalArtifactStore().list(runKeys.evals(runId))).filter(isEvalResultKey);
-  return { runId, records: stepRecords(runId), evals: evalPoints(keys) };
+  return { runId, records: await stepRecords(runId), evals: evalPoints(keys) };
 }
 
 async function trainAndEvaluate(o: LearnOptions, dir: string, name: string, lr: number, dataset: string, evalSet: string): Promise<RunResult> {
@@ -210,7 +211,7 @@ async function trainAndEvaluate(o: LearnOptions, dir: string, name: string, lr: 
     writeFileSync(configPath, learnConfigToml(o, name, lr, dataset));
     const input: TrainRunInput = { configPath, runId };
     await client.workflow.execute('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input] });
-    const records = stepRecords(runId);
+    const records = await stepRecords(runId);
     const final = Math.max(...records.map((r) => r.policy_version));
     process.stderr.write(`${name}: EvalSweep at v0 and v${final}, ${o.evalTasks} held-out tasks x k=${o.k}\n`);
     const res = await client.workflow.execute('EvalSweep', {

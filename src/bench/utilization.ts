@@ -10,13 +10,13 @@
  * Writes its table between the bench:utilization markers in BENCHMARKS.md.
  *   npm run bench:utilization [-- --steps 3 --batch 2 --rollouts 2]
  */
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { runKeys } from '../artifacts/keys';
+import { LocalArtifactStore } from '../artifacts/store';
+import { readStepRecords } from '../records/runRecords';
 import { connectClient } from '../cli/temporal';
-import { DEFAULTS, paths, TASK_QUEUES } from '../shared/paths';
-import { StepRecord } from '../contracts';
+import { DEFAULTS, TASK_QUEUES } from '../shared/paths';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 import type { TrainRunInput, TrainRunResult } from '../contracts';
 
@@ -99,8 +99,7 @@ async function measure(dir: string, asyncLevel: number): Promise<Measured> {
   }
   const wallS = (performance.now() - t0) / 1000;
   await sampler;
-  const records = readFileSync(path.join(paths.artifacts(), runKeys.metrics(runId)), 'utf8')
-    .split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)));
+  const records = await readStepRecords(new LocalArtifactStore(), runId);
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
   return {
     asyncLevel,

@@ -12,7 +12,9 @@ import { type ArtifactStore, uriToPath } from '../artifacts/store';
 import { runKeys } from '../artifacts/keys';
 import { defaultStore, storeFor } from '../artifacts/stores';
 import { TASK_QUEUES } from '../shared/paths';
-import { pickResume, RunStateFile, type TrainRunInput } from '../contracts';
+import { type FallbackRecord, pickResume, type RunStateFile, type TrainRunInput } from '../contracts';
+import { checkpointProblem, commitFallback, planFallback } from '../records/fallback';
+import { readRunState as readRecordedState } from '../records/runRecords';
 import { CliError, EXIT } from './exit';
 import { followRun } from './follow';
 import { runArtifacts } from './runStore';
@@ -52,9 +54,21 @@ export function restartPlan(run: string, status: string, state: RunStateFile | u
 }
 
 /** The run's state file, read from the run's own store; undefined for a run that never completed a step. */
-export async function readRunState(run: string, store: Pick<ArtifactStore, 'exists' | 'getJson'>): Promise<RunStateFile | undefined> {
-  const ref = await store.exists(runKeys.state(run));
-  return ref ? RunStateFile.parse(await store.getJson(ref)) : undefined;
+export async function readRunState(run: string, store: ArtifactStore): Promise<RunStateFile | undefined> {
+  return readRecordedState(store, run);
+}
+
+/**
+ * The state to restart from: `state` when its checkpoint and adapter verify; else the run falls back to
+ * the newest checkpoint that does (src/records/fallback.ts), recorded in the run's store before it starts,
+ * so the steps after it are retrained once each. Returns the state and, on a fallback, its record.
+ */
+export async function verifiedRestartState(store: ArtifactStore, state: RunStateFile, now = new Date()): Promise<{ state: RunStateFile; fallback?: FallbackRecord }> {
+  const problem = await checkpointProblem(store, state);
+  if (problem === undefined) return { state };
+  const plan = await planFallback(store, state, problem, 'restart', now.toISOString());
+  await commitFallback(store, plan);
+  return { state: plan.state, fallback: plan.record };
 }
 
 export function register(program: Command): void {
@@ -79,8 +93,15 @@ export function register(program: Command): void {
         }
         // The run's own store: --config's [artifacts], else the settings the run recorded in its memo, else the default.
         const artifacts = await runArtifacts(run, { config: opts.config, client: async () => client });
-        const state = await readRunState(run, storeFor(artifacts, defaultStore()));
-        const { input, from } = restartPlan(run, status, state, opts.config, artifacts);
+        const runStore = storeFor(artifacts, defaultStore());
+        const recorded = await readRunState(run, runStore);
+        const checked = recorded && await verifiedRestartState(runStore, recorded);
+        if (checked?.fallback) {
+          const f = checked.fallback;
+          console.log(`${c.yellow('checkpoint fallback')}: the checkpoint of step ${f.bad.step} does not verify (${f.bad.error}); ` +
+            `restarting from ${f.used ? `step ${f.used.step}'s checkpoint` : 'the base model'}, steps ${f.retrained_steps.join(', ')} are trained again (recorded in ${runKeys.records(run)}/fallbacks)`);
+        }
+        const { input, from } = restartPlan(run, status, checked?.state, opts.config, artifacts);
         let handle;
         try {
           handle = await client.workflow.start(workflowType, {

@@ -11,7 +11,7 @@ import type { StoreSettings } from '../artifacts/settings';
 import { ArtifactsFields, type RunConfig } from '../config/schema';
 import { RolloutSummary } from './trajectory';
 import type { EvalActivities } from './eval';
-import type { StepRecord, RunStateFile } from './records';
+import type { FallbackRecord, StepRecord, RunStateFile } from './records';
 import type { RolloutInput } from './rollout';
 import type { LoadedConfig, ResumeState } from './run';
 import type { RolloutStats, SampledTask, StepSummary } from './step';
@@ -135,8 +135,26 @@ export interface RecordStepInput {
 }
 
 export interface MetricsActivities {
-  /** Writes the step's line in metrics.jsonl, then moves the run's state file forward. */
+  /** Appends the step's record, then the run's new state (src/records/runRecords.ts). */
   recordStep(input: RecordStepInput): Promise<StepSummary>;
+}
+
+// ---- A corrupt newest checkpoint (src/activities/checkpointFallback.ts) ----
+
+export interface CheckpointFallbackInput {
+  /** The run's state as the workflow holds it: the checkpoint the trainer could not load, the config, the epoch. */
+  state: RunStateFile;
+  /** The trainer's error (ArtifactError / CheckpointError). */
+  error: string;
+  /** Workflow time (ISO), so a retried call writes the same record. */
+  time: string;
+}
+
+export type CheckpointFallbackResult = { fellBack: false } | { fellBack: true; record: FallbackRecord; state: RunStateFile };
+
+export interface CheckpointFallbackActivities {
+  /** Verifies the checkpoint the trainer refused; if it is corrupt, records a fallback to the newest one that verifies. */
+  fallBackToVerifiedCheckpoint(input: CheckpointFallbackInput): Promise<CheckpointFallbackResult>;
 }
 
 // ---- Are rollout workers alive? (src/activities/rolloutWorkers.ts) ----
@@ -167,4 +185,5 @@ export interface RolloutWorkersActivities {
 
 /** The main worker's activities (task queue `ratchet`): src/activities/index.ts implements them. */
 export interface MainActivities extends ConfigActivities, DatasetActivities, BatchActivities, RolloutSummaryActivities,
-  WeightSyncActivities, MetricsActivities, EvalActivities, RolloutWorkersActivities, SftActivities {}
+  WeightSyncActivities, MetricsActivities, EvalActivities, RolloutWorkersActivities, SftActivities,
+  CheckpointFallbackActivities {}

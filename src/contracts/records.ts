@@ -133,6 +133,12 @@ export const StepRecord = z.object({
   overrides: RunOverrides.optional(),
   /** Where the step came from (`ratchet lineage <run> <step>`). */
   lineage: StepLineage.optional(),
+  /**
+   * The run's checkpoint epoch when the step was recorded: 0 (absent) until a checkpoint fallback, each
+   * fallback adds one. A step retrained after a fallback has a record of a higher epoch; readers keep the
+   * winner (src/records/winners.ts) and never count a voided record.
+   */
+  epoch: z.number().int().nonnegative().optional(),
 }).passthrough();
 export type StepRecord = z.infer<typeof StepRecord>;
 
@@ -152,5 +158,31 @@ export const RunStateFile = z.object({
   artifacts: ArtifactsFields.optional(),
   /** Settings changed with `ratchet set`, kept by a restarted run. */
   overrides: RunOverrides.optional(),
+  /** The checkpoint epoch (see StepRecord.epoch); absent: 0. A state of a higher epoch wins whatever its step. */
+  epoch: z.number().int().nonnegative().optional(),
 });
 export type RunStateFile = z.infer<typeof RunStateFile>;
+
+/**
+ * A checkpoint fallback (runs/<run>/records/fallbacks/): the newest checkpoint did not verify, so the run
+ * went back to the newest one that did. Steps after `used_step` are retrained, once each, in epoch `epoch`;
+ * their records of earlier epochs are void.
+ */
+export const FallbackRecord = z.object({
+  format: z.literal('ratchet.checkpoint-fallback/v1'),
+  run_id: z.string(),
+  /** The epoch this fallback starts (the epoch before it + 1). */
+  epoch: z.number().int().positive(),
+  time: z.string().datetime({ offset: true }),
+  /** Who fell back: the trainer load inside TrainRun, or `ratchet restart`. */
+  by: z.enum(['trainer-load', 'restart']),
+  /** The checkpoint that did not verify, its step, and why. */
+  bad: z.object({ checkpoint: ArtifactRef.optional(), adapter: ArtifactRef.optional(), step: z.number().int(), error: z.string() }),
+  /** The newest checkpoint that verifies; absent: none did, the run starts again from the base model. */
+  used: z.object({ checkpoint: ArtifactRef, adapter: ArtifactRef.optional(), step: z.number().int(), policy_version: z.number().int() }).optional(),
+  /** Checkpoints between the two that did not verify either, newest first. */
+  skipped: z.array(z.object({ step: z.number().int(), error: z.string() })).default([]),
+  /** The steps trained again (each once): used step + 1 .. the bad one. */
+  retrained_steps: z.array(z.number().int().nonnegative()),
+});
+export type FallbackRecord = z.infer<typeof FallbackRecord>;

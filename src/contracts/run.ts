@@ -29,6 +29,8 @@ export interface ResumeState {
   lastMeanReward?: number;
   /** The run's [artifacts] store (absent: the workers' default store), so a resumed run reads its config from it. */
   artifacts?: StoreSettings;
+  /** The checkpoint epoch (0 when absent): one more after each checkpoint fallback (RunStateFile.epoch). */
+  epoch?: number;
   /** Only across continue-as-new (never in the state file): the run was paused and stays paused. */
   paused?: boolean;
   /** Only across continue-as-new: the queue of the trainer this run holds the lease of, tried before announcing. */
@@ -156,5 +158,6 @@ export function pickResume(s: ResumeState): ResumeState {
     configRef: s.configRef, seed: s.seed, lastMeanReward: s.lastMeanReward,
     ...(s.artifacts ? { artifacts: s.artifacts } : {}),
     ...(s.overrides && Object.keys(s.overrides).length ? { overrides: s.overrides } : {}),
+    ...(s.epoch ? { epoch: s.epoch } : {}),
   };
 }

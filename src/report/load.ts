@@ -7,6 +7,7 @@ import { describeZodError } from '../config/load';
 import { paths } from '../shared/paths';
 import { EvalResult } from '../contracts/eval';
 import { parseStepLine, type ReportStep } from './records';
+import { readRunRecords } from '../records/runRecords';
 
 /** A run's data in the artifact store does not exist or holds nothing to report. */
 export class RunDataError extends Error {
@@ -66,7 +67,15 @@ export async function loadStepRecords(runId: string, artifacts?: StoreArg): Prom
     throw new RunDataError(`run "${runId}" not found: nothing under ${store.url}/${runKeys.run(runId)}. ` +
       'Fix: check the id with `ratchet status`, or point RATCHET_ARTIFACTS_URL (or RATCHET_ARTIFACTS) at the store the run wrote to.', 'not-found');
   }
-  const records = parseStepRecords(buf?.toString('utf8') ?? '', file);
+  // Appended records (0.6 on) win over metrics.jsonl lines (runs written before), step by step.
+  const appended = (await readRunRecords(store, runId, { legacy: false })).steps;
+  const have = new Set(appended.map((r) => r.step));
+  const legacy = parseStepRecords(buf?.toString('utf8') ?? '', file).filter((r) => !have.has(r.step));
+  const records = [...legacy, ...appended.map((r, i) => {
+    const parsed = parseStepLine(r);
+    if (!parsed.success) throw new RunDataError(`${store.url}/${runKeys.records(runId)} step ${r.step} (#${i}): not a step record:\n${describeZodError(`step ${r.step}`, parsed.error)}`, 'invalid');
+    return parsed.data;
+  })].sort((a, b) => a.step - b.step);
   if (records.length === 0) {
     throw new RunDataError(`run "${runId}" has no finished step yet (${file} is missing or empty), so there is nothing to report. ` +
       'Fix: wait for the first step to finish (`ratchet status ' + runId + '`), then run the report again.', 'empty');

@@ -11,7 +11,7 @@ import { StepRecord } from '../contracts';
 import { verifyDirectoryArtifact } from '../activities/weightSync';
 import type { ArtifactRef } from '../artifacts/ref';
 import { LocalArtifactStore, uriToPath, verifyRef } from '../artifacts/store';
-import { runKeys } from '../artifacts/keys';
+import { readRunRecords } from '../records/runRecords';
 import { adapterName, adapterVersion } from '../shared/adapters';
 import { workerSpecs } from '../stack';
 import { readPid } from '../stack/processes';
@@ -31,11 +31,12 @@ export interface RunCheck {
   records: StepRecord[];
 }
 
-/** Every step record the metrics activity wrote, in file order: a step written twice shows as a violation. */
+/**
+ * The winning step record of each step (src/records/winners.ts): a step retrained after a checkpoint
+ * fallback counts once, by its winner; the ledger check below then finds a step applied twice.
+ */
 async function readStepRecords(artifactsRoot: string, runId: string): Promise<StepRecord[]> {
-  const file = new LocalArtifactStore(artifactsRoot).localPath(runKeys.metrics(runId));
-  const lines = (await fs.readFile(file, 'utf8')).split('\n').filter((l) => l.trim());
-  return lines.map((l) => StepRecord.parse(JSON.parse(l)));
+  return (await readRunRecords(new LocalArtifactStore(artifactsRoot), runId)).steps;
 }
 
 const trained = (r: StepRecord): boolean => !(r.trainer as { skipped?: boolean }).skipped;

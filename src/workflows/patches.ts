@@ -64,6 +64,14 @@ export const PATCHES = {
    * Each execution stays PINNED to its build in between; step children inherit the parent's build.
    */
   upgradeOnContinueAsNew: 'v0.6-upgrade-on-continue-as-new',
+  /**
+   * A trainer.load that fails on the run's newest checkpoint (ArtifactError: a file does not match its
+   * manifest; CheckpointError) calls fallBackToVerifiedCheckpoint: if the checkpoint is corrupt, the run
+   * records a fallback to the newest checkpoint that verifies and continues as new from it, in a new
+   * epoch, so the steps after it are trained again once each (src/records/fallback.ts). Checked only
+   * when such a load fails: histories without one are unchanged.
+   */
+  checkpointFallback: 'v0.6-checkpoint-fallback',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

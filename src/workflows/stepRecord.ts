@@ -42,6 +42,8 @@ export interface FinishedStep {
   checkpoint?: ArtifactRef;
   adapter?: ArtifactRef;
   times: StepTimes;
+  /** The run's checkpoint epoch (ResumeState.epoch); recorded only when above 0, after a checkpoint fallback. */
+  epoch?: number;
 }
 
 export function stepRecord(f: FinishedStep): StepRecord {
@@ -86,11 +88,12 @@ export function stepRecord(f: FinishedStep): StepRecord {
     ...(f.control ? { control: f.control } : {}),
     ...(f.overrides ? { overrides: f.overrides } : {}),
     ...(f.lineage ? { lineage: f.lineage } : {}),
+    ...(f.epoch ? { epoch: f.epoch } : {}),
   };
 }
 
 /** The run-state file after `record`: the step is complete, the next one starts from here. */
-export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: number, artifacts?: StoreSettings): RunStateFile {
+export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: number, artifacts?: StoreSettings, epoch?: number): RunStateFile {
   return {
     format: 'ratchet.run-state/v1',
     runId: record.run_id,
@@ -105,5 +108,6 @@ export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: nu
     lastMeanReward: record.mean_reward,
     ...(artifacts ? { artifacts } : {}),
     ...(record.overrides ? { overrides: record.overrides } : {}),
+    ...(epoch ? { epoch } : {}),
   };
 }

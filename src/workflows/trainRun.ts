@@ -46,7 +46,8 @@ import { StepRollouts } from './stepRollouts';
 import { patientActivities } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
 import { stepLineage } from './lineage';
-import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
+import { CheckpointLoadFailed, TrainerSession, isStepFault, type StepFault, type TrainedStep } from './trainerSession';
+import type { RunStateFile } from '../contracts/records';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { SampledTask, StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
 import { trainingPriority } from '../shared/fairness';
@@ -116,6 +117,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   let checkpoint: ArtifactRef | undefined = resume?.checkpoint;
   let adapter: ArtifactRef | undefined = resume?.adapter;
   const seed = resume?.seed ?? orch.seed;
+  /** The checkpoint epoch: one more after each checkpoint fallback (src/records/fallback.ts). */
+  const epoch = resume?.epoch ?? 0;
   if (resume?.lastMeanReward !== undefined) {
     run.lastStep = { step: run.step - 1, meanReward: resume.lastMeanReward, components: {}, rollouts: 0, dropped: 0, policyVersion: run.policyVersion };
   }
@@ -265,7 +268,28 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       let error = emptyBatch ? { type: 'EmptyBatch', message: emptyBatch } : undefined;
       let syncDeferred = false;
       if (built) {
-        const outcome = await trainer.trainAndSave(step, built.batch, built.manifest, checkpoint, run.overrides.learning_rate);
+        let outcome: TrainedStep | StepFault;
+        try {
+          outcome = await trainer.trainAndSave(step, built.batch, built.manifest, checkpoint, run.overrides.learning_rate);
+        } catch (err) {
+          if (!(err instanceof CheckpointLoadFailed)) throw err;
+          // The newest checkpoint may be corrupt: verified by an activity, which records the fallback if it is.
+          const held: RunStateFile = {
+            format: 'ratchet.run-state/v1', runId, configSha256: loaded.configSha256, completedStep: step - 1, nextStep: step,
+            policyVersion: versionBefore, checkpoint, adapter, configRef: loaded.configRef, seed,
+            ...(run.lastStep ? { lastMeanReward: run.lastStep.meanReward } : {}),
+            ...(artifacts ? { artifacts } : {}), ...(epoch ? { epoch } : {}),
+          };
+          const fb = await patient.fallBackToVerifiedCheckpoint({ state: held, error: err.detail, time: new Date().toISOString() });
+          if (!fb.fellBack) throw err.failure;
+          log.warn('newest checkpoint is corrupt: falling back to the newest that verifies; the steps after it are trained again', {
+            bad: err.checkpoint.uri, used: fb.record.used?.checkpoint.uri ?? 'the base model', retrained: fb.record.retrained_steps, epoch: fb.record.epoch,
+          });
+          // Rollouts started ahead ran on a policy the run no longer holds.
+          if (pending) await cancelPending(pending);
+          // A fresh execution from the fallback's state: every step from its nextStep runs as a new step.
+          return await continueFrom(fb.state);
+        }
         if (isStepFault(outcome)) {
           error = outcome.fault;
         } else {
@@ -300,9 +324,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         }),
         build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
-        times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync },
+        times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync }, epoch,
       });
-      const nextState = runStateAfter(record, loaded, seed, artifacts);
+      const nextState = runStateAfter(record, loaded, seed, artifacts, epoch);
       run.lastStep = await patient.recordStep({ record, state: nextState });
       run.rolloutCounts.delete(step);
       run.step++;

@@ -77,6 +77,21 @@ const isLeaseLost = (err: unknown): boolean => {
   return (t === 'TrainerNotLoaded' || t === 'TrainerBusy') && patched(PATCHES.trainerLease);
 };
 
+/** trainer.load's errors for a checkpoint that may be corrupt (docs/errors.md): the run checks it and may fall back. */
+const CHECKPOINT_LOAD_ERRORS = ['ArtifactError', 'CheckpointError'];
+
+/**
+ * The trainer could not load the run's newest checkpoint, and it may be corrupt: TrainRun verifies it and
+ * falls back to the newest one that verifies (PATCHES.checkpointFallback). Not a Temporal failure: it never
+ * leaves the workflow; `failure` is what the run fails with when the checkpoint turns out sound.
+ */
+export class CheckpointLoadFailed extends Error {
+  constructor(readonly checkpoint: ArtifactRef, readonly failure: unknown, readonly detail: string) {
+    super(`the trainer could not load checkpoint ${checkpoint.uri}: ${detail}`);
+    this.name = 'CheckpointLoadFailed';
+  }
+}
+
 export class TrainerSession {
   private queue: string | undefined;
   /** A trainer this run held before continue-as-new: tried before announcing. */
@@ -121,9 +136,20 @@ export class TrainerSession {
     }
     this.carried = undefined;
     const q = task_queue;
-    const loadedState = await patientActivities<TrainerActivities>(run, this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.load']({
-      run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, store: this.store, liveness: forActivity(this.windows, 'trainer'),
-    });
+    let loadedState;
+    try {
+      loadedState = await patientActivities<TrainerActivities>(run, this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.load']({
+        run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, store: this.store, liveness: forActivity(this.windows, 'trainer'),
+      });
+    } catch (err) {
+      const type = appFailureType(err);
+      if (checkpoint && type && CHECKPOINT_LOAD_ERRORS.includes(type) && patched(PATCHES.checkpointFallback)) {
+        // The trainer holds this run's lease: keep it for the load of the checkpoint the run falls back to.
+        this.carried = q;
+        throw new CheckpointLoadFailed(checkpoint, err, `${type}: ${(err as ActivityFailure).cause!.message}`);
+      }
+      throw err;
+    }
     if (loadedState.policy_version !== run.policyVersion) {
       throw ApplicationFailure.nonRetryable(
         `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? 'the base model'}, but the run is at version ${run.policyVersion}`,
@@ -155,6 +181,7 @@ export class TrainerSession {
         const saved = await patientActivities<TrainerActivities>(this.run, this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.save']({ run_id: runId, step: s, store: this.store, liveness: forActivity(this.windows, 'trainer') });
         return { metrics, saved, restarts };
       } catch (err) {
+        if (err instanceof CheckpointLoadFailed) throw err;
         const type = appFailureType(err);
         if (isStepFaultType(type)) {
           const message = (err as ActivityFailure).cause!.message;

@@ -9,6 +9,8 @@
  * Slow by nature (minutes per test on 2 CPUs): each waits out the timeouts that
  * notice a dead part, shortened here through the run input where the run allows.
  */
+import { readStepRecords } from '../../src/records/runRecords';
+import { LocalArtifactStore } from '../../src/artifacts/store';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import * as os from 'node:os';
@@ -158,8 +160,7 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
 
     const res = await result(handle);
     await expectInvariants(runId, res);
-    const records = readFileSync(path.join(artifacts, 'runs', runId, 'metrics.jsonl'), 'utf8').split('\n').filter(Boolean)
-      .map((l) => JSON.parse(l) as { step: number; trainer: { restarts: number } });
+    const records = (await readStepRecords(new LocalArtifactStore(artifacts), runId)) as unknown as { step: number; trainer: { restarts: number } }[];
     // The step was retried on a new trainer rather than finishing on the dead one.
     expect(records.find((r) => r.step === 1)!.trainer.restarts).toBeGreaterThanOrEqual(1);
   }, 1_200_000);

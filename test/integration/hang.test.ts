@@ -10,7 +10,9 @@
  *
  * Before this, the run waited for the frozen process with no end.
  */
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { readStepRecords } from '../../src/records/runRecords';
+import { LocalArtifactStore } from '../../src/artifacts/store';
+import { existsSync, mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
@@ -132,8 +134,7 @@ describeLong('a hung (SIGSTOP) trainer is detected and replaced', ['temporalServ
     expect(replaced).toEqual([expect.objectContaining({ action: 'restarted', reason: 'stale' })]);
     expect(frozen.child.signalCode).toBe('SIGKILL');
     expect(workers.trainer).not.toBe(frozen);
-    const records = readFileSync(path.join(artifacts, 'runs', runId, 'metrics.jsonl'), 'utf8').split('\n').filter(Boolean)
-      .map((l) => JSON.parse(l) as { step: number; trainer: { restarts: number } });
+    const records = (await readStepRecords(new LocalArtifactStore(artifacts), runId)) as unknown as { step: number; trainer: { restarts: number } }[];
     expect(records.find((r) => r.step === 1)!.trainer.restarts).toBeGreaterThanOrEqual(1);
     expect(actions.filter((a) => a.name !== 'worker-trainer')).toEqual([]); // the other workers stayed live throughout
     // Time to recover, for the record: freeze to completed run.

@@ -17,6 +17,8 @@ import { pauseUpdate, progressQuery, resumeUpdate } from '../../src/workflows/me
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
 import { restartPlan } from '../../src/cli/restart';
+import { LocalArtifactStore, uriToPath } from '../../src/artifacts/store';
+import { readRunRecords, readRunState } from '../../src/records/runRecords';
 import {
   checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
   type Proc, type TinyConfigOptions,
@@ -125,8 +127,7 @@ describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'in
     await handle.terminate('lifecycle test: a run ended on purpose');
     const status = (await handle.describe()).status.name;
     // What `ratchet restart` does, with its own plan.
-    const { readFile } = await import('node:fs/promises');
-    const state = JSON.parse(await readFile(path.join(artifacts, 'runs', runId, 'state.json'), 'utf8'));
+    const state = (await readRunState(new LocalArtifactStore(artifacts), runId))!;
     const { input } = restartPlan(runId, status, state, undefined);
     expect(state.completedStep).toBe(0);
     const again = await client.workflow.start<typeof TrainRun>('TrainRun', {
@@ -136,6 +137,39 @@ describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'in
     const res = await result(again);
     await expectInvariants(runId, res, 3);
     await recordHistory(again, 'real-restarted');
+  });
+
+  test('corrupted newest checkpoint: the trainer reload falls back to the one before, retrains the later steps once each, on record', async () => {
+    const { runId, handle } = await startRun('corrupt', { maxSteps: 3 });
+    await waitFor(handle, 'step 2 started', (p) => p.step === 2 && ['building-batch', 'training', 'saving'].includes(p.phase));
+    await handle.terminate('lifecycle test: the run ends, then its newest checkpoint is damaged');
+    const store = new LocalArtifactStore(artifacts);
+    const state = (await readRunState(store, runId))!;
+    // Terminated before step 2 was recorded: step 1's checkpoint is the newest.
+    expect(state.completedStep).toBe(1);
+    const bad = state.completedStep;
+    // Flip bytes in the trainer state (not the adapter: the restarted run serves the adapter before it trains).
+    const file = path.join(uriToPath(state.checkpoint!.uri), 'trainer_state.json');
+    const { readFile, writeFile } = await import('node:fs/promises');
+    const buf = await readFile(file);
+    buf[10] = buf[10]! ^ 0x20;
+    await writeFile(file, buf);
+    // A restart that does not check first (what 0.5's `ratchet restart` did): the trainer's load meets the damage.
+    const { input } = restartPlan(runId, (await handle.describe()).status.name, state, undefined);
+    const again = await client.workflow.start<typeof TrainRun>('TrainRun', {
+      taskQueue: 'ratchet', workflowId: runId,
+      args: [{ ...input, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } }],
+    });
+    const res = await result(again);
+    // Every step once by its winning record, the trainer's ledger exactly those steps, one optimizer step each.
+    await expectInvariants(runId, res, 3);
+    const recs = await readRunRecords(store, runId);
+    expect(recs.fallbacks).toHaveLength(1);
+    expect(recs.fallbacks[0]).toMatchObject({ by: 'trainer-load', epoch: 1, bad: { step: bad, checkpoint: state.checkpoint }, used: { step: bad - 1 }, retrained_steps: [bad] });
+    expect(recs.steps.map((r) => r.epoch ?? 0)).toEqual([0, 1, 1]);
+    // The damaged step has two records: the voided one and the winner.
+    expect(recs.all.filter((r) => r.step === bad)).toHaveLength(2);
+    await recordHistory(again, 'real-checkpoint-fallback');
   });
 
   test('pause, continue-as-new while paused, resume: the pause holds across executions', async () => {

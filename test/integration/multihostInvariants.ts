@@ -3,6 +3,7 @@
  * run's artifact store instead of a local directory: on the multi-host topology no
  * host's disk holds the run, only the S3 store does.
  */
+import { readStepRecords } from '../../src/records/runRecords';
 import * as path from 'node:path';
 import { StepRecord } from '../../src/contracts';
 import type { ArtifactRef } from '../../src/artifacts/ref';
@@ -32,9 +33,9 @@ export async function checkInvariantsInStore(p: {
 }): Promise<(StepRecord & { trainer: { restarts: number } })[]> {
   const stores = (await import(STORES_MODULE)) as StoresModule;
   const store = stores.storeFor({ url: p.s3.url, endpoint: p.s3.endpoint, force_path_style: true }, stores.defaultStore());
-  const text = await store.read(`runs/${p.runId}/metrics.jsonl`);
-  if (!text) throw new Error(`runs/${p.runId}/metrics.jsonl is not in ${p.s3.url}`);
-  const records = text.toString('utf8').split('\n').filter(Boolean).map((l) => StepRecord.parse(JSON.parse(l)) as StepRecord & { trainer: { restarts: number } });
+  // The winning step records (appended under runs/<run>/records/; metrics.jsonl for runs from before 0.6).
+  const records = (await readStepRecords(store as never, p.runId)) as (StepRecord & { trainer: { restarts: number } })[];
+  if (records.length === 0) throw new Error(`runs/${p.runId} has no step record in ${p.s3.url}`);
   expect(records.map((r) => r.step)).toEqual(Array.from({ length: p.maxSteps }, (_, i) => i));
   for (const r of records) expect(r.rollouts).toBe(p.rolloutsPerStep);
   const last = records[records.length - 1]!;

@@ -14,6 +14,7 @@ import { checkStore, storeFor } from '../../src/artifacts/stores';
 import { createConfigActivities } from '../../src/activities/config';
 import { createMetricsActivities, readStepRecords } from '../../src/activities/metrics';
 import { StepRecord } from '../../src/contracts';
+import { readRunState } from '../../src/records/runRecords';
 import { componentLogger } from '../../src/shared/logger';
 import { MINIO, describeWithStack, useMinioCredentials } from '../helpers/stack';
 
@@ -69,7 +70,30 @@ describeWithStack('S3 artifact store (real MinIO)', ['minio'], () => {
     await expect(fresh.localDir(ref)).rejects.toThrow(/sub\/w.bin is corrupt/);
   });
 
-  test('step records and run state go through the store (read-modify-write, once per step)', async () => {
+  test('putIfAbsent is a conditional put: the first writer creates the key, a second (other bytes) leaves it as it was', async () => {
+    const first = await store.putIfAbsent('runs/r3/records/steps/0-aaaa.json', 'first');
+    expect(first.created).toBe(true);
+    const second = await store.putIfAbsent('runs/r3/records/steps/0-aaaa.json', 'stale attempt');
+    expect(second).toEqual({ created: false, ref: first.ref });
+    expect((await store.read('runs/r3/records/steps/0-aaaa.json'))!.toString()).toBe('first');
+  });
+
+  test('step records are appended objects (the count grows, earlier ones unchanged); a stale attempt cannot roll the state back', async () => {
+    const metrics = createMetricsActivities({ store: new LocalArtifactStore('/nonexistent'), logger: componentLogger('test') });
+    const record = StepRecord.parse({ format: 'ratchet.step/v1', run_id: 'r4', step: 0, time: '2026-01-01T00:00:00.000Z', mean_reward: 0.5, rollouts: 1, policy_version: 1 });
+    const state = { format: 'ratchet.run-state/v1', runId: 'r4', configSha256: 'x', completedStep: 0, nextStep: 1, policyVersion: 1, configRef: { uri: 's3://x/y', sha256: 'a'.repeat(64), bytes: 1 }, seed: 1, artifacts: settings() } as const;
+    await metrics.recordStep({ record, state: { ...state } });
+    const [firstKey] = await store.list('runs/r4/records/steps');
+    const firstBytes = await store.read(firstKey!);
+    await metrics.recordStep({ record: { ...record, step: 1, time: '2026-01-01T00:01:00.000Z' }, state: { ...state, completedStep: 1, nextStep: 2 } });
+    await metrics.recordStep({ record, state: { ...state } }); // step 0's stale attempt, finishing late
+    expect(await store.list('runs/r4/records/steps')).toHaveLength(2);
+    expect(await store.read(firstKey!)).toEqual(firstBytes);
+    expect((await readRunState(store, 'r4'))!.nextStep).toBe(2);
+    expect(JSON.parse((await store.read('runs/r4/state.json'))!.toString()).nextStep).toBe(2);
+  });
+
+  test('step records and run state go through the store (appended, once per step)', async () => {
     const metrics = createMetricsActivities({ store: new LocalArtifactStore('/nonexistent'), logger: componentLogger('test') });
     const record = StepRecord.parse({ format: 'ratchet.step/v1', run_id: 'r2', step: 0, time: '2026-01-01T00:00:00.000Z', mean_reward: 0.5, rollouts: 1, policy_version: 1 });
     const state = { format: 'ratchet.run-state/v1', runId: 'r2', configSha256: 'x', completedStep: 0, nextStep: 1, policyVersion: 1, configRef: { uri: 's3://x/y', sha256: 'a'.repeat(64), bytes: 1 }, seed: 1, artifacts: settings() } as const;

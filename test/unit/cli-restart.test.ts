@@ -1,6 +1,7 @@
 /** `ratchet restart`: which runs may restart, and from where. */
 import { readRunState, restartPlan } from '../../src/cli/restart';
 import { runKeys } from '../../src/artifacts/keys';
+import type { ArtifactStore } from '../../src/artifacts/store';
 import { CliError, EXIT } from '../../src/cli/exit';
 import { buildProgram } from '../../src/cli';
 import type { RunStateFile } from '../../src/contracts';
@@ -47,9 +48,10 @@ describe('ratchet restart', () => {
     const s3State: RunStateFile = { ...state, configRef: { ...ref('config'), uri: 's3://ratchet-runs/prod/runs/r1/config.json' } };
     /** The run's S3 store, faked: it holds the state file; the local store does not. */
     const fakeStore = (files: Record<string, unknown>) => ({
-      exists: async (key: string) => (key in files ? { ...ref(key), uri: `s3://ratchet-runs/prod/${key}` } : undefined),
-      getJson: async <T>(r: { uri: string }) => files[r.uri.replace('s3://ratchet-runs/prod/', '')] as T,
-    });
+      url: 's3://ratchet-runs/prod',
+      read: async (key: string) => (key in files ? Buffer.from(JSON.stringify(files[key])) : undefined),
+      list: async (prefix: string) => Object.keys(files).filter((k) => k.startsWith(prefix)),
+    }) as unknown as ArtifactStore;
 
     it('reads the state from the run\'s store and resumes from it, with the store\'s settings', async () => {
       const read = await readRunState('r1', fakeStore({ [runKeys.state('r1')]: s3State }));

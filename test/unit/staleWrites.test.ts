@@ -32,6 +32,11 @@ class LastWriteWinsStore implements ArtifactStore {
     return { uri: `s3://fake-bucket/${key}`, sha256: sha256(buf), bytes: buf.length };
   }
   putJson(key: string, value: unknown): Promise<ArtifactRef> { return this.put(key, JSON.stringify(value)); }
+  async putIfAbsent(key: string, data: Buffer | string): Promise<{ ref: ArtifactRef; created: boolean }> {
+    const there = this.objects.get(key);
+    if (there) return { ref: { uri: `s3://fake-bucket/${key}`, sha256: sha256(there), bytes: there.length }, created: false };
+    return { ref: await this.put(key, data), created: true };
+  }
   async get(ref: ArtifactRef): Promise<Buffer> {
     const buf = this.objects.get(ref.uri.replace('s3://fake-bucket/', ''));
     if (!buf) throw Object.assign(new Error(`no ${ref.uri}`), { code: 'ENOENT' });

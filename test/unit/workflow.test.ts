@@ -197,6 +197,35 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  test('a corrupt newest checkpoint at trainer reload: the run falls back to the newest that verifies, retrains the later steps once each, on record', async () => {
+    await withWorkers({ deadTrainers: ['w1'], deadFromStep: 2, corruptCheckpoints: [1] }, async (f) => {
+      // w1 trains steps 0 and 1, then dies in step 2; w2 must load step 1's checkpoint, which is corrupt.
+      const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([
+        ['w1', null], ['w2', 'file:///fake/ckpt-step-1'], ['w2', 'file:///fake/ckpt-step-0'],
+      ]);
+      // The fallback is on record: which checkpoint was bad, which one was used, which steps are retrained.
+      expect(f.fallbacks).toHaveLength(1);
+      expect(f.fallbacks[0]!.result).toMatchObject({
+        fellBack: true,
+        record: { bad: { step: 1, checkpoint: { uri: 'file:///fake/ckpt-step-1' } }, used: { step: 0, checkpoint: { uri: 'file:///fake/ckpt-step-0' } }, retrained_steps: [1], epoch: 1 },
+        state: { nextStep: 1, policyVersion: 1, epoch: 1 },
+      });
+      // After the fallback, steps 1 and 2 are trained once each, on the checkpoint that verified.
+      const at = f.events.findIndex((e) => e.what === 'fallback');
+      expect(f.events.slice(at).filter((e) => e.what === 'train-end').map((e) => [e.step, e.worker])).toEqual([[1, 'w2'], [2, 'w2']]);
+      // Step 1 has two records: the voided one (epoch 0) and the winner (epoch 1); later records carry the epoch.
+      expect(f.records.map((r) => [r.record.step, r.record.epoch ?? 0, r.state.epoch ?? 0])).toEqual([[0, 0, 0], [1, 0, 0], [1, 1, 1], [2, 1, 1]]);
+      const { winningSteps } = await import('../../src/records/winners');
+      const fb = f.fallbacks[0]!.result;
+      expect(winningSteps(f.records.map((r) => r.record), fb.fellBack ? [fb.record] : []).map((r) => [r.step, r.epoch ?? 0, r.policy_version])).toEqual([[0, 0, 1], [1, 1, 2], [2, 1, 3]]);
+      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-checkpoint-fallback-1');
+      await record(handle, 'trainrun-checkpoint-fallback-2');
+    });
+  });
+
   test('inference down at weight sync: the run waits (waiting-for-inference), then goes on', async () => {
     await withWorkers({ inferenceDownTimes: 1, orchestrator: { max_steps: 1 } }, async (f) => {
       const handle = await start();

@@ -8,7 +8,7 @@ import type { ArtifactRef } from '../../src/artifacts/ref';
 import type { RolloutSummary } from '../../src/contracts/trajectory';
 import type { BuildBatchInput, RolloutInput } from '../../src/contracts';
 import { pickResume, taskIdOf, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/contracts';
-import type { RecordStepInput } from '../../src/contracts';
+import type { CheckpointFallbackInput, CheckpointFallbackResult, RecordStepInput } from '../../src/contracts';
 import type { SyncWeightsInput } from '../../src/contracts';
 import type { BuildSftBatchInput, PrepareSftDataInput } from '../../src/contracts/sft';
 import { rolloutStats } from '../../src/rollouts/stats';
@@ -57,6 +57,11 @@ export interface FakeOptions {
   leases?: number;
   /** The config's [sft] section (for SftRun; data = ["demos.jsonl"], batch_size 4 unless given); absent: none. */
   sft?: Record<string, unknown>;
+  /**
+   * The checkpoints of these steps are corrupt: trainer.load fails on them with ArtifactError, and
+   * fallBackToVerifiedCheckpoint finds them corrupt (as the real one, by their step records).
+   */
+  corruptCheckpoints?: number[];
 }
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; lr?: number }
@@ -74,6 +79,8 @@ export function makeFakes(opts: FakeOptions = {}) {
   const sftPrepares: PrepareSftDataInput[] = [];
   const sftBatches: BuildSftBatchInput[] = [];
   const records: RecordStepInput[] = [];
+  const fallbacks: { input: CheckpointFallbackInput; result: CheckpointFallbackResult }[] = [];
+  const ckptStep = (r: ArtifactRef): number => Number(/step-(\d+)/.exec(r.uri)![1]);
   const batches: BuildBatchInput[] = [];
   const loads: { worker: string; checkpoint?: ArtifactRef; lossKind?: string }[] = [];
   const syncs: SyncWeightsInput[] = [];
@@ -170,6 +177,36 @@ export function makeFakes(opts: FakeOptions = {}) {
       events.push({ t: now(), what: 'buildSftBatch', step: input.step });
       return { batch: ref(`batch-${input.step}`), manifest: ref(`manifest-${input.step}`), summary: { samples: input.batchSize, dropped: {} } };
     },
+    /** As src/records/fallback.ts, over the records in memory: the newest winning record whose checkpoint is sound. */
+    async fallBackToVerifiedCheckpoint(input: CheckpointFallbackInput): Promise<CheckpointFallbackResult> {
+      events.push({ t: now(), what: 'fallback', step: input.state.completedStep });
+      const corrupt = opts.corruptCheckpoints ?? [];
+      if (!input.state.checkpoint || !corrupt.includes(ckptStep(input.state.checkpoint))) {
+        const result = { fellBack: false } as const;
+        fallbacks.push({ input, result });
+        return result;
+      }
+      const winners = new Map<number, RecordStepInput['record']>();
+      for (const { record } of records) if (record.step <= input.state.completedStep) winners.set(record.step, record);
+      const used = [...winners.values()].sort((a, b) => b.step - a.step).find((r) => r.checkpoint && !corrupt.includes(ckptStep(r.checkpoint)));
+      const epoch = (input.state.epoch ?? 0) + 1;
+      const usedStep = used?.step ?? -1;
+      const result: CheckpointFallbackResult = {
+        fellBack: true,
+        record: {
+          format: 'ratchet.checkpoint-fallback/v1', run_id: input.state.runId, epoch, time: input.time, by: 'trainer-load',
+          bad: { checkpoint: input.state.checkpoint, adapter: input.state.adapter, step: input.state.completedStep, error: input.error },
+          ...(used ? { used: { checkpoint: used.checkpoint!, adapter: used.adapter, step: used.step, policy_version: used.policy_version } } : {}),
+          skipped: [], retrained_steps: Array.from({ length: input.state.completedStep - usedStep }, (_, i) => usedStep + 1 + i),
+        },
+        state: {
+          ...input.state, completedStep: usedStep, nextStep: usedStep + 1, policyVersion: used?.policy_version ?? 0,
+          checkpoint: used?.checkpoint, adapter: used?.adapter, epoch,
+        },
+      };
+      fallbacks.push({ input, result });
+      return result;
+    },
     async buildBatch(input: BuildBatchInput) {
       batches.push(input);
       events.push({ t: now(), what: 'buildBatch', step: input.step, version: input.trainerPolicyVersion });
@@ -240,6 +277,10 @@ export function makeFakes(opts: FakeOptions = {}) {
     return {
       async 'trainer.load'(input: { run_id: string; checkpoint?: ArtifactRef; trainer_config?: { loss?: { kind?: string } } }) {
         loads.push({ worker, checkpoint: input.checkpoint, lossKind: input.trainer_config?.loss?.kind });
+        if (input.checkpoint && opts.corruptCheckpoints?.includes(ckptStep(input.checkpoint))) {
+          const { ApplicationFailure } = await import('@temporalio/common');
+          throw ApplicationFailure.nonRetryable(`checkpoint ${input.checkpoint.uri}/adapter/adapter_model.safetensors is corrupt: recorded sha256 aa, found bb (fake)`, 'ArtifactError');
+        }
         version = input.checkpoint ? Number(/step-(\d+)/.exec(input.checkpoint.uri)![1]) + 1 : 0;
         return { step: version - 1, policy_version: version, ledger: [] };
       },
@@ -288,6 +329,6 @@ export function makeFakes(opts: FakeOptions = {}) {
     };
   };
 
-  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, applied, releases, unloads, leased, announces: () => announces,
+  return { config, main, rollout, announce, trainerFor, events, records, fallbacks, batches, summariesOf, loads, syncs, applied, releases, unloads, leased, announces: () => announces,
     sftPrepares, sftBatches };
 }
