@@ -63,7 +63,8 @@ export const StepRecord = z.object({
   checkpoint: ArtifactRef.optional(),
   adapter: ArtifactRef.optional(),
   /** The weight sync's result (SyncWeightsResult). */
-  weight_sync: z.object({ ms: z.number() }).passthrough().optional(),
+  /** The sync of the step's new version; `behind`: replicas (or inference hosts) down at the time, which missed it (inference.sync_quorum). */
+  weight_sync: z.object({ ms: z.number(), behind: z.array(z.string()).optional() }).passthrough().optional(),
 }).passthrough();
 export type StepRecord = z.infer<typeof StepRecord>;
 

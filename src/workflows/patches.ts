@@ -57,6 +57,12 @@ export const PATCHES = {
   artifactsMemo: 'v0.3-artifacts-memo',
   /** A step whose batch kills (or hangs) its trainer twice in trainer.step is recorded as TrainerKilled and skipped. */
   trainerKilledStepFault: 'v0.5-trainer-killed-step-fault',
+  /**
+   * Inference replicas are a pool: a weight sync that reaches inference.sync_quorum replicas (or inference
+   * hosts, each synced on its own queue and all awaited) lets the step go on; the rest are recorded as
+   * behind (the step record's weight_sync.behind) and get no rollouts until a later sync loads the version.
+   */
+  replicaQuorum: 'v0.6-replica-quorum',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

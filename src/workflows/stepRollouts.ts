@@ -22,6 +22,7 @@ import type { MainActivities, RolloutActivities, RolloutInput } from '../contrac
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
+import { syncQuorum } from '../shared/replicas';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
 import type { OutageType } from '../contracts/outage';
@@ -247,7 +248,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
 
   const syncRequest = () => ({
     runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion,
-    liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts,
+    liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts, quorum: syncQuorum(input.config.inference),
   });
   const setWaitingForInference = async (on: boolean): Promise<void> => {
     if (waitingForInference === on) return;

@@ -208,6 +208,37 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  describe('inference replicas are a pool (inference.sync_quorum)', () => {
+    const two = ['http://r1/v1', 'http://r2/v1'];
+
+    test('one replica of two dead for good, quorum 1: every step goes on without waiting; the dead one is recorded behind', async () => {
+      await withWorkers({ inference: { base_urls: two, sync_quorum: 1 }, deadReplicas: ['http://r2/v1'], orchestrator: { max_steps: 2 } }, async (f) => {
+        const handle = await start();
+        const result = await handle.result();
+        expect(result.stepsCompleted).toBe(2);
+        expect(f.syncs.every((s) => s.quorum === 1)).toBe(true);
+        // Every step's version reached r1 only: the record names r2 as behind.
+        expect(f.records.map((r) => r.record.weight_sync?.behind)).toEqual([['http://r2/v1'], ['http://r2/v1']]);
+        expect(f.events.filter((e) => e.what === 'sync-quorum').length).toBe(f.syncs.length);
+        // Never a wait: no sync failed.
+        expect(f.syncs.length).toBe(2);
+        await record(handle, 'trainrun-replica-quorum-reached');
+      });
+    });
+
+    test('quorum not reached (the default majority: 2 of 2): the run waits (waiting-for-inference) until the replica is back', async () => {
+      await withWorkers({ inference: { base_urls: two }, deadReplicas: ['http://r2/v1'], deadReplicaSyncs: 1, orchestrator: { max_steps: 1 } }, async (f) => {
+        const handle = await start();
+        await waitForStatus(handle, 'waiting-for-inference');
+        const result = await handle.result();
+        expect(result.stepsCompleted).toBe(1);
+        expect(f.syncs.map((s) => s.quorum)).toEqual([2, 2]);
+        expect(f.records[0]!.record.weight_sync?.behind).toBeUndefined();
+        await record(handle, 'trainrun-replica-quorum-not-reached');
+      });
+    });
+  });
+
   test('two runs, one trainer: the second waits (waiting-for-trainer) until the first releases it; both ledgers exact', async () => {
     await withWorkers({ leases: 1, trainMs: 100 }, async (f) => {
       const a = await start();

@@ -54,6 +54,15 @@ export interface FakeOptions {
   inferenceDownAtStart?: boolean;
   /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
   leases?: number;
+  /** The run config's [inference] (base_urls, sync_quorum...). */
+  inference?: Record<string, unknown>;
+  /**
+   * These replicas (base URLs) are down for weight syncs: the fake syncWeights counts the quorum as the
+   * real one does (every replica without input.quorum), failing as InferenceUnavailable or naming them behind.
+   */
+  deadReplicas?: string[];
+  /** ... for this many syncs only (default: for good). */
+  deadReplicaSyncs?: number;
 }
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string }
@@ -65,7 +74,9 @@ export function makeFakes(opts: FakeOptions = {}) {
     name: 'fake',
     orchestrator: { batch_size: 2, rollouts_per_example: 3, max_steps: 3, async_level: 0, max_concurrent_rollouts: 4, ...opts.orchestrator },
     env: [{ id: 'swe-grep' }],
+    ...(opts.inference ? { inference: opts.inference } : {}),
   });
+  let deadReplicaSyncsLeft = opts.deadReplicaSyncs ?? Infinity;
   const configRef = ref('config');
   const records: RecordStepInput[] = [];
   const batches: BuildBatchInput[] = [];
@@ -134,6 +145,17 @@ export function makeFakes(opts: FakeOptions = {}) {
         downLeft--;
         const { ApplicationFailure } = await import('@temporalio/common');
         throw ApplicationFailure.nonRetryable('replica down (fake)', 'InferenceUnavailable');
+      }
+      const dead = deadReplicaSyncsLeft-- > 0 ? input.baseUrls.filter((u) => opts.deadReplicas?.includes(u)) : [];
+      if (dead.length) {
+        const live = input.baseUrls.length - dead.length;
+        if (input.quorum === undefined || live < input.quorum) {
+          const { ApplicationFailure } = await import('@temporalio/common');
+          throw ApplicationFailure.nonRetryable(`replica(s) down (fake): ${dead.join(', ')}`, 'InferenceUnavailable');
+        }
+        events.push({ t: now(), what: 'sync-quorum', version: input.policyVersion });
+        inferenceOut = false;
+        return { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 1, behind: dead };
       }
       inferenceOut = false;
       return { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 1 };
