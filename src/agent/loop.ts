@@ -150,6 +150,7 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       ...(completion.completion_logprob_tokens ? { completion_logprob_tokens: completion.completion_logprob_tokens } : {}),
       finish_reason: completion.finish_reason,
       policy_version: input.policyVersion,
+      ...(completion.replica ? { replica: completion.replica } : {}),
       model_ms: turnModelMs,
       tools_ms: turnToolsMs,
     });

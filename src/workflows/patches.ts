@@ -63,6 +63,11 @@ export const PATCHES = {
    * behind (the step record's weight_sync.behind) and get no rollouts until a later sync loads the version.
    */
   replicaQuorum: 'v0.6-replica-quorum',
+  /**
+   * With several inference replicas, StepRollouts names them all in each rollout's input (inferenceBaseUrls):
+   * the rollout worker moves an episode whose replica is down to a live one serving the same version.
+   */
+  rolloutReplicaPool: 'v0.6-rollout-replica-pool',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its
