@@ -222,6 +222,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
         expect(f.events.filter((e) => e.what === 'sync-quorum').length).toBe(f.syncs.length);
         // Never a wait: no sync failed.
         expect(f.syncs.length).toBe(2);
+        // Each rollout names its preferred replica (spread) and every replica, so its worker can move it.
+        expect(new Set(f.rolloutInputs.map((r) => r.inferenceBaseUrl))).toEqual(new Set(two));
+        expect(f.rolloutInputs.every((r) => JSON.stringify(r.inferenceBaseUrls) === JSON.stringify(two))).toBe(true);
         await record(handle, 'trainrun-replica-quorum-reached');
       });
     });

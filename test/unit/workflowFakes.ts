@@ -82,6 +82,7 @@ export function makeFakes(opts: FakeOptions = {}) {
   const batches: BuildBatchInput[] = [];
   const loads: { worker: string; checkpoint?: ArtifactRef }[] = [];
   const syncs: SyncWeightsInput[] = [];
+  const rolloutInputs: RolloutInput[] = [];
   const releases: { worker: string; runId: string }[] = [];
   const unloads: string[] = [];
   /** worker -> run holding it (leases: true). */
@@ -189,6 +190,7 @@ export function makeFakes(opts: FakeOptions = {}) {
 
   const rollout = {
     async rollout(input: RolloutInput): Promise<RolloutSummary> {
+      rolloutInputs.push(input);
       events.push({ t: now(), what: 'rollout-start', step: input.step, version: input.policyVersion });
       if (opts.rolloutMs) await sleep(opts.rolloutMs);
       if (rolloutDiskFullLeft > 0) {
@@ -294,5 +296,5 @@ export function makeFakes(opts: FakeOptions = {}) {
     };
   };
 
-  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, applied, releases, unloads, leased, announces: () => announces };
+  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, rolloutInputs, applied, releases, unloads, leased, announces: () => announces };
 }
