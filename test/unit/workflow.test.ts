@@ -47,6 +47,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout }),
       Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
       ...['w1', 'w2', 'w3', 'w4', 'w5'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
+      ...Object.keys(opts.hostQueues ?? {}).map((q) => Worker.create({ connection: conn, taskQueue: q, activities: fakes.inferenceHost(q) })),
     ]);
     let result: T | undefined;
     const all = Promise.all(workers.map((w) => w.run()));
@@ -226,6 +227,20 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
         expect(new Set(f.rolloutInputs.map((r) => r.inferenceBaseUrl))).toEqual(new Set(two));
         expect(f.rolloutInputs.every((r) => JSON.stringify(r.inferenceBaseUrls) === JSON.stringify(two))).toBe(true);
         await record(handle, 'trainrun-replica-quorum-reached');
+      });
+    });
+
+    test('inference hosts (sync_task_queues), one of three down: the default majority (2 of 3) is reached; the host is recorded behind', async () => {
+      const hostQueues = { 'inf-a': 'up', 'inf-b': 'down', 'inf-c': 'up' } as const;
+      await withWorkers({ inference: { sync_task_queues: Object.keys(hostQueues) }, hostQueues, orchestrator: { max_steps: 1 } }, async (f) => {
+        const handle = await start();
+        const result = await handle.result();
+        expect(result.stepsCompleted).toBe(1);
+        // Every host was asked (all awaited), none of them was told the quorum (a host syncs all its own replicas).
+        expect(f.hostSyncs.map((s) => s.host).sort()).toEqual(['inf-a', 'inf-b', 'inf-c']);
+        expect(f.hostSyncs.every((s) => s.input.quorum === undefined && s.input.baseUrls.length === 0)).toBe(true);
+        expect(f.records[0]!.record.weight_sync?.behind).toEqual(['inf-b']);
+        await record(handle, 'trainrun-replica-quorum-hosts');
       });
     });
 

@@ -63,6 +63,8 @@ export interface FakeOptions {
   deadReplicas?: string[];
   /** ... for this many syncs only (default: for good). */
   deadReplicaSyncs?: number;
+  /** Inference hosts' own sync queues (inference.sync_task_queues): each a worker; `down` ones answer InferenceUnavailable. */
+  hostQueues?: Record<string, 'up' | 'down'>;
 }
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string }
@@ -296,5 +298,17 @@ export function makeFakes(opts: FakeOptions = {}) {
     };
   };
 
-  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, rolloutInputs, applied, releases, unloads, leased, announces: () => announces };
+  /** An inference host's worker (src/workers/inference.ts): syncWeights for its own vLLM. */
+  const hostSyncs: { host: string; input: SyncWeightsInput }[] = [];
+  const inferenceHost = (host: string) => ({
+    async syncWeights(input: SyncWeightsInput) {
+      hostSyncs.push({ host, input });
+      if (opts.hostQueues?.[host] === 'down') {
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable(`host ${host}: replica down (fake)`, 'InferenceUnavailable');
+      }
+      return { policyVersion: input.policyVersion, loaded: [`${host}#v${input.policyVersion}`], alreadyLoaded: [], unloaded: [], ms: 1 };
+    },
+  });
+  return { config, main, rollout, announce, trainerFor, events, records, batches, summariesOf, loads, syncs, rolloutInputs, inferenceHost, hostSyncs, applied, releases, unloads, leased, announces: () => announces };
 }
