@@ -29,9 +29,13 @@ const DOOMED_PORT = 8001;
 const DOOMED = `http://127.0.0.1:${DOOMED_PORT}/v1`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A TCP forwarder to the real vLLM: a replica while it lives, a refused port once closed. */
-async function forwarder(port: number, to: number): Promise<{ kill: () => Promise<void> }> {
+/**
+ * A TCP forwarder to the real vLLM: a replica while it lives, a refused port once closed. It counts
+ * the chat completions it carried an answer for (a model turn sampled through it).
+ */
+async function forwarder(port: number, to: number): Promise<{ kill: () => Promise<void>; turns: () => number }> {
   const sockets = new Set<net.Socket>();
+  let turns = 0;
   const server = net.createServer((client) => {
     const upstream = net.connect(to, '127.0.0.1');
     for (const s of [client, upstream]) {
@@ -39,10 +43,14 @@ async function forwarder(port: number, to: number): Promise<{ kill: () => Promis
       s.on('close', () => sockets.delete(s));
       s.on('error', () => { client.destroy(); upstream.destroy(); });
     }
+    let asked = false;
+    client.on('data', (b: Buffer) => { if (b.includes('POST /v1/chat/completions')) asked = true; });
+    upstream.on('data', (b: Buffer) => { if (asked && b.includes('HTTP/1.1 200')) { asked = false; turns++; } });
     client.pipe(upstream).pipe(client);
   });
   await new Promise<void>((resolve, reject) => server.once('error', reject).listen(port, '127.0.0.1', resolve));
   return {
+    turns: () => turns,
     kill: () => new Promise<void>((resolve) => {
       server.close(() => resolve());
       for (const s of sockets) s.destroy();
@@ -117,14 +125,19 @@ max_turns = 3
       const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
       const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
 
-      // Step 1's rollouts are in their episodes once their sandboxes run: kill the second replica then, for good.
+      // Step 1's rollouts are in their episodes once their sandboxes run; the second replica is killed,
+      // for good, once it has sampled a step-1 turn (mid-episode for the rollout pinned to it, unless
+      // that turn ended its episode), or 20 s into the step.
       const deadline = Date.now() + 900_000;
+      let inStep1: { at: number; turns: number } | undefined;
       while (!killed && Date.now() < deadline) {
-        if (await containersOf(runId, 1) > 0) {
+        if (!inStep1 && await containersOf(runId, 1) > 0) inStep1 = { at: Date.now(), turns: doomed.turns() };
+        if (inStep1 && (doomed.turns() > inStep1.turns || Date.now() - inStep1.at > 20_000)) {
           await doomed.kill();
           killed = true;
+          console.warn(`killed replica ${DOOMED} for good, ${Date.now() - inStep1.at} ms into step 1, after ${doomed.turns() - inStep1.turns} step-1 turn(s) on it`);
         } else {
-          await sleep(200);
+          await sleep(100);
         }
       }
       expect(killed).toBe(true);
@@ -150,8 +163,15 @@ max_turns = 3
       expect(new Set(step0)).toEqual(new Set([LIVE, DOOMED]));
       const step1 = await turns(1);
       console.warn(`replicas per step-1 rollout (turn by turn): ${JSON.stringify(step1)}`);
-      // The rollout StepRollouts pinned to the killed replica ended on the live one.
-      expect(step1.every((r) => r.length > 0 && r.at(-1) === LIVE)).toBe(true);
+      // Once a rollout moved to the live replica it never went back to the dead one; the rollout pinned
+      // to the killed replica used the live one for every turn after the kill.
+      for (const r of step1) {
+        expect(r.length).toBeGreaterThan(0);
+        expect(r.every((u) => u === LIVE || u === DOOMED)).toBe(true);
+        const firstLive = r.indexOf(LIVE);
+        if (firstLive >= 0) expect(r.slice(firstLive).every((u) => u === LIVE)).toBe(true);
+      }
+      expect(step1.flat()).toContain(LIVE);
     } finally {
       if (!killed) await doomed.kill();
     }
