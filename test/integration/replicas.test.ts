@@ -87,12 +87,13 @@ describeWithStack('inference replicas are a pool (real stack)', ['temporalServer
     await restoreStackWorkers();
   });
 
-  test('two real CPU vLLMs, one killed for good mid-step: skipped on this machine (memory), see the next test', async () => {
+  test('two real CPU vLLMs, one killed for good mid-step: not run (this test starts no second vLLM), see the next test', async () => {
     const avail = await memAvailableGiB();
-    // Loud, never silent: this variant does not run here, and says why.
-    console.warn(`SKIPPED (loudly): two CPU vLLMs cannot run at once on this machine. A second SmolLM2 vLLM holds about 6 GiB ` +
-      `(API server, engine core, worker), and MemAvailable is ${avail.toFixed(1)} GiB on a 24 GiB machine shared by the stack and other tests. ` +
-      'The next test runs the stack\'s one real vLLM plus a second replica that is killed for good (a forwarder to it, then a dead port).');
+    // Loud, never silent: this variant does not run, and says why.
+    console.warn('SKIPPED (loudly): this test starts no second CPU vLLM. One SmolLM2 CPU vLLM holds about 6 GiB here (API server, ' +
+      'engine core, worker); when the test was written the shared 24 GiB machine had about 3 GiB available, so a second one could not ' +
+      `be started beside the stack's (MemAvailable now: ${avail.toFixed(1)} GiB). The next test runs the stack's one real vLLM plus a ` +
+      'second replica that is killed for good (a forwarder to it, then a dead port).');
   });
 
   test('one replica of two killed for good in the middle of step 1: the step completes, its rollouts finish on the live replica, the sync records it behind', async () => {
@@ -108,6 +109,8 @@ base_urls = ["${LIVE}", "${DOOMED}"]
 sync_quorum = 1
 [sampling]
 max_tokens = 32
+# Every turn a tool call: episodes of several turns, so the kill can land mid-episode.
+tool_choice = "required"
 [orchestrator]
 batch_size = 1
 rollouts_per_example = 2
@@ -172,6 +175,8 @@ max_turns = 3
         if (firstLive >= 0) expect(r.slice(firstLive).every((u) => u === LIVE)).toBe(true);
       }
       expect(step1.flat()).toContain(LIVE);
+      const moved = step1.filter((r) => r.includes(DOOMED) && r.includes(LIVE)).length;
+      console.warn(`${moved} step-1 rollout(s) moved from the killed replica to the live one mid-episode`);
     } finally {
       if (!killed) await doomed.kill();
     }
