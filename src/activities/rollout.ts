@@ -24,6 +24,7 @@ import { scoreEpisode } from '../rollouts/scoring';
 import { isUnscored, type RolloutSummary } from '../contracts/trajectory';
 import { LIVENESS_DEFAULTS } from '../shared/liveness';
 import { componentLogger } from '../shared/logger';
+import { createReplicaPools } from '../inference/pool';
 import { createEnvironmentResolver } from './environments';
 import { withLiveness, type Liveness } from './liveness';
 
@@ -47,6 +48,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
     return c;
   };
   const environmentFor = createEnvironmentResolver(deps.store);
+  // Several replicas: the rollout moves to a live one that serves its version (src/inference/pool.ts).
+  const modelFor = createReplicaPools(clientFor, { log });
 
   async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
     const t0 = performance.now();
@@ -86,7 +89,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: taskId });
     const store = storeFor(input.artifacts, deps.store);
 
-    const episode = await runEpisode({ input, env, sandboxes: deps.sandboxes, model: clientFor(input.inferenceBaseUrl), live, log: rlog, store });
+    const episode = await runEpisode({ input, env, sandboxes: deps.sandboxes, model: modelFor(input.inferenceBaseUrl, input.inferenceBaseUrls), live, log: rlog, store });
     if (isSetupFailed(episode)) {
       // Dropped by the batch builder (cause task_setup), left out of its group's baseline and the step's reward statistics.
       rlog.warn({ err: episode.setupError }, 'task cannot be set up: rollout recorded as setup_error and dropped');

@@ -4,6 +4,7 @@ import type { ArtifactRef } from '../artifacts/ref';
 import { LocalArtifactStore, type ArtifactStore, uriToPath, verifyLocalDir } from '../artifacts/store';
 import { storeForRef, withStoreErrors } from '../artifacts/stores';
 import { adapterName, adapterVersion } from '../shared/adapters';
+import { replicaName } from '../shared/replicas';
 import type { Logger } from '../shared/logger';
 import { LIVENESS_DEFAULTS } from '../shared/liveness';
 import type { SyncWeightsInput, SyncWeightsResult, WeightSyncActivities } from '../contracts';
@@ -151,8 +152,9 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
     const adapterDir = adapter ? await withStoreErrors(() => storeForRef(adapter, input.artifacts, store).localDir(adapter)) : undefined;
     const out: SyncWeightsResult = { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 };
     const down: string[] = [];
+    const behind: string[] = [];
     for (const baseUrl of input.baseUrls) {
-      const url = baseUrl.replace(/\/+$/, '');
+      const url = replicaName(baseUrl);
       let delay = 500;
       const deadline = Date.now() + replicaRetryMs;
       for (;;) {
@@ -163,6 +165,7 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
           if (!(err instanceof ReplicaDown)) throw err;
           if (Date.now() + delay > deadline) {
             down.push(err.message);
+            behind.push(url);
             break;
           }
           logger.warn({ baseUrl: url, err: err.message, retryInMs: delay }, 'inference replica is down; retrying');
@@ -171,10 +174,18 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
         }
       }
     }
-    if (down.length) {
-      throw ApplicationFailure.nonRetryable(`inference replica(s) down: ${down.join('; ')}`, 'InferenceUnavailable', { down });
+    // A quorum (inference.sync_quorum) is enough: the replicas that missed the version are named
+    // behind, and the rollouts' replica pool keeps off them until a later sync loads it.
+    const reached = input.baseUrls.length - down.length;
+    if (down.length && (input.quorum === undefined || reached < input.quorum)) {
+      const need = input.quorum === undefined ? 'every replica' : `a quorum of ${input.quorum}`;
+      throw ApplicationFailure.nonRetryable(`inference replica(s) down (${reached} of ${input.baseUrls.length} serve the version; the sync needs ${need}): ${down.join('; ')}`, 'InferenceUnavailable', { down });
     }
     out.ms = Date.now() - started;
+    if (down.length) {
+      out.behind = behind;
+      logger.warn({ runId: input.runId, policyVersion: input.policyVersion, behind, down, quorum: input.quorum }, 'weights synced to a quorum of replicas; the rest are behind and get no rollouts until synced');
+    }
     logger.info({ runId: input.runId, ...out }, 'weights synced');
     return out;
   }
@@ -187,6 +198,7 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
 export function createInferenceHostActivities(localBaseUrls: string[], deps: WeightSyncDeps) {
   const { syncWeights } = createWeightSyncActivities(deps);
   return {
-    syncWeights: (input: SyncWeightsInput) => syncWeights({ ...input, baseUrls: input.baseUrls.length ? input.baseUrls : localBaseUrls }),
+    // A host's own replicas all take the version: the workflow's quorum counts hosts, not URLs.
+    syncWeights: ({ quorum: _hosts, ...input }: SyncWeightsInput) => syncWeights({ ...input, baseUrls: input.baseUrls.length ? input.baseUrls : localBaseUrls }),
   };
 }

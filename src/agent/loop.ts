@@ -185,6 +185,7 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       ...(completion.completion_logprob_tokens ? { completion_logprob_tokens: completion.completion_logprob_tokens } : {}),
       finish_reason: completion.finish_reason,
       policy_version: replaying ? replaying.policyVersion : input.policyVersion,
+      ...(completion.replica ? { replica: completion.replica } : {}),
       model_ms: turnModelMs,
       tools_ms: replaying ? replaying.toolsMs : turnToolsMs,
     });

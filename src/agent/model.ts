@@ -33,6 +33,8 @@ export interface Completion {
   completion_logprob_tokens?: string[] | null;
   prompt_tokens: number;
   completion_tokens: number;
+  /** The inference replica (base URL) that sampled it, where a replica pool chose one (src/inference/pool.ts). */
+  replica?: string;
 }
 
 /** The prompt no longer fits the server's context window: the episode ends with stop_reason context_length. */

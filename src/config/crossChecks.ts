@@ -1,4 +1,5 @@
 import type { RunConfig } from './schema';
+import { majority, syncUnits } from '../shared/replicas';
 
 /**
  * Settings that depend on each other, checked together after the schema has
@@ -39,6 +40,16 @@ export function crossCheck(c: RunConfig): ConfigIssue[] {
       key: 'inference.request_timeout_s',
       message: `${c.inference.request_timeout_s} s is longer than a whole rollout may take (${ROLLOUT_TIMEOUT_S} s): a stuck model call would time the rollout out instead of failing itself. ` +
         `Fix: set inference.request_timeout_s below ${ROLLOUT_TIMEOUT_S}`,
+    });
+  }
+
+  const units = syncUnits(c.inference);
+  if (c.inference.sync_quorum !== undefined && c.inference.sync_quorum > units) {
+    const what = c.inference.sync_task_queues.length > 0 ? 'inference hosts (inference.sync_task_queues)' : 'replicas (inference.base_urls)';
+    issues.push({
+      key: 'inference.sync_quorum',
+      message: `${c.inference.sync_quorum} replicas must load each new version, but the run has ${units} ${what}: no weight sync could ever succeed. ` +
+        `Fix: set inference.sync_quorum to at most ${units} (or remove it: a majority, ${majority(units)}), or add replicas`,
     });
   }
 

@@ -147,6 +147,14 @@ const InferenceConfig = z.object({
    */
   gpu_memory_utilization: z.number().gt(0).lt(1).optional(),
   sync_task_queues: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a task queue name: letters, digits, ".", "_" and "-"')).default([]),
+  /**
+   * How many replicas must load a new policy version before the next step's rollouts start
+   * (inference hosts when sync_task_queues is set, else base_urls). Unset: a strict majority
+   * (1 of 1, 2 of 2, 2 of 3). The replicas that missed it are recorded as behind in the step's
+   * weight_sync record, and get no rollouts until a later sync brings them to the current version
+   * (src/inference/pool.ts). With two replicas, 1 lets the run go on when either dies.
+   */
+  sync_quorum: z.number().int().min(1).max(1024).optional(),
 }).strict();
 
 const SamplingConfig = z.object({

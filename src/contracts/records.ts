@@ -123,8 +123,8 @@ export const StepRecord = z.object({
   batch: z.object({ batch: ArtifactRef, manifest: ArtifactRef, summary: z.record(z.string(), z.unknown()) }).nullish(),
   checkpoint: ArtifactRef.optional(),
   adapter: ArtifactRef.optional(),
-  /** The weight sync's result (SyncWeightsResult). */
-  weight_sync: z.object({ ms: z.number() }).passthrough().optional(),
+  /** The sync of the step's new version; `behind`: replicas (or inference hosts) down at the time, which missed it (inference.sync_quorum). */
+  weight_sync: z.object({ ms: z.number(), behind: z.array(z.string()).optional() }).passthrough().optional(),
   /** The worker build (Worker Versioning deployment and build id) the step's workflow code ran on; absent on unversioned workers. */
   build: z.object({ deployment: z.string(), build_id: z.string() }).optional(),
   /** Control actions the run accepted since the previous step record (pause, resume, stop, set). */

@@ -39,6 +39,11 @@ export const RolloutInput = z.object({
   rubric: z.record(z.number()).default({}),
   sandbox: RunConfig.shape.sandbox.removeDefault(),
   inferenceBaseUrl: z.string().url(),
+  /**
+   * Every inference replica of the run (inference.base_urls), when there are several: the rollout
+   * moves to another that serves its version when its own is down (src/inference/pool.ts).
+   */
+  inferenceBaseUrls: z.array(z.string().url()).optional(),
   seed: z.number().int().optional(),
   /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
   liveness: z.object({ heartbeat_every_s: z.number().positive(), stall_s: z.number().positive() }).strict().optional(),

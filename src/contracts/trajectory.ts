@@ -46,6 +46,11 @@ export const Turn = z.object({
   finish_reason: z.enum(['stop', 'length', 'tool_calls', 'content_filter', 'error']),
   /** Which policy produced this turn: 0 is the base model, N the adapter after N optimizer steps. */
   policy_version: z.number().int().nonnegative(),
+  /**
+   * The inference replica (base URL) that sampled this turn, with several replicas: a rollout whose
+   * replica went down goes on on another that serves the same version (src/inference/pool.ts).
+   */
+  replica: z.string().optional(),
   model_ms: z.number().nonnegative(),
   tools_ms: z.number().nonnegative(),
 });

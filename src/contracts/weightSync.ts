@@ -19,6 +19,11 @@ export interface SyncWeightsInput {
   liveness?: ActivityLivenessInput;
   /** The run's [artifacts] store: an s3:// adapter is fetched into this host's cache before vLLM loads it. */
   artifacts?: StoreSettings;
+  /**
+   * Replicas (of baseUrls) that must serve the version for the sync to succeed; the rest may be
+   * down and are returned as `behind`. Absent (older histories, an inference host's own worker): all.
+   */
+  quorum?: number;
 }
 
 export interface SyncWeightsResult {
@@ -26,8 +31,14 @@ export interface SyncWeightsResult {
   loaded: string[];
   alreadyLoaded: string[];
   unloaded: string[];
-  /** Wall time from the call to every replica serving the version. */
+  /** Wall time from the call to every replica (or a quorum) serving the version. */
   ms: number;
+  /**
+   * Replicas (base URLs, or inference hosts' task queues) that were down and missed this version,
+   * with the reason; they get no rollouts until a later sync loads it (src/inference/pool.ts).
+   * Absent when every replica serves it.
+   */
+  behind?: string[];
 }
 
 export interface WeightSyncActivities {

@@ -25,11 +25,37 @@ export const isInferenceUnavailable = (err: unknown): err is ActivityFailure & {
  * disk), or, with inference.sync_task_queues, by each inference host's own worker,
  * which pulls the adapter from the store into its cache first. Slowest host's time.
  */
-export function syncAllHosts(req: SyncWeightsInput, hosts: string[]): Promise<{ ms: number }> {
+export function syncAllHosts(req: SyncWeightsInput, hosts: string[]): Promise<{ ms: number; behind?: string[] }> {
+  const { quorum, ...every } = req;
+  // patched() only where a quorum is asked for: a history from before it synced every replica, and replays so.
+  const q = quorum !== undefined && patched(PATCHES.replicaQuorum) ? quorum : undefined;
   // Not async: with no hosts the activity's own promise comes back (no added microtasks; see storeWait.ts).
-  if (hosts.length === 0) return sync.syncWeights(req);
-  return Promise.all(hosts.map((q) => syncOn(q).syncWeights({ ...req, baseUrls: [] })))
-    .then((results) => ({ ...results[0]!, ms: Math.max(...results.map((r) => r.ms)) }));
+  // The activity itself counts the quorum over the base URLs.
+  if (hosts.length === 0) return sync.syncWeights(q === undefined ? every : { ...every, quorum: q });
+  if (q === undefined) {
+    return Promise.all(hosts.map((h) => syncOn(h).syncWeights({ ...every, baseUrls: [] })))
+      .then((results) => ({ ...results[0]!, ms: Math.max(...results.map((r) => r.ms)) }));
+  }
+  return syncQuorumOfHosts(every, hosts, q);
+}
+
+/** An inference host that is down: its vLLM refuses (InferenceUnavailable), or its worker does not pick up / dies. */
+const hostDown = (err: unknown): boolean => err instanceof ActivityFailure
+  && ((err.cause instanceof ApplicationFailure && err.cause.type === 'InferenceUnavailable') || err.cause instanceof TimeoutFailure);
+
+/**
+ * Each host syncs its own replicas; every host's answer is awaited (a slow host still gets the version),
+ * and `quorum` of them serving it is enough. A host that failed otherwise (a refused adapter) fails the sync.
+ */
+async function syncQuorumOfHosts(req: SyncWeightsInput, hosts: string[], quorum: number): Promise<{ ms: number; behind?: string[] }> {
+  const settled = await Promise.allSettled(hosts.map((h) => syncOn(h).syncWeights({ ...req, baseUrls: [] })));
+  const failed = settled.flatMap((s, i) => (s.status === 'rejected' ? [{ host: hosts[i]!, err: s.reason as unknown }] : []));
+  const other = failed.find((f) => !hostDown(f.err));
+  if (other) throw other.err;
+  const served = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  if (served.length < quorum) throw failed[0]!.err;
+  if (failed.length) log.warn('weights synced to a quorum of inference hosts; the rest are behind', { quorum, behind: failed.map((f) => f.host) });
+  return { ...served[0]!, ms: Math.max(...served.map((r) => r.ms)), ...(failed.length ? { behind: failed.map((f) => f.host) } : {}) };
 }
 
 export async function syncUntilServed(

@@ -72,6 +72,17 @@ export const PATCHES = {
    * when such a load fails: histories without one are unchanged.
    */
   checkpointFallback: 'v0.6-checkpoint-fallback',
+  /**
+   * Inference replicas are a pool: a weight sync that reaches inference.sync_quorum replicas (or inference
+   * hosts, each synced on its own queue and all awaited) lets the step go on; the rest are recorded as
+   * behind (the step record's weight_sync.behind) and get no rollouts until a later sync loads the version.
+   */
+  replicaQuorum: 'v0.6-replica-quorum',
+  /**
+   * With several inference replicas, StepRollouts names them all in each rollout's input (inferenceBaseUrls):
+   * the rollout worker moves an episode whose replica is down to a live one serving the same version.
+   */
+  rolloutReplicaPool: 'v0.6-rollout-replica-pool',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

@@ -22,6 +22,7 @@ import type { MainActivities, RolloutActivities, RolloutInput } from '../contrac
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
+import { syncQuorum } from '../shared/replicas';
 import { rolloutProgressSignal } from './messages';
 import { PATCHES } from './patches';
 import type { OutageType } from '../contracts/outage';
@@ -85,6 +86,8 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   // The run's priority and fairness keys: runs sharing rollout workers each get their share (src/shared/fairness.ts).
   const rolloutOptions: ActivityOptions = { ...ROLLOUT_OPTIONS, priority: trainingPriority(input.runId, input.config.orchestrator.fairness_weight) };
   const { rollout } = proxyActivities<RolloutActivities>(rolloutOptions);
+  // Each rollout names every replica, so its worker can move it to a live one (src/inference/pool.ts).
+  const replicaPool = baseUrls.length > 1 && patched(PATCHES.rolloutReplicaPool);
 
   const report = async (extra: { waitingForDisk?: boolean; waitingForStore?: boolean; waitingForRolloutWorkers?: boolean } = {}): Promise<void> => {
     if (!parent) return;
@@ -117,6 +120,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
       sandbox: input.config.sandbox,
       // Spread rollouts over the replicas; a group's rollouts share none on purpose (no cache skew).
       inferenceBaseUrl: baseUrls[i % baseUrls.length]!,
+      ...(replicaPool ? { inferenceBaseUrls: [...baseUrls] } : {}),
       seed: rolloutSeed(input.seed, input.step, g, k),
       liveness: forActivity(windows, 'rollout'),
       ...(input.artifacts ? { artifacts: input.artifacts } : {}),
@@ -247,7 +251,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
 
   const syncRequest = () => ({
     runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion,
-    liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts,
+    liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts, quorum: syncQuorum(input.config.inference),
   });
   const setWaitingForInference = async (on: boolean): Promise<void> => {
     if (waitingForInference === on) return;

@@ -34,6 +34,7 @@ import {
 import type { ArtifactRef } from '../artifacts/ref';
 import { storeSettings } from '../artifacts/settings';
 import { adapterName } from '../shared/adapters';
+import { syncQuorum } from '../shared/replicas';
 import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../contracts/trajectory';
@@ -135,7 +136,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts);
   const serveCurrent = () => syncUntilServed(run, () => ({
     runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter, keepFromVersion: keepFrom(),
-    artifacts, liveness: forActivity(windows, 'weight_sync'),
+    artifacts, liveness: forActivity(windows, 'weight_sync'), quorum: syncQuorum(config.inference),
   }), input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
   if (input.resume?.paused && patched(PATCHES.pauseCarried)) run.pauseRequested = true;
   run.started = true;

@@ -115,6 +115,7 @@ const BOUNDS: [string, number | null, number | null][] = [
   ['trainer.logprob_chunk_tokens', -1, 1e9],
   ['trainer.seed', -1, 2 ** 32],
   ['inference.request_timeout_s', 0, 1e10],
+  ['inference.sync_quorum', 0, 2000],
   ['sampling.temperature', -0.1, 11],
   ['sampling.top_p', 0, 1.5],
   ['sampling.max_tokens', 0, 200_000],
@@ -166,6 +167,15 @@ describe('cross-checks: settings that depend on each other', () => {
   test('a model request may not outlive its rollout', async () => {
     const r = await check(setKey(baseConfig(), 'inference.request_timeout_s', 3600));
     expect(r.failed).toMatch(/inference\.request_timeout_s: .*1800 s/);
+  });
+  test('a weight-sync quorum above the replica count can never be reached', async () => {
+    const r = await check(setKey(setKey(baseConfig(), 'inference.base_urls', ['http://127.0.0.1:8000/v1', 'http://127.0.0.1:8001/v1']), 'inference.sync_quorum', 3));
+    expect(r.code).toBe(EXIT.invalidInput);
+    expect(r.failed).toMatch(/inference\.sync_quorum: 3 replicas .* 2 replicas \(inference\.base_urls\).*Fix: set inference\.sync_quorum to at most 2/);
+  });
+  test('a weight-sync quorum counts inference hosts when sync_task_queues is set', async () => {
+    const r = await check(setKey(setKey(baseConfig(), 'inference.sync_task_queues', ['ratchet-inference-a']), 'inference.sync_quorum', 2));
+    expect(r.failed).toMatch(/inference\.sync_quorum: .*1 inference hosts/);
   });
   test('tool calls x exec timeout must fit in a rollout', async () => {
     const r = await check(setKey(setKey(baseConfig(), 'env.0.args.max_tool_calls', 100), 'sandbox.exec_timeout_s', 60));

@@ -113,6 +113,48 @@ describe('syncWeights', () => {
     })).rejects.toMatchObject({ type: 'InferenceUnavailable', nonRetryable: true });
   });
 
+  describe('a quorum of replicas (inference.sync_quorum)', () => {
+    /** Two replicas, r1 and r2, each its own fake vLLM. */
+    const pair = () => {
+      const r1 = fakeVllm([]);
+      const r2 = fakeVllm([]);
+      const fetchFn = ((url: string, init?: RequestInit) => (url.includes('//r1/') ? r1.fetchFn(url, init) : r2.fetchFn(url, init))) as typeof fetch;
+      return { r1, r2, fetchFn };
+    };
+    const req = { runId: 'run-a', baseUrls: ['http://r1/v1', 'http://r2/v1'], policyVersion: 1, keepFromVersion: 0 };
+
+    it('reached: the sync succeeds and names the replica that missed it as behind', async () => {
+      const { r1, r2, fetchFn } = pair();
+      r2.state.down = true;
+      const res = await activities(fetchFn).syncWeights({ ...req, adapter: adapterDir('v1'), quorum: 1 });
+      expect(res.loaded).toEqual(['http://r1/v1#run-a/policy-v1']);
+      expect(res.behind).toEqual(['http://r2/v1']);
+      expect(r1.models.has('run-a/policy-v1')).toBe(true);
+    });
+
+    it('not reached: InferenceUnavailable, saying how many serve it and how many it needs', async () => {
+      const { r1, r2, fetchFn } = pair();
+      r1.state.down = true;
+      r2.state.down = true;
+      await expect(activities(fetchFn).syncWeights({ ...req, adapter: adapterDir('v1'), quorum: 1 }))
+        .rejects.toMatchObject({ type: 'InferenceUnavailable', message: expect.stringMatching(/0 of 2 serve the version; the sync needs a quorum of 1/) });
+    });
+
+    it('without a quorum (older histories) every replica must serve it, as before', async () => {
+      const { r2, fetchFn } = pair();
+      r2.state.down = true;
+      await expect(activities(fetchFn).syncWeights({ ...req, adapter: adapterDir('v1') }))
+        .rejects.toMatchObject({ type: 'InferenceUnavailable', message: expect.stringMatching(/needs every replica/) });
+    });
+
+    it('every replica up: nothing is behind', async () => {
+      const { fetchFn } = pair();
+      const res = await activities(fetchFn).syncWeights({ ...req, adapter: adapterDir('v1'), quorum: 1 });
+      expect(res.behind).toBeUndefined();
+      expect(res.loaded).toHaveLength(2);
+    });
+  });
+
   it('a server that refuses adapters names the flags to fix', async () => {
     const vllm = fakeVllm([]);
     vllm.state.refuse = true;

@@ -47,6 +47,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout }),
       Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
       ...['w1', 'w2', 'w3', 'w4', 'w5'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
+      ...Object.keys(opts.hostQueues ?? {}).map((q) => Worker.create({ connection: conn, taskQueue: q, activities: fakes.inferenceHost(q) })),
     ]);
     let result: T | undefined;
     const all = Promise.all(workers.map((w) => w.run()));
@@ -234,6 +235,54 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(result.stepsCompleted).toBe(1);
       expect(f.syncs.length).toBe(2);
       await record(handle, 'trainrun-inference-wait');
+    });
+  });
+
+  describe('inference replicas are a pool (inference.sync_quorum)', () => {
+    const two = ['http://r1/v1', 'http://r2/v1'];
+
+    test('one replica of two dead for good, quorum 1: every step goes on without waiting; the dead one is recorded behind', async () => {
+      await withWorkers({ inference: { base_urls: two, sync_quorum: 1 }, deadReplicas: ['http://r2/v1'], orchestrator: { max_steps: 2 } }, async (f) => {
+        const handle = await start();
+        const result = await handle.result();
+        expect(result.stepsCompleted).toBe(2);
+        expect(f.syncs.every((s) => s.quorum === 1)).toBe(true);
+        // Every step's version reached r1 only: the record names r2 as behind.
+        expect(f.records.map((r) => r.record.weight_sync?.behind)).toEqual([['http://r2/v1'], ['http://r2/v1']]);
+        expect(f.events.filter((e) => e.what === 'sync-quorum').length).toBe(f.syncs.length);
+        // Never a wait: no sync failed.
+        expect(f.syncs.length).toBe(2);
+        // Each rollout names its preferred replica (spread) and every replica, so its worker can move it.
+        expect(new Set(f.rolloutInputs.map((r) => r.inferenceBaseUrl))).toEqual(new Set(two));
+        expect(f.rolloutInputs.every((r) => JSON.stringify(r.inferenceBaseUrls) === JSON.stringify(two))).toBe(true);
+        await record(handle, 'trainrun-replica-quorum-reached');
+      });
+    });
+
+    test('inference hosts (sync_task_queues), one of three down: the default majority (2 of 3) is reached; the host is recorded behind', async () => {
+      const hostQueues = { 'inf-a': 'up', 'inf-b': 'down', 'inf-c': 'up' } as const;
+      await withWorkers({ inference: { sync_task_queues: Object.keys(hostQueues) }, hostQueues, orchestrator: { max_steps: 1 } }, async (f) => {
+        const handle = await start();
+        const result = await handle.result();
+        expect(result.stepsCompleted).toBe(1);
+        // Every host was asked (all awaited), none of them was told the quorum (a host syncs all its own replicas).
+        expect(f.hostSyncs.map((s) => s.host).sort()).toEqual(['inf-a', 'inf-b', 'inf-c']);
+        expect(f.hostSyncs.every((s) => s.input.quorum === undefined && s.input.baseUrls.length === 0)).toBe(true);
+        expect(f.records[0]!.record.weight_sync?.behind).toEqual(['inf-b']);
+        await record(handle, 'trainrun-replica-quorum-hosts');
+      });
+    });
+
+    test('quorum not reached (the default majority: 2 of 2): the run waits (waiting-for-inference) until the replica is back', async () => {
+      await withWorkers({ inference: { base_urls: two }, deadReplicas: ['http://r2/v1'], deadReplicaSyncs: 1, orchestrator: { max_steps: 1 } }, async (f) => {
+        const handle = await start();
+        await waitForStatus(handle, 'waiting-for-inference');
+        const result = await handle.result();
+        expect(result.stepsCompleted).toBe(1);
+        expect(f.syncs.map((s) => s.quorum)).toEqual([2, 2]);
+        expect(f.records[0]!.record.weight_sync?.behind).toBeUndefined();
+        await record(handle, 'trainrun-replica-quorum-not-reached');
+      });
     });
   });
 

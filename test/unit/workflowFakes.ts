@@ -62,6 +62,17 @@ export interface FakeOptions {
    * fallBackToVerifiedCheckpoint finds them corrupt (as the real one, by their step records).
    */
   corruptCheckpoints?: number[];
+  /** The run config's [inference] (base_urls, sync_quorum...). */
+  inference?: Record<string, unknown>;
+  /**
+   * These replicas (base URLs) are down for weight syncs: the fake syncWeights counts the quorum as the
+   * real one does (every replica without input.quorum), failing as InferenceUnavailable or naming them behind.
+   */
+  deadReplicas?: string[];
+  /** ... for this many syncs only (default: for good). */
+  deadReplicaSyncs?: number;
+  /** Inference hosts' own sync queues (inference.sync_task_queues): each a worker; `down` ones answer InferenceUnavailable. */
+  hostQueues?: Record<string, 'up' | 'down'>;
 }
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; lr?: number }
@@ -74,7 +85,9 @@ export function makeFakes(opts: FakeOptions = {}) {
     orchestrator: { batch_size: 2, rollouts_per_example: 3, max_steps: 3, async_level: 0, max_concurrent_rollouts: 4, ...opts.orchestrator },
     env: [{ id: 'swe-grep' }],
     ...(opts.sft ? { sft: { data: ['demos.jsonl'], batch_size: 4, ...opts.sft } } : {}),
+    ...(opts.inference ? { inference: opts.inference } : {}),
   });
+  let deadReplicaSyncsLeft = opts.deadReplicaSyncs ?? Infinity;
   const configRef = ref('config');
   const sftPrepares: PrepareSftDataInput[] = [];
   const sftBatches: BuildSftBatchInput[] = [];
@@ -84,6 +97,7 @@ export function makeFakes(opts: FakeOptions = {}) {
   const batches: BuildBatchInput[] = [];
   const loads: { worker: string; checkpoint?: ArtifactRef; lossKind?: string }[] = [];
   const syncs: SyncWeightsInput[] = [];
+  const rolloutInputs: RolloutInput[] = [];
   const releases: { worker: string; runId: string }[] = [];
   const unloads: string[] = [];
   /** worker -> run holding it (leases: true). */
@@ -147,6 +161,17 @@ export function makeFakes(opts: FakeOptions = {}) {
         downLeft--;
         const { ApplicationFailure } = await import('@temporalio/common');
         throw ApplicationFailure.nonRetryable('replica down (fake)', 'InferenceUnavailable');
+      }
+      const dead = deadReplicaSyncsLeft-- > 0 ? input.baseUrls.filter((u) => opts.deadReplicas?.includes(u)) : [];
+      if (dead.length) {
+        const live = input.baseUrls.length - dead.length;
+        if (input.quorum === undefined || live < input.quorum) {
+          const { ApplicationFailure } = await import('@temporalio/common');
+          throw ApplicationFailure.nonRetryable(`replica(s) down (fake): ${dead.join(', ')}`, 'InferenceUnavailable');
+        }
+        events.push({ t: now(), what: 'sync-quorum', version: input.policyVersion });
+        inferenceOut = false;
+        return { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 1, behind: dead };
       }
       inferenceOut = false;
       return { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 1 };
@@ -220,6 +245,7 @@ export function makeFakes(opts: FakeOptions = {}) {
 
   const rollout = {
     async rollout(input: RolloutInput): Promise<RolloutSummary> {
+      rolloutInputs.push(input);
       events.push({ t: now(), what: 'rollout-start', step: input.step, version: input.policyVersion });
       if (opts.rolloutMs) await sleep(opts.rolloutMs);
       if (rolloutDiskFullLeft > 0) {
@@ -329,6 +355,18 @@ export function makeFakes(opts: FakeOptions = {}) {
     };
   };
 
-  return { config, main, rollout, announce, trainerFor, events, records, fallbacks, batches, summariesOf, loads, syncs, applied, releases, unloads, leased, announces: () => announces,
+  /** An inference host's worker (src/workers/inference.ts): syncWeights for its own vLLM. */
+  const hostSyncs: { host: string; input: SyncWeightsInput }[] = [];
+  const inferenceHost = (host: string) => ({
+    async syncWeights(input: SyncWeightsInput) {
+      hostSyncs.push({ host, input });
+      if (opts.hostQueues?.[host] === 'down') {
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable(`host ${host}: replica down (fake)`, 'InferenceUnavailable');
+      }
+      return { policyVersion: input.policyVersion, loaded: [`${host}#v${input.policyVersion}`], alreadyLoaded: [], unloaded: [], ms: 1 };
+    },
+  });
+  return { config, main, rollout, announce, trainerFor, events, records, fallbacks, batches, summariesOf, loads, syncs, rolloutInputs, inferenceHost, hostSyncs, applied, releases, unloads, leased, announces: () => announces,
     sftPrepares, sftBatches };
 }
