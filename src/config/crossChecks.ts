@@ -1,4 +1,5 @@
 import type { RunConfig } from './schema';
+import { fanoutIssues } from './fanoutChecks';
 
 /**
  * Settings that depend on each other, checked together after the schema has
@@ -15,7 +16,8 @@ export interface ConfigIssue {
 export const ROLLOUT_TIMEOUT_S = 30 * 60;
 
 export function crossCheck(c: RunConfig): ConfigIssue[] {
-  const issues: ConfigIssue[] = [];
+  // A step's fan-out against Temporal's limits (rollouts in chunks, shards, the manifest): ./fanoutChecks.ts.
+  const issues: ConfigIssue[] = [...fanoutIssues(c)];
   const o = c.orchestrator;
 
   if (c.sampling.max_tokens >= o.seq_len) {

@@ -20,3 +20,4 @@ export * from './run';
 export * from './step';
 export * from './trainer';
 export * from './trajectory';
+export * from './chunks';

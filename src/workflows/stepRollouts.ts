@@ -19,6 +19,7 @@ import {
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../contracts/trajectory';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
+import { rolloutSeed } from '../contracts/chunks';
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
@@ -64,9 +65,7 @@ const { syncWeights } = proxyActivities<MainActivities>({
 /** Rounds of (retry the rollout, then make sure inference serves its version) before giving up. */
 const MAX_ROUNDS = 30;
 
-export function rolloutSeed(seed: number, step: number, group: number, index: number): number {
-  return (((seed * 1_000_003 + step * 10_007 + group * 101 + index) % 2_147_483_647) + 2_147_483_647) % 2_147_483_647;
-}
+export { rolloutSeed };
 
 export async function StepRollouts(input: StepRolloutsInput): Promise<StepRolloutsResult> {
   const perTask = input.config.orchestrator.rollouts_per_example;
