@@ -20,6 +20,7 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../contracts/trajectory';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
 import { rolloutSeed } from '../contracts/chunks';
+import { chunkedStepRollouts } from './stepChunks';
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
@@ -68,6 +69,11 @@ const MAX_ROUNDS = 30;
 export { rolloutSeed };
 
 export async function StepRollouts(input: StepRolloutsInput): Promise<StepRolloutsResult> {
+  // A manifest by reference: the rollouts run in chunks over shards (stepChunks.ts). Only TrainRun's
+  // v0.6-step-manifest path sends one, so an older history never reaches this patched().
+  if (input.manifest && patched(PATCHES.stepChunks)) {
+    return chunkedStepRollouts({ ...input, manifest: input.manifest, taskCount: input.taskCount ?? 0 });
+  }
   const perTask = input.config.orchestrator.rollouts_per_example;
   const total = input.tasks.length * perTask;
   const window = Math.min(input.config.orchestrator.max_concurrent_rollouts, 1000, total);
