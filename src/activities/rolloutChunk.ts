@@ -106,6 +106,9 @@ export function createChunkActivity(deps: ChunkDeps) {
       // The heartbeat carries the finished rollouts; a rollout's own progress only keeps the chunk alive.
       const progress = () => live.progress(progressOf() as unknown as Record<string, unknown>);
       progress();
+      // What is done already, from the first beat: an attempt that finishes nothing must not leave
+      // the next one the liveness' bare 'started' details (it would run everything again).
+      try { ctx?.heartbeat(progressOf()); } catch { /* the next tick */ }
       const child: Liveness = { progress: () => progress(), signal: live.signal, get stalled() { return live.stalled; } };
       await Promise.all(missing.map(async (i) => {
         const run = () => deps.runOne(rolloutInputOf(manifest, i), child);
