@@ -190,7 +190,7 @@ describeWithStack('StepRollouts in chunks and shards (fake rollouts, real chunk 
       const all = (await Promise.all(ids.map(async (id) => (await executions(id)).map((e) => ({ id, ...e }))))).flat();
       const events = all.reduce((a, e) => a + e.events, 0);
       const largest = Math.max(...all.map((e) => e.events));
-      console.log(`chunks: ${total} rollouts in ${ms} ms; ${all.length} executions, ${events} events (${(events / total).toFixed(3)} a rollout), largest history ${largest}`);
+      console.warn(`chunks: ${total} rollouts in ${ms} ms; ${all.length} executions, ${events} events (${(events / total).toFixed(3)} a rollout), largest history ${largest}`);
       expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([total]);
       expect(largest).toBeLessThan(10_240);
       // Per-rollout activities cost ~3.2 events a rollout (BENCHMARKS.md); chunks of 16 a small fraction.
