@@ -110,8 +110,12 @@ export function createChunkActivity(deps: ChunkDeps) {
       // the next one the liveness' bare 'started' details (it would run everything again).
       try { ctx?.heartbeat(progressOf()); } catch { /* the next tick */ }
       const child: Liveness = { progress: () => progress(), signal: live.signal, get stalled() { return live.stalled; } };
+      // A rollout queued for one of the worker's slots is not hung: while any is, the chunk counts as moving.
+      let queued = 0;
+      const queueTick = setInterval(() => { if (queued > 0) progress(); }, windows.heartbeat_every_s * 1000);
       await Promise.all(missing.map(async (i) => {
-        const run = () => deps.runOne(rolloutInputOf(manifest, i), child);
+        const run = () => { queued--; return deps.runOne(rolloutInputOf(manifest, i), child); };
+        queued++;
         try {
           const summary = await (deps.slots ? deps.slots.run(run) : run());
           done.set(i, summary);
@@ -121,7 +125,7 @@ export function createChunkActivity(deps: ChunkDeps) {
         } catch (err) {
           failures.push({ i, err });
         }
-      }));
+      })).finally(() => clearInterval(queueTick));
     });
 
     if (failures.length) {
