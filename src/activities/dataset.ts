@@ -4,10 +4,17 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Logger } from '../shared/logger';
 import { paths } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
-import type { DatasetActivities, SampledTask, SampleTasksInput } from '../contracts';
+import type { DatasetActivities, SampledTask, SampleTasksInput, WriteStepManifestInput } from '../contracts';
+import { runKeys } from '../artifacts/keys';
+import type { ArtifactRef } from '../artifacts/ref';
+import type { ArtifactStore } from '../artifacts/store';
+import { storeFor, withStoreErrors } from '../artifacts/stores';
+import { StepManifest, type StepManifestInput } from '../contracts/manifest';
 
 export interface DatasetDeps {
   logger: Logger;
+  /** Where step manifests are written (the run's [artifacts] store, else this one). */
+  store?: ArtifactStore;
   /** Reads a task file's instance ids; defaults to src/tasks' loader. */
   listInstanceIds?: (file: string) => Promise<string[]>;
 }
@@ -80,8 +87,8 @@ async function taskFileInstanceIds(file: string): Promise<string[]> {
   }
 }
 
-export function createDatasetActivities({ logger, listInstanceIds = taskFileInstanceIds }: DatasetDeps) {
-  return {
+export function createDatasetActivities({ logger, store, listInstanceIds = taskFileInstanceIds }: DatasetDeps) {
+  const activities = {
     /** An empty taskSetDir means the worker's default (RATCHET_TASKS or .ratchet/tasks); the answer names the one used. */
     async sampleTasks(input: SampleTasksInput): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
       if (!input.taskSetDir) input = { ...input, taskSetDir: paths.tasks() };
@@ -108,5 +115,25 @@ export function createDatasetActivities({ logger, listInstanceIds = taskFileInst
       logger.info({ runId: input.runId, step: input.step, tasks: tasks.map((t) => t.instanceId) }, 'sampled tasks');
       return { taskSetDir: input.taskSetDir, tasks };
     },
+
+    /**
+     * The step manifest (src/contracts/manifest.ts): the sampled tasks and every setting the step's
+     * rollouts share, written once under a content key; the workflow carries only its ref.
+     */
+    async writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number }> {
+      if (!store) throw ApplicationFailure.nonRetryable('writeStepManifest needs an artifact store (createDatasetActivities({ store }))', 'ConfigError');
+      const sampled = await activities.sampleTasks({ runId: input.runId, step: input.step, seed: input.seed, batchSize: input.batchSize, taskSetDir: input.taskSetDir, envs: input.envs.map(({ id, dataset, weight }) => ({ id, dataset, weight })) });
+      const manifest: StepManifest = StepManifest.parse({
+        version: 1, runId: input.runId, step: input.step, policyVersion: input.policyVersion, modelName: input.modelName,
+        taskSetDir: sampled.taskSetDir, seed: input.seed, rolloutsPerExample: input.rolloutsPerExample, tasks: sampled.tasks,
+        sampling: input.sampling, envs: input.envs.map((e) => ({ args: e.args, rubric: e.rubric })), sandbox: input.sandbox,
+        inferenceBaseUrls: input.inferenceBaseUrls, liveness: input.liveness, ...(input.artifacts ? { artifacts: input.artifacts } : {}),
+      } satisfies StepManifestInput);
+      const text = JSON.stringify(manifest);
+      const key = runKeys.stepManifest(input.runId, input.step, createHash('sha256').update(text).digest('hex'));
+      const ref = await withStoreErrors(() => storeFor(input.artifacts, store).putJson(key, manifest));
+      return { taskSetDir: sampled.taskSetDir, manifest: ref, tasks: sampled.tasks.length };
+    },
   } satisfies DatasetActivities;
+  return activities;
 }

@@ -27,7 +27,7 @@ export interface ActivityDeps {
 export function createActivities(deps: ActivityDeps) {
   return {
     ...createConfigActivities(deps),
-    ...createDatasetActivities({ logger: deps.logger }),
+    ...createDatasetActivities({ logger: deps.logger, store: deps.store }),
     ...createBatchActivities({ store: deps.store, logger: deps.logger.child({ component: 'batch-builder' }) }),
     ...createWeightSyncActivities({ logger: deps.logger, store: deps.store, ...deps.weightSync }),
     ...createMetricsActivities(deps),

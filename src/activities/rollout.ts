@@ -5,7 +5,8 @@
  * a summary. Whatever the agent does in its sandbox ends in a penalty, never a
  * crash; infrastructure failures (inference down, Docker gone, a lost container)
  * throw so Temporal retries, and are dropped, never scored, on the last attempt
- * (src/rollouts/errors.ts).
+ * (src/rollouts/errors.ts). `rolloutChunk` (./rolloutChunk.ts) runs many of them in one
+ * activity through the same `runOne`.
  */
 import { performance } from 'node:perf_hooks';
 import { ApplicationFailure } from '@temporalio/common';
@@ -27,6 +28,8 @@ import { componentLogger } from '../shared/logger';
 import { createReplicaPools } from '../inference/pool';
 import { createEnvironmentResolver } from './environments';
 import { withLiveness, type Liveness } from './liveness';
+import { createChunkActivity, type RolloutSlots } from './rolloutChunk';
+import type { ChunkActivities } from '../contracts/chunks';
 
 const log = componentLogger('rollout');
 
@@ -35,6 +38,8 @@ export interface RolloutDeps {
   sandboxes: SandboxManager;
   /** The policy client per inference server; defaults to vLLM over the openai package. Tests script their own. */
   openaiFactory?: (baseUrl: string) => ModelClient;
+  /** The worker's rollout slots: concurrency counted in rollouts, whether they come one by one or in chunks. */
+  slots?: RolloutSlots;
 }
 
 export function createRolloutActivities(deps: RolloutDeps) {
@@ -51,10 +56,14 @@ export function createRolloutActivities(deps: RolloutDeps) {
   // Several replicas: the rollout moves to a live one that serves its version (src/inference/pool.ts).
   const modelFor = createReplicaPools(clientFor, { log });
 
-  async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
+  /**
+   * One rollout under a liveness the caller owns: the per-rollout code path both activities share
+   * (`rollout` gives it its own heartbeat; `rolloutChunk` runs many under the chunk's).
+   */
+  async function runOne(rawInput: RolloutInput, live: Liveness): Promise<RolloutSummary> {
     const t0 = performance.now();
     try {
-      const summary = await attempt(rawInput);
+      const summary = await runRollout(parseInput(rawInput), live);
       rolloutsTotal.inc({ env: rawInput.envId, stop_reason: summary.stop_reason });
       // A dropped rollout (infra_error, setup_error) has no reward to show.
       if (!isUnscored(summary)) rolloutReward.observe({ env: rawInput.envId }, summary.reward);
@@ -68,17 +77,30 @@ export function createRolloutActivities(deps: RolloutDeps) {
     }
   }
 
-  async function attempt(rawInput: RolloutInput): Promise<RolloutSummary> {
+  function parseInput(rawInput: RolloutInput): ParsedRolloutInput {
     const parsed = RolloutInput.safeParse(rawInput);
     if (!parsed.success) {
       throw ApplicationFailure.nonRetryable(`invalid rollout input: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, 'InvalidRolloutInput');
     }
-    const input = parsed.data;
-    const windows = input.liveness ?? { heartbeat_every_s: LIVENESS_DEFAULTS.heartbeat_every_s, stall_s: LIVENESS_DEFAULTS.rollout_stall_s };
-    return withLiveness(
-      { name: 'rollout', heartbeatEveryMs: windows.heartbeat_every_s * 1000, stallMs: windows.stall_s * 1000, logger: log },
-      (live) => runRollout(input, live),
-    );
+    return parsed.data;
+  }
+
+  async function rollout(rawInput: RolloutInput): Promise<RolloutSummary> {
+    const one = async (): Promise<RolloutSummary> => {
+      let windows;
+      try {
+        windows = parseInput(rawInput).liveness;
+      } catch (err) {
+        rolloutErrorsTotal.inc({ env: rawInput.envId ?? 'unknown' });
+        throw err;
+      }
+      windows ??= { heartbeat_every_s: LIVENESS_DEFAULTS.heartbeat_every_s, stall_s: LIVENESS_DEFAULTS.rollout_stall_s };
+      return withLiveness(
+        { name: 'rollout', heartbeatEveryMs: windows.heartbeat_every_s * 1000, stallMs: windows.stall_s * 1000, logger: log },
+        (live) => runOne(rawInput, live),
+      );
+    };
+    return deps.slots ? deps.slots.run(one) : one();
   }
 
   async function runRollout(input: ParsedRolloutInput, live: Liveness): Promise<RolloutSummary> {
@@ -120,6 +142,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
     return summary;
   }
 
-  return { rollout } satisfies RolloutActivities;
+  const { rolloutChunk } = createChunkActivity({ store: deps.store, runOne, ...(deps.slots ? { slots: deps.slots } : {}) });
+  return { rollout, rolloutChunk } satisfies RolloutActivities & ChunkActivities;
 }
 

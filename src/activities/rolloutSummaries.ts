@@ -30,7 +30,8 @@ export function createRolloutSummaryActivities({ store }: { store: ArtifactStore
         if (input.parts) {
           const all: RolloutSummary[] = [];
           for (const p of input.parts) all.push(...await readRolloutSummaries(store, p, input.artifacts));
-          return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step), all);
+          const key = input.shard === undefined ? runKeys.rolloutSummaries(input.runId, input.step) : runKeys.rolloutSummariesShard(input.runId, input.step, input.shard);
+          return runStore.putJson(key, all);
         }
         return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step, input.part), input.summaries ?? []);
       });

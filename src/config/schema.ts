@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
+import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from '../contracts/chunks';
 import { DEFAULT_FAIRNESS_WEIGHT, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN } from '../shared/fairness';
 
 /**
@@ -185,8 +186,19 @@ const OrchestratorConfig = z.object({
   mask_truncated_completions: z.boolean().default(false),
   /** How many policy versions a rollout may lag the trainer (prime-rl's async_level). */
   async_level: z.number().int().min(0).max(8).default(0),
-  /** In-flight rollouts at once, far below Temporal's 2,000 pending-activity limit. */
-  max_concurrent_rollouts: z.number().int().positive().max(1000).default(8),
+  /**
+   * In-flight rollouts at once. Per-rollout activities (rollouts_per_chunk = 0): at most 1,000, far below
+   * Temporal's 2,000 pending activities; in chunks, spread over the shards (ratchet check bounds each).
+   */
+  max_concurrent_rollouts: z.number().int().positive().max(65_536).default(8),
+  /**
+   * Rollouts one activity runs at once (src/activities/rolloutChunk.ts): its input is a reference to the step
+   * manifest and a range, each finished rollout is stored at once, and a retry runs only what is missing.
+   * 0: one activity per rollout, tasks inline (the pre-0.6 path; small steps only).
+   */
+  rollouts_per_chunk: z.union([z.literal(0), z.number().int().min(ROLLOUTS_PER_CHUNK.min).max(ROLLOUTS_PER_CHUNK.max)]).default(ROLLOUTS_PER_CHUNK.default),
+  /** Chunks one shard child of StepRollouts runs (a step of more chunks is spread over shards; a shard continues as new as it grows). */
+  chunks_per_shard: z.number().int().min(CHUNKS_PER_SHARD.min).max(CHUNKS_PER_SHARD.max).default(CHUNKS_PER_SHARD.default),
   /**
    * This run's share of shared rollout and trainer workers against other runs' (docs/architecture.md
    * "Runs share workers fairly"): a run of weight 2 gets twice the dispatches of a run of weight 1

@@ -38,9 +38,27 @@ export interface SampleTasksInput {
   envs: { id: string; dataset: string; weight: number }[];
 }
 
+/**
+ * The step manifest's settings (./manifest.ts) besides the tasks, which writeStepManifest samples.
+ * Sent once per step; each chunk of rollouts then carries only the manifest's reference.
+ */
+export interface WriteStepManifestInput extends SampleTasksInput {
+  policyVersion: number;
+  modelName: string;
+  rolloutsPerExample: number;
+  sampling: RunConfig['sampling'];
+  envs: (SampleTasksInput['envs'][number] & { args: RunConfig['env'][number]['args']; rubric: Record<string, number> })[];
+  sandbox: RunConfig['sandbox'];
+  inferenceBaseUrls: string[];
+  liveness: { heartbeat_every_s: number; stall_s: number };
+  artifacts?: StoreSettings;
+}
+
 export interface DatasetActivities {
   /** An empty taskSetDir means the worker's default; the answer names the one used. */
   sampleTasks(input: SampleTasksInput): Promise<{ taskSetDir: string; tasks: SampledTask[] }>;
+  /** Samples the step's tasks as sampleTasks does and writes them with the rollouts' settings as the step manifest; only its ref comes back. */
+  writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number }>;
 }
 
 // ---- Rollouts (the rollout worker, queue ratchet-rollout: src/activities/rollout.ts) ----
@@ -59,6 +77,8 @@ export const StoreRolloutSummariesInput = z.object({
   part: z.number().int().nonnegative().optional(),
   summaries: z.array(RolloutSummary).optional(),
   parts: z.array(ArtifactRef).optional(),
+  /** With `parts`: join them into this shard's artifact (runKeys.rolloutSummariesShard), not the step's. */
+  shard: z.number().int().nonnegative().optional(),
   artifacts: ArtifactsFields.optional(),
 });
 export type StoreRolloutSummariesInput = z.input<typeof StoreRolloutSummariesInput>;

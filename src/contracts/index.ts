@@ -24,3 +24,4 @@ export * from './sft';
 export * from './step';
 export * from './trainer';
 export * from './trajectory';
+export * from './chunks';

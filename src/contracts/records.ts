@@ -54,6 +54,8 @@ export const StepLineage = z.object({
     /** Tasks the step sampled; `rows` names the first 256 of them (src/workflows/lineage.ts). */
     row_count: z.number().int().nonnegative().optional(),
     rows: z.array(z.object({ env: z.string(), dataset: z.string(), instance_id: z.string() })),
+    /** The step manifest that lists every task row (runs with rollouts in chunks: rows is then empty). */
+    step_manifest: ArtifactRef.optional(),
   }),
   envs: z.array(z.record(z.string(), z.unknown())),
   sampling: z.record(z.string(), z.unknown()),

@@ -76,6 +76,8 @@ export interface TrainRunInput {
    * alive (default 120); none: the run shows waiting-for-rollout-workers. Tests shorten it.
    */
   rolloutWorkersWatchS?: number;
+  /** Events a rollout shard's history may reach before it continues as new (tests set it low; default SHARD_EVENTS_BEFORE_CONTINUE). */
+  shardEventsBeforeContinue?: number;
 }
 
 export interface TrainerTimeouts {

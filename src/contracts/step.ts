@@ -59,7 +59,14 @@ export interface StepRolloutsInput {
   /** Served for policyVersion (to reload it into a replica that restarted). */
   adapter?: ArtifactRef;
   keepFromVersion: number;
+  /** The step's tasks inline (rollouts_per_chunk = 0, and histories from before v0.6-step-chunks); empty when `manifest` is set. */
   tasks: SampledTask[];
+  /** The step manifest (src/contracts/manifest.ts): tasks and settings by reference, run in chunks (v0.6-step-chunks). */
+  manifest?: ArtifactRef;
+  /** Tasks in the manifest. */
+  taskCount?: number;
+  /** Events a shard's history may reach before it continues as new (tests set it low; default SHARD_EVENTS_BEFORE_CONTINUE). */
+  shardEventsBeforeContinue?: number;
   config: Pick<RunConfig, 'sampling' | 'env' | 'sandbox' | 'inference' | 'orchestrator'> & { liveness?: LivenessWindows };
   taskSetDir: string;
   seed: number;

@@ -7,6 +7,7 @@
  */
 import { Worker } from '@temporalio/worker';
 import { createRolloutActivities } from '../activities/rollout';
+import { RolloutSlots } from '../activities/rolloutChunk';
 import { defaultStore } from '../artifacts/stores';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
 import { LeaseKeeper, LeaseStore, leaseTimingFromEnv } from '../sandbox/lease';
@@ -39,14 +40,17 @@ export async function runRolloutWorker(): Promise<void> {
   log.info({ removed: swept.removed.length, kept: swept.kept }, 'swept sandboxes of workers whose lease lapsed');
   const janitor = startJanitor(sandboxes.docker, janitorOpts);
 
+  // Each slot is a sandbox plus an agent loop: size it to the host's cores and memory. Counted in
+  // rollouts: a chunk activity (src/activities/rolloutChunk.ts) takes one slot per rollout it runs.
   const slots = Number(process.env.RATCHET_ROLLOUT_SLOTS ?? 4);
   const worker = await Worker.create({
     connection,
     namespace,
     dataConverter,
     taskQueue: TASK_QUEUES.rollout,
-    activities: createRolloutActivities({ store, sandboxes }),
-    // Each slot is a sandbox plus an agent loop: size it to the host's cores and memory.
+    activities: createRolloutActivities({ store, sandboxes, slots: new RolloutSlots(slots) }),
+    // Activities (single rollouts or chunks) a worker holds at once: as many as it has rollout slots,
+    // so a chunk waiting for a slot heartbeats here, and at most `slots` rollouts run.
     maxConcurrentActivityTaskExecutions: slots,
     // Let in-flight rollouts notice cancellation and remove their sandboxes on shutdown.
     shutdownGraceTime: '10 seconds',

@@ -5,3 +5,4 @@ export { StepRollouts } from './stepRollouts';
 export { EvalSweep } from './evalSweep';
 export { OutageWait } from './outageWait';
 export { InferenceWait } from './serveWait';
+export { RolloutShard } from './stepChunks';

@@ -17,7 +17,9 @@ export interface LineageInput {
   seed: number;
   step: number;
   taskSetDir: string;
-  tasks: SampledTask[];
+  /** The step's tasks inline (before v0.6-step-manifest), or their count with the step manifest that lists them. */
+  tasks: SampledTask[] | number;
+  stepManifest?: ArtifactRef;
   /** Trainer version before the step, and the step's rollout lag histogram (lag -> count). */
   versionBefore: number;
   stalenessHistogram?: Record<string, number>;
@@ -47,8 +49,10 @@ export function stepLineage(l: LineageInput): StepLineage {
     tasks: {
       task_set_dir: l.taskSetDir,
       seed: l.seed,
-      row_count: l.tasks.length,
-      rows: l.tasks.slice(0, MAX_LINEAGE_ROWS).map((t) => ({ env: t.envId, dataset: t.datasetPath, instance_id: t.instanceId })),
+      row_count: typeof l.tasks === 'number' ? l.tasks : l.tasks.length,
+      // With a step manifest the rows are in it (named by its sha256), not in history.
+      rows: typeof l.tasks === 'number' ? [] : l.tasks.slice(0, MAX_LINEAGE_ROWS).map((t) => ({ env: t.envId, dataset: t.datasetPath, instance_id: t.instanceId })),
+      ...(l.stepManifest ? { step_manifest: l.stepManifest } : {}),
     },
     envs: c.env.map((e) => ({ ...e }) as Record<string, unknown>),
     sampling: { ...c.sampling } as Record<string, unknown>,

@@ -6,6 +6,7 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
 import type { ControlRequest, Progress, RunStatus, SettingsChange } from '../contracts/run';
 import type { RolloutProgressSignal } from '../contracts/step';
+import type { ShardStatusSignal } from '../contracts/chunks';
 
 export const pauseUpdate = defineUpdate<RunStatus>('pause');
 export const resumeUpdate = defineUpdate<RunStatus>('resume');
@@ -34,3 +35,6 @@ export const SA = {
   policyVersion: defineSearchAttributeKey('RatchetPolicyVersion', SearchAttributeType.INT),
   status: defineSearchAttributeKey('RatchetStatus', SearchAttributeType.KEYWORD),
 } as const;
+
+/** Sent by a RolloutShard to its StepRollouts, by workflow id: its done count and waits (stepChunks.ts). */
+export const shardStatusSignal = defineSignal<[ShardStatusSignal]>('shardStatus');

@@ -83,6 +83,15 @@ export const PATCHES = {
    * the rollout worker moves an episode whose replica is down to a live one serving the same version.
    */
   rolloutReplicaPool: 'v0.6-rollout-replica-pool',
+  /**
+   * A step's fan-out at scale (issue 24): TrainRun writes the step manifest (tasks and rollout settings,
+   * by reference) with writeStepManifest instead of sampleTasks' inline tasks, and StepRollouts runs the
+   * rollouts in chunks (rolloutChunk, orchestrator.rollouts_per_chunk) spread over RolloutShard children
+   * (src/workflows/stepChunks.ts). Not taken with rollouts_per_chunk = 0.
+   */
+  stepManifest: 'v0.6-step-manifest',
+  /** StepRollouts given a manifest runs it in chunks and shards (src/workflows/stepChunks.ts). */
+  stepChunks: 'v0.6-step-chunks',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

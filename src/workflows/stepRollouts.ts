@@ -19,6 +19,8 @@ import {
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../contracts/trajectory';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
+import { rolloutSeed } from '../contracts/chunks';
+import { chunkedStepRollouts } from './stepChunks';
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
@@ -65,11 +67,14 @@ const { syncWeights } = proxyActivities<MainActivities>({
 /** Rounds of (retry the rollout, then make sure inference serves its version) before giving up. */
 const MAX_ROUNDS = 30;
 
-export function rolloutSeed(seed: number, step: number, group: number, index: number): number {
-  return (((seed * 1_000_003 + step * 10_007 + group * 101 + index) % 2_147_483_647) + 2_147_483_647) % 2_147_483_647;
-}
+export { rolloutSeed };
 
 export async function StepRollouts(input: StepRolloutsInput): Promise<StepRolloutsResult> {
+  // A manifest by reference: the rollouts run in chunks over shards (stepChunks.ts). Only TrainRun's
+  // v0.6-step-manifest path sends one, so an older history never reaches this patched().
+  if (input.manifest && patched(PATCHES.stepChunks)) {
+    return chunkedStepRollouts({ ...input, manifest: input.manifest, taskCount: input.taskCount ?? 0 });
+  }
   const perTask = input.config.orchestrator.rollouts_per_example;
   const total = input.tasks.length * perTask;
   const window = Math.min(input.config.orchestrator.max_concurrent_rollouts, 1000, total);

@@ -50,7 +50,7 @@ import { stepLineage } from './lineage';
 import { CheckpointLoadFailed, TrainerSession, isStepFault, type StepFault, type TrainedStep } from './trainerSession';
 import type { RunStateFile } from '../contracts/records';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
-import type { SampledTask, StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
+import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
 import { trainingPriority } from '../shared/fairness';
 
 /** Cancels rollouts started ahead whose results are not needed (stop, or continue-as-new mid-wait). */
@@ -66,7 +66,10 @@ async function cancelPending(pending: PendingRollouts): Promise<void> {
 interface PendingRollouts {
   step: number;
   policyVersion: number;
-  tasks: SampledTask[];
+  /** Tasks in the step (their rows are in the step manifest, or were inline before v0.6-step-manifest). */
+  tasks: number;
+  /** The step manifest (tasks by reference), where the step has one. */
+  manifest?: ArtifactRef;
   handle: ChildWorkflowHandle<typeof StepRollouts>;
   scope: CancellationScope;
   startedAt: number;
@@ -192,21 +195,39 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
 
   async function startRollouts(s: number): Promise<PendingRollouts> {
     run.phase = s === run.step ? 'sampling' : run.phase;
-    const sampled = await light.sampleTasks({
-      runId, step: s, seed, batchSize: orch.batch_size, taskSetDir,
-      envs: config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight })),
-    });
-    const tasks = sampled.tasks;
-    taskSetDir = sampled.taskSetDir;
+    const envs = config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight }));
     const policyVersion = run.policyVersion;
-    const childInput: StepRolloutsInput = {
-      runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(), tasks,
+    const common = {
+      runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(),
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orchNow(), liveness: windows },
-      taskSetDir, seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
+      seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
       ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
       ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
+      ...(input.shardEventsBeforeContinue !== undefined ? { shardEventsBeforeContinue: input.shardEventsBeforeContinue } : {}),
     };
-    run.rolloutCounts.set(s, { done: 0, total: tasks.length * orch.rollouts_per_example });
+    let childInput: StepRolloutsInput;
+    let taskCount: number;
+    // Tasks by reference: the step manifest, written once, and rollouts in chunks (issue 24). A stored
+    // config from before rollouts_per_chunk gets its default (16) on parsing; 0 keeps the inline path.
+    if ((orch.rollouts_per_chunk ?? 16) > 0 && patched(PATCHES.stepManifest)) {
+      const written = await patient.writeStepManifest({
+        runId, step: s, seed, batchSize: orch.batch_size, taskSetDir, policyVersion, modelName: modelFor(policyVersion),
+        rolloutsPerExample: orch.rollouts_per_example, sampling: config.sampling,
+        envs: config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight, args: e.args, rubric: e.rubric })),
+        sandbox: config.sandbox, inferenceBaseUrls: config.inference.base_urls, liveness: forActivity(windows, 'rollout'),
+        ...(artifacts ? { artifacts } : {}),
+      });
+      taskSetDir = written.taskSetDir;
+      taskCount = written.tasks;
+      childInput = { ...common, tasks: [], manifest: written.manifest, taskCount, taskSetDir };
+    } else {
+      const sampled = await light.sampleTasks({ runId, step: s, seed, batchSize: orch.batch_size, taskSetDir, envs });
+      taskSetDir = sampled.taskSetDir;
+      taskCount = sampled.tasks.length;
+      childInput = { ...common, tasks: sampled.tasks, taskSetDir };
+    }
+    const tasks = taskCount;
+    run.rolloutCounts.set(s, { done: 0, total: tasks * orch.rollouts_per_example });
     const scope = new CancellationScope();
     const handle = await scope.run(() => startChild(StepRollouts, {
       args: [childInput],
@@ -214,7 +235,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       taskQueue: info.taskQueue,
       priority: trainingPriority(runId, orch.fairness_weight),
     }));
-    return { step: s, policyVersion, tasks, handle, scope, startedAt: Date.now() };
+    return { step: s, policyVersion, tasks, ...(childInput.manifest ? { manifest: childInput.manifest } : {}), handle, scope, startedAt: Date.now() };
   }
 
   /** The steps from where the run stands to its end (or to continue-as-new, which throws). */
@@ -319,7 +340,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts });
       const record = stepRecord({
         lineage: stepLineage({
-          build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.tasks, versionBefore,
+          build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.tasks, ...(current.manifest ? { stepManifest: current.manifest } : {}), versionBefore,
           stalenessHistogram: stats.stalenessHistogram, batch: built, parentCheckpoint, checkpoint, adapter, trained: !!trained,
           learningRate: run.overrides.learning_rate,
         }),

@@ -15,7 +15,7 @@ describe('run config', () => {
     ['unknown env', '[[env]]\nid = "chess"\n', /x\.toml: env\.0\.id: unknown environment "chess"/],
     ['no env', '[orchestrator]\nbatch_size = 4\n', /x\.toml: env: Required/],
     ['bad toml', '[[env]\nid = 1', /x\.toml: not valid TOML/],
-    ['too much fan-out', '[[env]]\nid = "debug"\n[orchestrator]\nmax_concurrent_rollouts = 5000\n', /max_concurrent_rollouts: Number must be less than or equal to 1000/],
+    ['too much fan-out', '[[env]]\nid = "debug"\n[orchestrator]\nmax_concurrent_rollouts = 70000\n', /max_concurrent_rollouts: Number must be less than or equal to 65536/],
   ])('%s is named with its key', (_name, text, message) => {
     expect(() => parseRunConfig(text, 'x.toml')).toThrow(ConfigError);
     expect(() => parseRunConfig(text, 'x.toml')).toThrow(message);
@@ -90,7 +90,22 @@ describe('[artifacts]: the run chooses its store', () => {
 
 test('a step with more rollouts than StepRollouts can hold is refused with the numbers and the fix', () => {
   const env = '[[env]]\nid = "swe-grep"\n';
-  expect(parseRunConfig(`${env}[orchestrator]\nbatch_size = 1000\nrollouts_per_example = 10\n`, 'x.toml').orchestrator.batch_size).toBe(1000);
-  expect(() => parseRunConfig(`${env}[orchestrator]\nbatch_size = 1001\nrollouts_per_example = 10\n`, 'x.toml'))
-    .toThrow(/x.toml: orchestrator.batch_size × orchestrator.rollouts_per_example = 1001 × 10 = 10010 rollouts per step, over the 10000.*Fix: lower batch_size/);
+  // Per-rollout activities (rollouts_per_chunk = 0): the events of one StepRollouts history bound the step.
+  expect(parseRunConfig(`${env}[orchestrator]\nrollouts_per_chunk = 0\nbatch_size = 320\nrollouts_per_example = 10\n`, 'x.toml').orchestrator.batch_size).toBe(320);
+  expect(() => parseRunConfig(`${env}[orchestrator]\nrollouts_per_chunk = 0\nbatch_size = 1001\nrollouts_per_example = 10\n`, 'x.toml'))
+    .toThrow(/x.toml: orchestrator.rollouts_per_chunk: 0 .*10010 rollouts per step puts ~32032 events in one StepRollouts history, over Temporal's 10240-event.*Fix: set orchestrator.rollouts_per_chunk to 16/);
+  // In chunks over shards, the same step (and a 65,536-rollout one) fits.
+  expect(parseRunConfig(`${env}[orchestrator]\nbatch_size = 1001\nrollouts_per_example = 10\n`, 'x.toml').orchestrator.rollouts_per_chunk).toBe(16);
+  expect(parseRunConfig(`${env}[orchestrator]\nbatch_size = 8192\nrollouts_per_example = 8\nmax_concurrent_rollouts = 16384\n`, 'x.toml').orchestrator.batch_size).toBe(8192);
+});
+
+test.each([
+  ['rollouts_per_chunk = 65', /orchestrator.rollouts_per_chunk/],
+  ['rollouts_per_chunk = 0\nmax_concurrent_rollouts = 2000', /orchestrator.max_concurrent_rollouts: 2000 rollout activities in flight in one execution.*over the 1,000/],
+  ['rollouts_per_chunk = 0\nbatch_size = 9000\nrollouts_per_example = 1', /orchestrator.batch_size: 9000 tasks inline .* over Temporal's 2097152-byte payload limit/],
+  ['batch_size = 10000\nrollouts_per_example = 1024\nrollouts_per_chunk = 1\nchunks_per_shard = 1', /orchestrator.chunks_per_shard: .* shard children, over the 500 one StepRollouts keeps in flight/],
+  ['rollouts_per_chunk = 1\nchunks_per_shard = 1000\nmax_concurrent_rollouts = 1000\nbatch_size = 500\nrollouts_per_example = 2', /orchestrator.max_concurrent_rollouts: 1000 rollouts in flight in chunks of 1 over 1 shard\(s\) put 1000 chunk activities in flight in one execution, over Temporal's ~500/],
+  ['chunks_per_shard = 1001', /orchestrator.chunks_per_shard/],
+])('a fan-out past Temporal\'s limits (%s) is a config error naming the key and the limit', (section, message) => {
+  expect(() => parseRunConfig(`[[env]]\nid = "swe-grep"\n[orchestrator]\n${section}\n`, 'x.toml')).toThrow(message);
 });

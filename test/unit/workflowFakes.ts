@@ -2,7 +2,15 @@
  * Fake activities for TrainRun tests: same names and payload shapes as the real
  * ones (src/activities, docs/contracts.md), in memory, recording what they saw.
  */
+import { mkdtempSync, readFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Context } from '@temporalio/activity';
+import { LocalArtifactStore } from '../../src/artifacts/store';
+import { createChunkActivity } from '../../src/activities/rolloutChunk';
+import { StepManifest } from '../../src/contracts/manifest';
+import type { WriteStepManifestInput } from '../../src/contracts';
 import { RunConfig } from '../../src/config/schema';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import type { RolloutSummary } from '../../src/contracts/trajectory';
@@ -53,6 +61,8 @@ export interface FakeOptions {
    * until a syncWeights goes through, and syncWeights fails inferenceDownTimes times first.
    */
   inferenceDownAtStart?: boolean;
+  /** A rollout (in a chunk) fails, as if its worker died, where this answers true for it and the chunk's attempt. */
+  chunkFailures?: (input: RolloutInput, attempt: number) => boolean;
   /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
   leases?: number;
   /** The config's [sft] section (for SftRun; data = ["demos.jsonl"], batch_size 4 unless given); absent: none. */
@@ -75,14 +85,26 @@ export interface FakeOptions {
   hostQueues?: Record<string, 'up' | 'down'>;
 }
 
-export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; lr?: number }
+export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; rollout?: string; lr?: number }
+
+/** The attempt of the chunk activity running now (1 outside one). */
+function chunkAttempt(): number {
+  try {
+    return Context.current().info.attempt;
+  } catch {
+    return 1;
+  }
+}
 
 export function makeFakes(opts: FakeOptions = {}) {
   const events: Event[] = [];
+  // Chunk summaries and step manifests go to a real local store, as on a rollout worker.
+  const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-fakes-')));
   const now = () => Date.now();
   const config = RunConfig.parse({
     name: 'fake',
-    orchestrator: { batch_size: 2, rollouts_per_example: 3, max_steps: 3, async_level: 0, max_concurrent_rollouts: 4, ...opts.orchestrator },
+    // rollouts_per_chunk 0: one rollout activity each (the per-rollout path these tests pin); chunked tests set it.
+    orchestrator: { batch_size: 2, rollouts_per_example: 3, max_steps: 3, async_level: 0, max_concurrent_rollouts: 4, rollouts_per_chunk: 0, ...opts.orchestrator },
     env: [{ id: 'swe-grep' }],
     ...(opts.sft ? { sft: { data: ['demos.jsonl'], batch_size: 4, ...opts.sft } } : {}),
     ...(opts.inference ? { inference: opts.inference } : {}),
@@ -122,7 +144,7 @@ export function makeFakes(opts: FakeOptions = {}) {
   const main = {
     // The real one: it asks the dev server whether rollout workers run or poll.
     ...createRolloutWorkersActivities(),
-    async storeRolloutSummaries(input: { runId: string; step: number; part?: number; summaries?: RolloutSummary[]; parts?: ArtifactRef[] }): Promise<ArtifactRef> {
+    async storeRolloutSummaries(input: { runId: string; step: number; part?: number; shard?: number; summaries?: RolloutSummary[]; parts?: ArtifactRef[] }): Promise<ArtifactRef> {
       if (summariesStoreDownLeft > 0) {
         summariesStoreDownLeft--;
         events.push({ t: now(), what: 'summaries-store-down', step: input.step });
@@ -130,8 +152,9 @@ export function makeFakes(opts: FakeOptions = {}) {
         throw ApplicationFailure.nonRetryable('artifact store s3://b/p is unreachable (fake)', 'StoreUnavailable');
       }
       events.push({ t: now(), what: 'summaries-stored', step: input.step });
-      const all = input.parts ? input.parts.flatMap((p) => summaryArtifacts.get(p.uri)!) : input.summaries!;
-      const r = ref(`summaries-${input.step}${input.part === undefined ? '' : `-part-${input.part}`}`);
+      // A chunk's summaries are in the real store (rolloutChunk writes them); the rest in memory.
+      const all = input.parts ? input.parts.flatMap((p) => summaryArtifacts.get(p.uri) ?? JSON.parse(readFileSync(fileURLToPath(p.uri), 'utf8')) as RolloutSummary[]) : input.summaries!;
+      const r = ref(`summaries-${input.runId}-${input.step}${input.part === undefined ? '' : `-part-${input.part}`}${input.shard === undefined ? '' : `-shard-${input.shard}`}`);
       summaryArtifacts.set(r.uri, all);
       return r;
     },
@@ -147,6 +170,16 @@ export function makeFakes(opts: FakeOptions = {}) {
     },
     async readConfig(_ref: ArtifactRef) {
       return config;
+    },
+    async writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number }> {
+      const { tasks } = await main.sampleTasks(input);
+      events.push({ t: now(), what: 'manifest', step: input.step });
+      const manifest = StepManifest.parse({
+        version: 1, runId: input.runId, step: input.step, policyVersion: input.policyVersion, modelName: input.modelName, taskSetDir: '/fake',
+        seed: input.seed, rolloutsPerExample: input.rolloutsPerExample, tasks, sampling: input.sampling,
+        envs: input.envs.map((e) => ({ args: e.args, rubric: e.rubric })), sandbox: input.sandbox, inferenceBaseUrls: input.inferenceBaseUrls, liveness: input.liveness,
+      });
+      return { taskSetDir: '/fake', manifest: await store.putJson(`runs/${input.runId}/steps/${input.step}/manifest.json`, manifest), tasks: tasks.length };
     },
     async sampleTasks(input: { step: number; batchSize: number }): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
       const tasks = Array.from({ length: input.batchSize }, (_, g) => ({
@@ -246,7 +279,11 @@ export function makeFakes(opts: FakeOptions = {}) {
   const rollout = {
     async rollout(input: RolloutInput): Promise<RolloutSummary> {
       rolloutInputs.push(input);
-      events.push({ t: now(), what: 'rollout-start', step: input.step, version: input.policyVersion });
+      events.push({ t: now(), what: 'rollout-start', step: input.step, version: input.policyVersion, rollout: `${input.groupId}/${input.rolloutIndex}` });
+      if (opts.chunkFailures?.(input, chunkAttempt())) {
+        events.push({ t: now(), what: 'rollout-lost', step: input.step, rollout: `${input.groupId}/${input.rolloutIndex}` });
+        throw new Error('rollout worker lost mid-chunk (fake)');
+      }
       if (opts.rolloutMs) await sleep(opts.rolloutMs);
       if (rolloutDiskFullLeft > 0) {
         rolloutDiskFullLeft--;
@@ -273,6 +310,9 @@ export function makeFakes(opts: FakeOptions = {}) {
       };
     },
   };
+
+  // The real chunk activity around the fake rollout: manifest, heartbeat details, resume of the missing.
+  Object.assign(rollout, createChunkActivity({ store, runOne: (input) => rollout.rollout(input) }));
 
   const announce = {
     async 'trainer.announce'(input: { run_id?: string }) {

@@ -1,0 +1,158 @@
+/**
+ * The rollout worker's `rolloutChunk` activity (issue 24): one activity runs a chunk of
+ * a step's rollouts at once. Its input is small (the step manifest's reference and a
+ * range); each rollout runs through the one per-rollout code path
+ * (createRolloutActivities' runOne: episode, scoring, the trajectory written at once).
+ *
+ * Per-rollout durability: every finished rollout is named in the heartbeat details at
+ * once, so a retried attempt (a dead worker, a heartbeat timeout) runs only the rollouts
+ * still missing. A rollout that fails lets its chunk-mates finish first; the chunk then
+ * fails with the rollout's failure (the most serious of them: a bad task, then a full
+ * disk, then the store, then anything retryable), carrying the finished rollouts in the
+ * failure's details, so StepRollouts' next call of the chunk (after a disk or store wait,
+ * or a round that put inference back) passes them in `done` and they are not run again.
+ */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { runKeys } from '../artifacts/keys';
+import type { ArtifactRef } from '../artifacts/ref';
+import type { ArtifactStore } from '../artifacts/store';
+import { asActivityFailure, storeFor, storeForRef } from '../artifacts/stores';
+import type { ChunkProgress, ChunkRolloutDone, RolloutChunkInput, RolloutChunkResult } from '../contracts/chunks';
+import { StepManifest, rolloutInputOf } from '../contracts/manifest';
+import type { RolloutInput } from '../contracts/rollout';
+import type { RolloutSummary } from '../contracts/trajectory';
+import type { Liveness } from '../shared/liveness';
+import { componentLogger } from '../shared/logger';
+import { withLiveness } from './liveness';
+import { createHash } from 'node:crypto';
+
+const log = componentLogger('rollout-chunk');
+
+/** Counts a worker's rollouts, however they arrive (one per activity, or many in a chunk). */
+export class RolloutSlots {
+  private waiting: (() => void)[] = [];
+  private used = 0;
+  constructor(readonly size: number) {}
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.used >= this.size) await new Promise<void>((r) => this.waiting.push(r));
+    else this.used++;
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next(); else this.used--;
+    }
+  }
+  get busy(): number { return this.used; }
+}
+
+export interface ChunkDeps {
+  store: ArtifactStore;
+  /** One rollout, through the per-rollout code path, under the chunk's liveness. */
+  runOne: (input: RolloutInput, live: Liveness) => Promise<RolloutSummary>;
+  /** The worker's rollout slots (shared with single `rollout` activities); absent: no limit but the chunk's size. */
+  slots?: RolloutSlots;
+}
+
+/** Manifests a worker read, by sha256: a step's chunks all read the same one. */
+const MANIFESTS_KEPT = 8;
+
+/** Severity of a rollout's failure for the chunk's own: the chunk fails with the most serious. */
+function severity(err: unknown): number {
+  const f = err as { type?: string; nonRetryable?: boolean };
+  if (f?.type === 'DiskFull') return 2;
+  if (f?.type === 'StoreUnavailable') return 1;
+  if (f?.nonRetryable) return 3;
+  return 0;
+}
+
+export function createChunkActivity(deps: ChunkDeps) {
+  const manifests = new Map<string, Promise<StepManifest>>();
+  const manifestOf = (ref: ArtifactRef, input: RolloutChunkInput): Promise<StepManifest> => {
+    let m = manifests.get(ref.sha256);
+    if (!m) {
+      m = storeForRef(ref, input.artifacts, deps.store).getJson(ref).then((raw) => StepManifest.parse(raw));
+      m.catch(() => manifests.delete(ref.sha256));
+      manifests.set(ref.sha256, m);
+      if (manifests.size > MANIFESTS_KEPT) manifests.delete(manifests.keys().next().value!);
+    }
+    return m;
+  };
+
+  async function rolloutChunk(input: RolloutChunkInput): Promise<RolloutChunkResult> {
+    let manifest: StepManifest;
+    try {
+      manifest = await manifestOf(input.manifest, input);
+    } catch (err) {
+      throw asActivityFailure(err);
+    }
+    let ctx: Context | undefined;
+    try { ctx = Context.current(); } catch { ctx = undefined; }
+    // What is done already: passed in by StepRollouts, or heartbeated by an earlier attempt of this call.
+    const done = new Map<number, RolloutSummary>();
+    for (const d of input.done ?? []) done.set(d.i, d.summary);
+    const beat = ctx?.info.heartbeatDetails as ChunkProgress | undefined;
+    for (const d of beat?.done ?? []) if (d.i >= input.start && d.i < input.end) done.set(d.i, d.summary);
+    const missing: number[] = [];
+    for (let i = input.start; i < input.end; i++) if (!done.has(i)) missing.push(i);
+    const clog = log.child({ run: manifest.runId, step: manifest.step, start: input.start, end: input.end, attempt: ctx?.info.attempt });
+    if (done.size) clog.info({ done: done.size, missing: missing.length }, 'chunk resumed: only the missing rollouts run');
+
+    const progressOf = (): ChunkProgress => ({ done: [...done].map(([i, summary]): ChunkRolloutDone => ({ i, summary })) });
+    const failures: { i: number; err: unknown }[] = [];
+    const windows = manifest.liveness;
+    await withLiveness({ name: 'rollout-chunk', heartbeatEveryMs: windows.heartbeat_every_s * 1000, stallMs: windows.stall_s * 1000, logger: clog }, async (live) => {
+      // The heartbeat carries the finished rollouts; a rollout's own progress only keeps the chunk alive.
+      const progress = () => live.progress(progressOf() as unknown as Record<string, unknown>);
+      progress();
+      // What is done already, from the first beat: an attempt that finishes nothing must not leave
+      // the next one the liveness' bare 'started' details (it would run everything again).
+      try { ctx?.heartbeat(progressOf()); } catch { /* the next tick */ }
+      const child: Liveness = { progress: () => progress(), signal: live.signal, get stalled() { return live.stalled; } };
+      // A rollout queued for one of the worker's slots is not hung: while any is, the chunk counts as moving.
+      let queued = 0;
+      const queueTick = setInterval(() => { if (queued > 0) progress(); }, windows.heartbeat_every_s * 1000);
+      await Promise.all(missing.map(async (i) => {
+        const run = () => { queued--; return deps.runOne(rolloutInputOf(manifest, i), child); };
+        queued++;
+        try {
+          const summary = await (deps.slots ? deps.slots.run(run) : run());
+          done.set(i, summary);
+          progress();
+          // At once, not at the next tick: a worker killed now loses no finished rollout.
+          try { ctx?.heartbeat(progressOf()); } catch { /* the next tick */ }
+        } catch (err) {
+          failures.push({ i, err });
+        }
+      })).finally(() => clearInterval(queueTick));
+    });
+
+    if (failures.length) {
+      const worst = failures.reduce((a, b) => (severity(b.err) > severity(a.err) ? b : a));
+      const e = worst.err as ApplicationFailure & Error;
+      clog.warn({ failed: failures.map((f) => f.i), done: done.size, type: e.type, err: e.message }, 'chunk: some rollouts failed; the finished ones are kept');
+      throw ApplicationFailure.create({
+        type: e.type ?? e.name ?? 'RolloutFailed',
+        message: `${failures.length} of ${input.end - input.start} rollouts of chunk [${input.start}, ${input.end}) failed; rollout ${worst.i}: ${e.message}`,
+        nonRetryable: e instanceof ApplicationFailure ? e.nonRetryable === true : false,
+        details: [progressOf()],
+      });
+    }
+
+    const summaries = Array.from({ length: input.end - input.start }, (_, k) => done.get(input.start + k)!);
+    try {
+      const text = JSON.stringify(summaries);
+      const key = runKeys.rolloutChunk(manifest.runId, manifest.step, input.start, createHash('sha256').update(text).digest('hex'));
+      const ref = await storeFor(input.artifacts, deps.store).putJson(key, summaries);
+      return { summaries: ref, count: summaries.length, ran: missing.length };
+    } catch (err) {
+      // The store is down or the disk full at the very end: the rollouts are done and travel in the details.
+      const f = asActivityFailure(err);
+      if (f instanceof ApplicationFailure) throw ApplicationFailure.create({ type: f.type ?? 'StoreUnavailable', message: f.message, nonRetryable: f.nonRetryable === true, details: [progressOf()] });
+      throw f;
+    }
+  }
+
+  return { rolloutChunk };
+}

@@ -1,0 +1,85 @@
+/**
+ * Whether a step's fan-out fits Temporal's limits (issue 24): payloads of 2 MB, the
+ * 10,240-event history warning, ~500 activities in flight per execution. Checked at
+ * config load and by `ratchet check`, before anything starts; each problem names the
+ * key to change, the limit it breaks, and the fix. Pure.
+ */
+import {
+  CHUNKS_PER_SHARD, EVENTS_PER_CHUNK, MAX_SHARDS, SUMMARY_BYTES_MAX, TEMPORAL_LIMITS, fanoutPlan,
+} from '../contracts/chunks';
+import type { ConfigIssue } from './crossChecks';
+import type { RunConfig } from './schema';
+
+/** History events a per-rollout step (rollouts_per_chunk = 0) costs per rollout (BENCHMARKS.md: ~3.2). */
+export const EVENTS_PER_INLINE_ROLLOUT = 3.2;
+/** Bytes a sampled task takes inline (sampleTasks' answer and StepRollouts' input). */
+export const INLINE_TASK_BYTES = 250;
+
+export function fanoutIssues(c: RunConfig): ConfigIssue[] {
+  const o = c.orchestrator;
+  const total = o.batch_size * o.rollouts_per_example;
+  const issues: ConfigIssue[] = [];
+  const events = TEMPORAL_LIMITS.historyEventsWarn;
+
+  if (o.rollouts_per_chunk === 0) {
+    // The pre-0.6 path: one activity per rollout in one StepRollouts history, tasks inline.
+    const perStep = Math.ceil(total * EVENTS_PER_INLINE_ROLLOUT);
+    if (perStep > events) {
+      issues.push({
+        key: 'orchestrator.rollouts_per_chunk',
+        message: `0 (one activity per rollout) with orchestrator.batch_size x rollouts_per_example = ${o.batch_size} x ${o.rollouts_per_example} = ${total} rollouts per step ` +
+          `puts ~${perStep} events in one StepRollouts history, over Temporal's ${events}-event limit of guidance. ` +
+          'Fix: set orchestrator.rollouts_per_chunk to 16 (rollouts in chunks, spread over shards), or lower batch_size',
+      });
+    }
+    if (o.batch_size * INLINE_TASK_BYTES > TEMPORAL_LIMITS.payloadBytes) {
+      issues.push({
+        key: 'orchestrator.batch_size',
+        message: `${o.batch_size} tasks inline (rollouts_per_chunk = 0) are ~${o.batch_size * INLINE_TASK_BYTES} bytes in one payload, over Temporal's ${TEMPORAL_LIMITS.payloadBytes}-byte payload limit. ` +
+          'Fix: set orchestrator.rollouts_per_chunk to 16 (tasks travel in the step manifest), or lower batch_size',
+      });
+    }
+    if (o.max_concurrent_rollouts > 1000) {
+      issues.push({
+        key: 'orchestrator.max_concurrent_rollouts',
+        message: `${o.max_concurrent_rollouts} rollout activities in flight in one execution (rollouts_per_chunk = 0), over the 1,000 one StepRollouts may hold (Temporal refuses 2,000). ` +
+          'Fix: lower max_concurrent_rollouts to 1000, or set orchestrator.rollouts_per_chunk to 16',
+      });
+    }
+    return issues;
+  }
+
+  const plan = fanoutPlan(total, o);
+  if (plan.shards > MAX_SHARDS) {
+    issues.push({
+      key: 'orchestrator.chunks_per_shard',
+      message: `${total} rollouts per step in chunks of orchestrator.rollouts_per_chunk = ${o.rollouts_per_chunk} over shards of ${o.chunks_per_shard} chunks make ${plan.shards} shard children, ` +
+        `over the ${MAX_SHARDS} one StepRollouts keeps in flight (Temporal's ~${TEMPORAL_LIMITS.activitiesInFlight} per execution). ` +
+        `Fix: raise chunks_per_shard (up to ${CHUNKS_PER_SHARD.max}) or rollouts_per_chunk, or lower batch_size`,
+    });
+  }
+  if (plan.windowPerShard > TEMPORAL_LIMITS.activitiesInFlight) {
+    issues.push({
+      key: 'orchestrator.max_concurrent_rollouts',
+      message: `${o.max_concurrent_rollouts} rollouts in flight in chunks of ${o.rollouts_per_chunk} over ${plan.shards} shard(s) put ${plan.windowPerShard} chunk activities in flight in one execution, ` +
+        `over Temporal's ~${TEMPORAL_LIMITS.activitiesInFlight}. Fix: lower max_concurrent_rollouts, or raise orchestrator.rollouts_per_chunk`,
+    });
+  }
+  // StepRollouts' own history: a few events per shard (started, completed, status signals).
+  const parentEvents = plan.shards > 1 ? plan.shards * 12 : plan.chunks * EVENTS_PER_CHUNK;
+  if (parentEvents > events) {
+    issues.push({
+      key: 'orchestrator.chunks_per_shard',
+      message: `${plan.chunks} chunks over ${plan.shards} shard(s) put ~${parentEvents} events in StepRollouts' history, over Temporal's ${events}-event limit of guidance. ` +
+        'Fix: raise chunks_per_shard or rollouts_per_chunk, or lower batch_size',
+    });
+  }
+  const detailBytes = o.rollouts_per_chunk * SUMMARY_BYTES_MAX;
+  if (detailBytes > TEMPORAL_LIMITS.payloadBytes) {
+    issues.push({
+      key: 'orchestrator.rollouts_per_chunk',
+      message: `${o.rollouts_per_chunk} rollouts' summaries in one chunk's heartbeat (~${detailBytes} bytes) exceed Temporal's ${TEMPORAL_LIMITS.payloadBytes}-byte payload limit. Fix: lower rollouts_per_chunk`,
+    });
+  }
+  return issues;
+}

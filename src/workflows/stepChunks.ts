@@ -1,0 +1,367 @@
+/**
+ * A step's rollouts in chunks, spread over shards (issue 24; patch v0.6-step-chunks).
+ *
+ * The step manifest (tasks and settings) is in the artifact store; a chunk activity
+ * (`rolloutChunk` on ratchet-rollout) gets its reference and a range. A step of at most
+ * `chunks_per_shard` chunks runs its chunks in StepRollouts itself; a larger step starts
+ * one RolloutShard child per `chunks_per_shard` chunks, so no execution holds more than
+ * its window of activities in flight, and a shard continues as new before its history
+ * reaches SHARD_EVENTS_BEFORE_CONTINUE events. Summaries travel up as artifacts: a chunk
+ * returns one ref, a shard joins its chunks' into one, StepRollouts joins the shards'.
+ *
+ * The waits of the per-rollout path, per chunk: a full disk or an unreachable store waits
+ * (waiting-for-disk / waiting-for-store) and calls the chunk again with what it finished
+ * (the failure's details), handed to OutageWait when long; a chunk whose retries ran out
+ * puts inference back (one shared wait, handed to InferenceWait when long) and runs again,
+ * up to MAX_ROUNDS; no rollout running and no rollout worker polling shows
+ * waiting-for-rollout-workers. Every status reaches TrainRun as before: a shard signals
+ * StepRollouts, which forwards what changed.
+ */
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  log,
+  proxyActivities,
+  setHandler,
+  sleep,
+  startChild,
+  workflowInfo,
+  type ActivityOptions,
+  type ChildWorkflowHandle,
+} from '@temporalio/workflow';
+import type { ArtifactRef } from '../artifacts/ref';
+import type { MainActivities } from '../contracts/activities';
+import {
+  SHARD_EVENTS_BEFORE_CONTINUE, chunkRange, fanoutPlan,
+  type ChunkActivities, type ChunkProgress, type RolloutChunkInput, type RolloutChunkResult,
+  type RolloutShardInput, type RolloutShardResult, type ShardStatusSignal, type StepChunksContext,
+} from '../contracts/chunks';
+import type { OutageType } from '../contracts/outage';
+import type { StepRolloutsInput } from '../contracts/step';
+import type { SyncWeightsInput } from '../contracts/weightSync';
+import { trainingPriority } from '../shared/fairness';
+import { forActivity, livenessOf } from '../shared/liveness';
+import { syncAllHosts } from './inferenceWait';
+import { syncQuorum } from '../shared/replicas';
+import { rolloutProgressSignal, shardStatusSignal } from './messages';
+import { DEFAULT_HANDOFF_AFTER, callOf, capFor, handOff, outageOf } from './outageWait';
+import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './serveWait';
+import { waitForStore, type OutageWaiter } from './storeWait';
+
+const CHUNK_OPTIONS: ActivityOptions = {
+  taskQueue: 'ratchet-rollout',
+  // A chunk runs its rollouts at once; slots on the worker may queue some (src/activities/rolloutChunk.ts).
+  startToCloseTimeout: '2 hours',
+  heartbeatTimeout: '1 minute',
+  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
+};
+const SUMMARIES_OPTIONS: ActivityOptions = {
+  startToCloseTimeout: '5 minutes',
+  retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
+};
+const { storeRolloutSummaries } = proxyActivities<MainActivities>(SUMMARIES_OPTIONS);
+const { rolloutWorkersSeen } = proxyActivities<MainActivities>({ startToCloseTimeout: '30 seconds', retry: { maximumAttempts: 3 } });
+
+/** Rounds of (the chunk's retries, then make sure inference serves the step's version) before the step fails. */
+const MAX_ROUNDS = 30;
+/** Seconds without a finished chunk before the watchdog asks whether rollout workers are alive. */
+const WATCH_S = 120;
+
+interface Waits { waitingForInference: boolean; waitingForDisk: boolean; waitingForStore: boolean; waitingForRolloutWorkers: boolean }
+const NO_WAITS: Waits = { waitingForInference: false, waitingForDisk: false, waitingForStore: false, waitingForRolloutWorkers: false };
+
+/** The finished rollouts a failed chunk carries in its details (rolloutChunk puts them there). */
+function progressOf(err: unknown): ChunkProgress | undefined {
+  if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure)) return undefined;
+  const d = err.cause.details?.[0] as ChunkProgress | undefined;
+  return d && Array.isArray(d.done) ? d : undefined;
+}
+
+/**
+ * Runs chunks [first, end) of the step with `window` in flight; `report` hears the done count
+ * (at most ~8 times) and every change of a wait. Stops starting chunks once `stopAt()` says so,
+ * and returns the summaries of the chunks it finished, which are always [first, first + n).
+ */
+async function runChunks(
+  ctx: StepChunksContext, first: number, end: number, window: number,
+  report: (done: number, waits: Waits) => Promise<void>, stopAt: () => boolean, doneBefore: number,
+): Promise<{ parts: ArtifactRef[]; done: number }> {
+  const chunkOptions: ActivityOptions = { ...CHUNK_OPTIONS, priority: trainingPriority(ctx.runId, ctx.fairnessWeight) };
+  const { rolloutChunk } = proxyActivities<ChunkActivities>(chunkOptions);
+  const parts: ArtifactRef[] = [];
+  const waits: Waits = { ...NO_WAITS };
+  let done = doneBefore;
+  let next = first;
+  const chunks = end - first;
+  const stride = Math.max(1, Math.ceil(chunks / 8));
+  let chunksDone = 0;
+  const set = async (key: keyof Waits, on: boolean): Promise<void> => {
+    if (waits[key] === on) return;
+    waits[key] = on;
+    await report(done, { ...waits });
+  };
+  // Chunks in a disk or store wait now: the status holds while any does.
+  const onDisk = new Set<number>();
+  const onStore = new Set<number>();
+  const waitStarts = async (c: number, fault: OutageType) => {
+    (fault === 'DiskFull' ? onDisk : onStore).add(c);
+    await set(fault === 'DiskFull' ? 'waitingForDisk' : 'waitingForStore', true);
+  };
+  const waitEnds = async (c: number) => {
+    if (onDisk.delete(c) && onDisk.size === 0) await set('waitingForDisk', false);
+    if (onStore.delete(c) && onStore.size === 0) await set('waitingForStore', false);
+  };
+
+  // Inference: one wait for every chunk that asks meanwhile.
+  const syncRequest = (): SyncWeightsInput => ({
+    runId: ctx.runId, baseUrls: ctx.baseUrls, policyVersion: ctx.policyVersion, adapter: ctx.adapter, keepFromVersion: ctx.keepFromVersion,
+    liveness: ctx.weightSyncLiveness, artifacts: ctx.artifacts,
+    ...(ctx.syncQuorum !== undefined ? { quorum: ctx.syncQuorum } : {}),
+  });
+  let serving: Promise<void> | undefined;
+  let inferenceHandoffs = 0;
+  let outageHandoffs = 0;
+  const serve = async (): Promise<void> => {
+    const hosts = ctx.syncTaskQueues;
+    const limits = ctx.outageWaits;
+    for (let wait = 5, failed = 0; ; wait = Math.min(wait * 2, limits?.capS ?? INFERENCE_WAIT_CAP_S)) {
+      try {
+        await syncAllHosts(syncRequest(), hosts);
+        await set('waitingForInference', false);
+        return;
+      } catch (err) {
+        if (!inferenceDown(err, hosts)) throw err;
+        await set('waitingForInference', true);
+        if (++failed >= (limits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER)) {
+          await handOffInferenceWait(syncRequest(), hosts, wait, limits, inferenceHandoffs++);
+          await set('waitingForInference', false);
+          return;
+        }
+        await sleep(`${wait} seconds`);
+      }
+    }
+  };
+  const ensureServed = (): Promise<void> => {
+    serving ??= serve().finally(() => { serving = undefined; });
+    return serving;
+  };
+
+  const runChunk = async (c: number): Promise<RolloutChunkResult> => {
+    const { start, end: stop } = chunkRange(c, ctx.perChunk, ctx.total);
+    let req: RolloutChunkInput = { manifest: ctx.manifest, start, end: stop, ...(ctx.artifacts ? { artifacts: ctx.artifacts } : {}) };
+    const handoffAfter = ctx.outageWaits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER;
+    for (let round = 1, wait = 2, tries = 0, fault: OutageType = 'DiskFull'; ; round++) {
+      try {
+        const r = tries >= handoffAfter
+          ? await handOff<RolloutChunkResult>(callOf<ChunkActivities, 'rolloutChunk'>(chunkOptions, 'rolloutChunk', req), fault, wait, ctx.outageWaits, outageHandoffs++)
+          : await rolloutChunk(req);
+        if (onDisk.has(c) || onStore.has(c)) await waitEnds(c);
+        return r;
+      } catch (err) {
+        // What the chunk finished stays finished: the next call runs only the rest.
+        const progress = progressOf(err);
+        if (progress) req = { ...req, done: progress.done };
+        const outage = outageOf(err);
+        if (outage) {
+          log.warn('a chunk met an outage; waiting, then running its missing rollouts', { chunk: c, fault: outage, error: (err as ActivityFailure).cause!.message });
+          fault = outage;
+          tries++;
+          if (outage === 'DiskFull') onStore.delete(c); else onDisk.delete(c);
+          await waitStarts(c, outage);
+          await sleep(`${wait} seconds`);
+          wait = Math.min(wait * 2, capFor(outage, ctx.outageWaits));
+          round--;
+          continue;
+        }
+        if (onDisk.has(c) || onStore.has(c)) await waitEnds(c);
+        if (!(err instanceof ActivityFailure) || round >= MAX_ROUNDS) throw err;
+        if (err.cause instanceof ApplicationFailure && err.cause.nonRetryable) throw err;
+        log.warn('a chunk failed after its retries; checking inference before running its missing rollouts', { chunk: c, round, error: String(err.cause ?? err) });
+        await ensureServed();
+      }
+    }
+  };
+
+  // No chunk finishing for a while: are rollout workers alive at all?
+  let over = false;
+  const watchdog = async (): Promise<void> => {
+    const every = ctx.rolloutWorkersWatchS ?? WATCH_S;
+    let tick = every;
+    let seen = done;
+    const info = workflowInfo();
+    const knownWait = () => waits.waitingForInference || onDisk.size > 0 || onStore.size > 0;
+    while (!over) {
+      if (knownWait()) {
+        await condition(() => over || !knownWait());
+        seen = -1;
+        continue;
+      }
+      if (await condition(() => over || knownWait(), `${tick} seconds`)) continue;
+      if (done !== seen) {
+        seen = done;
+        tick = every;
+        continue;
+      }
+      try {
+        const w = await rolloutWorkersSeen({ workflowId: info.workflowId, runId: info.runId, taskQueue: CHUNK_OPTIONS.taskQueue! });
+        const none = w.queued > 0 && w.running === 0 && w.pollers === 0;
+        await set('waitingForRolloutWorkers', none);
+        tick = none ? Math.min(tick * 2, every * 2) : every;
+      } catch (err) {
+        log.warn('could not ask whether rollout workers are alive', { error: String(err) });
+      }
+    }
+  };
+
+  const lane = async (): Promise<void> => {
+    while (next < end && !stopAt()) {
+      const c = next++;
+      const r = await runChunk(c);
+      parts[c - first] = r.summaries;
+      done += r.count;
+      if (waits.waitingForRolloutWorkers) await set('waitingForRolloutWorkers', false);
+      if (++chunksDone % stride === 0 || next >= end) await report(done, { ...waits });
+    }
+  };
+  const watching = chunks > 0 ? watchdog() : undefined;
+  try {
+    await Promise.all(Array.from({ length: Math.max(1, Math.min(window, chunks)) }, lane));
+  } finally {
+    over = true;
+  }
+  await watching;
+  if (waits.waitingForRolloutWorkers) await set('waitingForRolloutWorkers', false);
+  return { parts, done };
+}
+
+/** The step's summaries joined from parts (chunks' or shards'), into the step's artifact or a shard's. */
+function joinSummaries(ctx: StepChunksContext, waiter: OutageWaiter, parts: ArtifactRef[], shard?: number): Promise<ArtifactRef> {
+  const req = { runId: ctx.runId, step: ctx.step, parts, ...(shard !== undefined ? { shard } : {}), ...(ctx.artifacts ? { artifacts: ctx.artifacts } : {}) };
+  return waitForStore(waiter, () => storeRolloutSummaries(req), callOf<MainActivities, 'storeRolloutSummaries'>(SUMMARIES_OPTIONS, 'storeRolloutSummaries', req));
+}
+
+function waiterFor(ctx: StepChunksContext, show: (w: Partial<Waits>) => void): OutageWaiter {
+  let store = false;
+  let disk = false;
+  return {
+    outageLimits: ctx.outageWaits,
+    outageHandoffs: 0,
+    setWaitingForStore: (on) => { if (on === store) return false; store = on; show({ waitingForStore: on }); return true; },
+    setWaitingForDisk: (on) => { if (on === disk) return false; disk = on; show({ waitingForDisk: on }); return true; },
+  };
+}
+
+/** One shard of a step: chunks [firstChunk, endChunk), continuing as new as its history grows. */
+export async function RolloutShard(input: RolloutShardInput): Promise<RolloutShardResult> {
+  const parent = getExternalWorkflowHandle(input.parentWorkflowId);
+  const signal = async (done: number, waits: Partial<Waits>) => {
+    try {
+      await parent.signal(shardStatusSignal, { shard: input.shard, done, ...waits } satisfies ShardStatusSignal);
+    } catch (err) {
+      log.warn('could not report shard status to StepRollouts', { error: String(err) });
+    }
+  };
+  const carried = input.parts ?? [];
+  const first = input.firstChunk + carried.length;
+  const limit = input.eventsBeforeContinue ?? SHARD_EVENTS_BEFORE_CONTINUE;
+  const stopAt = () => workflowInfo().historyLength >= limit || workflowInfo().continueAsNewSuggested;
+  const { parts, done } = await runChunks(input.ctx, first, input.endChunk, input.window, signal, stopAt, input.done ?? 0);
+  const all = [...carried, ...parts];
+  if (input.firstChunk + all.length < input.endChunk) {
+    log.info('shard history is growing: continuing as new', { shard: input.shard, chunksDone: all.length, historyLength: workflowInfo().historyLength });
+    await continueAsNew<typeof RolloutShard>({ ...input, parts: all, done });
+  }
+  let lastWaits: Partial<Waits> = {};
+  const summaries = await joinSummaries(input.ctx, waiterFor(input.ctx, (w) => { lastWaits = { ...lastWaits, ...w }; void signal(done, lastWaits); }), all, input.shard);
+  return { summaries, count: done };
+}
+
+/** StepRollouts' chunked path: the manifest's rollouts in chunks, in StepRollouts itself or over shards. */
+export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest: ArtifactRef; taskCount: number }): Promise<{ summaries: ArtifactRef; count: number }> {
+  const o = input.config.orchestrator;
+  const total = input.taskCount * o.rollouts_per_example;
+  const plan = fanoutPlan(total, o);
+  const windows = livenessOf(input.config);
+  const ctx: StepChunksContext = {
+    runId: input.runId, step: input.step, manifest: input.manifest, total, perChunk: plan.perChunk,
+    policyVersion: input.policyVersion, ...(input.adapter ? { adapter: input.adapter } : {}), keepFromVersion: input.keepFromVersion,
+    baseUrls: input.config.inference.base_urls, syncTaskQueues: input.config.inference.sync_task_queues ?? [],
+    // A weight sync that reaches a quorum of replicas lets the chunks go on (the replica pool, src/inference/pool.ts).
+    syncQuorum: syncQuorum(input.config.inference),
+    weightSyncLiveness: forActivity(windows, 'weight_sync'), fairnessWeight: o.fairness_weight,
+    ...(input.artifacts ? { artifacts: input.artifacts } : {}),
+    ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
+    ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
+  };
+  const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
+  let shown: Waits = { ...NO_WAITS };
+  let shownDone = -1;
+  const report = async (done: number, waits: Waits): Promise<void> => {
+    if (!parent) return;
+    shown = waits;
+    shownDone = done;
+    try {
+      await parent.signal(rolloutProgressSignal, { step: input.step, done, total, ...waits });
+    } catch (err) {
+      log.warn('could not report rollout progress to the parent', { error: String(err) });
+    }
+  };
+  const ownWaits: Partial<Waits> = {};
+  const waiter = waiterFor(ctx, (w) => { Object.assign(ownWaits, w); void report(shownDone < 0 ? 0 : shownDone, { ...shown, ...w }); });
+
+  if (plan.shards === 1) {
+    const { parts, done } = await runChunks(ctx, 0, plan.chunks, plan.windowPerShard, report, () => false, 0);
+    log.info('step rollouts done (chunks)', { step: input.step, total, chunks: plan.chunks, historyLength: workflowInfo().historyLength });
+    return { summaries: await joinSummaries(ctx, waiter, parts), count: done };
+  }
+
+  // Shards: each signals its status here; what changed goes on to TrainRun (done at most ~8 times a step).
+  const statuses = new Map<number, ShardStatusSignal>();
+  let dirty = false;
+  setHandler(shardStatusSignal, (s) => {
+    statuses.set(s.shard, s);
+    dirty = true;
+  });
+  const info = workflowInfo();
+  const handles: ChildWorkflowHandle<typeof RolloutShard>[] = [];
+  for (let s = 0; s < plan.shards; s++) {
+    const firstChunk = s * plan.chunksPerShard;
+    handles.push(await startChild(RolloutShard, {
+      args: [{ ctx, shard: s, firstChunk, endChunk: Math.min(firstChunk + plan.chunksPerShard, plan.chunks), window: plan.windowPerShard, parentWorkflowId: info.workflowId,
+        ...(input.shardEventsBeforeContinue !== undefined ? { eventsBeforeContinue: input.shardEventsBeforeContinue } : {}) }],
+      workflowId: `${info.workflowId}-shard-${s}`,
+      taskQueue: info.taskQueue,
+      priority: trainingPriority(input.runId, o.fairness_weight),
+    }));
+  }
+  let finished = false;
+  const results = Promise.all(handles.map((h) => h.result())).finally(() => { finished = true; });
+  const stride = Math.max(1, Math.ceil(total / 8));
+  const forward = async (): Promise<void> => {
+    while (!finished) {
+      await condition(() => finished || dirty);
+      if (!dirty) continue;
+      dirty = false;
+      const all = [...statuses.values()];
+      const done = all.reduce((a, s) => a + s.done, 0);
+      const waits: Waits = {
+        waitingForInference: all.some((s) => s.waitingForInference === true),
+        waitingForDisk: all.some((s) => s.waitingForDisk === true) || ownWaits.waitingForDisk === true,
+        waitingForStore: all.some((s) => s.waitingForStore === true) || ownWaits.waitingForStore === true,
+        waitingForRolloutWorkers: all.some((s) => s.waitingForRolloutWorkers === true),
+      };
+      const changed = (Object.keys(waits) as (keyof Waits)[]).some((k) => waits[k] !== shown[k]);
+      if (changed || Math.floor(done / stride) > Math.floor(Math.max(shownDone, 0) / stride)) await report(done, waits);
+    }
+  };
+  const forwarding = forward();
+  const shardResults = await results;
+  await forwarding;
+  const count = shardResults.reduce((a, r) => a + r.count, 0);
+  await report(count, { ...NO_WAITS });
+  log.info('step rollouts done (shards)', { step: input.step, total, shards: plan.shards, historyLength: workflowInfo().historyLength });
+  return { summaries: await joinSummaries(ctx, waiter, shardResults.map((r) => r.summaries)), count };
+}

@@ -1,0 +1,205 @@
+/**
+ * A step's rollouts in chunks over shards (issue 24), against a real Temporal dev server with fake
+ * rollouts inside the real chunk activity (src/activities/rolloutChunk.ts) and a real local store:
+ * a chunk retried after some of its rollouts finished runs only the missing ones (a Temporal retry,
+ * read from the heartbeat details; and a round of the step, read from the failure's details), a
+ * full disk in a chunk waits and loses nothing, a shard continues as new, and a large step keeps
+ * every execution's history under Temporal's 10,240-event warning.
+ * RATCHET_RECORD_HISTORIES=1 records the new paths' histories for the replay test.
+ */
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { WorkflowHandle } from '@temporalio/client';
+import { defaultPayloadConverter } from '@temporalio/common';
+import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { SA, progressQuery } from '../../src/workflows/messages';
+import type { TrainRun } from '../../src/workflows/trainRun';
+import type { RolloutProgressSignal, TrainRunInput } from '../../src/contracts';
+import { makeFakes, type FakeOptions } from './workflowFakes';
+import { recordHistory } from '../helpers/histories';
+
+jest.setTimeout(300_000);
+
+describeWithStack('StepRollouts in chunks and shards (fake rollouts, real chunk activity, real dev server)', ['temporalBinary'], () => {
+  let env: TestWorkflowEnvironment;
+  let bundle: WorkflowBundleWithSourceMap;
+
+  beforeAll(async () => {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+    env = await TestWorkflowEnvironment.createLocal({
+      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
+    });
+    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
+  }, 180_000);
+
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  async function withWorkers<T>(opts: FakeOptions & { rolloutSlots?: number }, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> {
+    const fakes = makeFakes(opts);
+    const conn = env.nativeConnection;
+    const workers = await Promise.all([
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main, maxConcurrentActivityTaskExecutions: 16 }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout, maxConcurrentActivityTaskExecutions: opts.rolloutSlots ?? 16 }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
+      ...['w1', 'w2'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
+    ]);
+    const running = workers.map((w) => w.run());
+    try {
+      return await fn(fakes);
+    } finally {
+      for (const w of workers) w.shutdown();
+      await Promise.all(running);
+    }
+  }
+
+  let n = 0;
+  async function run(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandle<typeof TrainRun>> {
+    const runId = `chunks-${process.pid}-${++n}`;
+    const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
+    });
+    return handle;
+  }
+  const rolloutsOf = (handle: WorkflowHandle, step = 0) => env.client.workflow.getHandle(`${handle.workflowId}-step-${step}-rollouts`);
+
+  /** Every execution (run) of a workflow id, oldest first, with its history's event count. */
+  async function executions(workflowId: string): Promise<{ runId: string; events: number }[]> {
+    const runs: string[] = [];
+    for await (const w of env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push(w.runId);
+    const out = await Promise.all(runs.map(async (runId) => ({ runId, events: await countEvents(workflowId, runId) })));
+    return out.reverse();
+  }
+  async function countEvents(workflowId: string, runId?: string): Promise<number> {
+    let count = 0;
+    let nextPageToken: Uint8Array | undefined;
+    do {
+      const page = await env.client.workflowService.getWorkflowExecutionHistory({
+        namespace: 'default', execution: { workflowId, runId }, maximumPageSize: 1000, nextPageToken,
+      });
+      count += page.history?.events?.length ?? 0;
+      nextPageToken = page.nextPageToken?.length ? page.nextPageToken : undefined;
+    } while (nextPageToken);
+    return count;
+  }
+  async function progressSignals(handle: WorkflowHandle): Promise<RolloutProgressSignal[]> {
+    return ((await handle.fetchHistory()).events ?? [])
+      .map((e) => e.workflowExecutionSignaledEventAttributes)
+      .filter((a) => a?.signalName === 'rolloutProgress')
+      .map((a) => defaultPayloadConverter.fromPayload<RolloutProgressSignal>(a!.input!.payloads![0]!));
+  }
+  const starts = (fakes: ReturnType<typeof makeFakes>) => {
+    const m = new Map<string, number>();
+    for (const e of fakes.events.filter((x) => x.what === 'rollout-start')) m.set(e.rollout!, (m.get(e.rollout!) ?? 0) + 1);
+    return m;
+  };
+  async function scheduled(handle: WorkflowHandle, type: string): Promise<number> {
+    return ((await handle.fetchHistory()).events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type).length;
+  }
+
+  const chunked = { batch_size: 2, rollouts_per_example: 4, rollouts_per_chunk: 4, max_steps: 1, max_concurrent_rollouts: 8 };
+
+  test('a chunk retried after some of its rollouts finished runs only the missing ones', async () => {
+    // Chunk [0, 4) (group g0): rollouts 2 and 3 fail on the chunk's first attempt, as if their worker died.
+    const failing = (i: { groupId: string; rolloutIndex: number }, attempt: number) => i.groupId === 's0-g0' && i.rolloutIndex >= 2 && attempt === 1;
+    await withWorkers({ orchestrator: chunked, chunkFailures: failing }, async (fakes) => {
+      const handle = await run();
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      const s = starts(fakes);
+      // Each of 0, 1 and of group g1 ran once; 2 and 3 once more on the retry, and only they.
+      expect(s.get('s0-g0/0')).toBe(1);
+      expect(s.get('s0-g0/1')).toBe(1);
+      expect(s.get('s0-g0/2')).toBe(2);
+      expect(s.get('s0-g0/3')).toBe(2);
+      for (let k = 0; k < 4; k++) expect(s.get(`s0-g1/${k}`)).toBe(1);
+      expect(fakes.batches.map((b) => fakes.summariesOf(b).map((x) => `${x.group_id}/${x.rollout_index}`))).toEqual([
+        ['s0-g0/0', 's0-g0/1', 's0-g0/2', 's0-g0/3', 's0-g1/0', 's0-g1/1', 's0-g1/2', 's0-g1/3'],
+      ]);
+      // Two chunk activities, no per-rollout ones; the tasks crossed no history (a manifest ref).
+      expect(await scheduled(rolloutsOf(handle), 'rolloutChunk')).toBe(2);
+      expect(await scheduled(rolloutsOf(handle), 'rollout')).toBe(0);
+      expect(await scheduled(handle, 'writeStepManifest')).toBe(1);
+      expect(await scheduled(handle, 'sampleTasks')).toBe(0);
+      await recordHistory(rolloutsOf(handle), 'steprollouts-chunk-retried');
+      await recordHistory(handle, 'trainrun-chunks');
+    });
+  });
+
+  test('a chunk whose retries ran out runs again in the next round with only its missing rollout', async () => {
+    let left = 4; // every attempt of the first call (maximumAttempts 4), then it works
+    const failing = (i: { groupId: string; rolloutIndex: number }) => i.groupId === 's0-g1' && i.rolloutIndex === 3 && left-- > 0;
+    await withWorkers({ orchestrator: chunked, chunkFailures: failing }, async (fakes) => {
+      const handle = await run();
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      const s = starts(fakes);
+      expect(s.get('s0-g1/3')).toBe(5);
+      for (const k of [0, 1, 2]) expect(s.get(`s0-g1/${k}`)).toBe(1);
+      // The round put inference back (a sync) before the chunk's second call.
+      expect(await scheduled(rolloutsOf(handle), 'rolloutChunk')).toBe(3);
+      expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([8]);
+      await recordHistory(rolloutsOf(handle), 'steprollouts-chunk-round');
+    });
+  });
+
+  test('a full disk in a chunk: waiting-for-disk, then only the rollout that met it runs again', async () => {
+    await withWorkers({ orchestrator: chunked, rolloutDiskFullTimes: 1 }, async (fakes) => {
+      const handle = await run({ outageWaits: { handoffAfter: 2, perExecution: 2, capS: 1 } });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      expect(fakes.events.filter((e) => e.what === 'rollout-disk-full')).toHaveLength(1);
+      expect(fakes.events.filter((e) => e.what === 'rollout-start')).toHaveLength(9);
+      const flags = (await progressSignals(handle)).map((x) => x.waitingForDisk).filter((f) => f !== undefined);
+      expect(flags).toContain(true);
+      expect(flags.at(-1)).toBe(false);
+      expect((await handle.query(progressQuery)).status).toBe('completed');
+      await recordHistory(rolloutsOf(handle), 'steprollouts-chunk-disk-wait');
+    });
+  });
+
+  test('shards: a step spread over shard children, each continuing as new, summaries in rollout order', async () => {
+    const orchestrator = { batch_size: 8, rollouts_per_example: 4, rollouts_per_chunk: 2, chunks_per_shard: 8, max_steps: 1, max_concurrent_rollouts: 8 };
+    await withWorkers({ orchestrator }, async (fakes) => {
+      const handle = await run({ shardEventsBeforeContinue: 40 });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      const step = rolloutsOf(handle);
+      const shards = [0, 1].map((s) => `${step.workflowId}-shard-${s}`);
+      for (const id of shards) expect((await executions(id)).length).toBeGreaterThan(1);
+      const summaries = fakes.batches.map((b) => fakes.summariesOf(b))[0]!;
+      expect(summaries).toHaveLength(32);
+      expect(summaries.map((x) => `${x.group_id}/${x.rollout_index}`)).toEqual(
+        Array.from({ length: 32 }, (_, i) => `s0-g${Math.floor(i / 4)}/${i % 4}`));
+      expect(fakes.events.filter((e) => e.what === 'rollout-start')).toHaveLength(32);
+      // The parent heard the step's progress through StepRollouts.
+      expect((await progressSignals(handle)).at(-1)).toMatchObject({ done: 32, total: 32 });
+      const first = (await executions(shards[0]!))[0]!;
+      await recordHistory(env.client.workflow.getHandle(shards[0]!, first.runId), 'rolloutshard-continued-as-new');
+      await recordHistory(step, 'steprollouts-shards');
+    });
+  });
+
+  test('a large step: no execution holds more than 10,240 events', async () => {
+    const total = Number(process.env.RATCHET_CHUNKS_TEST_ROLLOUTS ?? 4096);
+    const orchestrator = { batch_size: total / 8, rollouts_per_example: 8, rollouts_per_chunk: 16, chunks_per_shard: 64, max_steps: 1, max_concurrent_rollouts: 1024 };
+    await withWorkers({ orchestrator, rolloutSlots: 64 }, async (fakes) => {
+      const t0 = Date.now();
+      const handle = await run();
+      await handle.result();
+      const ms = Date.now() - t0;
+      const step = rolloutsOf(handle);
+      const ids = [handle.workflowId, step.workflowId, ...Array.from({ length: Math.ceil(total / 16 / 64) }, (_, s) => `${step.workflowId}-shard-${s}`)];
+      const all = (await Promise.all(ids.map(async (id) => (await executions(id)).map((e) => ({ id, ...e }))))).flat();
+      const events = all.reduce((a, e) => a + e.events, 0);
+      const largest = Math.max(...all.map((e) => e.events));
+      console.warn(`chunks: ${total} rollouts in ${ms} ms; ${all.length} executions, ${events} events (${(events / total).toFixed(3)} a rollout), largest history ${largest}`);
+      expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([total]);
+      expect(largest).toBeLessThan(10_240);
+      // Per-rollout activities cost ~3.2 events a rollout (BENCHMARKS.md); chunks of 16 a small fraction.
+      expect(events / total).toBeLessThan(0.5);
+    });
+  });
+});
+
+const quietLogger = {
+  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
+  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
+};
