@@ -68,8 +68,9 @@ interface PendingRollouts {
   policyVersion: number;
   /** Tasks in the step (their rows are in the step manifest, or were inline before v0.6-step-manifest). */
   tasks: number;
-  /** The step manifest (tasks by reference), where the step has one. */
+  /** The step manifest (tasks by reference), where the step has one; else the tasks themselves (inline). */
   manifest?: ArtifactRef;
+  inlineTasks?: StepRolloutsInput['tasks'];
   handle: ChildWorkflowHandle<typeof StepRollouts>;
   scope: CancellationScope;
   startedAt: number;
@@ -235,7 +236,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       taskQueue: info.taskQueue,
       priority: trainingPriority(runId, orch.fairness_weight),
     }));
-    return { step: s, policyVersion, tasks, ...(childInput.manifest ? { manifest: childInput.manifest } : {}), handle, scope, startedAt: Date.now() };
+    return { step: s, policyVersion, tasks, ...(childInput.manifest ? { manifest: childInput.manifest } : { inlineTasks: childInput.tasks }), handle, scope, startedAt: Date.now() };
   }
 
   /** The steps from where the run stands to its end (or to continue-as-new, which throws). */
@@ -340,7 +341,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts });
       const record = stepRecord({
         lineage: stepLineage({
-          build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.tasks, ...(current.manifest ? { stepManifest: current.manifest } : {}), versionBefore,
+          build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.inlineTasks ?? current.tasks, ...(current.manifest ? { stepManifest: current.manifest } : {}), versionBefore,
           stalenessHistogram: stats.stalenessHistogram, batch: built, parentCheckpoint, checkpoint, adapter, trained: !!trained,
           learningRate: run.overrides.learning_rate,
         }),
