@@ -195,7 +195,9 @@ export async function runEpisode({ input, env, sandboxes, model, live, log, stor
         ...(journal ? { onTurn: (turn: number, rt: ReplayTurn) => journal!.append(turn, rt) } : {}),
       });
       // The loop ends with "error" only when a tool's sandbox call itself failed (a lost container).
-      if (result.stop_reason === 'error' && infra === undefined) infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
+      // An external harness's "error" is its own failure (crash, no final answer, flooding): a scored,
+      // failed episode; its infrastructure failures throw instead (src/harness/run.ts).
+      if (result.stop_reason === 'error' && infra === undefined && !env.harness) infra = `the sandbox failed mid-episode: ${result.error ?? 'unknown error'}`;
       if (result.stop_reason !== 'error') {
         t = performance.now();
         try {

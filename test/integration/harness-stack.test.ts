@@ -89,7 +89,7 @@ describeReal('mini-swe-agent: an eval sweep over real rollouts', ['temporalBinar
     expect(result.episodes).toBe(2);
     expect(result.errors).toBe(0); // no infrastructure errors: a harness's own failures are scored episodes
     const dir = store.localPath(`runs/${RUN}/evals/trajectories`);
-    const files = readdirSync(dir, { recursive: true }).map(String).filter((f) => f.endsWith('.json'));
+    const files = readdirSync(dir, { recursive: true }).map(String).filter((f) => f.endsWith('.json') && !f.includes('.journal/'));
     expect(files).toHaveLength(2);
     for (const f of files) {
       const t = Trajectory.parse(JSON.parse(readFileSync(path.join(dir, f), 'utf8')));
