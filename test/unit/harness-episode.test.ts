@@ -32,7 +32,7 @@ jest.mock('../../src/harness/run', () => {
 import { createRolloutActivities } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import type { RolloutInput } from '../../src/contracts/rollout';
-import { Trajectory } from '../../src/contracts/trajectory';
+import { Trajectory, type RolloutSummary } from '../../src/contracts/trajectory';
 import { CALC_FILES, FakeSandboxManager, ScriptedModel } from './rollout-fakes';
 
 jest.setTimeout(30_000);
@@ -55,7 +55,7 @@ test("a harness that ends without a final answer is a scored, failed episode wit
     inferenceBaseUrl: 'http://127.0.0.1:8000/v1', seed: 7,
   };
   // Attempt 1 of 4: an infrastructure failure would throw here (to be retried); a failed episode returns.
-  const summary = await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input);
+  const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input);
   expect(summary.stop_reason).toBe('error');
   expect(summary.reward).toBe(0);
   const t = Trajectory.parse(await store.getJson(summary.trajectory));
