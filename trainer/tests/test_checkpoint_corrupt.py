@@ -6,7 +6,7 @@ the checkpoint). The workflow's fallback (src/records/fallback.ts) relies on exa
 import pytest
 
 from ratchet_trainer.core import Trainer, load_batch, restore_checkpoint, save_checkpoint
-from ratchet_trainer.core.artifacts import ArtifactError, uri_to_path
+from ratchet_trainer.core.artifacts import ArtifactError, uri_to_path, verify_dir
 from helpers import make_cfg, make_samples, on_policy_batch, snapshot
 
 
@@ -46,3 +46,17 @@ def test_corrupt_newest_checkpoint_is_refused_and_the_one_before_loads(damaged, 
     assert metrics["applied"] is True
     assert sorted(fresh.ledger) == [0, 1]
     assert fresh.step(1, load_batch(*b1))["applied"] is False  # a retry of the same step applies nothing
+
+    # Saving the retrained step (the same batch, so the same checkpoint name: seeded rollouts redo it) must
+    # not hand back the corrupt directory, which would send the run into the same fallback again (seen in
+    # the fresh-clone CI run's lifecycle test). It is written beside it; the corrupt one is left as it was.
+    bad = uri_to_path(ckpt1["uri"])
+    bad_bytes = (bad / damaged).read_bytes()
+    redone = save_checkpoint(fresh, art, 1)["checkpoint"]
+    assert uri_to_path(redone["uri"]) != bad and ".attempt-" in redone["uri"]
+    verify_dir(redone, "checkpoint")
+    assert (bad / damaged).read_bytes() == bad_bytes
+    again = Trainer("run", cfg)
+    assert restore_checkpoint(again, redone)["step"] == 1
+    # A retried save returns that same checkpoint, not yet another one.
+    assert save_checkpoint(fresh, art, 1)["checkpoint"] == redone

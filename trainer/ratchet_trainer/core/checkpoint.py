@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
-from .artifacts import MANIFEST, ArtifactRef, commit_dir, dir_ref, tmp_sibling, write_manifest
+from .artifacts import MANIFEST, ArtifactError, ArtifactRef, commit_dir, dir_ref, tmp_sibling, verify_dir, write_manifest
 from .distributed import local_tensor, world
 from .errors import CheckpointError
 from .sharded import check_sharded_fits, distribute_like, load_sharded, save_sharded, trainable_params
@@ -79,6 +79,14 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
     if store is not None:
         key = checkpoint_key(trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
         existing = _agreed(lambda: store.dir_ref(key))
+        if existing is not None and not _agreed(lambda: _sound_remote(store, existing)):
+            # This (step, batch) was saved before and no longer verifies: the checkpoint a fallback left
+            # behind (seeded rollouts redo the same batch). Saved beside it under an attempt key, never over it.
+            key = checkpoint_attempt_key(trainer.run_id, step, trainer.ledger[step].get("batch_sha256"),
+                                         _agreed(lambda: uuid.uuid4().hex[:8]))
+            log.warning("the checkpoint of this step and batch in the store does not verify; saving under an attempt key",
+                        extra={"run_id": trainer.run_id, "step": step, "bad": existing["uri"], "attempt_key": key})
+            existing = None
         if existing is None:
             final = _write_local(trainer, artifacts_root, step)
             key = _agreed(lambda: _upload_no_clobber(store, key, final, weights))
@@ -96,6 +104,24 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
     if weights == "adapter":
         out["adapter"] = out["weights"]
     return out
+
+
+def _sound(root: Path) -> bool:
+    """Every file of the checkpoint directory matches its manifest."""
+    try:
+        verify_dir(dir_ref(root), "checkpoint")
+        return True
+    except (ArtifactError, OSError):
+        return False
+
+
+def _sound_remote(store: S3Store, ref: dict[str, Any]) -> bool:
+    """The stored checkpoint downloads and every file matches its manifest (fetch_dir verifies)."""
+    try:
+        store.fetch_dir(ref, "checkpoint")
+        return True
+    except (ArtifactError, OSError):
+        return False
 
 
 def _agreed(fn: Callable[[], Any]) -> Any:
@@ -153,8 +179,21 @@ def _upload(store: S3Store, key: str, final: Path, weights: str) -> None:
 def _write_local(trainer: Trainer, artifacts_root: Path, step: int) -> Path:
     final = checkpoint_dir(artifacts_root, trainer.run_id, step, trainer.ledger[step].get("batch_sha256"))
     if _agreed(lambda: (final / "MANIFEST.sha256").is_file()):
-        log.info("checkpoint already on disk; returning it", extra={"run_id": trainer.run_id, "step": step})
-        return final
+        if _agreed(lambda: _sound(final)):
+            log.info("checkpoint already on disk; returning it", extra={"run_id": trainer.run_id, "step": step})
+            return final
+        # Saved before and no longer verifies: the checkpoint a run fell back from, now retrained with the
+        # same batch (seeded rollouts redo it). Written beside it, never over it: the record names the new one.
+        bad = final
+        # An earlier save of the retrained step already wrote beside it: that one (a retried save is idempotent).
+        done = _agreed(lambda: next((str(p) for p in sorted(bad.parent.glob(f"{bad.name}.attempt-*"))
+                                     if (p / MANIFEST).is_file() and _sound(p)), None))
+        if done is not None:
+            log.info("checkpoint already on disk beside a corrupt one; returning it", extra={"run_id": trainer.run_id, "step": step})
+            return Path(done)
+        final = final.with_name(f"{final.name}.attempt-{_agreed(lambda: uuid.uuid4().hex[:8])}")
+        log.warning("the checkpoint of this step and batch on disk does not verify; writing beside it",
+                    extra={"run_id": trainer.run_id, "step": step, "bad": str(bad), "path": str(final)})
     if world()[1] > 1:
         _write_local_ranks(trainer, final, step)
     else:
