@@ -88,7 +88,7 @@ describeReal('EvalSweep over real rollouts (vLLM, Docker sandboxes)', ['temporal
     expect(result.episodes_per_minute).toBeGreaterThan(0);
 
     const trajDir = store.localPath(`runs/${RUN}/evals/trajectories`);
-    const files = readdirSync(trajDir, { recursive: true }).map(String).filter((f) => f.endsWith('.json'));
+    const files = readdirSync(trajDir, { recursive: true }).map(String).filter((f) => f.endsWith('.json') && !f.includes('.journal/')); // trajectories, not turn journals
     expect(files).toHaveLength(2);
     const t = Trajectory.parse(JSON.parse(readFileSync(path.join(trajDir, files[0]!), 'utf8')));
     expect(t.step).toBe(EVAL_STEP);
