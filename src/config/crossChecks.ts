@@ -7,11 +7,8 @@ import { fanoutIssues } from './fanoutChecks';
  * checked each on its own. Pure: each problem names every key involved, the
  * first one being the one to change, and says the fix.
  */
-export interface ConfigIssue {
-  /** Dotted key, e.g. "sampling.max_tokens" or "env.0.args.max_tool_calls". */
-  key: string;
-  message: string;
-}
+import type { ConfigIssue } from './issue';
+export type { ConfigIssue };
 
 /** The rollout activity's start-to-close timeout (src/workflows/stepRollouts.ts): an episode must fit in it. */
 export const ROLLOUT_TIMEOUT_S = 30 * 60;

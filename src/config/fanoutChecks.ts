@@ -7,7 +7,7 @@
 import {
   CHUNKS_PER_SHARD, EVENTS_PER_CHUNK, MAX_SHARDS, SUMMARY_BYTES_MAX, TEMPORAL_LIMITS, fanoutPlan,
 } from '../contracts/chunks';
-import type { ConfigIssue } from './crossChecks';
+import type { ConfigIssue } from './issue';
 import type { RunConfig } from './schema';
 
 /** History events a per-rollout step (rollouts_per_chunk = 0) costs per rollout (BENCHMARKS.md: ~3.2). */

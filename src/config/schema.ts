@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
-import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from '../contracts/chunks';
+import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from '../contracts/chunkBounds';
 import { DEFAULT_FAIRNESS_WEIGHT, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN } from '../shared/fairness';
 
 /**

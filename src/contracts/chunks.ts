@@ -9,6 +9,8 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RolloutSummary } from './trajectory';
 import type { OutageWaitLimits } from './outage';
+import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from './chunkBounds';
+export { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK };
 
 /** Temporal's limits a step's fan-out is sized against (docs.temporal.io, "Temporal Cloud limits" and the server's defaults). */
 export const TEMPORAL_LIMITS = {
@@ -20,10 +22,6 @@ export const TEMPORAL_LIMITS = {
   activitiesInFlight: 500,
 } as const;
 
-/** orchestrator.rollouts_per_chunk: the default, and its bounds (0 = one activity per rollout, the pre-0.6 path). */
-export const ROLLOUTS_PER_CHUNK = { default: 16, min: 1, max: 64 } as const;
-/** orchestrator.chunks_per_shard: the default, and its bounds. */
-export const CHUNKS_PER_SHARD = { default: 256, min: 1, max: 1000 } as const;
 /** Shard children one step may have (all in flight at once, each a handful of events in StepRollouts' history). */
 export const MAX_SHARDS = 500;
 /**
