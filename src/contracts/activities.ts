@@ -129,16 +129,8 @@ export const BuildBatchInput = z.object({
 });
 export type BuildBatchInput = z.input<typeof BuildBatchInput>;
 
-export interface BuildBatchOutput {
-  batch: ArtifactRef;
-  manifest: ArtifactRef;
-  /** The builder's BatchStats (src/samples/builder.ts); open, as older histories recorded fewer keys. */
-  summary: {
-    samples: number;
-    dropped?: Record<string, number>;
-    [k: string]: unknown;
-  };
-}
+import type { BuildBatchOutput } from './batch';
+export type { BuildBatchOutput };
 
 export interface BatchActivities {
   buildBatch(input: BuildBatchInput): Promise<BuildBatchOutput>;

@@ -4,7 +4,7 @@
  */
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
-import type { BuildBatchOutput } from './activities';
+import type { BuildBatchOutput } from './batch';
 
 export interface PrepareSftDataInput {
   runId: string;
