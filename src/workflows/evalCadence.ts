@@ -72,7 +72,7 @@ export function sweepInput(runId: string, sweep: EvalSweepStarted, config: RunCo
  * version's adapter from it). A sweep that cannot start (its id already running) is logged, and
  * training goes on. Its outcome, when it comes, shows in the progress query (run.lastEval).
  */
-export async function startEvalSweep(run: RunControl, step: number, sweep: EvalSweepStarted, input: EvalSweepInput, fairnessWeight: number): Promise<void> {
+export async function startEvalSweep(run: RunControl, step: number, sweep: EvalSweepStarted, input: EvalSweepInput): Promise<void> {
   let handle;
   try {
     handle = await startChild(EvalSweep, {
@@ -81,7 +81,8 @@ export async function startEvalSweep(run: RunControl, step: number, sweep: EvalS
       taskQueue: workflowInfo().taskQueue,
       parentClosePolicy: ParentClosePolicy.ABANDON,
       cancellationType: ChildWorkflowCancellationType.ABANDON,
-      priority: evalPriority(input.runId, fairnessWeight),
+      // As every eval sweep's (docs/architecture.md): priority 4, the run's fairness key, weight 1.
+      priority: evalPriority(input.runId),
     });
   } catch (err) {
     log.warn('could not start the eval sweep; training goes on', { step, workflowId: sweep.workflow_id, error: String(err) });

@@ -368,7 +368,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       const nextState = runStateAfter(record, loaded, seed, artifacts, epoch);
       run.lastStep = await patient.recordStep({ record, state: nextState });
       // After the record: the sweep's plan finds the version's adapter in it. Training does not wait for the sweep.
-      if (sweep) await startEvalSweep(run, step, sweep, sweepInput(runId, sweep, config, artifacts, epoch), orch.fairness_weight);
+      if (sweep) await startEvalSweep(run, step, sweep, sweepInput(runId, sweep, config, artifacts, epoch));
       run.rolloutCounts.delete(step);
       run.step++;
       run.phase = 'idle';
