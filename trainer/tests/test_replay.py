@@ -113,3 +113,50 @@ def test_bad_requests_name_the_field(run, tmp_path, capsys):
     req.write_text(json.dumps(_request(records, 0, tolerance=-1)))
     assert main(["--request", str(req)]) == 2
     assert "tolerance must be a number >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hash_seed", ["1", "2"])
+def test_replay_in_another_process_matches(run, tmp_path, hash_seed):
+    """Another process has another string hash seed: peft's set-valued adapter config must not change the
+    adapter's bytes (checkpoint.canonical_adapter_config), or no replay outside the worker could match."""
+    import os
+    import subprocess
+    import sys
+
+    _, records = run
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps(_request(records, 1)))
+    p = subprocess.run([sys.executable, "-m", "ratchet_trainer.replay", "--request", str(req)], capture_output=True, text=True,
+                       cwd=Path(__file__).parents[1], env={**os.environ, "PYTHONHASHSEED": hash_seed}, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["adapter_sha256"] == records[1]["adapter"]["sha256"]
+
+
+def test_adapter_config_is_written_in_one_order(tmp_path):
+    from ratchet_trainer.core.checkpoint import canonical_adapter_config
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"target_modules": ["v_proj", "q_proj"], "r": 8, "modules_to_save": None}))
+    canonical_adapter_config(tmp_path)
+    assert json.loads((tmp_path / "adapter_config.json").read_text()) == {"target_modules": ["q_proj", "v_proj"], "r": 8, "modules_to_save": None}
+
+
+def test_an_adapter_written_before_the_canonical_config_replays_by_contents(run, tmp_path):
+    """A pre-0.7 adapter: the same tensors, peft's sets in another order in adapter_config.json. Its sha256
+    cannot be reproduced; the replay says the contents are the same (and still fails on other tensors)."""
+    import shutil
+
+    from ratchet_trainer.core.artifacts import MANIFEST, uri_to_path, write_manifest
+
+    _, records = run
+    old = tmp_path / "adapter"
+    shutil.copytree(uri_to_path(records[1]["adapter"]["uri"]), old)
+    (old / MANIFEST).unlink()
+    cfg = json.loads((old / "adapter_config.json").read_text())
+    cfg["target_modules"] = sorted(cfg["target_modules"], reverse=True)
+    (old / "adapter_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    ref = write_manifest(old)
+    assert ref["sha256"] != records[1]["adapter"]["sha256"]
+    out = replay_step(_request(records, 1, adapter=ref))
+    assert not out["match"] and out["same_tensors"] and out["same_config"] and out["same_contents"] and out["passed"]
+    out = replay_step(_request(records, 2, adapter=ref))  # another step's update: other tensors
+    assert not out["same_tensors"] and not out["passed"]
