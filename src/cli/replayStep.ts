@@ -99,7 +99,8 @@ export function replayRequest(records: readonly StepRecord[], step: number, opts
     ...(opts.store ? { store: opts.store } : {}),
     ...(opts.tolerance !== undefined ? { tolerance: opts.tolerance } : {}),
     ...(opts.device ? { device: opts.device } : {}),
-    ...(opts.threads ? { threads: opts.threads } : {}),
+    // The trainer's CPU thread count, as it reported it (0.7 on), unless --threads says otherwise.
+    ...(opts.threads ?? rec.lineage?.trainer.code?.threads ? { threads: opts.threads ?? rec.lineage!.trainer.code!.threads! } : {}),
   };
 }
 
@@ -144,7 +145,7 @@ export function register(program: Command): void {
     .argument('<step>', "a trained step, or 'all' for every trained step")
     .option('--tolerance <x>', 'pass when the adapter tensors differ by at most x times their largest magnitude (GPU replays; default: bit for bit)', parseFloat)
     .option('--device <device>', 'cpu or cuda (default: the device the run trained on, as its checkpoint recorded)')
-    .option('--threads <n>', 'torch CPU threads (bitwise CPU replay may need the trainer\'s own count)', (v) => parseInt(v, 10))
+    .option('--threads <n>', 'torch CPU threads (default: the count the trainer reported in the lineage, else torch\'s default)', (v) => parseInt(v, 10))
     .option('--config <file>', "the run's config file: read the run from its [artifacts] store (default: the store the run recorded in its memo)")
     .option('--json', 'the results as JSON')
     .addHelpText('after', '\nExit codes: 1 when a replayed adapter differs from the recorded one (both hashes printed), 3 no such run or step, 6 a step that trained nothing.\n\n' +

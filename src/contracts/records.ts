@@ -79,7 +79,7 @@ export const StepLineage = z.object({
     checkpoint_sha256: z.string().optional(),
     adapter_sha256: z.string().optional(),
     /** The trainer's code: its package version and a sha256 over its Python sources (trainer/ratchet_trainer/code_version.py); from 0.7. */
-    code: z.object({ version: z.string(), sha256: z.string() }).optional(),
+    code: z.object({ version: z.string(), sha256: z.string(), torch: z.string().optional(), threads: z.number().int().positive().optional() }).optional(),
   }),
 });
 export type StepLineage = z.infer<typeof StepLineage>;

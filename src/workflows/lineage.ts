@@ -32,7 +32,7 @@ export interface LineageInput {
   learningRate?: number;
   /** Each env's task file as the sampling activity read it, and the trainer's code version (activity results, 0.7 on). */
   taskFiles?: TaskFileDigest[];
-  trainerCode?: { version: string; sha256: string };
+  trainerCode?: { version: string; sha256: string; torch?: string; threads?: number };
 }
 
 /**

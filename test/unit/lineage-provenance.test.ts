@@ -44,7 +44,7 @@ test('sampleTasks and writeStepManifest name each task file by its sha256 as rea
 test('the step lineage carries the task files and the trainer code of a trained step; the text prints them', () => {
   const config = RunConfig.parse({ name: 'x', env: [{ id: 'swe-grep' }] });
   const files = [{ env: 'swe-grep', path: '/t/a.jsonl', sha256: 'f'.repeat(64), bytes: 12 }];
-  const code = { version: '0.1.0', sha256: 'd'.repeat(64) };
+  const code = { version: '0.1.0', sha256: 'd'.repeat(64), torch: '2.5.1', threads: 4 };
   const ref = (c: string) => ({ uri: `file:///${c}`, sha256: c.repeat(64), bytes: 1 });
   const base = { config, configSha256: 'c', seed: 1, step: 2, taskSetDir: '/t', tasks: 2, versionBefore: 2, taskFiles: files, trainerCode: code, checkpoint: ref('1'), adapter: ref('2') };
   const l = StepLineage.parse(stepLineage({ ...base, trained: true }));
@@ -52,7 +52,7 @@ test('the step lineage carries the task files and the trainer code of a trained 
   expect(l.trainer.code).toEqual(code);
   expect(stepLineage({ ...base, trained: false }).trainer.code).toBeUndefined();
   const text = lineageText(2, l);
-  expect(text).toContain(`ratchet-trainer 0.1.0, sources sha256 ${'d'.repeat(64)}`);
+  expect(text).toContain(`ratchet-trainer 0.1.0, sources sha256 ${'d'.repeat(64)}, torch 2.5.1, 4 threads`);
   expect(text).toContain(`task file[swe-grep]      /t/a.jsonl sha256 ${'f'.repeat(64)} (12 bytes)`);
   // A record from 0.6 (no files, no code) still parses and prints.
   const old = StepLineage.parse({ ...l, tasks: { ...l.tasks, files: undefined }, trainer: { ...l.trainer, code: undefined } });

@@ -43,6 +43,11 @@ test('each trained step replays from the checkpoint its lineage names, with the 
   const r2 = replayRequest(records, 2, { tolerance: 1e-3, device: 'cuda', store: { url: 's3://b/p' } });
   expect(r2.parent_checkpoint).toEqual(c0);
   expect(r2).toMatchObject({ adapter: a2, checkpoint: c2, lr: 2e-5, tolerance: 1e-3, device: 'cuda', store: { url: 's3://b/p' } });
+  // The trainer's reported thread count is the default; --threads wins.
+  const withCode = [{ ...records[0]!, lineage: { ...records[0]!.lineage!, trainer: { ...records[0]!.lineage!.trainer, code: { version: '0.1.0', sha256: 'd', threads: 6 } } } }];
+  expect(replayRequest(withCode, 0).threads).toBe(6);
+  expect(replayRequest(withCode, 0, { threads: 2 }).threads).toBe(2);
+  expect(replayRequest(records, 0).threads).toBeUndefined();
   // Records from before lineage: the newest earlier checkpoint (the skipped step carried c0 on).
   const bare = records.map((r) => ({ ...r, lineage: undefined }));
   expect(parentCheckpoint(bare, bare[2]!)).toEqual(c0);

@@ -23,9 +23,17 @@ def sources_sha256(root: Path = PACKAGE) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
 def code_version() -> dict[str, Any]:
-    """{version, sha256}; computed once per process (the code a process runs does not change under it)."""
+    """{version, sha256, torch, threads}: the trainer's code, the torch build and its CPU thread count now
+    (a bitwise CPU replay needs the same torch and, for some kernels, the same thread count)."""
+    import torch
+
+    return {**_package_version(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
+@functools.lru_cache(maxsize=1)
+def _package_version() -> dict[str, Any]:
+    """{version, sha256}, computed once per process (the code a process runs does not change under it)."""
     try:
         from importlib.metadata import version
 

@@ -34,3 +34,6 @@ def test_save_reports_the_code_version(tmp_path):
     cmds.step({"run_id": "r", "step": 0, "batch": batch, "manifest": manifest})
     saved = cmds.save({"run_id": "r", "step": 0})
     assert saved["code"] == code_version() and saved["code"]["sha256"] == sources_sha256()
+    import torch
+
+    assert saved["code"]["torch"] == torch.__version__ and saved["code"]["threads"] == torch.get_num_threads()
