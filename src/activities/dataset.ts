@@ -4,7 +4,9 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Logger } from '../shared/logger';
 import { paths } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
-import type { DatasetActivities, SampledTask, SampleTasksInput, WriteStepManifestInput } from '../contracts';
+import type { DatasetActivities, SampledTasks, SampledTask, SampleTasksInput, WriteStepManifestInput } from '../contracts';
+import type { TaskFileDigest } from '../contracts/records';
+import { fileDigest } from '../tasks/fileDigest';
 import { runKeys } from '../artifacts/keys';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
@@ -90,7 +92,7 @@ async function taskFileInstanceIds(file: string): Promise<string[]> {
 export function createDatasetActivities({ logger, store, listInstanceIds = taskFileInstanceIds }: DatasetDeps) {
   const activities = {
     /** An empty taskSetDir means the worker's default (RATCHET_TASKS or .ratchet/tasks); the answer names the one used. */
-    async sampleTasks(input: SampleTasksInput): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
+    async sampleTasks(input: SampleTasksInput): Promise<SampledTasks> {
       if (!input.taskSetDir) input = { ...input, taskSetDir: paths.tasks() };
       const datasetPaths = input.envs.map((e) => (path.isAbsolute(e.dataset) ? e.dataset : path.join(input.taskSetDir, e.dataset)));
       const idsByEnv: string[][] = [];
@@ -113,14 +115,20 @@ export function createDatasetActivities({ logger, store, listInstanceIds = taskF
       }
       const tasks = sampleForStep(input, idsByEnv, datasetPaths);
       logger.info({ runId: input.runId, step: input.step, tasks: tasks.map((t) => t.instanceId) }, 'sampled tasks');
-      return { taskSetDir: input.taskSetDir, tasks };
+      // The files as read now, for the step's lineage (the same path may be rewritten between steps).
+      const files: TaskFileDigest[] = [];
+      for (const [i, file] of datasetPaths.entries()) {
+        const d = await fileDigest(file);
+        if (d) files.push({ env: input.envs[i]!.id, path: file, ...d });
+      }
+      return { taskSetDir: input.taskSetDir, tasks, files };
     },
 
     /**
      * The step manifest (src/contracts/manifest.ts): the sampled tasks and every setting the step's
      * rollouts share, written once under a content key; the workflow carries only its ref.
      */
-    async writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number }> {
+    async writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number; files?: TaskFileDigest[] }> {
       if (!store) throw ApplicationFailure.nonRetryable('writeStepManifest needs an artifact store (createDatasetActivities({ store }))', 'ConfigError');
       const sampled = await activities.sampleTasks({ runId: input.runId, step: input.step, seed: input.seed, batchSize: input.batchSize, taskSetDir: input.taskSetDir, envs: input.envs.map(({ id, dataset, weight }) => ({ id, dataset, weight })) });
       const manifest: StepManifest = StepManifest.parse({
@@ -132,7 +140,7 @@ export function createDatasetActivities({ logger, store, listInstanceIds = taskF
       const text = JSON.stringify(manifest);
       const key = runKeys.stepManifest(input.runId, input.step, createHash('sha256').update(text).digest('hex'));
       const ref = await withStoreErrors(() => storeFor(input.artifacts, store).putJson(key, manifest));
-      return { taskSetDir: sampled.taskSetDir, manifest: ref, tasks: sampled.tasks.length };
+      return { taskSetDir: sampled.taskSetDir, manifest: ref, tasks: sampled.tasks.length, ...(sampled.files ? { files: sampled.files } : {}) };
     },
   } satisfies DatasetActivities;
   return activities;

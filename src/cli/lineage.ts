@@ -20,6 +20,8 @@ export function lineageText(step: number, l: StepLineage | undefined): string {
     kv('batch sha256', l.batch_sha256 ?? '(no batch: the step trained on nothing)'),
     kv('manifest sha256', l.manifest_sha256 ?? '-'),
     kv('trainer', l.trainer),
+    kv('trainer code', l.trainer.code ? `ratchet-trainer ${l.trainer.code.version}, sources sha256 ${l.trainer.code.sha256}${l.trainer.code.torch ? `, torch ${l.trainer.code.torch}` : ''}${l.trainer.code.threads ? `, ${l.trainer.code.threads} threads` : ''}` : '(not reported: a trainer from before 0.7, or the step trained nothing)'),
+    ...(l.tasks.files ?? []).map((f) => kv(`task file[${f.env}]`, `${f.path} sha256 ${f.sha256} (${f.bytes} bytes)`)),
     kv('task set', `${l.tasks.task_set_dir} (seed ${l.tasks.seed}, ${l.tasks.row_count ?? l.tasks.rows.length} rows)`),
     ...l.tasks.rows.map((r) => `    ${r.env}  ${r.instance_id}  ${c.dim(r.dataset)}`),
     ...((l.tasks.row_count ?? 0) > l.tasks.rows.length ? [c.dim(`    ... ${l.tasks.row_count! - l.tasks.rows.length} more (named in the step's trajectories)`)] : []),

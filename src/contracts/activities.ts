@@ -11,7 +11,7 @@ import type { StoreSettings } from '../artifacts/settings';
 import { ArtifactsFields, type RunConfig } from '../config/schema';
 import { RolloutSummary } from './trajectory';
 import type { EvalActivities } from './eval';
-import type { FallbackRecord, StepRecord, RunStateFile } from './records';
+import type { FallbackRecord, StepRecord, RunStateFile, TaskFileDigest } from './records';
 import type { RolloutInput } from './rollout';
 import type { LoadedConfig, ResumeState } from './run';
 import type { RolloutStats, SampledTask, StepSummary } from './step';
@@ -56,9 +56,16 @@ export interface WriteStepManifestInput extends SampleTasksInput {
 
 export interface DatasetActivities {
   /** An empty taskSetDir means the worker's default; the answer names the one used. */
-  sampleTasks(input: SampleTasksInput): Promise<{ taskSetDir: string; tasks: SampledTask[] }>;
+  sampleTasks(input: SampleTasksInput): Promise<SampledTasks>;
   /** Samples the step's tasks as sampleTasks does and writes them with the rollouts' settings as the step manifest; only its ref comes back. */
-  writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number }>;
+  writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number; files?: TaskFileDigest[] }>;
+}
+
+/** The step's tasks, and (from 0.7, for the step's lineage) each env's task file as read: its sha256 and size. */
+export interface SampledTasks {
+  taskSetDir: string;
+  tasks: SampledTask[];
+  files?: TaskFileDigest[];
 }
 
 // ---- Rollouts (the rollout worker, queue ratchet-rollout: src/activities/rollout.ts) ----

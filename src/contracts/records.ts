@@ -59,9 +59,13 @@ export type EvalSweepStarted = z.infer<typeof EvalSweepStarted>;
  * A step's lineage as the workflow records it (src/workflows/lineage.ts): the build, the config, the
  * task rows it sampled, each [[env]] section (rubric weights, args) and the sampling settings, the
  * policy versions its rollouts came from (version -> count), the batch it trained on, the trainer's
- * seed, learning rate and the checkpoints before and after. Not yet recorded: the sandbox image's
- * digest, the task set's sha256, environment module versions, the trainer's code version.
+ * seed, learning rate and the checkpoints before and after; from 0.7 the task files' sha256 (the
+ * sampling activity hashes them) and the trainer's code version (trainer.save reports it). Not yet
+ * recorded: the sandbox image's digest, environment module versions.
  */
+export const TaskFileDigest = z.object({ env: z.string(), path: z.string(), sha256: z.string(), bytes: z.number().int().nonnegative() });
+export type TaskFileDigest = z.infer<typeof TaskFileDigest>;
+
 export const StepLineage = z.object({
   build: z.object({ deployment: z.string(), build_id: z.string() }).optional(),
   config_sha256: z.string(),
@@ -74,6 +78,8 @@ export const StepLineage = z.object({
     rows: z.array(z.object({ env: z.string(), dataset: z.string(), instance_id: z.string() })),
     /** The step manifest that lists every task row (runs with rollouts in chunks: rows is then empty). */
     step_manifest: ArtifactRef.optional(),
+    /** Each env's task file as the step read it (absent before 0.7, and for a task directory). */
+    files: z.array(TaskFileDigest).optional(),
   }),
   envs: z.array(z.record(z.string(), z.unknown())),
   sampling: z.record(z.string(), z.unknown()),
@@ -90,6 +96,8 @@ export const StepLineage = z.object({
     parent_checkpoint_sha256: z.string().optional(),
     checkpoint_sha256: z.string().optional(),
     adapter_sha256: z.string().optional(),
+    /** The trainer's code: its package version and a sha256 over its Python sources (trainer/ratchet_trainer/code_version.py); from 0.7. */
+    code: z.object({ version: z.string(), sha256: z.string(), torch: z.string().optional(), threads: z.number().int().positive().optional() }).optional(),
   }),
 });
 export type StepLineage = z.infer<typeof StepLineage>;

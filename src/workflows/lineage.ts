@@ -6,7 +6,7 @@
  */
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RunConfig } from '../config/schema';
-import type { StepLineage } from '../contracts/records';
+import type { StepLineage, TaskFileDigest } from '../contracts/records';
 import type { SampledTask } from '../contracts/step';
 
 export interface LineageInput {
@@ -30,6 +30,9 @@ export interface LineageInput {
   adapter?: ArtifactRef;
   trained: boolean;
   learningRate?: number;
+  /** Each env's task file as the sampling activity read it, and the trainer's code version (activity results, 0.7 on). */
+  taskFiles?: TaskFileDigest[];
+  trainerCode?: { version: string; sha256: string; torch?: string; threads?: number };
 }
 
 /**
@@ -53,6 +56,7 @@ export function stepLineage(l: LineageInput): StepLineage {
       // With a step manifest the rows are in it (named by its sha256), not in history.
       rows: typeof l.tasks === 'number' ? [] : l.tasks.slice(0, MAX_LINEAGE_ROWS).map((t) => ({ env: t.envId, dataset: t.datasetPath, instance_id: t.instanceId })),
       ...(l.stepManifest ? { step_manifest: l.stepManifest } : {}),
+      ...(l.taskFiles?.length ? { files: l.taskFiles } : {}),
     },
     envs: c.env.map((e) => ({ ...e }) as Record<string, unknown>),
     sampling: { ...c.sampling } as Record<string, unknown>,
@@ -67,6 +71,7 @@ export function stepLineage(l: LineageInput): StepLineage {
       ...(l.parentCheckpoint ? { parent_checkpoint_sha256: l.parentCheckpoint.sha256 } : {}),
       ...(l.trained && l.checkpoint ? { checkpoint_sha256: l.checkpoint.sha256 } : {}),
       ...(l.trained && l.adapter ? { adapter_sha256: l.adapter.sha256 } : {}),
+      ...(l.trained && l.trainerCode ? { code: l.trainerCode } : {}),
     },
   };
 }

@@ -49,7 +49,7 @@ import { runStateAfter, stepRecord } from './stepRecord';
 import { stepLineage } from './lineage';
 import { EVAL_WAIT_AT_END, evalDue, evalSettingsOf, evalVersionsToCarry, keepFromWithEvals, plannedSweep, startEvalSweep, sweepInput } from './evalCadence';
 import { CheckpointLoadFailed, TrainerSession, isStepFault, type StepFault, type TrainedStep } from './trainerSession';
-import type { RunStateFile } from '../contracts/records';
+import type { RunStateFile, TaskFileDigest } from '../contracts/records';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
 import { trainingPriority } from '../shared/fairness';
@@ -72,6 +72,8 @@ interface PendingRollouts {
   /** The step manifest (tasks by reference), where the step has one; else the tasks themselves (inline). */
   manifest?: ArtifactRef;
   inlineTasks?: StepRolloutsInput['tasks'];
+  /** Each env's task file as the sampling activity read it (its answer: absent from older workers). */
+  taskFiles?: TaskFileDigest[];
   handle: ChildWorkflowHandle<typeof StepRollouts>;
   scope: CancellationScope;
   startedAt: number;
@@ -218,6 +220,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     };
     let childInput: StepRolloutsInput;
     let taskCount: number;
+    let taskFiles: TaskFileDigest[] | undefined;
     // Tasks by reference: the step manifest, written once, and rollouts in chunks (issue 24). A stored
     // config from before rollouts_per_chunk gets its default (16) on parsing; 0 keeps the inline path.
     if ((orch.rollouts_per_chunk ?? 16) > 0 && patched(PATCHES.stepManifest)) {
@@ -230,11 +233,13 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       });
       taskSetDir = written.taskSetDir;
       taskCount = written.tasks;
+      taskFiles = written.files;
       childInput = { ...common, tasks: [], manifest: written.manifest, taskCount, taskSetDir };
     } else {
       const sampled = await light.sampleTasks({ runId, step: s, seed, batchSize: orch.batch_size, taskSetDir, envs });
       taskSetDir = sampled.taskSetDir;
       taskCount = sampled.tasks.length;
+      taskFiles = sampled.files;
       childInput = { ...common, tasks: sampled.tasks, taskSetDir };
     }
     const tasks = taskCount;
@@ -246,7 +251,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       taskQueue: info.taskQueue,
       priority: trainingPriority(runId, orch.fairness_weight),
     }));
-    return { step: s, policyVersion, tasks, ...(childInput.manifest ? { manifest: childInput.manifest } : { inlineTasks: childInput.tasks }), handle, scope, startedAt: Date.now() };
+    return { step: s, policyVersion, tasks, ...(childInput.manifest ? { manifest: childInput.manifest } : { inlineTasks: childInput.tasks }), ...(taskFiles ? { taskFiles } : {}), handle, scope, startedAt: Date.now() };
   }
 
   /** The steps from where the run stands to its end (or to continue-as-new, which throws). */
@@ -358,7 +363,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         lineage: stepLineage({
           build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.inlineTasks ?? current.tasks, ...(current.manifest ? { stepManifest: current.manifest } : {}), versionBefore,
           stalenessHistogram: stats.stalenessHistogram, batch: built, parentCheckpoint, checkpoint, adapter, trained: !!trained,
-          learningRate: run.overrides.learning_rate,
+          learningRate: run.overrides.learning_rate, taskFiles: current.taskFiles, trainerCode: trained?.saved.code,
         }),
         build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,

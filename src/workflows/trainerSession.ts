@@ -23,6 +23,8 @@ export interface SavedStep {
   checkpoint: ArtifactRef;
   adapter: ArtifactRef;
   policy_version: number;
+  /** The trainer's code version (from 0.7 trainers; older ones do not report it). */
+  code?: { version: string; sha256: string; torch?: string; threads?: number };
 }
 
 export interface TrainedStep {

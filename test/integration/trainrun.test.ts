@@ -3,11 +3,15 @@
  * Docker sandboxes, the Python trainer, and this repo's built workers (npm run build).
  * Tiny: 1 task x 2 rollouts, 2 steps. Slow on 2 CPUs (minutes).
  */
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { describeWithStack, REPO } from '../helpers/stack';
+import { LocalArtifactStore } from '../../src/artifacts/store';
+import { replayRequest, runReplay } from '../../src/cli/replayStep';
+import { readStepRecords } from '../../src/records/runRecords';
 import { startTrainRun } from '../../src/workflows/client';
 import { DEFAULT_METRICS_PORTS } from '../../src/workers/telemetry';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
@@ -37,6 +41,8 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
     await restoreStackWorkers();
   });
 
+  let finishedRun: string | undefined;
+
   test('two steps train, every invariant holds', async () => {
     const config = await tinyConfig(dir);
     const runId = `it-trainrun-${Date.now()}`;
@@ -44,7 +50,28 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
     const result = await handle.result();
     expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
     await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
+    finishedRun = runId;
   }, 1_500_000);
+
+  // Issue 30: the finished CPU run's lineage names its task files and trainer code, and
+  // `ratchet replay-step` reproduces every trained step's adapter sha256 bit for bit.
+  test('lineage and step replay: every step of the finished run replays to its recorded adapter', async () => {
+    if (!finishedRun) throw new Error('the two-step run above did not finish: nothing to replay');
+    const records = await readStepRecords(new LocalArtifactStore(artifacts), finishedRun);
+    const trained = records.filter((r) => r.trainer.skipped !== true && r.adapter);
+    expect(trained.length).toBeGreaterThan(0);
+    for (const r of trained) {
+      expect(r.lineage?.tasks.files?.[0]?.sha256).toMatch(/^[0-9a-f]{64}$/);
+      expect(r.lineage?.trainer.code?.sha256).toMatch(/^[0-9a-f]{64}$/);
+      const out = await runReplay(replayRequest(records, r.step));
+      expect(out).toMatchObject({ step: r.step, match: true, passed: true, adapter_sha256: r.adapter!.sha256 });
+    }
+    // The command itself (dist build), as an operator runs it.
+    const cli = spawnSync(process.execPath, [path.join(REPO, 'dist', 'cli', 'index.js'), 'replay-step', finishedRun, 'all'],
+      { env: { ...process.env, RATCHET_ARTIFACTS: artifacts }, encoding: 'utf8', timeout: 600_000 });
+    expect(cli.status).toBe(0);
+    expect(cli.stdout.match(/reproduced/g)?.length).toBe(trained.length);
+  }, 900_000);
 
   test('every worker serves Prometheus metrics: Ratchet counters and the Temporal SDK runtime', async () => {
     const scrape = async (port: number) => (await (await fetch(`http://127.0.0.1:${port}/metrics`)).text());

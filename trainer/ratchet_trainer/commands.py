@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .code_version import code_version
 from .core.artifacts import check_ref
 from .core.batch import BatchError, load_batch
 from .core.checkpoint import read_checkpoint_state, restore_checkpoint, save_checkpoint
@@ -135,7 +136,8 @@ class TrainerCommands:
 
         def run(prepared):
             trainer, step, store = prepared
-            return save_checkpoint(trainer, self.artifacts_root, step, store)
+            # The trainer code that produced it, for the step's lineage (code_version.py).
+            return {**save_checkpoint(trainer, self.artifacts_root, step, store), "code": code_version()}
 
         return in_lockstep(self.ranks, prepare, run, "trainer.save")
 

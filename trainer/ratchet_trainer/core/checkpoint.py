@@ -241,6 +241,23 @@ def _whole_weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {k: local_tensor(v.detach()).cpu() for k, v in trainer.model.state_dict().items()}
 
 
+# peft keeps these as sets and writes them in set order, which follows the process's string hash seed:
+# the same adapter would get another adapter_config.json (so another sha256) in every process.
+_SET_KEYS = ("target_modules", "exclude_modules", "modules_to_save")
+
+
+def canonical_adapter_config(adapter_dir: Path) -> None:
+    """Rewrites peft's adapter_config.json with its set-valued lists sorted (peft's own format otherwise:
+    indent 2, sorted keys), so an adapter's sha256 depends on its contents alone (step replay compares it)."""
+    f = adapter_dir / "adapter_config.json"
+    cfg = json.loads(f.read_text())
+    for k in _SET_KEYS:
+        v = cfg.get(k)
+        if isinstance(v, list) and all(isinstance(x, str) for x in v):
+            cfg[k] = sorted(v)
+    f.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
 def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] | None = None) -> None:
     """The checkpoint's files; `whole` (several ranks): the gathered trainable tensors, and the
     optimiser state is in sharded/ instead of optimizer.pt."""
@@ -249,6 +266,7 @@ def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] 
         # peft's own writer: the layout vLLM's /v1/load_lora_adapter reads; fp32 masters, not bf16 copies.
         with trainer.master_weights():
             model.save_pretrained(str(d / "adapter"), safe_serialization=True, state_dict=whole)
+        canonical_adapter_config(d / "adapter")
         write_manifest(d / "adapter")
     else:
         (d / "model").mkdir()
