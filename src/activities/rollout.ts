@@ -22,7 +22,9 @@ import { isSetupFailed, runEpisode } from '../rollouts/episode';
 import { retryInfrastructureFailure } from '../rollouts/errors';
 import { recordRollout, setupFailureOutcome } from '../rollouts/record';
 import { scoreEpisode } from '../rollouts/scoring';
-import { isUnscored, type RolloutSummary } from '../contracts/trajectory';
+import { isUnscored, type RolloutProvenance, type RolloutSummary } from '../contracts/trajectory';
+import { envProvenance } from '../envs/provenance';
+import type { AcquireOptions } from '../envs/sandbox';
 import { LIVENESS_DEFAULTS } from '../shared/liveness';
 import { componentLogger } from '../shared/logger';
 import { createReplicaPools } from '../inference/pool';
@@ -110,13 +112,30 @@ export function createRolloutActivities(deps: RolloutDeps) {
     const taskId = taskIdOf(input.task);
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: taskId });
     const store = storeFor(input.artifacts, deps.store);
+    // Where the rollout ran, for the step's lineage: both cached per process. Never fails the rollout.
+    const provenanceOf = async (acquire: AcquireOptions | undefined): Promise<RolloutProvenance> => {
+      const out: RolloutProvenance = {};
+      try {
+        out.env = envProvenance(env);
+      } catch (err) {
+        rlog.warn({ err: (err as Error).message }, 'environment sources could not be hashed: the lineage lacks this env');
+      }
+      if (acquire && deps.sandboxes.imageDigest) {
+        try {
+          out.image = await deps.sandboxes.imageDigest(acquire);
+        } catch (err) {
+          rlog.warn({ err: (err as Error).message }, 'sandbox image could not be inspected: the lineage lacks its digest');
+        }
+      }
+      return out;
+    };
 
     const episode = await runEpisode({ input, env, sandboxes: deps.sandboxes, model: modelFor(input.inferenceBaseUrl, input.inferenceBaseUrls), live, log: rlog, store });
     if (isSetupFailed(episode)) {
       // Dropped by the batch builder (cause task_setup), left out of its group's baseline and the step's reward statistics.
       rlog.warn({ err: episode.setupError }, 'task cannot be set up: rollout recorded as setup_error and dropped');
       const outcome = setupFailureOutcome(taskId, episode.setupError, zeroScore(env.rubric, input.rubric), performance.now() - started);
-      return (await recordRollout(store, input, env, outcome)).summary;
+      return (await recordRollout(store, input, env, { ...outcome, provenance: await provenanceOf(undefined) })).summary;
     }
 
     const scored = await scoreEpisode({ input, env, episode, sandboxes: deps.sandboxes, live });
@@ -137,6 +156,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       score,
       sandboxMs: episode.sandboxMs + scored.sandboxMs,
       totalMs: performance.now() - started,
+      provenance: await provenanceOf(episode.acquire),
     });
     rlog.info({ reward: score.total, stop: result.stop_reason, turns: result.turns.length, tool_calls: result.stats.tool_calls, ms: Math.round(trajectory.timing.total_ms) }, 'rollout done');
     return summary;

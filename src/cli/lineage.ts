@@ -14,6 +14,12 @@ export function lineageText(step: number, l: StepLineage | undefined): string {
     kv('config sha256', l.config_sha256),
     kv('model', l.model),
     kv('sandbox image', l.sandbox_image ?? '(the stack\'s default image)'),
+    ...(l.sandbox_image_digests?.length
+      ? l.sandbox_image_digests.map((d, i) => kv(`sandbox image id[${i}]`, d))
+      : [kv('sandbox image id', '(not reported: a step from before 0.7)')]),
+    ...(l.env_modules?.length
+      ? l.env_modules.map((e) => kv(`env module[${e.id}]`, `version ${e.version}, sources sha256 ${e.sha256}`))
+      : [kv('env modules', '(not reported: a step from before 0.7)')]),
     kv('sampling', l.sampling),
     ...l.envs.map((e, i) => kv(`env[${i}]`, e)),
     kv('rollout policy versions', l.rollout_policy_versions),

@@ -85,6 +85,10 @@ export const StepLineage = z.object({
   sampling: z.record(z.string(), z.unknown()),
   /** The [sandbox] image setting (absent: the stack's default image). */
   sandbox_image: z.string().optional(),
+  /** The distinct sandbox image ids (`sha256:...`) the step's rollouts ran in, as their workers inspected them (0.7 on). */
+  sandbox_image_digests: z.array(z.string()).optional(),
+  /** The distinct environments the step's rollouts ran: version and a sha256 over their sources (0.7 on). */
+  env_modules: z.array(z.object({ id: z.string(), version: z.string(), sha256: z.string() })).optional(),
   rollout_policy_versions: Counts,
   batch_sha256: z.string().optional(),
   manifest_sha256: z.string().optional(),

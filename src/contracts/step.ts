@@ -48,6 +48,9 @@ export interface RolloutStats {
   stalenessHistogram: Record<string, number>;
   toolsUsed: Record<string, number>;
   shellCommands: Record<string, number>;
+  /** Distinct sandbox image ids and environments of the rollouts (their summaries' provenance), sorted; absent when none reported them. */
+  sandboxImageDigests?: string[];
+  envModules?: { id: string; version: string; sha256: string }[];
 }
 
 /** StepRollouts' input: one step's rollouts, run as a child of TrainRun. */

@@ -131,6 +131,18 @@ export const ResumeRecord = z.object({
 });
 export type ResumeRecord = z.infer<typeof ResumeRecord>;
 
+/**
+ * Where a rollout ran (docs/operations.md#lineage), computed on the rollout worker and cached
+ * per image name and per environment: the sandbox image's id (`docker image inspect` Id,
+ * `sha256:...`) and repo digests, and the environment's version and a sha256 over its sources
+ * (src/rollouts/provenance.ts). Absent in records made before 0.7.
+ */
+export const RolloutProvenance = z.object({
+  image: z.object({ name: z.string(), id: z.string(), repo_digests: z.array(z.string()).default([]) }).optional(),
+  env: z.object({ id: z.string(), version: z.string(), sha256: z.string() }).optional(),
+});
+export type RolloutProvenance = z.infer<typeof RolloutProvenance>;
+
 export const Trajectory = z.object({
   format: z.literal('ratchet.trajectory/v1'),
   run_id: z.string(),
@@ -173,6 +185,8 @@ export const Trajectory = z.object({
    * how many were kept token for token, or why the episode started over. Absent: a first attempt.
    */
   resume: ResumeRecord.optional(),
+  /** The sandbox image and environment the rollout ran with (absent before 0.7). */
+  provenance: RolloutProvenance.optional(),
 });
 export type Trajectory = z.infer<typeof Trajectory>;
 
@@ -196,5 +210,7 @@ export const RolloutSummary = z.object({
   tools_used: z.record(z.number().int().nonnegative()).optional(),
   /** Shell commands the agent ran, by program name (first word). */
   commands: z.record(z.number().int().nonnegative()).optional(),
+  /** The sandbox image and environment the rollout ran with, for the step's lineage (absent before 0.7). */
+  provenance: RolloutProvenance.optional(),
 });
 export type RolloutSummary = z.infer<typeof RolloutSummary>;

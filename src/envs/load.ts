@@ -107,6 +107,7 @@ export function validateEnvironment(raw: unknown, module: string, id: string): E
   if (!isFn(e.userPrompt)) problems.push('missing export field `userPrompt` (a function of the task returning the first user message)');
   if (e.finalize !== undefined && !isFn(e.finalize)) problems.push('`finalize` must be a function (ctx, answer) => final answer');
   if (e.setup !== undefined && !isFn(e.setup)) problems.push('`setup` must be a function (ctx) => Promise<void>');
+  if (e.version !== undefined && (typeof e.version !== 'string' || e.version === '')) problems.push('`version` must be a non-empty string (recorded in each step\'s lineage), or left out for the package.json version');
   if (e.demonstration !== undefined && !Array.isArray(e.demonstration)) problems.push('`demonstration` must be an array of chat messages');
   if (!Array.isArray(e.tools) || e.tools.length === 0) {
     problems.push('missing export field `tools` (a non-empty array of { name, description, args: z.object(...), run })');
@@ -161,6 +162,7 @@ export function validateEnvironment(raw: unknown, module: string, id: string): E
     ...(isFn(e.setup) ? { setup: e.setup as Environment['setup'] } : {}),
     ...(e.evalMetrics !== undefined ? { evalMetrics: e.evalMetrics as EvalMetrics } : {}),
     ...(e.harness !== undefined ? { harness: e.harness as HarnessSpec } : {}),
+    ...(typeof e.version === 'string' ? { version: e.version } : {}),
   };
 }
 

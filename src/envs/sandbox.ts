@@ -46,6 +46,8 @@ export interface AcquireOptions {
 
 export interface SandboxManager {
   acquire(opts: AcquireOptions): Promise<Sandbox>;
+  /** The image acquire(opts) runs, by id (src/sandbox/imageDigest.ts), for the lineage; fakes may leave it out. */
+  imageDigest?(opts: Pick<AcquireOptions, 'image' | 'limits'>): Promise<{ name: string; id: string; repo_digests: string[] }>;
 }
 
 /** A tool observation from an exec: exit code, both streams, and why it was cut short. */

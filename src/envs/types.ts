@@ -83,6 +83,8 @@ export interface Environment {
   setup?(ctx: ToolContext): Promise<void>;
   /** Where it came from: "built-in" or the resolved module file. */
   origin?: string;
+  /** The environment's own version, recorded in each step's lineage (default: its package.json's version; src/envs/provenance.ts). */
+  version?: string;
   /**
    * The agent is an external program (Nano, mini-swe-agent, yours), not Ratchet's loop: it is
    * started per rollout against a token-capturing endpoint and runs its commands in the sandbox

@@ -13,7 +13,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
 import type { Environment, Score } from '../envs/types';
-import { RolloutSummary, samplingRecord, Trajectory, type ToolSpec } from '../contracts/trajectory';
+import { RolloutSummary, samplingRecord, Trajectory, type RolloutProvenance, type ToolSpec } from '../contracts/trajectory';
 
 /** What one attempt of a rollout ended with. */
 export interface RolloutOutcome {
@@ -28,6 +28,8 @@ export interface RolloutOutcome {
   score: Score;
   sandboxMs: number;
   totalMs: number;
+  /** The sandbox image and environment it ran with (the rollout worker's, cached), for the lineage. */
+  provenance?: RolloutProvenance;
 }
 
 /** A rollout whose task could not be set up: no turns, zero reward, the error kept. */
@@ -68,7 +70,12 @@ export function trajectoryOf(input: ParsedRolloutInput, env: Pick<Environment, '
     stats: result.stats,
     timing: { model_ms: result.model_ms, tools_ms: result.tools_ms, sandbox_ms: o.sandboxMs, total_ms: o.totalMs },
     ...(result.resume ? { resume: result.resume } : {}),
+    ...(hasProvenance(o.provenance) ? { provenance: o.provenance } : {}),
   });
+}
+
+function hasProvenance(p: RolloutProvenance | undefined): p is RolloutProvenance {
+  return !!p && (p.image !== undefined || p.env !== undefined);
 }
 
 export function summaryOf(input: ParsedRolloutInput, o: RolloutOutcome, trajectory: RolloutSummary['trajectory']): RolloutSummary {
@@ -90,6 +97,7 @@ export function summaryOf(input: ParsedRolloutInput, o: RolloutOutcome, trajecto
     prompt_tokens: result.stats.prompt_tokens,
     tools_used: result.stats.tools_used,
     commands: countBy(result.stats.commands),
+    ...(hasProvenance(o.provenance) ? { provenance: o.provenance } : {}),
   });
 }
 
@@ -146,6 +154,7 @@ export function summaryOfStored(t: Trajectory, ref: ArtifactRef, policyVersion: 
     prompt_tokens: t.stats.prompt_tokens,
     tools_used: t.stats.tools_used,
     commands: countBy(t.stats.commands),
+    ...(t.provenance ? { provenance: t.provenance } : {}),
   });
 }
 

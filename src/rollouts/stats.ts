@@ -23,6 +23,9 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
   const stalenessHistogram: Record<string, number> = {};
   const toolsUsed: Record<string, number> = {};
   const shellCommands: Record<string, number> = {};
+  // Where the rollouts ran (their provenance, 0.7 on): distinct values, sorted so the record does not depend on arrival order.
+  const images = new Set<string>();
+  const envs = new Map<string, { id: string; version: string; sha256: string }>();
   const add = (into: Record<string, number>, from: Record<string, number> | undefined) => {
     for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
   };
@@ -37,6 +40,9 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     stalenessHistogram[String(lag)] = (stalenessHistogram[String(lag)] ?? 0) + 1;
     add(toolsUsed, r.tools_used);
     add(shellCommands, r.commands);
+    if (r.provenance?.image) images.add(r.provenance.image.id);
+    const e = r.provenance?.env;
+    if (e) envs.set(`${e.id}\0${e.version}\0${e.sha256}`, { id: e.id, version: e.version, sha256: e.sha256 });
   }
   const components = Object.fromEntries(Object.keys(sums).sort().map((k) => [k, round(sums[k]! / ns)]));
   return {
@@ -51,6 +57,8 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     stalenessHistogram,
     toolsUsed,
     shellCommands,
+    ...(images.size ? { sandboxImageDigests: [...images].sort() } : {}),
+    ...(envs.size ? { envModules: [...envs.keys()].sort().map((k) => envs.get(k)!) } : {}),
   };
 }
 

@@ -6,6 +6,7 @@ import { componentLogger, type Logger } from '../shared/logger';
 import { AbortError } from './exec';
 import { LABELS, type RolloutLabels, containerName, currentWorkerId } from './labels';
 import { buildCreateOptions, defaultImage, poolKey, type SandboxLimits, TMP_MB } from './options';
+import { createImageDigests, type ImageDigest } from './imageDigest';
 import { WarmPool } from './pool';
 import { DockerSandbox, type ImageRepoSpec, type RepoSpec, type Sandbox } from './sandbox';
 
@@ -42,12 +43,19 @@ export class SandboxManager {
   /** How the last acquire got its container; the benchmark reads it. */
   lastSource: AcquireSource | undefined;
   private busy = 0;
+  private readonly digests: (name: string) => Promise<ImageDigest>;
 
   constructor(opts: SandboxManagerOptions = {}) {
     this.docker = opts.docker ?? new Docker();
     this.workerId = opts.workerId ?? currentWorkerId();
     this.image = opts.image ?? defaultImage();
     this.log = opts.log ?? componentLogger('sandbox');
+    this.digests = createImageDigests(this.docker);
+  }
+
+  /** The image `acquire(spec)` runs (the task's, else [sandbox].image, else the stack default), by id; cached per name. */
+  imageDigest(spec: Pick<AcquireSpec, 'image' | 'limits'>): Promise<ImageDigest> {
+    return this.digests(spec.image ?? spec.limits.image ?? this.image);
   }
 
   async acquire(spec: AcquireSpec): Promise<Sandbox> {

@@ -33,6 +33,9 @@ export interface LineageInput {
   /** Each env's task file as the sampling activity read it, and the trainer's code version (activity results, 0.7 on). */
   taskFiles?: TaskFileDigest[];
   trainerCode?: { version: string; sha256: string; torch?: string; threads?: number };
+  /** Where the step's rollouts ran, from their summaries (rolloutStats: distinct and sorted; 0.7 on). */
+  sandboxImageDigests?: string[];
+  envModules?: { id: string; version: string; sha256: string }[];
 }
 
 /**
@@ -61,6 +64,8 @@ export function stepLineage(l: LineageInput): StepLineage {
     envs: c.env.map((e) => ({ ...e }) as Record<string, unknown>),
     sampling: { ...c.sampling } as Record<string, unknown>,
     sandbox_image: c.sandbox.image,
+    ...(l.sandboxImageDigests?.length ? { sandbox_image_digests: l.sandboxImageDigests } : {}),
+    ...(l.envModules?.length ? { env_modules: l.envModules } : {}),
     rollout_policy_versions: versions,
     ...(l.batch ? { batch_sha256: l.batch.batch.sha256, manifest_sha256: l.batch.manifest.sha256 } : {}),
     trainer: {

@@ -364,6 +364,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
           build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.inlineTasks ?? current.tasks, ...(current.manifest ? { stepManifest: current.manifest } : {}), versionBefore,
           stalenessHistogram: stats.stalenessHistogram, batch: built, parentCheckpoint, checkpoint, adapter, trained: !!trained,
           learningRate: run.overrides.learning_rate, taskFiles: current.taskFiles, trainerCode: trained?.saved.code,
+          sandboxImageDigests: stats.sandboxImageDigests, envModules: stats.envModules,
         }),
         build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
