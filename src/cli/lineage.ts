@@ -37,7 +37,7 @@ export function lineageText(step: number, l: StepLineage | undefined): string {
 
 export function register(program: Command): void {
   program.command('lineage')
-    .description('where a step came from: build, config, task rows, env and sampling settings, rollout policy versions, batch and checkpoints')
+    .description('where a step came from: build, config, task rows, env and sampling settings, sandbox image ids, env module versions and sha256s, rollout policy versions, batch and checkpoints')
     .argument('<run>', 'run id')
     .argument('[step]', 'one step (default: every step)')
     .option('--json', 'the recorded lineage as JSON')

@@ -12,6 +12,7 @@ import { describeWithStack, REPO } from '../helpers/stack';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { replayRequest, runReplay } from '../../src/cli/replayStep';
 import { readStepRecords } from '../../src/records/runRecords';
+import { defaultImage } from '../../src/sandbox/options';
 import { startTrainRun } from '../../src/workflows/client';
 import { DEFAULT_METRICS_PORTS } from '../../src/workers/telemetry';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
@@ -63,6 +64,12 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
     for (const r of trained) {
       expect(r.lineage?.tasks.files?.[0]?.sha256).toMatch(/^[0-9a-f]{64}$/);
       expect(r.lineage?.trainer.code?.sha256).toMatch(/^[0-9a-f]{64}$/);
+      // Where its rollouts ran: the stack's sandbox image by id (as the docker CLI names it), and each env's sources.
+      const image = r.lineage?.sandbox_image ?? defaultImage();
+      const id = spawnSync('docker', ['image', 'inspect', '--format', '{{.Id}}', image], { encoding: 'utf8' }).stdout.trim();
+      expect(r.lineage?.sandbox_image_digests).toEqual([id]);
+      expect(r.lineage?.env_modules?.map((e) => e.id).sort()).toEqual([...new Set(r.lineage!.envs.map((e) => String(e.id)))].sort());
+      for (const e of r.lineage?.env_modules ?? []) expect(e.sha256).toMatch(/^[0-9a-f]{64}$/);
       const out = await runReplay(replayRequest(records, r.step));
       expect(out).toMatchObject({ step: r.step, match: true, passed: true, adapter_sha256: r.adapter!.sha256 });
     }
