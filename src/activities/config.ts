@@ -12,6 +12,7 @@ import { resolveConfigPath } from '../shared/paths';
 import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
 import { readRunState } from '../records/runRecords';
+import { InitFromError, resolveInitFrom } from '../records/initFrom';
 import { pickResume, type RunStateFile, type ConfigActivities, type LoadedConfig, type ResumeState } from '../contracts';
 
 export interface ConfigDeps {
@@ -85,6 +86,16 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
         config.artifacts = resolveArtifactPaths(config.artifacts);
         await checkEnvironmentModules(config);
         await checkInferenceLogprobs(input.runId, config);
+        if (config.model.init_from !== undefined) {
+          // Resolved and verified now, before anything starts; stored with the config so every later execution has it.
+          try {
+            config.model.init = await resolveInitFrom(runStore, config, input.runId);
+          } catch (err) {
+            if (err instanceof InitFromError) throw ApplicationFailure.nonRetryable(`${input.configPath}: ${err.message}`, 'ConfigError');
+            throw err;
+          }
+          logger.info({ runId: input.runId, initFrom: config.model.init.from, checkpoint: config.model.init.checkpoint.uri }, 'run starts from another run\'s adapter');
+        }
         const configRef = await runStore.putJson(runKeys.config(input.runId), config);
         logger.info({ runId: input.runId, configPath: input.configPath, sha256: configRef.sha256, store: runStore.url }, 'run config validated and stored');
         return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 } };

@@ -72,6 +72,10 @@ export const StepLineage = z.object({
     parent_checkpoint_sha256: z.string().optional(),
     checkpoint_sha256: z.string().optional(),
     adapter_sha256: z.string().optional(),
+    /** The run started from another run's adapter ([model] init_from): which, by sha256. */
+    init_from: z.object({
+      from: z.string(), run_id: z.string(), step: z.number().int(), checkpoint_sha256: z.string(), adapter_sha256: z.string(),
+    }).optional(),
   }),
 });
 export type StepLineage = z.infer<typeof StepLineage>;

@@ -92,6 +92,13 @@ export const PATCHES = {
   stepManifest: 'v0.6-step-manifest',
   /** StepRollouts given a manifest runs it in chunks and shards (src/workflows/stepChunks.ts). */
   stepChunks: 'v0.6-step-chunks',
+  /**
+   * [model] init_from (a warm start): the run's version 0 is the origin run's adapter, not the base model.
+   * trainer.load gets it as its initial adapter wherever the run has no checkpoint of its own, version 0 is
+   * served as `<run>/policy-v0` before the first rollout, and kept while rollouts may use it. Checked only
+   * for a config with init_from: histories without one are unchanged.
+   */
+  initFrom: 'v0.7-init-from',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its
