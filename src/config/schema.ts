@@ -425,9 +425,6 @@ export function crossCheckRunConfig(raw: unknown, config: RunConfig): string[] {
   const loss = config.trainer.loss;
   const adv = config.orchestrator.advantage;
   const out: string[] = [];
-  if ((raw as { model?: { init?: unknown } } | undefined)?.model?.init !== undefined) {
-    out.push('model.init: is written by the run itself when it opens (init_from, resolved and verified). Fix: remove it and set model.init_from = "<run>" or "<run>@<step>"');
-  }
   if (config.model.init_from !== undefined && config.trainer.mode !== 'lora') {
     out.push('model.init_from: starts the run from another run\'s LoRA adapter, but trainer.mode is "full". Fix: trainer.mode = "lora", or remove init_from');
   }

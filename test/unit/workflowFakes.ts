@@ -83,7 +83,12 @@ export interface FakeOptions {
   deadReplicaSyncs?: number;
   /** Inference hosts' own sync queues (inference.sync_task_queues): each a worker; `down` ones answer InferenceUnavailable. */
   hostQueues?: Record<string, 'up' | 'down'>;
+  /** [model] init_from, as openRun resolves it: the run starts from run "sft-1"'s step-4 adapter. */
+  initFrom?: boolean;
 }
+
+/** What openRun stores as config.model.init for FakeOptions.initFrom. */
+export const FAKE_INIT = { from: 'sft-1', run_id: 'sft-1', step: 4, policy_version: 5, checkpoint: ref('sft-1-ckpt-step-4'), adapter: ref('sft-1-adapter-step-4') };
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; rollout?: string; lr?: number }
 
@@ -108,6 +113,7 @@ export function makeFakes(opts: FakeOptions = {}) {
     env: [{ id: 'swe-grep' }],
     ...(opts.sft ? { sft: { data: ['demos.jsonl'], batch_size: 4, ...opts.sft } } : {}),
     ...(opts.inference ? { inference: opts.inference } : {}),
+    ...(opts.initFrom ? { model: { init_from: 'sft-1', init: FAKE_INIT } } : {}),
   });
   let deadReplicaSyncsLeft = opts.deadReplicaSyncs ?? Infinity;
   const configRef = ref('config');
@@ -117,7 +123,7 @@ export function makeFakes(opts: FakeOptions = {}) {
   const fallbacks: { input: CheckpointFallbackInput; result: CheckpointFallbackResult }[] = [];
   const ckptStep = (r: ArtifactRef): number => Number(/step-(\d+)/.exec(r.uri)![1]);
   const batches: BuildBatchInput[] = [];
-  const loads: { worker: string; checkpoint?: ArtifactRef; lossKind?: string }[] = [];
+  const loads: { worker: string; checkpoint?: ArtifactRef; lossKind?: string; init?: unknown }[] = [];
   const syncs: SyncWeightsInput[] = [];
   const rolloutInputs: RolloutInput[] = [];
   const releases: { worker: string; runId: string }[] = [];
@@ -341,8 +347,8 @@ export function makeFakes(opts: FakeOptions = {}) {
   const trainerFor = (worker: string) => {
     let version = 0;
     return {
-      async 'trainer.load'(input: { run_id: string; checkpoint?: ArtifactRef; trainer_config?: { loss?: { kind?: string } } }) {
-        loads.push({ worker, checkpoint: input.checkpoint, lossKind: input.trainer_config?.loss?.kind });
+      async 'trainer.load'(input: { run_id: string; checkpoint?: ArtifactRef; init?: unknown; trainer_config?: { loss?: { kind?: string } } }) {
+        loads.push({ worker, checkpoint: input.checkpoint, lossKind: input.trainer_config?.loss?.kind, ...(input.init !== undefined ? { init: input.init } : {}) });
         if (input.checkpoint && opts.corruptCheckpoints?.includes(ckptStep(input.checkpoint))) {
           const { ApplicationFailure } = await import('@temporalio/common');
           throw ApplicationFailure.nonRetryable(`checkpoint ${input.checkpoint.uri}/adapter/adapter_model.safetensors is corrupt: recorded sha256 aa, found bb (fake)`, 'ArtifactError');
