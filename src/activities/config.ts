@@ -59,7 +59,7 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
      * store answers (bucket, credentials), and stores the parsed config, with
      * paths made absolute, under runs/<run>/config.json in that store.
      */
-    async openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
+    async openRun(input: { configPath: string; runId: string; initFrom?: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
       return withStoreErrors(async () => {
         let config: RunConfig | undefined;
         let configError: ConfigError | undefined;
@@ -83,6 +83,7 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
         // A bad config never fixes itself on retry: fail the run with the message that names the key.
         if (!config) throw ApplicationFailure.nonRetryable(configError!.message, 'ConfigError');
         config.model.path = resolveRepoPath(config.model.path);
+        if (input.initFrom !== undefined) config.model.init_from = input.initFrom;
         config.artifacts = resolveArtifactPaths(config.artifacts);
         await checkEnvironmentModules(config);
         await checkInferenceLogprobs(input.runId, config);

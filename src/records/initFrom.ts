@@ -70,6 +70,9 @@ export function identityDiffs(saved: AdapterIdentity, want: AdapterIdentity): st
 export async function resolveInitFrom(store: ArtifactStore, config: RunConfig, newRunId?: string): Promise<InitResolved> {
   const spec = config.model.init_from!;
   const { runId, step } = parseInitFrom(spec);
+  if (config.trainer.mode !== 'lora') {
+    throw new InitFromError(`starts the run from another run's LoRA adapter, but trainer.mode is "${config.trainer.mode}". Fix: trainer.mode = "lora", or no init_from`);
+  }
   if (runId === newRunId) throw new InitFromError(`"${spec}" names this run itself. Fix: name the run to start from (an SftRun's id, say)`);
   if (!(await store.exists(runKeys.config(runId)))) {
     throw new InitFromError(`run "${runId}" is not in this run's artifact store (${store.url}: no ${runKeys.config(runId)}). ` +

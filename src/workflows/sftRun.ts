@@ -58,7 +58,7 @@ export async function SftRun(input: TrainRunInput): Promise<TrainRunResult> {
     const config = await patient.readConfig(resume.configRef, resume.artifacts);
     loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
   } else {
-    const opened = await patient.openRun({ configPath: input.configPath, runId });
+    const opened = await patient.openRun({ configPath: input.configPath, runId, ...(input.initFrom ? { initFrom: input.initFrom } : {}) });
     loaded = opened.loaded;
     resume = opened.resume;
   }

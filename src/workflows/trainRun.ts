@@ -106,7 +106,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const config = await patient.readConfig(resume.configRef, settings);
     loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
   } else {
-    const opened = await patient.openRun({ configPath: input.configPath, runId });
+    // --init-from travels in openRun's input only (no new command): histories without it replay unchanged.
+    const opened = await patient.openRun({ configPath: input.configPath, runId, ...(input.initFrom ? { initFrom: input.initFrom } : {}) });
     loaded = opened.loaded;
     resume = opened.resume;
   }
