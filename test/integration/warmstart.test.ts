@@ -118,8 +118,8 @@ describeWithStack('warm start on the real stack: SftRun, then a TrainRun from it
     expect(rlRecords[0]!.lineage?.trainer.init_from).toEqual({
       from: sftId, run_id: sftId, step: 0, checkpoint_sha256: sftRecord.checkpoint!.sha256, adapter_sha256: sftRecord.adapter!.sha256,
     });
-    // Every rollout of step 0 sampled the SFT adapter (version 0 of this run), none the base model.
-    expect(rlRecords[0]!.staleness_histogram ?? { 0: 2 }).toEqual({ 0: 2 });
+    // Both rollouts of step 0 ran on this run's version 0 (served as <run>/policy-v0 from the SFT adapter, checked above).
+    expect(rlRecords[0]!.lineage?.rollout_policy_versions).toEqual({ 0: 2 });
     const state = JSON.parse(readFileSync(path.join(fileURLToPath(rlRecords[0]!.checkpoint!.uri), 'trainer_state.json'), 'utf8')) as { run_id: string; step: number; policy_version: number };
     expect(state).toMatchObject({ run_id: rlId, step: 0, policy_version: 1 });
   }, 1_500_000);
