@@ -9,6 +9,7 @@ import { type ArtifactsConfig, RunConfig } from '../config/schema';
 import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
 import { type FetchLike, logprobsModeProblem, probeLogprobsMode, processedLogprobsReason } from '../check/logprobsMode';
 import { resolveConfigPath } from '../shared/paths';
+import { checkEvalSection, configTaskset } from '../evals/tasksets';
 import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
 import { readRunState } from '../records/runRecords';
@@ -86,6 +87,7 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
         if (input.initFrom !== undefined) config.model.init_from = input.initFrom;
         config.artifacts = resolveArtifactPaths(config.artifacts);
         await checkEnvironmentModules(config);
+        await checkEvalTaskset(input.configPath, config);
         await checkInferenceLogprobs(input.runId, config);
         if (config.model.init_from !== undefined) {
           // Resolved and verified now, before anything starts; stored with the config so every later execution has it.
@@ -112,6 +114,17 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
 
 function resolveArtifactPaths(a: ArtifactsConfig): ArtifactsConfig {
   return a.root ? { ...a, root: resolveRepoPath(a.root) } : a;
+}
+
+/**
+ * With an in-run eval cadence ([eval] every_steps > 0), its task set must load now, not at the first
+ * sweep: a path becomes absolute in the stored config (as env datasets do), and a problem fails the run
+ * naming eval.taskset (or eval.k) with the fix.
+ */
+async function checkEvalTaskset(configPath: string, config: RunConfig): Promise<void> {
+  config.eval = { ...config.eval, taskset: configTaskset(config.eval.taskset) };
+  const found = await checkEvalSection(config.eval);
+  if (found && 'problem' in found) throw ApplicationFailure.nonRetryable(`invalid run config\n${configPath}: ${found.problem}`, 'ConfigError');
 }
 
 /**

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { StepRecord, type ControlAction, type RunOverrides, type StepLineage } from '../contracts/records';
+import { StepRecord, type ControlAction, type EvalSweepStarted, type RunOverrides, type StepLineage } from '../contracts/records';
 
 /**
  * What the report reads, and its own view of a step. A run's steps are stored as
@@ -45,6 +45,8 @@ export interface ReportStep {
   build?: { deployment: string; build_id: string };
   overrides?: RunOverrides;
   lineage?: StepLineage;
+  /** The eval sweep started on this step's checkpoint ([eval] every_steps). */
+  eval_sweep?: EvalSweepStarted;
 }
 
 /**
@@ -93,6 +95,7 @@ export function reportStep(r: StepRecord): ReportStep {
     ...(r.build ? { build: r.build } : {}),
     ...(r.overrides ? { overrides: r.overrides } : {}),
     ...(r.lineage ? { lineage: r.lineage } : {}),
+    ...(r.eval_sweep ? { eval_sweep: r.eval_sweep } : {}),
   };
 }
 

@@ -47,6 +47,7 @@ import { StepRollouts } from './stepRollouts';
 import { patientActivities } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
 import { stepLineage } from './lineage';
+import { EVAL_WAIT_AT_END, evalDue, evalSettingsOf, evalVersionsToCarry, keepFromWithEvals, plannedSweep, startEvalSweep, sweepInput } from './evalCadence';
 import { CheckpointLoadFailed, TrainerSession, isStepFault, type StepFault, type TrainedStep } from './trainerSession';
 import type { RunStateFile } from '../contracts/records';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
@@ -131,6 +132,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   // `ratchet set` changes these at a step boundary (runControl.ts); a resumed run keeps them.
   run.overrides = { ...(resume?.overrides ?? {}) };
   const asyncLevel = () => run.overrides.async_level ?? orch.async_level;
+  /** The in-run eval cadence in effect ([eval] every_steps, or a `ratchet set --eval-every`; 0: off). */
+  const evalEvery = () => run.overrides.eval_every_steps ?? evalSettingsOf(config).every_steps;
   /** [orchestrator] as in effect now: the batch builder's staleness filter and the step children read async_level from it. */
   const orchNow = () => (run.overrides.async_level === undefined ? orch : { ...orch, async_level: run.overrides.async_level });
   const windows = livenessOf(config);
@@ -139,7 +142,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   // A warm start ([model] init_from, resolved when the run opened): version 0 is the origin run's adapter,
   // served as <run>/policy-v0 and kept like any version while rollouts may use it.
   const init = config.model.init && patched(PATCHES.initFrom) ? config.model.init : undefined;
-  const keepFrom = () => Math.max(init ? 0 : 1, run.policyVersion - asyncLevel() - 1);
+  // Versions an in-run eval sweep still evaluates stay loaded (evalCadence.ts).
+  const keepFrom = () => keepFromWithEvals(Math.max(init ? 0 : 1, run.policyVersion - asyncLevel() - 1), run);
   const modelFor = (v: number) => (v === 0 && !init ? config.inference.served_model : adapterName(runId, v));
   /** The adapter serving the current version: the run's own, or at version 0 the one it started from. */
   const servedAdapter = () => adapter ?? (run.policyVersion === 0 ? init?.adapter : undefined);
@@ -149,6 +153,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     artifacts, liveness: forActivity(windows, 'weight_sync'), quorum: syncQuorum(config.inference),
   }), input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
   if (input.resume?.paused && patched(PATCHES.pauseCarried)) run.pauseRequested = true;
+  run.carriedEvalVersions = input.resume?.evalVersions ?? [];
   run.started = true;
   run.publish();
 
@@ -164,14 +169,19 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       ...pickResume(state),
       ...(run.pauseRequested ? { paused: true } : {}),
       ...(trainer.heldQueue ? { trainerQueue: trainer.heldQueue } : {}),
+      ...(evalVersionsToCarry(run).length ? { evalVersions: evalVersionsToCarry(run) } : {}),
       // Changes accepted but not yet in effect take effect at the next execution's first step.
       ...(Object.keys({ ...run.overrides, ...run.pendingOverrides }).length ? { overrides: { ...run.overrides, ...run.pendingOverrides } } : {}),
     },
   });
 
   /** However the run ended: the trainer goes back to the pool and its adapters leave inference. */
-  async function releaseRun(): Promise<void> {
+  async function releaseRun(waitForEvals = false): Promise<void> {
     await trainer.release();
+    // A run that ended well: its in-run eval sweeps still running use its adapters; unload them once they end (bounded).
+    if (waitForEvals && run.evalsRunning.size && !(await condition(() => run.evalsRunning.size === 0, EVAL_WAIT_AT_END))) {
+      log.warn('in-run eval sweeps still running; the run\'s adapters are unloaded anyway', { sweeps: [...run.evalsRunning.keys()] });
+    }
     try {
       await light.unloadRunAdapters({ runId, baseUrls: config.inference.base_urls });
     } catch (err) {
@@ -343,6 +353,11 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       }
       const tSync = Date.now();
 
+      // The in-run eval cadence: a sweep of the checkpoint this step saved, named in its record, started after it.
+      const every = evalEvery();
+      const sweep = trained && evalDue(step, every) && patched(PATCHES.evalCadence)
+        ? plannedSweep(runId, step, run.policyVersion, every, config, epoch) : undefined;
+
       run.phase = 'metrics';
       const stats = rollouts
         ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
@@ -356,9 +371,12 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync }, epoch,
+        ...(sweep ? { evalSweep: sweep } : {}),
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts, epoch);
       run.lastStep = await patient.recordStep({ record, state: nextState });
+      // After the record: the sweep's plan finds the version's adapter in it. Training does not wait for the sweep.
+      if (sweep) await startEvalSweep(run, step, sweep, sweepInput(runId, sweep, config, artifacts, epoch));
       run.rolloutCounts.delete(step);
       run.step++;
       run.phase = 'idle';
@@ -391,7 +409,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
 
   try {
     const result = await runSteps();
-    if (patched(PATCHES.releaseAtEnd)) await releaseRun();
+    if (patched(PATCHES.releaseAtEnd)) await releaseRun(true);
     return result;
   } catch (err) {
     if (!(err instanceof ContinueAsNew) && patched(PATCHES.releaseAtEnd)) {
