@@ -5,7 +5,7 @@
  * Recorded on the step record (`lineage`); `ratchet lineage <run> [step]` prints it.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { RunConfig } from '../config/schema';
+import type { InitResolved, RunConfig } from '../config/schema';
 import type { StepLineage, TaskFileDigest } from '../contracts/records';
 import type { SampledTask } from '../contracts/step';
 
@@ -33,6 +33,8 @@ export interface LineageInput {
   /** Each env's task file as the sampling activity read it, and the trainer's code version (activity results, 0.7 on). */
   taskFiles?: TaskFileDigest[];
   trainerCode?: { version: string; sha256: string; torch?: string; threads?: number };
+  /** [model] init_from, resolved: the adapter the run started from. */
+  initFrom?: InitResolved;
 }
 
 /**
@@ -72,6 +74,10 @@ export function stepLineage(l: LineageInput): StepLineage {
       ...(l.trained && l.checkpoint ? { checkpoint_sha256: l.checkpoint.sha256 } : {}),
       ...(l.trained && l.adapter ? { adapter_sha256: l.adapter.sha256 } : {}),
       ...(l.trained && l.trainerCode ? { code: l.trainerCode } : {}),
+      ...(l.initFrom ? { init_from: {
+        from: l.initFrom.from, run_id: l.initFrom.run_id, step: l.initFrom.step,
+        checkpoint_sha256: l.initFrom.checkpoint.sha256, adapter_sha256: l.initFrom.adapter.sha256,
+      } } : {}),
     },
   };
 }
