@@ -13,7 +13,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
-import { describeWithStack, REPO } from '../helpers/stack';
+import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { recordHistory } from '../helpers/histories';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
@@ -25,7 +25,7 @@ import { loadTasks } from '../../src/tasks/load';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
-const TASKS = path.join(REPO, '.ratchet', 'tasks', 'train.jsonl');
+const TASKS = path.join(STATE, 'tasks', 'train.jsonl');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 jest.setTimeout(1_500_000);
