@@ -13,6 +13,7 @@ import { checkEvalSection, configTaskset } from '../evals/tasksets';
 import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
 import { readRunState } from '../records/runRecords';
+import { InitFromError, resolveInitFrom } from '../records/initFrom';
 import { pickResume, type RunStateFile, type ConfigActivities, type LoadedConfig, type ResumeState } from '../contracts';
 
 export interface ConfigDeps {
@@ -59,7 +60,7 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
      * store answers (bucket, credentials), and stores the parsed config, with
      * paths made absolute, under runs/<run>/config.json in that store.
      */
-    async openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
+    async openRun(input: { configPath: string; runId: string; initFrom?: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }> {
       return withStoreErrors(async () => {
         let config: RunConfig | undefined;
         let configError: ConfigError | undefined;
@@ -83,10 +84,21 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
         // A bad config never fixes itself on retry: fail the run with the message that names the key.
         if (!config) throw ApplicationFailure.nonRetryable(configError!.message, 'ConfigError');
         config.model.path = resolveRepoPath(config.model.path);
+        if (input.initFrom !== undefined) config.model.init_from = input.initFrom;
         config.artifacts = resolveArtifactPaths(config.artifacts);
         await checkEnvironmentModules(config);
         await checkEvalTaskset(input.configPath, config);
         await checkInferenceLogprobs(input.runId, config);
+        if (config.model.init_from !== undefined) {
+          // Resolved and verified now, before anything starts; stored with the config so every later execution has it.
+          try {
+            config.model.init = await resolveInitFrom(runStore, config, input.runId);
+          } catch (err) {
+            if (err instanceof InitFromError) throw ApplicationFailure.nonRetryable(`${input.configPath}: ${err.message}`, 'ConfigError');
+            throw err;
+          }
+          logger.info({ runId: input.runId, initFrom: config.model.init.from, checkpoint: config.model.init.checkpoint.uri }, 'run starts from another run\'s adapter');
+        }
         const configRef = await runStore.putJson(runKeys.config(input.runId), config);
         logger.info({ runId: input.runId, configPath: input.configPath, sha256: configRef.sha256, store: runStore.url }, 'run config validated and stored');
         return { loaded: { runId: input.runId, config, configRef, configSha256: configRef.sha256 } };

@@ -75,7 +75,8 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
   async function syncReplica(live: Liveness, baseUrl: string, input: SyncWeightsInput, adapterDir: string | undefined, out: SyncWeightsResult): Promise<void> {
     const models = await servedModels(live, baseUrl);
     const want = adapterName(input.runId, input.policyVersion);
-    if (input.policyVersion > 0) {
+    // Version 0 is the base model, unless the run started from another run's adapter ([model] init_from).
+    if (input.policyVersion > 0 || input.adapter) {
       const servedFrom = models.get(want);
       // A step redone after a crash saves its adapter under a new directory (keyed by its batch): a
       // replica still serving the name from the earlier attempt serves weights the trainer does not hold.

@@ -32,6 +32,11 @@ export function parseRunConfig(text: string, file: string): RunConfig {
     throw new ConfigError(`${file}: artifacts.${secrets[0]}: credentials never go in the run config (it is stored with the run and shown in its history). ` +
       'Fix: remove it and give every host AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in its environment.');
   }
+  if ((raw as { model?: { init?: unknown } } | undefined)?.model?.init !== undefined) {
+    // The resolved warm start is the run's own record (openRun writes it), never a user's setting.
+    throw new ConfigError(`${file}: model.init: is written by the run itself when it opens (init_from, resolved and verified). ` +
+      'Fix: remove it and set model.init_from = "<run>" or "<run>@<step>"');
+  }
   const parsed = RunConfig.safeParse(raw);
   if (!parsed.success) {
     throw new ConfigError(`invalid run config\n${describeZodError(file, parsed.error)}\nFix the keys above; configs/README.md lists every key.`);

@@ -3,6 +3,7 @@ import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
 import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from '../contracts/chunkBounds';
 import { EVAL_EVERY_STEPS_MAX, EVAL_K_MAX } from '../contracts/evalBounds';
 import { DEFAULT_FAIRNESS_WEIGHT, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN } from '../shared/fairness';
+import { ArtifactRef } from '../artifacts/ref';
 
 /**
  * The run config (`configs/<env>/<name>.toml`). Sections mirror prime-rl's
@@ -345,6 +346,23 @@ export const SftSection = z.object({
 }).strict();
 export type SftSection = z.infer<typeof SftSection>;
 
+/** `init_from`'s forms: a run id, or a run id and one of its steps. */
+export const INIT_FROM_RE = /^([^@\s/]+)(?:@(\d+))?$/;
+
+/** `[model] init_from` as the run resolved it when it opened: the checkpoint and adapter the run starts from. */
+export const InitResolved = z.object({
+  /** The setting as written. */
+  from: z.string(),
+  run_id: z.string(),
+  /** The origin run's step whose checkpoint this is. */
+  step: z.number().int().nonnegative(),
+  /** The origin run's policy version at that checkpoint. */
+  policy_version: z.number().int().nonnegative(),
+  checkpoint: ArtifactRef,
+  adapter: ArtifactRef,
+}).strict();
+export type InitResolved = z.infer<typeof InitResolved>;
+
 /**
  * [eval]: the in-run eval cadence. Every `every_steps` steps (after the steps whose count of finished
  * steps is a multiple of it: 2 -> after steps 1, 3, 5...) TrainRun starts an EvalSweep child on the
@@ -368,6 +386,14 @@ export const RunConfig = z.object({
     /** Local Hugging Face directory: weights, tokenizer.json and chat template. */
     path: z.string().default('.ratchet/models/SmolLM2-135M-Instruct'),
     name: z.string().default('SmolLM2-135M-Instruct'),
+    /**
+     * Warm start: the run's first adapter is another run's (an SftRun's last checkpoint, or any
+     * run's step checkpoint): "<run>" or "<run>@<step>", in this run's artifact store. Resolved and
+     * verified when the run opens (src/records/initFrom.ts); docs/training.md, "Warm start".
+     */
+    init_from: z.string().regex(INIT_FROM_RE, 'use "<run id>" or "<run id>@<step>", e.g. init_from = "sft-1" or "sft-1@3"').optional(),
+    /** Set by the run when it opens: init_from resolved and verified. Never written in a TOML. */
+    init: InitResolved.optional(),
   }).strict().default({}),
   trainer: TrainerConfig.default({}),
   inference: InferenceConfig.default({}),
@@ -418,6 +444,9 @@ export function crossCheckRunConfig(raw: unknown, config: RunConfig): string[] {
   const loss = config.trainer.loss;
   const adv = config.orchestrator.advantage;
   const out: string[] = [];
+  if (config.model.init_from !== undefined && config.trainer.mode !== 'lora') {
+    out.push('model.init_from: starts the run from another run\'s LoRA adapter, but trainer.mode is "full". Fix: trainer.mode = "lora", or remove init_from');
+  }
   if (loss.kind === 'sft') {
     out.push('trainer.loss.kind: "sft" is set by an SftRun itself (ratchet sft, with an [sft] section); a run config keeps its RL loss. ' +
       'Fix: remove kind, or set "grpo" or "gspo"');

@@ -22,7 +22,8 @@ import type { SftActivities } from './sft';
 
 export interface ConfigActivities {
   /** Opens a run: a new one stores its validated config, a run with a completed step resumes from its state file. */
-  openRun(input: { configPath: string; runId: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }>;
+  /** `initFrom`: `ratchet train --init-from`, over the config's [model] init_from (a new run only). */
+  openRun(input: { configPath: string; runId: string; initFrom?: string }): Promise<{ loaded: LoadedConfig; resume?: ResumeState }>;
   /** After continue-as-new: the stored config, verified against its recorded hash. */
   readConfig(ref: ArtifactRef, artifacts?: StoreSettings): Promise<RunConfig>;
 }

@@ -102,6 +102,10 @@ export const StepLineage = z.object({
     adapter_sha256: z.string().optional(),
     /** The trainer's code: its package version and a sha256 over its Python sources (trainer/ratchet_trainer/code_version.py); from 0.7. */
     code: z.object({ version: z.string(), sha256: z.string(), torch: z.string().optional(), threads: z.number().int().positive().optional() }).optional(),
+    /** The run started from another run's adapter ([model] init_from): which, by sha256. */
+    init_from: z.object({
+      from: z.string(), run_id: z.string(), step: z.number().int(), checkpoint_sha256: z.string(), adapter_sha256: z.string(),
+    }).optional(),
   }),
 });
 export type StepLineage = z.infer<typeof StepLineage>;

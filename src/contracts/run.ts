@@ -82,6 +82,8 @@ export interface TrainRunInput {
    * alive (default 120); none: the run shows waiting-for-rollout-workers. Tests shorten it.
    */
   rolloutWorkersWatchS?: number;
+  /** `ratchet train --init-from <run>[@step]`: over the config's [model] init_from, for a new run (docs/training.md, "Warm start"). */
+  initFrom?: string;
   /** Events a rollout shard's history may reach before it continues as new (tests set it low; default SHARD_EVENTS_BEFORE_CONTINUE). */
   shardEventsBeforeContinue?: number;
 }

@@ -7,6 +7,7 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { ActivityLivenessInput } from '../shared/liveness';
+import type { InitResolved } from '../config/schema';
 
 /** What `trainer.step` answers (worker.py's step result); the step record keeps it under `trainer`. */
 export interface TrainerStepMetrics {
@@ -25,7 +26,8 @@ export interface TrainerActivities {
   /** Claims the trainer's lease for run_id (TrainerBusy while another run holds it). */
   'trainer.announce'(input: { run_id: string }): Promise<{ task_queue: string; worker_id: string }>;
   // `store`: the run's [artifacts] settings; the trainer reads s3:// refs and writes checkpoints there (no shared disk).
-  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
+  // `init` ([model] init_from, sent only without a checkpoint): the adapter the run starts from, loaded as step 0's weights (fresh optimiser and ledger).
+  'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; init?: InitResolved; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
   // `lr`: a learning rate changed with `ratchet set` (absent: the config's), applied from this step on.
   'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput; lr?: number }): Promise<TrainerStepMetrics>;
   'trainer.save'(input: { run_id: string; step: number; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number; code?: { version: string; sha256: string; torch?: string; threads?: number } }>;

@@ -5,7 +5,7 @@
  * as a real trajectory. Those that reach `minReward` are kept: the solver's wrong
  * guesses are not imitated.
  *
- *   npm run sft:demos -- --tasks .ratchet/tasks/train.jsonl --out demos.jsonl [--limit 24] [--min-reward 1]
+ *   npm run sft:demos -- --tasks .ratchet/tasks/train.jsonl --out demos.jsonl [--env swe-grep|debug|code-repair] [--limit 24] [--min-reward 1]
  *
  * The output is a JSONL file of ratchet.trajectory/v1 objects for [sft] data.
  */
@@ -21,12 +21,18 @@ import type { RolloutInput } from '../contracts/rollout';
 import { Trajectory } from '../contracts/trajectory';
 import type { SandboxManager } from '../envs/sandbox';
 import type { Task } from '../tasks/schema';
+import { codeRepairSolver } from './solvers/codeRepair';
+import { debugSolver } from './solvers/debug';
+import { GoldPatchError } from './solvers/goldPatch';
 import { sweGrepSolver } from './solvers/sweGrep';
 import { successful } from './trajectories';
 
 /** The environments with a scripted solver. */
 export const SOLVERS: Record<string, (task: Task) => ModelClient> = {
   'swe-grep': sweGrepSolver,
+  // The steps the gold patch implies, made with each environment's own edit tools.
+  debug: debugSolver,
+  'code-repair': codeRepairSolver,
 };
 
 export interface DemoOptions {
@@ -44,6 +50,8 @@ export interface DemoOptions {
 export interface DemoResult {
   kept: Trajectory[];
   all: Trajectory[];
+  /** Tasks the solver cannot replay (a gold patch that creates, deletes or renames a file), with why. */
+  skipped: { instance_id: string; reason: string }[];
 }
 
 export async function makeDemonstrations(o: DemoOptions): Promise<DemoResult> {
@@ -54,7 +62,8 @@ export async function makeDemonstrations(o: DemoOptions): Promise<DemoResult> {
   const byUrl = new Map<string, ModelClient>();
   const acts = createRolloutActivities({ store, sandboxes: o.sandboxes, openaiFactory: (url) => byUrl.get(url)! });
   const sandbox = { ...RunConfig.parse({ env: [{ id: o.envId }] }).sandbox, warm_pool_size: 0 };
-  const all: Trajectory[] = new Array<Trajectory>(o.tasks.length);
+  const all: (Trajectory | undefined)[] = new Array<Trajectory | undefined>(o.tasks.length);
+  const skipped: DemoResult['skipped'] = [];
   let next = 0;
   const worker = async () => {
     for (;;) {
@@ -62,7 +71,13 @@ export async function makeDemonstrations(o: DemoOptions): Promise<DemoResult> {
       if (i >= o.tasks.length) return;
       const task = o.tasks[i]!;
       const url = `http://scripted-solver.invalid/${i}`;
-      byUrl.set(url, solver(task));
+      try {
+        byUrl.set(url, solver(task));
+      } catch (err) {
+        if (!(err instanceof GoldPatchError)) throw err;
+        skipped.push({ instance_id: task.instance_id, reason: err.message });
+        continue;
+      }
       const input: RolloutInput = {
         runId: 'sft-demos', step: 0, groupId: `demo-${i}`, rolloutIndex: 0, envId: o.envId, task, taskSetDir: o.taskSetDir,
         policyVersion: 0, modelName: `scripted-${o.envId}`, sampling: { temperature: 1, top_p: 1, max_tokens: 256, tool_choice: 'auto' },
@@ -73,7 +88,8 @@ export async function makeDemonstrations(o: DemoOptions): Promise<DemoResult> {
     }
   };
   await Promise.all(Array.from({ length: Math.max(1, o.concurrency ?? 2) }, worker));
-  return { kept: successful(all, o.minReward), all };
+  const ran = all.filter((t): t is Trajectory => t !== undefined);
+  return { kept: successful(ran, o.minReward), all: ran, skipped };
 }
 
 async function main(): Promise<void> {
@@ -90,11 +106,12 @@ async function main(): Promise<void> {
   const { SandboxManager } = await import('../sandbox/manager');
   const tasks = (await loadTasks(taskFile, { onInvalid: 'skip' })).tasks.slice(0, limit);
   const sandboxes = new SandboxManager({ log: pino({ level: 'warn' }) });
-  const { kept, all } = await makeDemonstrations({ envId, tasks, taskSetDir: path.dirname(taskFile), sandboxes, minReward, concurrency: 2 });
+  const { kept, all, skipped } = await makeDemonstrations({ envId, tasks, taskSetDir: path.dirname(taskFile), sandboxes, minReward, concurrency: 2 });
   writeFileSync(out, kept.map((t) => JSON.stringify(t)).join('\n') + (kept.length ? '\n' : ''));
   const rewards = all.map((t) => t.reward?.total ?? 0);
   process.stdout.write(`${kept.length} of ${all.length} demonstrations reached reward ${minReward} -> ${out} ` +
-    `(mean reward ${(rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length)).toFixed(3)})\n`);
+    `(mean reward ${(rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length)).toFixed(3)})` +
+    `${skipped.length ? `; ${skipped.length} task(s) skipped: the solver cannot replay their gold patch (first: ${skipped[0]!.instance_id}: ${skipped[0]!.reason})` : ''}\n`);
   await sandboxes.close();
 }
 

@@ -5,7 +5,7 @@
  * Recorded on the step record (`lineage`); `ratchet lineage <run> [step]` prints it.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { RunConfig } from '../config/schema';
+import type { InitResolved, RunConfig } from '../config/schema';
 import type { StepLineage, TaskFileDigest } from '../contracts/records';
 import type { SampledTask } from '../contracts/step';
 
@@ -36,6 +36,8 @@ export interface LineageInput {
   /** Where the step's rollouts ran, from their summaries (rolloutStats: distinct and sorted; 0.7 on). */
   sandboxImageDigests?: string[];
   envModules?: { id: string; version: string; sha256: string }[];
+  /** [model] init_from, resolved: the adapter the run started from. */
+  initFrom?: InitResolved;
 }
 
 /**
@@ -77,6 +79,10 @@ export function stepLineage(l: LineageInput): StepLineage {
       ...(l.trained && l.checkpoint ? { checkpoint_sha256: l.checkpoint.sha256 } : {}),
       ...(l.trained && l.adapter ? { adapter_sha256: l.adapter.sha256 } : {}),
       ...(l.trained && l.trainerCode ? { code: l.trainerCode } : {}),
+      ...(l.initFrom ? { init_from: {
+        from: l.initFrom.from, run_id: l.initFrom.run_id, step: l.initFrom.step,
+        checkpoint_sha256: l.initFrom.checkpoint.sha256, adapter_sha256: l.initFrom.adapter.sha256,
+      } } : {}),
     },
   };
 }

@@ -93,6 +93,13 @@ export const PATCHES = {
   /** StepRollouts given a manifest runs it in chunks and shards (src/workflows/stepChunks.ts). */
   stepChunks: 'v0.6-step-chunks',
   /**
+   * [model] init_from (a warm start): the run's version 0 is the origin run's adapter, not the base model.
+   * trainer.load gets it as its initial adapter wherever the run has no checkpoint of its own, version 0 is
+   * served as `<run>/policy-v0` before the first rollout, and kept while rollouts may use it. Checked only
+   * for a config with init_from: histories without one are unchanged.
+   */
+  initFrom: 'v0.7-init-from',
+  /**
    * The in-run eval cadence (issue 30; src/workflows/evalCadence.ts): after every N-th step that saved a
    * checkpoint ([eval] every_steps, or `ratchet set --eval-every N`), TrainRun names an EvalSweep in the
    * step record and starts it as an abandoned child, below training by priority. Checked only at such a

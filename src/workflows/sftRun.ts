@@ -15,7 +15,7 @@
  *
  * A new workflow type: no history of it predates this code, so it needs no patch.
  */
-import { ApplicationFailure, CancellationScope, ContinueAsNew, condition, continueAsNew, log, upsertMemo, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, CancellationScope, ContinueAsNew, condition, continueAsNew, log, patched, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import { storeSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
@@ -24,6 +24,7 @@ import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, ty
 import type { RolloutStats } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
+import { PATCHES } from './patches';
 import { LIGHT, light, type LightActivities } from './proxies';
 import { RunControl } from './runControl';
 import { runStateAfter, stepRecord } from './stepRecord';
@@ -57,7 +58,7 @@ export async function SftRun(input: TrainRunInput): Promise<TrainRunResult> {
     const config = await patient.readConfig(resume.configRef, resume.artifacts);
     loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
   } else {
-    const opened = await patient.openRun({ configPath: input.configPath, runId });
+    const opened = await patient.openRun({ configPath: input.configPath, runId, ...(input.initFrom ? { initFrom: input.initFrom } : {}) });
     loaded = opened.loaded;
     resume = opened.resume;
   }
@@ -78,9 +79,11 @@ export async function SftRun(input: TrainRunInput): Promise<TrainRunResult> {
   const seed = resume?.seed ?? orch.seed;
   const windows = livenessOf(config);
   const canEvery = input.continueAsNewEvery ?? orch.continue_as_new_every;
-  const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts);
+  // [model] init_from: an SftRun may go on from another run's adapter too (its version 0, served before step 0).
+  const init = config.model.init && patched(PATCHES.initFrom) ? config.model.init : undefined;
+  const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts, init);
   const serveCurrent = () => syncUntilServed(run, () => ({
-    runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter,
+    runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter: adapter ?? (run.policyVersion === 0 ? init?.adapter : undefined),
     keepFromVersion: Math.max(1, run.policyVersion - 1), artifacts, liveness: forActivity(windows, 'weight_sync'),
   }), input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
   if (input.resume?.paused) run.pauseRequested = true;
@@ -109,7 +112,9 @@ export async function SftRun(input: TrainRunInput): Promise<TrainRunResult> {
   }
 
   async function runSteps(): Promise<TrainRunResult> {
-    if (run.policyVersion > 0 && (await serveCurrent()) === CONTINUE_AS_NEW) await continueFrom(resume!);
+    if ((run.policyVersion > 0 || init) && (await serveCurrent()) === CONTINUE_AS_NEW) {
+      await continueFrom(resume ?? { nextStep: run.step, policyVersion: run.policyVersion, configRef: loaded.configRef, seed, ...(artifacts ? { artifacts } : {}) });
+    }
     let stepsThisExecution = 0;
     while (run.step < run.maxSteps) {
       if (run.pauseRequested) {

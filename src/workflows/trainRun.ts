@@ -109,7 +109,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const config = await patient.readConfig(resume.configRef, settings);
     loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
   } else {
-    const opened = await patient.openRun({ configPath: input.configPath, runId });
+    // --init-from travels in openRun's input only (no new command): histories without it replay unchanged.
+    const opened = await patient.openRun({ configPath: input.configPath, runId, ...(input.initFrom ? { initFrom: input.initFrom } : {}) });
     loaded = opened.loaded;
     resume = opened.resume;
   }
@@ -140,12 +141,17 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const windows = livenessOf(config);
   const canEvery = input.continueAsNewEvery ?? orch.continue_as_new_every;
   let taskSetDir = '';
+  // A warm start ([model] init_from, resolved when the run opened): version 0 is the origin run's adapter,
+  // served as <run>/policy-v0 and kept like any version while rollouts may use it.
+  const init = config.model.init && patched(PATCHES.initFrom) ? config.model.init : undefined;
   // Versions an in-run eval sweep still evaluates stay loaded (evalCadence.ts).
-  const keepFrom = () => keepFromWithEvals(Math.max(1, run.policyVersion - asyncLevel() - 1), run);
-  const modelFor = (v: number) => (v === 0 ? config.inference.served_model : adapterName(runId, v));
-  const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts);
+  const keepFrom = () => keepFromWithEvals(Math.max(init ? 0 : 1, run.policyVersion - asyncLevel() - 1), run);
+  const modelFor = (v: number) => (v === 0 && !init ? config.inference.served_model : adapterName(runId, v));
+  /** The adapter serving the current version: the run's own, or at version 0 the one it started from. */
+  const servedAdapter = () => adapter ?? (run.policyVersion === 0 ? init?.adapter : undefined);
+  const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts, init);
   const serveCurrent = () => syncUntilServed(run, () => ({
-    runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter, keepFromVersion: keepFrom(),
+    runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter: servedAdapter(), keepFromVersion: keepFrom(),
     artifacts, liveness: forActivity(windows, 'weight_sync'), quorum: syncQuorum(config.inference),
   }), input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
   if (input.resume?.paused && patched(PATCHES.pauseCarried)) run.pauseRequested = true;
@@ -211,7 +217,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const envs = config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight }));
     const policyVersion = run.policyVersion;
     const common = {
-      runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter, keepFromVersion: keepFrom(),
+      runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter: servedAdapter(), keepFromVersion: keepFrom(),
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orchNow(), liveness: windows },
       seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
       ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
@@ -257,8 +263,10 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   /** The steps from where the run stands to its end (or to continue-as-new, which throws). */
   async function runSteps(): Promise<TrainRunResult> {
     // After a restart of anything, inference may have lost the current adapter: serve it before rolling out.
-    if (run.policyVersion > 0 && (await serveCurrent()) === CONTINUE_AS_NEW) {
-      await continueFrom(resume!);
+    // A warm start's version 0 is its origin's adapter: served before the first rollout.
+    if ((run.policyVersion > 0 || init) && (await serveCurrent()) === CONTINUE_AS_NEW) {
+      // A warm start that has not completed a step yet has no resume state: its start is one.
+      await continueFrom(resume ?? { nextStep: run.step, policyVersion: run.policyVersion, configRef: loaded.configRef, seed, ...(artifacts ? { artifacts } : {}) });
     }
 
     let pending: PendingRollouts | undefined;
@@ -363,7 +371,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         lineage: stepLineage({
           build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.inlineTasks ?? current.tasks, ...(current.manifest ? { stepManifest: current.manifest } : {}), versionBefore,
           stalenessHistogram: stats.stalenessHistogram, batch: built, parentCheckpoint, checkpoint, adapter, trained: !!trained,
-          learningRate: run.overrides.learning_rate, taskFiles: current.taskFiles, trainerCode: trained?.saved.code,
+          learningRate: run.overrides.learning_rate, taskFiles: current.taskFiles, trainerCode: trained?.saved.code, ...(init ? { initFrom: init } : {}),
           sandboxImageDigests: stats.sandboxImageDigests, envModules: stats.envModules,
         }),
         build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,

@@ -8,7 +8,7 @@
 import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched, type ActivityOptions } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
-import type { RunConfig } from '../config/schema';
+import type { InitResolved, RunConfig } from '../config/schema';
 import { forActivity, type LivenessWindows } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
 import type { TrainerTimeouts } from '../contracts/run';
@@ -107,6 +107,8 @@ export class TrainerSession {
     carriedQueue?: string,
     /** The run's [artifacts] store: the trainer reads s3:// refs and writes checkpoints there. */
     private readonly store?: StoreSettings,
+    /** [model] init_from, resolved (PATCHES.initFrom): the adapter a load without a checkpoint starts from. */
+    private readonly init?: InitResolved,
   ) {
     this.carried = carriedQueue;
   }
@@ -142,6 +144,7 @@ export class TrainerSession {
     try {
       loadedState = await patientActivities<TrainerActivities>(run, this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.load']({
         run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, store: this.store, liveness: forActivity(this.windows, 'trainer'),
+        ...(checkpoint === undefined && this.init ? { init: this.init } : {}),
       });
     } catch (err) {
       const type = appFailureType(err);
@@ -154,7 +157,7 @@ export class TrainerSession {
     }
     if (loadedState.policy_version !== run.policyVersion) {
       throw ApplicationFailure.nonRetryable(
-        `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? 'the base model'}, but the run is at version ${run.policyVersion}`,
+        `trainer ${worker_id} loaded policy version ${loadedState.policy_version} from ${checkpoint?.uri ?? (this.init ? `init_from ${this.init.from}` : 'the base model')}, but the run is at version ${run.policyVersion}`,
         'TrainerStateMismatch');
     }
     log.info('trainer ready', { worker_id, task_queue, policyVersion: run.policyVersion });

@@ -152,8 +152,16 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     // 4 rollouts a step in one chunk, 2 at a time: the kill lands after some of the chunk's rollouts
     // finished (their trajectories stored) and while others are inside their episodes.
     const { runId, handle } = await startRun('rollout', { rolloutsPerExample: 4 });
-    await waitFor(handle, 'a finished rollout of step 0', (p) => p.step === 0 && p.rolloutsDone >= 1);
-    await waitForSandbox(runId, 0);
+    await waitFor(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
+    // From the store, not the progress query (a chunk reports its rollouts when it ends): the first
+    // wave's trajectories are stored and the second wave's sandboxes run.
+    const deadline = Date.now() + 300_000;
+    for (;;) {
+      const stored = trajectoryFiles(runId, 0).length;
+      if (stored >= 1 && stored < 4 && runContainers(runId, 0).length > 0) break;
+      if (Date.now() > deadline || stored >= 4) throw new Error(`no moment with some of step 0's rollouts stored and others running (stored ${stored})`);
+      await sleep(100);
+    }
     const killedAt = Date.now();
     const storedBeforeKill = trajectoryFiles(runId, 0);
     expect(storedBeforeKill.length).toBeGreaterThan(0);

@@ -62,6 +62,23 @@ describe('adapter names', () => {
 });
 
 describe('syncWeights', () => {
+  it('version 0 with an adapter (a warm start, init_from) loads it as <run>/policy-v0; version 0 without one loads nothing', async () => {
+    const vllm = fakeVllm([]);
+    const origin = adapterDir('sft-1 step 4');
+    const res = await activities(vllm.fetchFn).syncWeights({ runId: 'run-w', baseUrls: ['http://r1/v1'], policyVersion: 0, adapter: origin, keepFromVersion: 0 });
+    expect(vllm.calls).toEqual(['models', 'load_lora_adapter run-w/policy-v0']);
+    expect(res.loaded).toEqual(['http://r1/v1#run-w/policy-v0']);
+    expect(vllm.roots.get('run-w/policy-v0')).toBe(new URL(origin.uri).pathname);
+    // Version 1 keeps version 0 while keepFromVersion is 0 (rollouts ahead may still use it), then drops it.
+    await activities(vllm.fetchFn).syncWeights({ runId: 'run-w', baseUrls: ['http://r1/v1'], policyVersion: 1, adapter: adapterDir('v1'), keepFromVersion: 0 });
+    expect(vllm.models.has('run-w/policy-v0')).toBe(true);
+    await activities(vllm.fetchFn).syncWeights({ runId: 'run-w', baseUrls: ['http://r1/v1'], policyVersion: 2, adapter: adapterDir('v2'), keepFromVersion: 1 });
+    expect(vllm.models.has('run-w/policy-v0')).toBe(false);
+    const plain = fakeVllm([]);
+    await activities(plain.fetchFn).syncWeights({ runId: 'run-b', baseUrls: ['http://r1/v1'], policyVersion: 0, keepFromVersion: 1 });
+    expect(plain.calls).toEqual(['models']);
+  });
+
   it('reloads a version served from another directory (a redone step\'s earlier attempt), never keeps the old weights', async () => {
     const vllm = fakeVllm(['run-a/policy-v2']);
     vllm.roots.set('run-a/policy-v2', '/artifacts/runs/run-a/checkpoints/step-1-aaaaaaaaaaaaaaaa/adapter');

@@ -84,11 +84,16 @@ export interface FakeOptions {
   deadReplicaSyncs?: number;
   /** Inference hosts' own sync queues (inference.sync_task_queues): each a worker; `down` ones answer InferenceUnavailable. */
   hostQueues?: Record<string, 'up' | 'down'>;
+  /** [model] init_from, as openRun resolves it: the run starts from run "sft-1"'s step-4 adapter. */
+  initFrom?: boolean;
   /** The run config's [eval] (the in-run eval cadence: every_steps, taskset, k). */
   eval?: Record<string, unknown>;
   /** evalRecord takes this long (ms): a slow sweep, which training must not wait for. */
   evalMs?: number;
 }
+
+/** What openRun stores as config.model.init for FakeOptions.initFrom. */
+export const FAKE_INIT = { from: 'sft-1', run_id: 'sft-1', step: 4, policy_version: 5, checkpoint: ref('sft-1-ckpt-step-4'), adapter: ref('sft-1-adapter-step-4') };
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; rollout?: string; lr?: number }
 
@@ -113,6 +118,7 @@ export function makeFakes(opts: FakeOptions = {}) {
     env: [{ id: 'swe-grep' }],
     ...(opts.sft ? { sft: { data: ['demos.jsonl'], batch_size: 4, ...opts.sft } } : {}),
     ...(opts.inference ? { inference: opts.inference } : {}),
+    ...(opts.initFrom ? { model: { init_from: 'sft-1', init: FAKE_INIT } } : {}),
     ...(opts.eval ? { eval: opts.eval } : {}),
   });
   let deadReplicaSyncsLeft = opts.deadReplicaSyncs ?? Infinity;
@@ -124,7 +130,7 @@ export function makeFakes(opts: FakeOptions = {}) {
   const fallbacks: { input: CheckpointFallbackInput; result: CheckpointFallbackResult }[] = [];
   const ckptStep = (r: ArtifactRef): number => Number(/step-(\d+)/.exec(r.uri)![1]);
   const batches: BuildBatchInput[] = [];
-  const loads: { worker: string; checkpoint?: ArtifactRef; lossKind?: string }[] = [];
+  const loads: { worker: string; checkpoint?: ArtifactRef; lossKind?: string; init?: unknown }[] = [];
   const syncs: SyncWeightsInput[] = [];
   const rolloutInputs: RolloutInput[] = [];
   const releases: { worker: string; runId: string }[] = [];
@@ -375,8 +381,8 @@ export function makeFakes(opts: FakeOptions = {}) {
   const trainerFor = (worker: string) => {
     let version = 0;
     return {
-      async 'trainer.load'(input: { run_id: string; checkpoint?: ArtifactRef; trainer_config?: { loss?: { kind?: string } } }) {
-        loads.push({ worker, checkpoint: input.checkpoint, lossKind: input.trainer_config?.loss?.kind });
+      async 'trainer.load'(input: { run_id: string; checkpoint?: ArtifactRef; init?: unknown; trainer_config?: { loss?: { kind?: string } } }) {
+        loads.push({ worker, checkpoint: input.checkpoint, lossKind: input.trainer_config?.loss?.kind, ...(input.init !== undefined ? { init: input.init } : {}) });
         if (input.checkpoint && opts.corruptCheckpoints?.includes(ckptStep(input.checkpoint))) {
           const { ApplicationFailure } = await import('@temporalio/common');
           throw ApplicationFailure.nonRetryable(`checkpoint ${input.checkpoint.uri}/adapter/adapter_model.safetensors is corrupt: recorded sha256 aa, found bb (fake)`, 'ArtifactError');

@@ -18,6 +18,7 @@ from .core.artifacts import check_ref
 from .core.batch import BatchError, load_batch
 from .core.checkpoint import read_checkpoint_state, restore_checkpoint, save_checkpoint
 from .core.config import parse_trainer_config
+from .core.init_adapter import load_init_adapter, prepare_init
 from .core.store import StoreConfigError, store_for
 from .core.trainer import Heartbeat, Trainer
 from .ranks import Ranks, in_lockstep
@@ -74,16 +75,22 @@ class TrainerCommands:
             store = self.store(req)
             cfg = parse_trainer_config(req.get("trainer_config") or {})
             ckpt = req.get("checkpoint")
+            init = None
+            if ckpt is None and req.get("init") is not None:
+                # A warm start without a checkpoint of its own yet: verified before building, like a checkpoint.
+                init = prepare_init(req["init"], cfg, store)
+                if progress:
+                    progress({"phase": "init_from verified", "run_id": run_id})
             if ckpt is not None:
                 check_ref(ckpt, "checkpoint")
                 # Verified before building: a bad checkpoint leaves the current trainer as it is.
                 read_checkpoint_state(ckpt, run_id, cfg.model_fingerprint(), store)
                 if progress:
                     progress({"phase": "checkpoint verified", "run_id": run_id})
-            return store, cfg, ckpt
+            return store, cfg, ckpt, init
 
         def run(prepared):
-            store, cfg, ckpt = prepared
+            store, cfg, ckpt, init = prepared
             current = self.trainer
             if current is not None and current.run_id == run_id and current.cfg == cfg and ckpt is not None:
                 restore_checkpoint(current, ckpt, store)
@@ -93,12 +100,15 @@ class TrainerCommands:
                 progress({"phase": "model built", "run_id": run_id})
             if ckpt is not None:
                 restore_checkpoint(new, ckpt, store)
+            elif init is not None:
+                load_init_adapter(new, init)
             return new
 
         new = in_lockstep(self.ranks, prepare, run, "trainer.load")
         self.trainer = new
         log.info("trainer loaded", extra={"run_id": run_id, "step": new.last_step, "policy_version": new.policy_version,
                                           "from_checkpoint": req.get("checkpoint") is not None,
+                                          "init_from": new.init_from and new.init_from.get("from"),
                                           "world_size": self.ranks.size if self.ranks else 1})
         return {"step": new.last_step, "policy_version": new.policy_version, "ledger": sorted(new.ledger)}
 

@@ -14,7 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import make_cfg  # noqa: E402
 from ratchet_trainer.core import Trainer, restore_checkpoint, save_checkpoint  # noqa: E402
 from ratchet_trainer.core.batch import load_batch  # noqa: E402
+from ratchet_trainer.core.artifacts import dir_ref, uri_to_path  # noqa: E402
 from ratchet_trainer.core.distributed import local_tensor  # noqa: E402
+from ratchet_trainer.core.init_adapter import load_init_adapter, prepare_init  # noqa: E402
 
 
 def cfg(lora_rank: int = 8):
@@ -32,7 +34,7 @@ def optim_state(tr: Trainer) -> list[dict[str, torch.Tensor]]:
     return [{k: local_tensor(v).clone() for k, v in tr.optimizer.state[p].items()} for p in tr.params]
 
 
-def rank_main(rank: int, world: int, init_file: str, out: str, root: str, refs0, refs1, single_ckpt) -> None:
+def rank_main(rank: int, world: int, init_file: str, out: str, root: str, refs0, refs1, single_ckpt, refs_warm) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         res: dict = {}
@@ -57,6 +59,17 @@ def rank_main(rank: int, world: int, init_file: str, out: str, root: str, refs0,
         restore_checkpoint(tr, res["ckpt"]["checkpoint"])
         res["resumed_step1"] = tr.step(1, load_batch(*refs1))
         res["resumed_state1"] = whole_state(tr)
+
+        # [model] init_from on 2 ranks: the single-process checkpoint's adapter as a new run's first
+        # adapter (each rank keeps its shards), a fresh ledger, then its step 0.
+        init = {"from": "run", "run_id": "run", "step": 0, "policy_version": 1, "checkpoint": single_ckpt,
+                "adapter": dir_ref(uri_to_path(single_ckpt["uri"]) / "adapter")}
+        tr = Trainer("warm", cfg())
+        load_init_adapter(tr, prepare_init(init, tr.cfg, None))
+        res["init_state"] = whole_state(tr)
+        res["init_ledger"] = sorted(tr.ledger)
+        res["init_step0"] = tr.step(0, load_batch(*refs_warm))
+        res["init_state_after"] = whole_state(tr)
 
         # A sharded checkpoint of another adapter (LoRA rank 4), for the mismatch test.
         other = Trainer("run", cfg(lora_rank=4))

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 import dist_ckpt_worker
-from helpers import make_cfg, make_samples, snapshot
+from helpers import assert_same_update, make_cfg, make_samples, snapshot
 from ratchet_trainer.core import CheckpointError, Trainer, restore_checkpoint, save_checkpoint, write_batch
 from ratchet_trainer.core.artifacts import dir_ref, uri_to_path, write_manifest
 from ratchet_trainer.core.batch import load_batch
@@ -30,6 +30,8 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dcp")
     refs0 = write_batch(tmp, "b0", make_samples(VOCAB), {"run_id": "run", "step": 0, "vocab_size": VOCAB})
     refs1 = write_batch(tmp, "b1", make_samples(VOCAB, seed=1), {"run_id": "run", "step": 1, "vocab_size": VOCAB})
+    # Step 0 of a run started from "run"'s checkpoint ([model] init_from).
+    refs_warm = write_batch(tmp, "bw", make_samples(VOCAB, seed=1), {"run_id": "warm", "step": 0, "vocab_size": VOCAB})
 
     single = Trainer("run", dist_ckpt_worker.cfg())
     single.step(0, load_batch(*refs0))
@@ -39,8 +41,8 @@ def runs(tmp_path_factory):
 
     out = tmp / "rank0.pt"
     mp.spawn(dist_ckpt_worker.rank_main, nprocs=2, join=True,
-             args=(2, str(tmp / "init"), str(out), str(tmp / "ranks"), refs0, refs1, single_ckpt))
-    return {"refs0": refs0, "refs1": refs1, "single_step1": single_step1, "single_state1": single_state1,
+             args=(2, str(tmp / "init"), str(out), str(tmp / "ranks"), refs0, refs1, single_ckpt, refs_warm))
+    return {"refs0": refs0, "refs1": refs1, "refs_warm": refs_warm, "single_step1": single_step1, "single_state1": single_state1,
             "dual": torch.load(out, weights_only=False), "tmp": tmp}
 
 
@@ -136,3 +138,25 @@ def test_a_sharded_checkpoint_loads_into_one_process_with_fp32_masters(runs):
         assert g.keys() == want.keys()
         for k in want:
             assert torch.equal(g[k], want[k]), k
+
+
+def test_d_init_from_loads_a_whole_adapter_into_two_ranks_shards(runs):
+    """[model] init_from under 2 ranks: each rank keeps its shards of the saved adapter; the gathered
+    weights are the adapter file's, the ledger is fresh, and its step 0 equals one process's step from the same init."""
+    from ratchet_trainer.core.init_adapter import load_init_adapter, prepare_init
+
+    dual = runs["dual"]
+    assert dual["init_ledger"] == []
+    # One process, the same init: the independent reference.
+    root = runs["tmp"] / "single" / "runs" / "run" / "checkpoints"
+    ckpt_dir = next(p for p in root.iterdir() if p.name.startswith("step-0"))
+    init = {"from": "run", "run_id": "run", "step": 0, "checkpoint": dir_ref(ckpt_dir), "adapter": dir_ref(ckpt_dir / "adapter")}
+    one = Trainer("warm", dist_ckpt_worker.cfg())
+    load_init_adapter(one, prepare_init(init, one.cfg, None))
+    adapter = load_file(str(ckpt_dir / "adapter" / "adapter_model.safetensors"))
+    assert_states_close(dual["init_state"], adapter)
+    assert_states_close(snapshot(one), adapter)
+    step = one.step(0, load_batch(*runs["refs_warm"]))
+    assert dual["init_step0"]["loss"] == pytest.approx(step["loss"], rel=1e-5)
+    # Another world size sums the gradients in another order: AdamW's near-zero elements (helpers.assert_same_update).
+    assert_same_update(dual["init_state_after"], snapshot(one), one.cfg.optim.lr)

@@ -19,12 +19,21 @@ export function applySearchReplace(text: string, search: string, replace: string
   return text.slice(0, first) + replace + text.slice(first + search.length);
 }
 
-/** Reads a repository file through the shell, so a missing file is the model's error, not the sandbox's. */
+/**
+ * Reads a repository file through the shell, so a missing file is the model's error, not the sandbox's.
+ * A file longer than the exec output limit (sandbox.output_limit_bytes, which bounds what a command
+ * shows the model) is read whole through the sandbox's file read: the tools show or change a part of
+ * it, so its size is no reason to refuse it (a 20 KB module was not viewable or editable before).
+ */
 export async function readRepoFile(ctx: ToolContext, rel: string): Promise<string> {
   const r = await ctx.sandbox.exec(`cat -- ${shq(rel)}`, { cwd: REPO_DIR, timeoutMs: ctx.execTimeoutMs });
   if (r.exitCode !== 0) throw new ToolError(`cannot read ${rel}: ${r.stderr.trim() || 'no such file'}`);
-  if (r.truncated) throw new ToolError(`${rel} is larger than the sandbox output limit; edit a smaller file or use the shell`);
-  return r.stdout;
+  if (!r.truncated) return r.stdout;
+  try {
+    return await ctx.sandbox.readFile(`${REPO_DIR}/${rel}`);
+  } catch (err) {
+    throw new ToolError(`${rel} is too large to read (${(err as Error).message.slice(0, 200)}); edit it with the shell`);
+  }
 }
 
 export function repoPath(rel: string): string {

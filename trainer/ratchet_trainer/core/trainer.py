@@ -137,6 +137,8 @@ class Trainer:
 
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.ledger: dict[int, dict[str, Any]] = {}
+        # [model] init_from: the adapter this run started from (init_adapter.py), None from the base model.
+        self.init_from: dict[str, Any] | None = None
         self.vocab_size = vocab_size(self.model)
 
     # -- state -----------------------------------------------------------------

@@ -1,0 +1,33 @@
+import type { Completion, CompletionRequest, ModelClient } from '../../agent/model';
+import type { ToolCall } from '../../contracts/trajectory';
+
+/** One tool call of a scripted demonstration. */
+export interface PlannedCall {
+  tool: string;
+  args: Record<string, unknown>;
+}
+
+let callSeq = 0;
+
+function reply(step: PlannedCall | undefined, final: string): Completion {
+  const toolCalls: ToolCall[] = step ? [{ id: `call_${step.tool}_${++callSeq}`, type: 'function', function: { name: step.tool, arguments: JSON.stringify(step.args) } }] : [];
+  return {
+    content: step ? '' : final, tool_calls: toolCalls, finish_reason: toolCalls.length ? 'tool_calls' : 'stop',
+    prompt_token_ids: null, completion_token_ids: null, completion_logprobs: null, prompt_tokens: 0, completion_tokens: 0,
+  };
+}
+
+/**
+ * A "policy" that plays a planned list of tool calls, one a turn, then answers `final` with no
+ * tool call. Its place in the plan is the number of tool outputs in the conversation, so it is the
+ * same whatever the loop retries. Its replies carry no token ids: SFT renders them with the
+ * model's own chat template (src/sft/trajectories.ts).
+ */
+export function playPlan(plan: PlannedCall[], final: string): ModelClient {
+  return {
+    async complete(req: CompletionRequest): Promise<Completion> {
+      const done = req.messages.filter((m) => m.role === 'tool').length;
+      return reply(plan[done], final);
+    },
+  };
+}

@@ -1,0 +1,135 @@
+/**
+ * [model] init_from in the workflows (fake activities, real dev server): the resolved origin reaches
+ * trainer.load as `init` wherever the run has no checkpoint of its own (its first load, and after a
+ * fallback to "the base model"), never beside a checkpoint; version 0 is the origin's adapter, served
+ * as <run>/policy-v0 before the first rollout and kept while rollouts may use it; each step's
+ * lineage names the origin. SftRun takes it the same way.
+ * Set RATCHET_RECORD_HISTORIES=1 to record histories for the replay test.
+ */
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
+import { SA } from '../../src/workflows/messages';
+import type { TrainRun } from '../../src/workflows/trainRun';
+import type { TrainRunInput } from '../../src/contracts';
+import { adapterName } from '../../src/shared/adapters';
+import { FAKE_INIT, makeFakes, type FakeOptions } from './workflowFakes';
+import { recordHistory } from '../helpers/histories';
+
+jest.setTimeout(120_000);
+
+const quietLogger = {
+  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
+  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
+};
+
+describeWithStack('init_from (fake activities, real dev server)', ['temporalBinary'], () => {
+  let env: TestWorkflowEnvironment;
+  let bundle: WorkflowBundleWithSourceMap;
+
+  beforeAll(async () => {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+    env = await TestWorkflowEnvironment.createLocal({
+      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA), extraArgs: TEMPORAL_DEV_ARGS },
+    });
+    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
+  }, 180_000);
+
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  async function withWorkers<T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> {
+    const fakes = makeFakes({ initFrom: true, ...opts });
+    const conn = env.nativeConnection;
+    const workers = await Promise.all([
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
+      ...['w1', 'w2', 'w3'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
+    ]);
+    const all = Promise.all(workers.map((w) => w.run()));
+    try {
+      return await fn(fakes);
+    } finally {
+      for (const w of workers) w.shutdown();
+      await all;
+    }
+  }
+
+  let n = 0;
+  async function start(type: 'TrainRun' | 'SftRun', input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
+    const runId = `init-${process.pid}-${++n}`;
+    return env.client.workflow.start<typeof TrainRun>(type, {
+      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
+    });
+  }
+
+  test('TrainRun: the origin reaches trainer.load; version 0 is its adapter, served first and kept for the rollouts ahead', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3, async_level: 1 } }, async (f) => {
+      const handle = await start('TrainRun');
+      const runId = handle.workflowId;
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+      // Loaded once, without a checkpoint, with the origin as its initial adapter.
+      expect(f.loads).toEqual([{ worker: 'w1', checkpoint: undefined, lossKind: 'grpo', init: FAKE_INIT }]);
+      // The first weight sync serves version 0 from the origin's adapter, before any rollout.
+      expect(f.syncs[0]).toMatchObject({ policyVersion: 0, adapter: FAKE_INIT.adapter, keepFromVersion: 0 });
+      const firstSync = f.events.findIndex((e) => e.what === 'sync');
+      const firstRollout = f.events.findIndex((e) => e.what === 'rollout-start');
+      expect(firstSync).toBeGreaterThanOrEqual(0);
+      expect(firstSync).toBeLessThan(firstRollout);
+      // Version 0's rollouts ask for <run>/policy-v0, not the base model.
+      const v0 = f.rolloutInputs.filter((r) => r.policyVersion === 0);
+      expect(v0.length).toBeGreaterThan(0);
+      expect(new Set(v0.map((r) => r.modelName))).toEqual(new Set([adapterName(runId, 0)]));
+      // async_level 1: step 1's rollouts ran on version 0 while step 0 trained; the sync of version 1 keeps version 0.
+      expect(f.syncs.map((s) => [s.policyVersion, s.keepFromVersion, s.adapter?.uri])).toEqual([
+        [0, 0, FAKE_INIT.adapter.uri], [1, 0, 'file:///fake/adapter-step-0'], [2, 0, 'file:///fake/adapter-step-1'], [3, 1, 'file:///fake/adapter-step-2']]);
+      // A fresh ledger: steps 0..2 of this run, each applied once, versions from 1.
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version])).toEqual([[0, 1], [1, 2], [2, 3]]);
+      expect([...f.applied.values()]).toEqual([1, 1, 1]);
+      for (const r of f.records) {
+        expect(r.record.lineage?.trainer.init_from).toEqual({
+          from: 'sft-1', run_id: 'sft-1', step: 4, checkpoint_sha256: FAKE_INIT.checkpoint.sha256, adapter_sha256: FAKE_INIT.adapter.sha256,
+        });
+      }
+      await recordHistory(handle, 'trainrun-init-from');
+    });
+  });
+
+  test('TrainRun: a replaced trainer reloads the run\'s own checkpoint without init; a fallback to "the base model" takes init again', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3 }, deadTrainers: ['w1'], deadFromStep: 1, corruptCheckpoints: [0] }, async (f) => {
+      const handle = await start('TrainRun', { trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      // w1 starts from init and dies in step 1; w2 finds step 0's checkpoint corrupt; the run falls back to
+      // its start, which is the origin's adapter: w2 loads init again (no checkpoint), and version 0 is served from it again.
+      expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null, l.init ? 'init' : null])).toEqual([
+        ['w1', null, 'init'], ['w2', 'file:///fake/ckpt-step-0', null], ['w2', null, 'init'],
+      ]);
+      expect(f.fallbacks[0]!.result).toMatchObject({ fellBack: true, record: { retrained_steps: [0] }, state: { nextStep: 0, policyVersion: 0 } });
+      expect(f.syncs.filter((s) => s.policyVersion === 0).map((s) => s.adapter?.uri)).toEqual([FAKE_INIT.adapter.uri, FAKE_INIT.adapter.uri]);
+      await recordHistory(handle, 'trainrun-init-from-fallback');
+    });
+  });
+
+  test('SftRun: starts from the origin too (trainer.load init, version 0 served first)', async () => {
+    await withWorkers({ sft: { batch_size: 2 }, orchestrator: { max_steps: 2 } }, async (f) => {
+      const handle = await start('SftRun');
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 2, policyVersion: 2 });
+      expect(f.loads).toEqual([{ worker: 'w1', checkpoint: undefined, lossKind: 'sft', init: FAKE_INIT }]);
+      expect(f.syncs.map((s) => [s.policyVersion, s.adapter?.uri])).toEqual([[0, FAKE_INIT.adapter.uri], [1, 'file:///fake/adapter-step-0'], [2, 'file:///fake/adapter-step-1']]);
+      await recordHistory(handle, 'sftrun-init-from');
+    });
+  });
+
+  test('without init_from nothing changes: loads carry no init, version 0 is the base model and is never synced', async () => {
+    await withWorkers({ initFrom: false, orchestrator: { max_steps: 1 } }, async (f) => {
+      const handle = await start('TrainRun');
+      await handle.result();
+      expect(f.loads.map((l) => 'init' in l)).toEqual([false]);
+      expect(f.syncs.map((s) => s.policyVersion)).toEqual([1]);
+      expect(new Set(f.rolloutInputs.map((r) => r.modelName))).toEqual(new Set([f.config.inference.served_model]));
+    });
+  });
+});
