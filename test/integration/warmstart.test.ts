@@ -131,6 +131,9 @@ describeWithStack('warm start on the real stack: SftRun, then a TrainRun from it
     writeFileSync(f, `[model]\ninit_from = "${runs[0]}@9"\n[trainer]\ndevice = "cpu"\n[[env]]\nid = "swe-grep"\n`);
     const err = await client.workflow.execute('TrainRun', { taskQueue: 'ratchet', workflowId: `it-warm-bad-${Date.now()}`, args: [{ configPath: f }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(WorkflowFailedError);
-    expect(String((err as WorkflowFailedError).cause?.message)).toMatch(new RegExp(`model.init_from: run "${runs[0]}" has no step 9`));
+    // The run fails with openRun's ConfigError: the activity failure's cause carries the message.
+    const messages: string[] = [];
+    for (let e: Error | undefined = (err as WorkflowFailedError).cause; e; e = (e as { cause?: Error }).cause) messages.push(e.message);
+    expect(messages.join(' <- ')).toMatch(new RegExp(`model.init_from: run "${runs[0]}" has no step 9`));
   });
 });
