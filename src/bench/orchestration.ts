@@ -32,6 +32,7 @@ import { createChunkActivity } from '../activities/rolloutChunk';
 import type { RolloutChunkInput, WriteStepManifestInput } from '../contracts';
 import { fanoutPlan } from '../contracts/chunks';
 import { componentLogger } from '../shared/logger';
+import { printTimelines } from './historyTimeline';
 
 const fakeRef = (s: string): ArtifactRef => ({ uri: `file:///bench/${s}`, sha256: '0'.repeat(64), bytes: 1 });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -248,6 +249,19 @@ async function main(): Promise<void> {
           childEvents += counts.reduce((a, b) => a + b, 0);
           largest = Math.max(largest, ...counts);
         }
+      }
+      if (process.argv.includes('--profile')) {
+        const execs: { workflowId: string; runId?: string }[] = [{ workflowId: runId }];
+        for (let s = 0; s < steps; s++) {
+          const step = `${runId}-step-${s}-rollouts`;
+          execs.push({ workflowId: step });
+          for (let k = 0; k < (shards > 1 ? shards : 0); k++) {
+            const runs: string[] = [];
+            for await (const w of server.client.workflow.list({ query: `WorkflowId = '${step}-shard-${k}'` })) runs.push(w.runId);
+            for (const r of runs.reverse()) execs.push({ workflowId: `${step}-shard-${k}`, runId: r });
+          }
+        }
+        await printTimelines(server.client, execs);
       }
       return { acts, total, parentEvents, childEvents, largest };
     } finally {
