@@ -47,6 +47,7 @@ export function timeline(events: Event[], origin: number, eventTypes: Record<num
   const actRun = new Map<string, number[]>();
   const actStart = new Map<number, number>();
   const childInit: number[] = [];
+  const span = new Map<string, { firstStart: number; lastEnd: number }>();
   const childStartLat: number[] = [];
   for (const e of events) {
     const t = ms(e.eventTime) - origin;
@@ -63,10 +64,14 @@ export function timeline(events: Event[], origin: number, eventTypes: Record<num
       detail = scheduledType.get(sid) ?? '';
       actStart.set(sid, t);
       (actQueue.get(detail) ?? actQueue.set(detail, []).get(detail)!).push(t - (actSched.get(sid) ?? t));
+      const sp = span.get(detail) ?? span.set(detail, { firstStart: t, lastEnd: t }).get(detail)!;
+      sp.firstStart = Math.min(sp.firstStart, t);
     } else if (e.activityTaskCompletedEventAttributes) {
       const sid = Number(e.activityTaskCompletedEventAttributes.scheduledEventId);
       detail = scheduledType.get(sid) ?? '';
       (actRun.get(detail) ?? actRun.set(detail, []).get(detail)!).push(t - (actStart.get(sid) ?? t));
+      const sp = span.get(detail);
+      if (sp) sp.lastEnd = Math.max(sp.lastEnd, t);
     } else if (e.workflowTaskScheduledEventAttributes) {
       wftSched.set(id, t);
     } else if (e.workflowTaskStartedEventAttributes) {
@@ -102,6 +107,7 @@ export function timeline(events: Event[], origin: number, eventTypes: Record<num
     `  workflow task start-to-complete (ms): ${f(wftRun)}`,
     ...[...actQueue].map(([k, v]) => `  activity ${k} schedule-to-start (ms): ${f(v)}`),
     ...[...actRun].map(([k, v]) => `  activity ${k} start-to-close (ms): ${f(v)}`),
+    ...[...span].filter(([k]) => (actRun.get(k)?.length ?? 0) > 1).map(([k, v]) => `  activity ${k}: first started +${v.firstStart}, last completed +${v.lastEnd} ms`),
     ...(childStartLat.length ? [`  child start initiated-to-started (ms): ${f(childStartLat)}`] : []),
   ];
   return { lines, stats };
