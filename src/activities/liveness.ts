@@ -27,6 +27,13 @@ export interface LivenessOptions {
   /** No progress for this long is a stall. */
   stallMs: number;
   logger?: Logger;
+  /**
+   * Beat at once with `{ phase: 'started' }` (default). An activity whose heartbeat details carry
+   * its progress (rolloutChunk) passes false: the bare details would replace an earlier attempt's
+   * (the SDK sends a first beat at once, later ones throttled), and a beat costs the server a
+   * write of the workflow's state.
+   */
+  beatAtStart?: boolean;
 }
 
 export class StalledError extends Error {
@@ -88,7 +95,7 @@ export async function withLiveness<T>(opts: LivenessOptions, work: (live: Livene
     beat();
   };
   const timer = setInterval(tick, opts.heartbeatEveryMs);
-  beat();
+  if (opts.beatAtStart !== false) beat();
 
   const live: Liveness = {
     progress(next) {

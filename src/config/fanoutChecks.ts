@@ -53,7 +53,7 @@ export function fanoutIssues(c: RunConfig): ConfigIssue[] {
   if (plan.shards > MAX_SHARDS) {
     issues.push({
       key: 'orchestrator.chunks_per_shard',
-      message: `${total} rollouts per step in chunks of orchestrator.rollouts_per_chunk = ${o.rollouts_per_chunk} over shards of ${o.chunks_per_shard} chunks make ${plan.shards} shard children, ` +
+      message: `${total} rollouts per step in chunks of orchestrator.rollouts_per_chunk = ${o.rollouts_per_chunk} over shards of ${plan.chunksPerShard} chunks make ${plan.shards} shard children, ` +
         `over the ${MAX_SHARDS} one StepRollouts keeps in flight (Temporal's ~${TEMPORAL_LIMITS.activitiesInFlight} per execution). ` +
         `Fix: raise chunks_per_shard (up to ${CHUNKS_PER_SHARD.max}) or rollouts_per_chunk, or lower batch_size`,
     });

@@ -199,8 +199,11 @@ const OrchestratorConfig = z.object({
    * 0: one activity per rollout, tasks inline (the pre-0.6 path; small steps only).
    */
   rollouts_per_chunk: z.union([z.literal(0), z.number().int().min(ROLLOUTS_PER_CHUNK.min).max(ROLLOUTS_PER_CHUNK.max)]).default(ROLLOUTS_PER_CHUNK.default),
-  /** Chunks one shard child of StepRollouts runs (a step of more chunks is spread over shards; a shard continues as new as it grows). */
-  chunks_per_shard: z.number().int().min(CHUNKS_PER_SHARD.min).max(CHUNKS_PER_SHARD.max).default(CHUNKS_PER_SHARD.default),
+  /**
+   * Chunks one shard child of StepRollouts runs (a step of more chunks is spread over shards; a shard continues as new as it grows).
+   * Unset: 64, and more once a step would need over 16 shards (src/contracts/chunkBounds.ts).
+   */
+  chunks_per_shard: z.number().int().min(CHUNKS_PER_SHARD.min).max(CHUNKS_PER_SHARD.max).optional(),
   /**
    * This run's share of shared rollout and trainer workers against other runs' (docs/architecture.md
    * "Runs share workers fairly"): a run of weight 2 gets twice the dispatches of a run of weight 1

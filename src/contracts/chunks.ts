@@ -9,8 +9,8 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RolloutSummary } from './trajectory';
 import type { OutageWaitLimits } from './outage';
-import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from './chunkBounds';
-export { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK };
+import { AUTO_SHARDS, CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from './chunkBounds';
+export { AUTO_SHARDS, CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK };
 
 /** Temporal's limits a step's fan-out is sized against (docs.temporal.io, "Temporal Cloud limits" and the server's defaults). */
 export const TEMPORAL_LIMITS = {
@@ -58,8 +58,10 @@ export interface FanoutPlan {
 /** How a step of `total` rollouts is cut; the same plan in the workflow, in `ratchet check` and in the bench. */
 export function fanoutPlan(total: number, o: { rollouts_per_chunk?: number; chunks_per_shard?: number; max_concurrent_rollouts: number }): FanoutPlan {
   const perChunk = o.rollouts_per_chunk || ROLLOUTS_PER_CHUNK.default;
-  const chunksPerShard = o.chunks_per_shard ?? CHUNKS_PER_SHARD.default;
   const chunks = Math.ceil(total / perChunk);
+  // Unset: shards of 64 chunks, at most AUTO_SHARDS of them (./chunkBounds.ts). Configs before 0.7 always
+  // carry a number (the schema's default then), so a step started then plans as it did.
+  const chunksPerShard = o.chunks_per_shard ?? Math.max(CHUNKS_PER_SHARD.default, Math.ceil(chunks / AUTO_SHARDS));
   const shards = Math.max(1, Math.ceil(chunks / chunksPerShard));
   const windowChunks = Math.max(1, Math.ceil(o.max_concurrent_rollouts / perChunk));
   const windowPerShard = Math.max(1, Math.min(Math.ceil(windowChunks / shards), chunksPerShard, chunks));

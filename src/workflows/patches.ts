@@ -106,6 +106,15 @@ export const PATCHES = {
    * step: a run without a cadence (every history before 0.7) never reaches patched().
    */
   evalCadence: 'v0.7-eval-cadence',
+  /**
+   * A chunked step reports its progress at most ~8 times (every 1/8 of its chunks, and once at the end):
+   * before, every chunk that finished after the last one had started signalled the parent, so a step of
+   * one window (all chunks started at once) sent one signal per chunk to TrainRun (issue 24, profiled on
+   * PostgreSQL). RolloutShard and StepRollouts' own chunks alike.
+   */
+  chunkProgressStride: 'v0.7-chunk-progress-stride',
+  /** StepRollouts starts all its RolloutShard children in one workflow task, not one task (and round trip) per shard. */
+  shardsStartTogether: 'v0.7-shards-start-together',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

@@ -24,6 +24,7 @@ import {
   continueAsNew,
   getExternalWorkflowHandle,
   log,
+  patched,
   proxyActivities,
   setHandler,
   sleep,
@@ -47,6 +48,7 @@ import { forActivity, livenessOf } from '../shared/liveness';
 import { syncAllHosts } from './inferenceWait';
 import { syncQuorum } from '../shared/replicas';
 import { rolloutProgressSignal, shardStatusSignal } from './messages';
+import { PATCHES } from './patches';
 import { DEFAULT_HANDOFF_AFTER, callOf, capFor, handOff, outageOf } from './outageWait';
 import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './serveWait';
 import { waitForStore, type OutageWaiter } from './storeWait';
@@ -216,6 +218,10 @@ async function runChunks(
     }
   };
 
+  // Before v0.7: `next >= end` held from the moment the last chunk started, so each chunk finishing after
+  // that signalled (every chunk, in a step of one window). Histories from then replay that way.
+  const strided = patched(PATCHES.chunkProgressStride);
+  let reported = doneBefore;
   const lane = async (): Promise<void> => {
     while (next < end && !stopAt()) {
       const c = next++;
@@ -223,7 +229,10 @@ async function runChunks(
       parts[c - first] = r.summaries;
       done += r.count;
       if (waits.waitingForRolloutWorkers) await set('waitingForRolloutWorkers', false);
-      if (++chunksDone % stride === 0 || next >= end) await report(done, { ...waits });
+      if (++chunksDone % stride === 0 || (strided ? chunksDone === chunks : next >= end)) {
+        reported = done;
+        await report(done, { ...waits });
+      }
     }
   };
   const watching = chunks > 0 ? watchdog() : undefined;
@@ -234,6 +243,8 @@ async function runChunks(
   }
   await watching;
   if (waits.waitingForRolloutWorkers) await set('waitingForRolloutWorkers', false);
+  // Stopped early (a shard about to continue as new): what it finished since its last report.
+  if (strided && done !== reported) await report(done, { ...waits });
   return { parts, done };
 }
 
@@ -326,16 +337,22 @@ export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest:
     dirty = true;
   });
   const info = workflowInfo();
-  const handles: ChildWorkflowHandle<typeof RolloutShard>[] = [];
-  for (let s = 0; s < plan.shards; s++) {
+  const startShard = (s: number): Promise<ChildWorkflowHandle<typeof RolloutShard>> => {
     const firstChunk = s * plan.chunksPerShard;
-    handles.push(await startChild(RolloutShard, {
+    return startChild(RolloutShard, {
       args: [{ ctx, shard: s, firstChunk, endChunk: Math.min(firstChunk + plan.chunksPerShard, plan.chunks), window: plan.windowPerShard, parentWorkflowId: info.workflowId,
         ...(input.shardEventsBeforeContinue !== undefined ? { eventsBeforeContinue: input.shardEventsBeforeContinue } : {}) }],
       workflowId: `${info.workflowId}-shard-${s}`,
       taskQueue: info.taskQueue,
       priority: trainingPriority(input.runId, o.fairness_weight),
-    }));
+    });
+  };
+  const handles: ChildWorkflowHandle<typeof RolloutShard>[] = [];
+  if (patched(PATCHES.shardsStartTogether)) {
+    // Every start command in one workflow task: the shards begin together, not one round trip apart.
+    handles.push(...(await Promise.all(Array.from({ length: plan.shards }, (_, s) => startShard(s)))));
+  } else {
+    for (let s = 0; s < plan.shards; s++) handles.push(await startShard(s));
   }
   let finished = false;
   const results = Promise.all(handles.map((h) => h.result())).finally(() => { finished = true; });

@@ -11,8 +11,9 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { recordedHistoryToObject } from '../unit/workflowHistories';
 
 export const HISTORIES_ROOT = path.join(__dirname, '..', 'fixtures', 'histories');
+// RATCHET_HISTORIES_RELEASE names the next release's folder while package.json still has the current one.
 // eslint-disable-next-line @typescript-eslint/no-require-imports -- package.json is not a module
-export const RELEASE = `v${(require('../../package.json') as { version: string }).version}`;
+export const RELEASE = process.env.RATCHET_HISTORIES_RELEASE ?? `v${(require('../../package.json') as { version: string }).version}`;
 
 export const recording = (): boolean => process.env.RATCHET_RECORD_HISTORIES === '1';
 
