@@ -10,6 +10,7 @@ import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { OutageWaitLimits } from './outage';
 import type { ControlAction, RunOverrides } from './records';
+import type { Cost, CostKey } from './cost';
 import type { StepSummary } from './step';
 
 /** State carried across continue-as-new and used to resume a run: nothing large. */
@@ -37,6 +38,8 @@ export interface ResumeState {
   trainerQueue?: string;
   /** Settings changed with `ratchet set` (carried across continue-as-new and in the state file). */
   overrides?: RunOverrides;
+  /** The run's cost so far (the cost ledger): budgets count from it after continue-as-new or a restart. */
+  cost?: Cost;
 }
 
 /** What every control update may carry: why, and who asks (recorded with the action). */
@@ -119,6 +122,8 @@ export type RunStatus =
   | 'waiting-for-trainer'
   /** Rollouts are pending but none runs and no rollout worker polls its queue (StepRollouts' watchdog). */
   | 'waiting-for-rollout-workers'
+  /** The run's cost reached a budget ([budget]): paused until `ratchet set --budget <figure>=<value>` raises it. */
+  | 'budget-exhausted'
   | 'completed'
   | 'stopped';
 
@@ -151,6 +156,10 @@ export interface Progress {
   /** Settings changed with `ratchet set` and in effect; `pendingOverrides`: accepted, in effect from the next step. */
   overrides?: RunOverrides;
   pendingOverrides?: RunOverrides;
+  /** The run's cost up to its last recorded step (the cost ledger). */
+  cost?: Cost;
+  /** While status is budget-exhausted: the budget reached, what was spent and the bound. */
+  budgetExhausted?: { key: CostKey; spent: number; budget: number };
 }
 
 /** The ResumeState part of a run's state file: only the small fields continue-as-new may carry. */
@@ -161,5 +170,6 @@ export function pickResume(s: ResumeState): ResumeState {
     ...(s.artifacts ? { artifacts: s.artifacts } : {}),
     ...(s.overrides && Object.keys(s.overrides).length ? { overrides: s.overrides } : {}),
     ...(s.epoch ? { epoch: s.epoch } : {}),
+    ...(s.cost ? { cost: s.cost } : {}),
   };
 }

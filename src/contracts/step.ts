@@ -48,6 +48,8 @@ export interface RolloutStats {
   stalenessHistogram: Record<string, number>;
   toolsUsed: Record<string, number>;
   shellCommands: Record<string, number>;
+  /** The step's sandboxes, summed over its rollouts' summaries (absent when none carries figures: older workers). */
+  sandbox?: { containers: number; container_s: number; cpu_s: number };
 }
 
 /** StepRollouts' input: one step's rollouts, run as a child of TrainRun. */

@@ -177,6 +177,14 @@ export const Trajectory = z.object({
 export type Trajectory = z.infer<typeof Trajectory>;
 
 /** What crosses Temporal for a rollout: a reference and a summary, never the trajectory. */
+/** What a rollout's sandboxes cost (src/rollouts/cost.ts): containers acquired, Docker's container-seconds and their cgroups' CPU-seconds. */
+export const SandboxCost = z.object({
+  containers: z.number().int().nonnegative(),
+  container_s: z.number().nonnegative(),
+  cpu_s: z.number().nonnegative(),
+});
+export type SandboxCost = z.infer<typeof SandboxCost>;
+
 export const RolloutSummary = z.object({
   task_id: z.string(),
   group_id: z.string(),
@@ -196,5 +204,7 @@ export const RolloutSummary = z.object({
   tools_used: z.record(z.number().int().nonnegative()).optional(),
   /** Shell commands the agent ran, by program name (first word). */
   commands: z.record(z.number().int().nonnegative()).optional(),
+  /** The rollout's sandboxes (absent in records made before the cost ledger). */
+  sandbox: SandboxCost.optional(),
 });
 export type RolloutSummary = z.infer<typeof RolloutSummary>;

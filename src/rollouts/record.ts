@@ -12,7 +12,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
 import type { Environment, Score } from '../envs/types';
-import { RolloutSummary, samplingRecord, Trajectory, type ToolSpec } from '../contracts/trajectory';
+import { RolloutSummary, samplingRecord, Trajectory, type SandboxCost, type ToolSpec } from '../contracts/trajectory';
 
 /** What one attempt of a rollout ended with. */
 export interface RolloutOutcome {
@@ -27,6 +27,8 @@ export interface RolloutOutcome {
   score: Score;
   sandboxMs: number;
   totalMs: number;
+  /** The rollout's containers and what they cost (src/rollouts/cost.ts). */
+  sandbox?: SandboxCost;
 }
 
 /** A rollout whose task could not be set up: no turns, zero reward, the error kept. */
@@ -89,6 +91,7 @@ export function summaryOf(input: ParsedRolloutInput, o: RolloutOutcome, trajecto
     prompt_tokens: result.stats.prompt_tokens,
     tools_used: result.stats.tools_used,
     commands: countBy(result.stats.commands),
+    ...(o.sandbox ? { sandbox: o.sandbox } : {}),
   });
 }
 

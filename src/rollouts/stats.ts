@@ -23,6 +23,7 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
   const stalenessHistogram: Record<string, number> = {};
   const toolsUsed: Record<string, number> = {};
   const shellCommands: Record<string, number> = {};
+  let sandbox: { containers: number; container_s: number; cpu_s: number } | undefined;
   const add = (into: Record<string, number>, from: Record<string, number> | undefined) => {
     for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
   };
@@ -37,6 +38,12 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     stalenessHistogram[String(lag)] = (stalenessHistogram[String(lag)] ?? 0) + 1;
     add(toolsUsed, r.tools_used);
     add(shellCommands, r.commands);
+    if (r.sandbox) {
+      sandbox ??= { containers: 0, container_s: 0, cpu_s: 0 };
+      sandbox.containers += r.sandbox.containers;
+      sandbox.container_s += r.sandbox.container_s;
+      sandbox.cpu_s += r.sandbox.cpu_s;
+    }
   }
   const components = Object.fromEntries(Object.keys(sums).sort().map((k) => [k, round(sums[k]! / ns)]));
   return {
@@ -51,7 +58,12 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     stalenessHistogram,
     toolsUsed,
     shellCommands,
+    ...(sandbox ? { sandbox: { containers: sandbox.containers, container_s: round3(sandbox.container_s), cpu_s: round3(sandbox.cpu_s) } } : {}),
   };
+}
+
+function round3(x: number): number {
+  return Math.round(x * 1000) / 1000;
 }
 
 function round(x: number): number {

@@ -92,6 +92,12 @@ export const PATCHES = {
   stepManifest: 'v0.6-step-manifest',
   /** StepRollouts given a manifest runs it in chunks and shards (src/workflows/stepChunks.ts). */
   stepChunks: 'v0.6-step-chunks',
+  /**
+   * Budgets (the cost ledger, docs/operations.md): at a step boundary, a run whose cost reached a budget
+   * ([budget], or raised with `ratchet set --budget`) waits with status budget-exhausted until one is raised.
+   * Checked only when the run has a budget: runs without one make no new command.
+   */
+  runBudgets: 'v0.7-run-budgets',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its
