@@ -2,6 +2,19 @@ import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 import { setSettingsUpdate } from '../workflows/messages';
 import { controlRequest, sendControl } from './control';
+import { COST_KEYS } from '../contracts/cost';
+
+/** --budget <figure>=<value>, repeatable: the cost ledger's figures (docs/operations.md). */
+export function parseBudget(v: string, prev: Record<string, number> = {}): Record<string, number> {
+  const m = /^([a-z_]+)=(.+)$/.exec(v.trim());
+  if (!m) throw new InvalidArgumentError(`--budget needs <figure>=<value>, e.g. sandbox_cpu_s=7200 (got "${v}")`);
+  const [, key, raw] = m as unknown as [string, string, string];
+  const figure = key.replace(/^max_/, '');
+  if (!(COST_KEYS as readonly string[]).includes(figure)) throw new InvalidArgumentError(`--budget: unknown figure ${key}; the figures are ${COST_KEYS.join(', ')}`);
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`--budget ${figure} needs a number above 0, got "${raw}"`);
+  return { ...prev, [figure]: n };
+}
 
 const num = (flag: string) => (v: string): number => {
   const n = Number(v);
@@ -11,14 +24,16 @@ const num = (flag: string) => (v: string): number => {
 
 export function register(program: Command): void {
   program.command('set')
-    .description('change a running run\'s learning rate or staleness bound from its next step boundary (validated and recorded with your identity and reason)')
+    .description('change a running run\'s learning rate, staleness bound or budgets from its next step boundary (validated and recorded with your identity and reason)')
     .argument('<run>', 'run id')
     .option('--lr <rate>', 'trainer.optim.lr from the next step on (0 to 1)', num('--lr'))
     .option('--async-level <n>', 'orchestrator.async_level, how many versions a rollout may lag (0 to 8)', num('--async-level'))
+    .option('--budget <figure=value>', 'raise or set a budget ([budget] max_<figure>), e.g. sandbox_cpu_s=7200; repeatable. A budget-exhausted run resumes once none is reached', parseBudget)
     .requiredOption('--reason <text>', 'why: recorded with the change in the run\'s step records')
-    .addHelpText('after', '\nExamples:\n  $ ratchet set smoke-1 --lr 5e-6 --reason "loss spikes since step 30"\n  $ ratchet set smoke-1 --async-level 0 --reason "staleness too high"')
-    .action((run: string, o: { lr?: number; asyncLevel?: number; reason: string }, cmd: Command) => sendControl(
+    .addHelpText('after', '\nExamples:\n  $ ratchet set smoke-1 --lr 5e-6 --reason "loss spikes since step 30"\n  $ ratchet set smoke-1 --async-level 0 --reason "staleness too high"\n  $ ratchet set smoke-1 --budget sandbox_cpu_s=7200 --reason "approved by the team lead"')
+    .action((run: string, o: { lr?: number; asyncLevel?: number; budget?: Record<string, number>; reason: string }, cmd: Command) => sendControl(
       cmd.optsWithGlobals(), run, setSettingsUpdate, 'change settings',
-      { ...controlRequest(o.reason), ...(o.lr !== undefined ? { learning_rate: o.lr } : {}), ...(o.asyncLevel !== undefined ? { async_level: o.asyncLevel } : {}) },
+      { ...controlRequest(o.reason), ...(o.lr !== undefined ? { learning_rate: o.lr } : {}), ...(o.asyncLevel !== undefined ? { async_level: o.asyncLevel } : {}),
+        ...(o.budget ? { budget: o.budget } : {}) },
     ));
 }
