@@ -58,8 +58,11 @@ describeWithStack('cost ledger on the real stack', ['temporalServer', 'inference
   let connection: Connection;
   let client: Client;
   let restoreStackWorkers: () => Promise<void> = async () => {};
+  // Before the workers start: warm-pool containers start with the rollout worker, before any run takes them.
+  let since = 0;
 
   beforeAll(async () => {
+    since = Math.floor(Date.now() / 1000) - 1;
     if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
     restoreStackWorkers = await takeOverStackWorkers();
     connection = await Connection.connect({ address: '127.0.0.1:7233' });
@@ -76,7 +79,6 @@ describeWithStack('cost ledger on the real stack', ['temporalServer', 'inference
 
   test('a smoke run\'s container-seconds match Docker\'s records within 5%', async () => {
     const runId = `it-cost-${Date.now()}`;
-    const since = Math.floor(Date.now() / 1000) - 1;
     const handle = await startTrainRun(client, path.join(REPO, 'configs', 'swe-grep', 'smoke.toml'), { runId });
     const result = await handle.result();
     expect(result.stopped).toBe('completed');
