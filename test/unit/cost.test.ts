@@ -12,6 +12,8 @@ import { stepCost } from '../../src/workflows/stepRecord';
 import { validateSettings } from '../../src/workflows/runControl';
 import { parseBudget } from '../../src/cli/set';
 import { costLine } from '../../src/cli/follow';
+import { meterSandboxes } from '../../src/rollouts/cost';
+import type { Sandbox } from '../../src/envs/sandbox';
 
 const summary = (i: number, sandbox?: RolloutSummary['sandbox']): RolloutSummary => ({
   task_id: `t${i}`, group_id: 'g', rollout_index: i, trajectory: { uri: 'file:///x', sha256: 'a', bytes: 1 },
@@ -107,5 +109,36 @@ describe('a step\'s cost', () => {
   test('ratchet status shows the figures', () => {
     expect(costLine({ sandbox_containers: 4, sandbox_container_s: 12.4, sandbox_cpu_s: 3.6, tokens_generated: 99 }))
       .toMatch(/sandboxes 4 \(12 container-s, 4 CPU-s\).*99 generated/);
+  });
+});
+
+describe('meterSandboxes', () => {
+  test('counts every container acquired and sums the released ones\' usage once each', async () => {
+    const usages = [{ container_s: 2.5, cpu_s: 0.25 }, undefined, { container_s: 1, cpu_s: 0.5 }];
+    let n = 0;
+    const inner = {
+      async acquire(): Promise<Sandbox> {
+        const u = usages[n++];
+        let released = false;
+        return {
+          exec: async () => ({ exitCode: 0, stdout: '', stderr: '', timedOut: false, truncated: false, durationMs: 0 }),
+          writeFile: async () => {}, readFile: async () => '', diff: async () => '',
+          release: async () => { released = true; },
+          // Like DockerSandbox: figures only after release; undefined when Docker had lost the container.
+          usage: () => (released ? u : undefined),
+        };
+      },
+    };
+    const meter = meterSandboxes(inner);
+    const opts = { labels: { run: 'r', step: 0, rollout: 'a' }, limits: {} as never };
+    const a = await meter.acquire(opts);
+    const b = await meter.acquire(opts);
+    const c = await meter.acquire(opts);
+    expect(meter.cost()).toEqual({ containers: 3, container_s: 0, cpu_s: 0 });
+    await a.release();
+    await a.release();
+    await b.release();
+    await c.release();
+    expect(meter.cost()).toEqual({ containers: 3, container_s: 3.5, cpu_s: 0.75 });
   });
 });
