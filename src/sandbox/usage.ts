@@ -13,6 +13,8 @@ export interface ContainerUsage {
   cpu_s: number;
 }
 
+const STOP_WAIT_MS = 10_000;
+
 /** Reads the container's CPU, stops it and reads its start and finish times; undefined when Docker no longer knows it. */
 export async function stopAndMeasure(container: Docker.Container): Promise<ContainerUsage | undefined> {
   let cpuNs = 0;
@@ -30,7 +32,12 @@ export async function stopAndMeasure(container: Docker.Container): Promise<Conta
     if (statusOf(err) === 404) return undefined;
   }
   try {
-    await container.wait({ condition: 'not-running' });
+    // Bounded: a dockerd that cannot stop it must not hold up the release (force-removal follows).
+    const waited = await Promise.race([
+      container.wait({ condition: 'not-running' }).then(() => true),
+      new Promise<false>((r) => setTimeout(() => r(false), STOP_WAIT_MS).unref()),
+    ]);
+    if (!waited) return undefined;
     const state = (await container.inspect()).State;
     const started = Date.parse(state.StartedAt);
     const finished = Date.parse(state.FinishedAt);
