@@ -110,7 +110,7 @@ export function costLine(cost: Partial<Cost>): string {
   const n = (k: CostKey) => cost[k] ?? 0;
   return `cost: sandboxes ${n('sandbox_containers')} (${n('sandbox_container_s').toFixed(0)} container-s, ${n('sandbox_cpu_s').toFixed(0)} CPU-s)` +
     ` · trainer ${n('trainer_cpu_s').toFixed(0)} CPU-s, ${n('trainer_gpu_s').toFixed(0)} GPU-s · tokens ${n('tokens_generated')} generated, ${n('tokens_trained')} trained` +
-    ` · ${n('temporal_events')} TrainRun events`;
+    ` · Temporal events: ${n('temporal_events')} TrainRun, ${n('temporal_child_events')} rollout children`;
 }
 
 export interface FollowResult {

@@ -22,6 +22,8 @@ export const COST_KEYS = [
   'tokens_trained',
   /** Events TrainRun's own history grew by over the step (workflow tasks, activities, timers, children: not the children's own histories). */
   'temporal_events',
+  /** Events of the step's StepRollouts child and its rollout shards (each over its continue-as-new executions), read as each returns. */
+  'temporal_child_events',
 ] as const;
 export type CostKey = (typeof COST_KEYS)[number];
 

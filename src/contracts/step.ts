@@ -89,7 +89,8 @@ export interface StepRolloutsInput {
 export const SUMMARIES_PER_PART = 1000;
 
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the summaries-by-ref patch). */
-export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number };
+/** `events`: the history events of StepRollouts and its shards (the cost ledger's temporal_child_events); absent before it. */
+export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number; events?: number };
 
 /** Sent by a step's rollout child to its parent, by workflow id, as groups finish (signal `rolloutProgress`). */
 export interface RolloutProgressSignal {

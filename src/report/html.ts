@@ -242,7 +242,7 @@ function controlTable(data: ReportData): string {
 const COST_LABELS: Record<string, string> = {
   sandbox_containers: 'sandbox containers', sandbox_container_s: 'sandbox container-seconds', sandbox_cpu_s: 'sandbox CPU-seconds',
   trainer_cpu_s: 'trainer CPU-seconds', trainer_gpu_s: 'trainer GPU-seconds', tokens_generated: 'tokens generated',
-  tokens_trained: 'tokens trained', temporal_events: 'TrainRun history events',
+  tokens_trained: 'tokens trained', temporal_events: 'TrainRun history events', temporal_child_events: 'rollout children\'s history events',
 };
 
 function costTable(data: ReportData): string {

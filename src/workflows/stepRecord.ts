@@ -47,11 +47,13 @@ export interface FinishedStep {
   epoch?: number;
   /** The cost ledger: TrainRun's history events over the step, and the run's cost before it (absent: nothing recorded). */
   temporalEvents?: number;
+  /** StepRollouts' and its shards' history events (StepRolloutsResult.events). */
+  temporalChildEvents?: number;
   runCostBefore?: Cost;
 }
 
 /** What the step cost (COST_KEYS): its rollouts' sandboxes and tokens, the trainer's seconds, TrainRun's events. */
-export function stepCost(f: Pick<FinishedStep, 'stats' | 'trained' | 'built' | 'temporalEvents'>): Cost {
+export function stepCost(f: Pick<FinishedStep, 'stats' | 'trained' | 'built' | 'temporalEvents' | 'temporalChildEvents'>): Cost {
   const s = f.stats.sandbox;
   const m = f.trained?.metrics;
   const num = (x: unknown) => (typeof x === 'number' && Number.isFinite(x) && x > 0 ? x : 0);
@@ -65,6 +67,7 @@ export function stepCost(f: Pick<FinishedStep, 'stats' | 'trained' | 'built' | '
     // Only a step the trainer applied trained anything (a skipped or faulted step trained no token).
     tokens_trained: f.trained ? num(f.built?.summary.trainable_tokens) : 0,
     temporal_events: Math.max(0, f.temporalEvents ?? 0),
+    temporal_child_events: Math.max(0, f.temporalChildEvents ?? 0),
   });
 }
 

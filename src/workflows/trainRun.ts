@@ -369,6 +369,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync }, epoch,
         temporalEvents: workflowInfo().historyLength - events0, runCostBefore: run.cost,
+        ...(!Array.isArray(childResult) && childResult.events !== undefined ? { temporalChildEvents: childResult.events } : {}),
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts, epoch);
       run.lastStep = await patient.recordStep({ record, state: nextState });

@@ -87,10 +87,10 @@ describe('a step\'s cost', () => {
     expect(stats.sandbox).toEqual({ containers: 3, container_s: 6.75, cpu_s: 1.8 });
     const trained = { metrics: { loss: 1, applied: true, cpu_s: 12.5, gpu_s: 3 }, restarts: 0 } as never;
     const built = { batch: {}, manifest: {}, summary: { trainable_tokens: 321 } } as never;
-    const cost = stepCost({ stats, trained, built, temporalEvents: 42 });
+    const cost = stepCost({ stats, trained, built, temporalEvents: 42, temporalChildEvents: 77 });
     expect(cost).toEqual({
       sandbox_containers: 3, sandbox_container_s: 6.75, sandbox_cpu_s: 1.8, trainer_cpu_s: 12.5, trainer_gpu_s: 3,
-      tokens_generated: 10 + 11 + 12, tokens_trained: 321, temporal_events: 42,
+      tokens_generated: 10 + 11 + 12, tokens_trained: 321, temporal_events: 42, temporal_child_events: 77,
     });
     // A step the trainer skipped trained nothing and spent no trainer time.
     expect(stepCost({ stats, built, temporalEvents: 1 })).toMatchObject({ tokens_trained: 0, trainer_cpu_s: 0 });

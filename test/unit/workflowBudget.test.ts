@@ -98,6 +98,8 @@ describeWithStack('TrainRun cost ledger and budgets (fake activities, real dev s
           tokens_trained: 7 * perRollout,
         });
         expect(record.cost!.temporal_events).toBeGreaterThan(0);
+        // StepRollouts ran 6 rollout activities at least: 3 events each (scheduled, started, completed).
+        expect(record.cost!.temporal_child_events).toBeGreaterThan(3 * perRollout);
         // run_cost: the sum of the records so far; the state file carries it.
         const sum = f.records.slice(0, i + 1).reduce((a, r) => a + r.record.cost!.sandbox_container_s, 0);
         expect(record.run_cost!.sandbox_container_s).toBeCloseTo(sum, 6);
