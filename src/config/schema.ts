@@ -395,6 +395,14 @@ export function crossFieldIssues(c: z.infer<typeof RunConfig>): { path: string[]
         `or 3 x sandbox.exec_timeout_s for the test run). Fix: raise liveness.rollout_stall_s above ${slowest}, or lower those timeouts`,
     });
   }
+  // A lifetime shorter than one test run would kill sandboxes mid-episode, every time.
+  if (c.sandbox.max_lifetime_s <= c.sandbox.exec_timeout_s * 3) {
+    issues.push({
+      path: ['sandbox', 'max_lifetime_s'],
+      message: `${c.sandbox.max_lifetime_s} must exceed 3 x sandbox.exec_timeout_s (${c.sandbox.exec_timeout_s * 3} s: a test run) so a sandbox outlives its episode. ` +
+        `Fix: raise sandbox.max_lifetime_s (default 3600), or lower sandbox.exec_timeout_s`,
+    });
+  }
   return issues;
 }
 

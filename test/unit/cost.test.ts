@@ -64,6 +64,12 @@ describe('[budget] and set --budget', () => {
     expect(() => parseRunConfig(toml(line), 'x.toml')).toThrow(message);
   });
 
+  test('a sandbox lifetime shorter than a test run is refused, with the fix', () => {
+    const text = '[[env]]\nid = "swe-grep"\n[sandbox]\nexec_timeout_s = 20\nmax_lifetime_s = 60\n';
+    expect(() => parseRunConfig(text, 'x.toml')).toThrow(/sandbox\.max_lifetime_s.*must exceed 3 x sandbox\.exec_timeout_s/);
+    expect(parseRunConfig(text.replace('60', '61'), 'x.toml').sandbox.max_lifetime_s).toBe(61);
+  });
+
   test('the workflow\'s validator refuses what [budget] would', () => {
     expect(() => validateSettings({ budget: { sandbox_cpu_s: 0 } })).toThrow(/budget sandbox_cpu_s must be a number above 0 \(got 0\)/);
     expect(() => validateSettings({ budget: { nope: 1 } as never })).toThrow(/unknown figure nope/);
