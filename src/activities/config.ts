@@ -9,6 +9,7 @@ import { type ArtifactsConfig, RunConfig } from '../config/schema';
 import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
 import { type FetchLike, logprobsModeProblem, probeLogprobsMode, processedLogprobsReason } from '../check/logprobsMode';
 import { resolveConfigPath } from '../shared/paths';
+import { checkEvalSection, configTaskset } from '../evals/tasksets';
 import { loadTasks } from '../tasks/load';
 import type { Logger } from '../shared/logger';
 import { readRunState } from '../records/runRecords';
@@ -84,6 +85,7 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
         config.model.path = resolveRepoPath(config.model.path);
         config.artifacts = resolveArtifactPaths(config.artifacts);
         await checkEnvironmentModules(config);
+        await checkEvalTaskset(input.configPath, config);
         await checkInferenceLogprobs(input.runId, config);
         const configRef = await runStore.putJson(runKeys.config(input.runId), config);
         logger.info({ runId: input.runId, configPath: input.configPath, sha256: configRef.sha256, store: runStore.url }, 'run config validated and stored');
@@ -100,6 +102,17 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
 
 function resolveArtifactPaths(a: ArtifactsConfig): ArtifactsConfig {
   return a.root ? { ...a, root: resolveRepoPath(a.root) } : a;
+}
+
+/**
+ * With an in-run eval cadence ([eval] every_steps > 0), its task set must load now, not at the first
+ * sweep: a path becomes absolute in the stored config (as env datasets do), and a problem fails the run
+ * naming eval.taskset (or eval.k) with the fix.
+ */
+async function checkEvalTaskset(configPath: string, config: RunConfig): Promise<void> {
+  config.eval = { ...config.eval, taskset: configTaskset(config.eval.taskset) };
+  const found = await checkEvalSection(config.eval);
+  if (found && 'problem' in found) throw ApplicationFailure.nonRetryable(`invalid run config\n${configPath}: ${found.problem}`, 'ConfigError');
 }
 
 /**

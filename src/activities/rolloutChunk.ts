@@ -26,6 +26,8 @@ import type { Liveness } from '../shared/liveness';
 import { componentLogger } from '../shared/logger';
 import { withLiveness } from './liveness';
 import { createHash } from 'node:crypto';
+import * as path from 'node:path';
+import { findStoredTrajectory, summaryOfStored } from '../rollouts/record';
 
 const log = componentLogger('rollout-chunk');
 
@@ -94,9 +96,20 @@ export function createChunkActivity(deps: ChunkDeps) {
     for (const d of input.done ?? []) done.set(d.i, d.summary);
     const beat = ctx?.info.heartbeatDetails as ChunkProgress | undefined;
     for (const d of beat?.done ?? []) if (d.i >= input.start && d.i < input.end) done.set(d.i, d.summary);
+    const clog = log.child({ run: manifest.runId, step: manifest.step, start: input.start, end: input.end, attempt: ctx?.info.attempt });
+    // A later attempt (or a later call after a wait) also adopts rollouts an earlier attempt finished and
+    // stored but never managed to name: heartbeats are throttled, so a worker killed just after a rollout
+    // finished may have sent no beat for it. A first call has nothing to find and skips the listing.
+    if ((ctx?.info.attempt ?? 1) > 1 || input.done !== undefined) {
+      try {
+        const adopted = await adoptStoredRollouts(storeFor(input.artifacts, deps.store), manifest, input, done);
+        if (adopted.length) clog.info({ adopted }, 'chunk: rollouts an earlier attempt stored are adopted, not run again');
+      } catch (err) {
+        throw asActivityFailure(err);
+      }
+    }
     const missing: number[] = [];
     for (let i = input.start; i < input.end; i++) if (!done.has(i)) missing.push(i);
-    const clog = log.child({ run: manifest.runId, step: manifest.step, start: input.start, end: input.end, attempt: ctx?.info.attempt });
     if (done.size) clog.info({ done: done.size, missing: missing.length }, 'chunk resumed: only the missing rollouts run');
 
     const progressOf = (): ChunkProgress => ({ done: [...done].map(([i, summary]): ChunkRolloutDone => ({ i, summary })) });
@@ -155,4 +168,26 @@ export function createChunkActivity(deps: ChunkDeps) {
   }
 
   return { rolloutChunk };
+}
+
+/**
+ * Rollouts of the chunk not yet in `done` whose trajectory an earlier attempt stored: their summaries
+ * are rebuilt from the stored trajectory and added to `done`. Returns the indices adopted.
+ */
+export async function adoptStoredRollouts(
+  store: ArtifactStore, manifest: StepManifest, input: Pick<RolloutChunkInput, 'start' | 'end'>, done: Map<number, RolloutSummary>,
+): Promise<number[]> {
+  const adopted: number[] = [];
+  const listings = new Map<string, Promise<string[]>>(); // one listing per group (a group's rollouts share a directory)
+  for (let i = input.start; i < input.end; i++) {
+    if (done.has(i)) continue;
+    const r = rolloutInputOf(manifest, i);
+    const dir = path.posix.dirname(runKeys.trajectory(r.runId, r.step, r.groupId, r.rolloutIndex, '0'.repeat(16)));
+    if (!listings.has(dir)) listings.set(dir, store.list(dir));
+    const found = await findStoredTrajectory(store, r.runId, r.step, r.groupId, r.rolloutIndex, await listings.get(dir)!);
+    if (!found) continue;
+    done.set(i, summaryOfStored(found.trajectory, found.ref, r.policyVersion));
+    adopted.push(i);
+  }
+  return adopted;
 }

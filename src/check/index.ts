@@ -7,6 +7,7 @@ import { checkHostLimits, hostCapacity, type HostCapacity } from './host';
 import { checkGpuMemory } from './gpu';
 import { checkModel } from './model';
 import { checkSft } from './sft';
+import { checkEval } from './eval';
 import { checkStack, type StackTarget } from './stack';
 import { fail, ok, type CheckLine } from './types';
 
@@ -29,7 +30,7 @@ export interface CheckReport {
 /**
  * Everything a run will need, checked without starting anything: the config
  * (bounds, then settings together), the environments, every dataset row, the
- * model directory and its chat template, the host's limits for sandboxes, and
+ * model directory and its chat template, the in-run eval task set, the host's limits for sandboxes, and
  * whether the stack answers. `ratchet check` prints it; `ratchet train` runs it first.
  */
 export async function runChecks(configPath: string, opts: CheckOptions = {}): Promise<CheckReport> {
@@ -59,6 +60,7 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
   lines.push(...dataLines);
   lines.push(...checkModel(config, envs, tasksByEnv));
   lines.push(...checkSft(config));
+  lines.push(...await checkEval(config));
   lines.push(...checkGpuMemory(config));
   lines.push(...checkHostLimits(config, await (opts.host ?? hostCapacity)()));
   if (opts.stack !== false) lines.push(...await checkStack(config, opts));

@@ -1,6 +1,9 @@
 import type { Client, WorkflowExecutionDescription } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
-import { loadStepRecords } from '../report/load';
+import { loadEvalResults, loadStepRecords } from '../report/load';
+import type { EvalResult } from '../contracts/eval';
+import type { EvalSweepStarted } from '../contracts/records';
+import type { LastEval } from '../contracts/run';
 import type { ReportStep } from '../report/records';
 import { progressQuery } from '../workflows/messages';
 import type { ControlAction, Progress } from '../contracts';
@@ -22,6 +25,38 @@ export function controlLine(a: ControlAction): string {
   const show = (k: string, v: unknown): string => (v && typeof v === 'object' ? Object.entries(v).map(([f, x]) => `${k}.${f}=${String(x)}`).join(' ') : `${k}=${String(v)}`);
   const changes = a.changes ? ` ${Object.entries(a.changes).map(([k, v]) => show(k, v)).join(' ')}` : '';
   return `  ${c.yellow(`⏵ ${a.action}${changes}`)} by ${a.identity} at step ${a.step} (${a.time})${a.reason ? `: ${a.reason}` : c.dim(': no reason given')}`;
+}
+
+const pct = (x: number | null | undefined): string => (x === null || x === undefined ? '—' : `${(x * 100).toFixed(1)}%`);
+
+/** The eval sweep a step's record names (the in-run cadence): started on its checkpoint. */
+export function evalSweepLine(s: EvalSweepStarted): string {
+  return `  ${c.blue(`⏵ eval sweep ${s.workflow_id}`)} started on v${s.policy_version} (${s.taskset}, k=${s.k}, every ${s.every_steps} steps)`;
+}
+
+/** The run's newest in-run sweep as its progress query tells it: running, its result, or why it failed. */
+export function lastEvalLine(e: LastEval): string {
+  const head = `eval of v${e.policy_version} (after step ${e.step}, ${e.workflow_id})`;
+  if (e.state === 'running') return `  ${c.dim(`${head}: running below training`)}`;
+  if (e.state === 'failed') return `  ${c.red(`${head}: failed`)}: ${e.error ?? 'see the Web UI'}`;
+  if (!e.result) return `  ${head}: done (already evaluated on ${e.taskset}; see ratchet report)`;
+  return `  ${head}: pass@1 ${pct(e.result.passAt1)} · reward ${e.result.meanReward.toFixed(3)} · file F1 ${pct(e.result.fileF1)} · ${e.result.episodes} eps`;
+}
+
+/** The newest stored eval result (highest policy version, then newest finish): `ratchet status` shows it. */
+export function latestEvalLine(results: EvalResult[]): string | undefined {
+  const r = [...results].sort((a, b) => b.policy_version - a.policy_version || b.finished_at.localeCompare(a.finished_at))[0];
+  if (!r) return undefined;
+  return `latest eval: v${r.policy_version} on ${r.taskset.name} (k=${r.k}) pass@1 ${pct(r.pass_at?.['1'])} · reward ${r.reward.mean.toFixed(3)} · ` +
+    `file F1 ${pct(r.localization.file?.f1)} · ${r.episodes} eps${r.workflow_id ? ` · ${r.workflow_id}` : ''}`;
+}
+
+async function latestEvalSoft(runId: string): Promise<string | undefined> {
+  try {
+    return latestEvalLine((await loadEvalResults(runId)).results);
+  } catch {
+    return undefined;
+  }
 }
 
 const controlKey = (a: ControlAction): string => `${a.time}|${a.action}|${a.identity}`;
@@ -136,6 +171,7 @@ export async function followRun(client: Client, workflowId: string, opts: { once
   };
   const bar = new ProgressBar();
   let lastPhaseKey = '';
+  let lastEvalKey = '';
   let interrupted = false;
   const onSigint = () => { interrupted = true; };
   process.once('SIGINT', onSigint);
@@ -152,16 +188,25 @@ export async function followRun(client: Client, workflowId: string, opts: { once
         bar.clear();
         console.log(stepLine(r));
         showControls(r.control);
+        if (r.eval_sweep) console.log(evalSweepLine(r.eval_sweep));
         printed.add(r.step);
       }
       const status = desc.status.name;
       if (status !== 'RUNNING') {
         bar.clear();
+        const latest = await latestEvalSoft(workflowId);
+        if (latest) console.log(latest);
         return { status, description: desc };
       }
       const p = await queryProgress(client, workflowId);
       if (p) {
         showControls(p.controls);
+        const evalKey = p.lastEval ? `${p.lastEval.workflow_id}:${p.lastEval.state}` : '';
+        if (p.lastEval && evalKey !== lastEvalKey && !opts.once) {
+          bar.clear();
+          console.log(lastEvalLine(p.lastEval));
+        }
+        lastEvalKey = evalKey;
         if (p.lastStep && !printed.has(p.lastStep.step) && printed.size === 0) {
           // No metrics file readable from here (another machine's store): the workflow's own summary.
           bar.clear();
@@ -184,6 +229,9 @@ export async function followRun(client: Client, workflowId: string, opts: { once
         if (p) console.log(`${c.bold(desc.workflowId)} ${c.green(p.status)}: ${phaseLine(p, p.phase === 'training' || p.phase === 'saving' ? trainerBeat(desc) : undefined)}, policy v${p.policyVersion}`);
         if (p?.cost) console.log(c.dim(`  ${costLine(p.cost)}`));
         else console.log(`${c.bold(desc.workflowId)} running (no worker answered the progress query: is \`ratchet up\` running the workers?)`);
+        if (p?.lastEval) console.log(lastEvalLine(p.lastEval));
+        const latest = await latestEvalSoft(workflowId);
+        if (latest) console.log(latest);
         return { status, description: desc };
       }
       if (interrupted) {

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
 import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from '../contracts/chunkBounds';
 import { COST_KEYS, type CostKey } from '../contracts/cost';
+import { EVAL_EVERY_STEPS_MAX, EVAL_K_MAX } from '../contracts/evalBounds';
 import { DEFAULT_FAIRNESS_WEIGHT, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN } from '../shared/fairness';
 
 /**
@@ -361,6 +362,23 @@ export const SftSection = z.object({
 }).strict();
 export type SftSection = z.infer<typeof SftSection>;
 
+/**
+ * [eval]: the in-run eval cadence. Every `every_steps` steps (after the steps whose count of finished
+ * steps is a multiple of it: 2 -> after steps 1, 3, 5...) TrainRun starts an EvalSweep child on the
+ * checkpoint that step just saved, on the held-out `taskset`, below training by priority; training does
+ * not wait for it. 0 is off. `ratchet set <run> --eval-every N` changes it on a running run.
+ */
+export const EvalSection = z.object({
+  every_steps: z.number().int().min(0).max(EVAL_EVERY_STEPS_MAX).default(0),
+  /** As `ratchet eval --taskset`: a name under .ratchet/tasks (`heldout` -> .ratchet/tasks/heldout.jsonl) or a JSONL path. */
+  taskset: z.string().min(1).default('heldout'),
+  /** Samples per task (pass@k's n). */
+  k: z.number().int().min(1).max(EVAL_K_MAX).default(4),
+  /** Eval rollouts in flight at once, per sweep. */
+  max_concurrent: z.number().int().min(1).max(1000).default(4),
+}).strict();
+export type EvalSection = z.infer<typeof EvalSection>;
+
 export const RunConfig = z.object({
   name: z.string().regex(/^[A-Za-z0-9._-]+$/, 'use letters, digits, ".", "_" and "-" only').optional(),
   model: z.object({
@@ -379,6 +397,7 @@ export const RunConfig = z.object({
   metrics: MetricsConfig.default({}),
   sft: SftSection.optional(),
   budget: BudgetSection.optional(),
+  eval: EvalSection.default({}),
 }).strict();
 
 /**

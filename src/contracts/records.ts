@@ -13,6 +13,7 @@ import { ArtifactsFields } from '../config/schema';
 import { COST_KEYS, type CostKey } from './cost';
 
 export { COST_KEYS, type CostKey } from './cost';
+import { EVAL_EVERY_STEPS_MAX } from './evalBounds';
 
 const Counts = z.record(z.string(), z.number());
 
@@ -36,6 +37,8 @@ export const RunOverrides = z.object({
   async_level: z.number().int().min(0).max(8).optional(),
   /** Budgets raised (or set) with `ratchet set --budget <key>=<value>`, over the config's [budget]. */
   budget: CostBudgets.optional(),
+  /** [eval] every_steps (the in-run eval cadence; 0: off) from this step on. */
+  eval_every_steps: z.number().int().min(0).max(EVAL_EVERY_STEPS_MAX).optional(),
 });
 export type RunOverrides = z.infer<typeof RunOverrides>;
 
@@ -53,6 +56,21 @@ export const ControlAction = z.object({
   changes: RunOverrides.optional(),
 });
 export type ControlAction = z.infer<typeof ControlAction>;
+
+/**
+ * The EvalSweep a step started on the checkpoint it saved (the in-run eval cadence, [eval] every_steps):
+ * its workflow id, and what it evaluates. The sweep runs on, abandoned by the run; its result lands in
+ * runs/<run>/evals/<policy_version>/<taskset-hash>.json (src/contracts/eval.ts).
+ */
+export const EvalSweepStarted = z.object({
+  workflow_id: z.string(),
+  policy_version: z.number().int().nonnegative(),
+  taskset: z.string(),
+  k: z.number().int().positive(),
+  /** The cadence in effect for the step ([eval] every_steps, or a `ratchet set` of it). */
+  every_steps: z.number().int().positive(),
+});
+export type EvalSweepStarted = z.infer<typeof EvalSweepStarted>;
 
 /**
  * A step's lineage as the workflow records it (src/workflows/lineage.ts): the build, the config, the
@@ -152,6 +170,8 @@ export const StepRecord = z.object({
   overrides: RunOverrides.optional(),
   /** Where the step came from (`ratchet lineage <run> <step>`). */
   lineage: StepLineage.optional(),
+  /** The eval sweep started on this step's checkpoint ([eval] every_steps); absent on the steps between. */
+  eval_sweep: EvalSweepStarted.optional(),
   /**
    * The run's checkpoint epoch when the step was recorded: 0 (absent) until a checkpoint fallback, each
    * fallback adds one. A step retrained after a fallback has a record of a higher epoch; readers keep the

@@ -9,8 +9,9 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { OutageWaitLimits } from './outage';
-import type { ControlAction, RunOverrides } from './records';
 import type { Cost, CostKey } from './cost';
+import type { ControlAction, EvalSweepStarted, RunOverrides } from './records';
+import type { EvalVersionSummary } from './eval';
 import type { StepSummary } from './step';
 
 /** State carried across continue-as-new and used to resume a run: nothing large. */
@@ -40,6 +41,11 @@ export interface ResumeState {
   overrides?: RunOverrides;
   /** The run's cost so far (the cost ledger): budgets count from it after continue-as-new or a restart. */
   cost?: Cost;
+  /**
+   * Only across continue-as-new: policy versions that in-run eval sweeps were still evaluating. The next
+   * execution keeps them loaded in inference (it cannot see those sweeps end), until it ends itself.
+   */
+  evalVersions?: number[];
 }
 
 /** What every control update may carry: why, and who asks (recorded with the action). */
@@ -160,6 +166,17 @@ export interface Progress {
   cost?: Cost;
   /** While status is budget-exhausted: the budget reached, what was spent and the bound. */
   budgetExhausted?: { key: CostKey; spent: number; budget: number };
+  /** The newest eval sweep this execution started ([eval] every_steps), with its result once it finished. */
+  lastEval?: LastEval;
+}
+
+/** An in-run eval sweep as the progress query shows it: what was started, and how it ended (if it has). */
+export interface LastEval extends EvalSweepStarted {
+  step: number;
+  state: 'running' | 'completed' | 'failed';
+  /** The evaluated version's summary (absent: skipped, as already evaluated on this task set). */
+  result?: EvalVersionSummary;
+  error?: string;
 }
 
 /** The ResumeState part of a run's state file: only the small fields continue-as-new may carry. */

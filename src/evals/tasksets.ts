@@ -3,7 +3,9 @@ import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { sha256 } from '../artifacts/store';
-import { paths } from '../shared/paths';
+import { paths, resolveConfigPath } from '../shared/paths';
+import type { EvalSection } from '../config/schema';
+import { MAX_EPISODES_PER_VERSION } from '../contracts/evalBounds';
 import { loadTasks, TaskLoadError } from '../tasks/load';
 import type { Task } from '../tasks/schema';
 
@@ -35,4 +37,27 @@ export async function loadEvalTaskset(taskset: string): Promise<{ name: string; 
   }
   if (tasks.length === 0) throw ApplicationFailure.nonRetryable(`task set ${file} has no tasks. Fix: point --taskset at a non-empty JSONL file.`, 'TaskSetInvalid');
   return { name, file, hash: sha256(bytes).slice(0, 16), tasks };
+}
+
+/** [eval] taskset as stored with the run: a name stays a name; a path resolves against the repository root, as config paths do. */
+export function configTaskset(taskset: string): string {
+  return taskset.includes('/') || /\.(jsonl|json|ndjson|parquet)$/i.test(taskset) ? resolveConfigPath(taskset) : taskset;
+}
+
+/**
+ * The in-run eval cadence's task set, checked as its sweeps will load it: undefined when the cadence
+ * is off; else the task set, or the problem, naming eval.taskset / eval.k, with the fix.
+ */
+export async function checkEvalSection(e: EvalSection): Promise<{ problem: string } | { name: string; file: string; tasks: number } | undefined> {
+  if (e.every_steps === 0) return undefined;
+  let ts: Awaited<ReturnType<typeof loadEvalTaskset>>;
+  try {
+    ts = await loadEvalTaskset(configTaskset(e.taskset));
+  } catch (err) {
+    return { problem: `eval.taskset: ${(err as Error).message.replace('or pass --taskset', 'or set eval.taskset to')} (eval.every_steps = ${e.every_steps} evaluates on it; 0 turns the cadence off)` };
+  }
+  if (ts.tasks.length * e.k > MAX_EPISODES_PER_VERSION) {
+    return { problem: `eval.k: ${ts.tasks.length} tasks of ${ts.file} x k = ${e.k} = ${ts.tasks.length * e.k} episodes per sweep, over ${MAX_EPISODES_PER_VERSION}. Fix: lower eval.k or use a smaller eval.taskset` };
+  }
+  return { name: ts.name, file: ts.file, tasks: ts.tasks.length };
 }

@@ -53,6 +53,8 @@ export interface ReportData {
   evals: EvalSeries[];
   /** Every control action recorded with the run's steps (pause, resume, stop, set), oldest first. */
   controls: ControlRow[];
+  /** The in-run eval sweeps ([eval] every_steps), oldest first, each with its result where one is stored. */
+  evalSweeps: EvalSweepRow[];
   /** Per step with a recorded lineage: its build and the first 12 hex of its batch and adapter sha256. */
   lineage: { step: number; build?: string; batch?: string; adapter?: string }[];
   /**
@@ -62,6 +64,31 @@ export interface ReportData {
   cost: { rows: { key: CostKey; total: number; meanPerStep: number; last: number }[]; steps: number; perStep: Record<CostKey, (number | null)[]> } | null;
   /** Another run's mean reward per step, drawn beside this run's (`ratchet report --baseline`): a control run, say. */
   baseline?: BaselineSeries;
+}
+
+/** An in-run eval sweep as the report lists it: the step that started it, and what it found (if it finished). */
+export interface EvalSweepRow {
+  step: number;
+  workflowId: string;
+  policyVersion: number;
+  taskset: string;
+  k: number;
+  /** The stored result for that version, task set and k: pass@1 (null without tests) and mean reward. */
+  result?: { passAt1: number | null; reward: number; episodes: number };
+}
+
+/** Each step's sweep, matched to the stored result of its version on its task set (by name and k). */
+export function buildEvalSweepRows(sorted: ReportStep[], evals: EvalResult[]): EvalSweepRow[] {
+  return sorted.filter((r) => r.eval_sweep).map((r) => {
+    const s = r.eval_sweep!;
+    const name = s.taskset.replace(/^.*\//, '').replace(/\.[^.]+$/, '');
+    const found = evals.filter((e) => e.policy_version === s.policy_version && e.k === s.k && e.taskset.name === name)
+      .sort((a, b) => Number(b.workflow_id === s.workflow_id) - Number(a.workflow_id === s.workflow_id))[0];
+    return {
+      step: r.step, workflowId: s.workflow_id, policyVersion: s.policy_version, taskset: s.taskset, k: s.k,
+      ...(found ? { result: { passAt1: found.pass_at?.['1'] ?? null, reward: found.reward.mean, episodes: found.episodes } } : {}),
+    };
+  });
 }
 
 export interface BaselineSeries {
@@ -186,6 +213,7 @@ export function buildReportData(runId: string, records: ReportStep[], evals: Eva
     },
     evals: buildEvalSeries(evals),
     controls: sorted.flatMap((r) => (r.control ?? []).map((a) => ({ ...a, recordedWith: r.step }))),
+    evalSweeps: buildEvalSweepRows(sorted, evals),
     lineage: sorted.filter((r) => r.lineage).map((r) => ({
       step: r.step,
       ...(r.lineage!.build ? { build: `${r.lineage!.build.deployment}.${r.lineage!.build.build_id}` } : {}),

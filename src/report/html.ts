@@ -72,7 +72,8 @@ function phaseTable(data: ReportData): string {
 function evalTable(data: ReportData): string {
   if (data.evals.length === 0) {
     return `<p class="empty">No eval results yet. Run <code>ratchet eval --run ${escapeHtml(data.runId)} --newest 1</code> ` +
-      `or schedule sweeps with <code>ratchet schedule eval --run ${escapeHtml(data.runId)} --every 30m</code>.</p>`;
+      `or schedule sweeps with <code>ratchet schedule eval --run ${escapeHtml(data.runId)} --every 30m</code>, ` +
+      `or let the run evaluate itself every N steps (<code>[eval] every_steps</code>, <code>ratchet set ${escapeHtml(data.runId)} --eval-every N</code>).</p>`;
   }
   const pct = (x: number | null): string => (x === null ? '—' : `${(x * 100).toFixed(1)}%`);
   return data.evals.map((s) => {
@@ -84,6 +85,17 @@ function evalTable(data: ReportData): string {
       `<table><thead><tr><th class="num">policy</th><th class="num">pass@1</th><th class="num">pass@${s.k}</th><th class="num">reward</th>` +
       `<th class="num">file F1</th><th class="num">function F1</th><th class="num">tokens / ep</th><th class="num">tool calls / ep</th></tr></thead><tbody>${rows}</tbody></table>`;
   }).join('');
+}
+
+function evalSweepTable(data: ReportData): string {
+  if (!data.evalSweeps.length) return '';
+  const pct = (x: number | null): string => (x === null ? '—' : `${(x * 100).toFixed(1)}%`);
+  const rows = data.evalSweeps.map((s) => `<tr><td class="num">${s.step}</td><td class="num">v${s.policyVersion}</td><td><code>${escapeHtml(s.workflowId)}</code></td>` +
+    `<td>${escapeHtml(s.taskset)} (k=${s.k})</td>` +
+    (s.result ? `<td class="num">${pct(s.result.passAt1)}</td><td class="num">${s.result.reward.toFixed(3)}</td>`
+      : `<td colspan="2" class="muted">no result yet: running, or failed (<code>temporal workflow describe -w ${escapeHtml(s.workflowId)}</code>)</td>`) + '</tr>').join('');
+  return '<h3>In-run eval sweeps <span class="muted">([eval] every_steps, <code>ratchet set --eval-every</code>)</span></h3>' +
+    `<table><thead><tr><th class="num">after step</th><th class="num">policy</th><th>sweep</th><th>task set</th><th class="num">pass@1</th><th class="num">reward</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 const CSS = `
@@ -298,7 +310,7 @@ ${section('cost', 'What the run cost', 'The cost ledger, per step: sandbox conta
     `${costTable(data)}${data.cost ? canvas('chart-cost', 220) : ''}`, true)}
 ${section('lineage', 'Lineage', `Where each step came from: the worker build, the batch and the adapter it produced. Everything recorded (task rows, env and sampling settings, rollout policy versions, seeds, checkpoints): <code>ratchet lineage ${escapeHtml(data.runId)} &lt;step&gt;</code>.`, lineageTable(data), true)}
 ${section('controls', 'Control actions', 'Every pause, resume, stop and settings change the run accepted: who sent it, why, and the step whose record holds it (`ratchet pause|resume|stop|set --reason`). Changes take effect at the next step boundary.', controlTable(data), true)}
-${section('evals', 'Evaluation across policy versions', 'EvalSweep results on held-out task sets: unbiased pass@k where tests decide, localization F1, reward.', `${evalCharts}${evalTable(data)}`, data.evals.length > 0)}
+${section('evals', 'Evaluation across policy versions', 'EvalSweep results on held-out task sets: unbiased pass@k where tests decide, localization F1, reward.', `${evalCharts}${evalTable(data)}${evalSweepTable(data)}`, data.evals.length > 0 || data.evalSweeps.length > 0)}
 </div></main>
 <footer>Ratchet · single-file report, works offline · Chart.js inlined</footer>
 <script type="application/json" id="ratchet-data">${dataJson}</script>

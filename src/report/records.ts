@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { StepRecord, type ControlAction, type RunOverrides, type StepLineage } from '../contracts/records';
+import { StepRecord, type ControlAction, type EvalSweepStarted, type RunOverrides, type StepLineage } from '../contracts/records';
 import type { Cost } from '../contracts/cost';
 
 /**
@@ -48,6 +48,8 @@ export interface ReportStep {
   lineage?: StepLineage;
   /** What the step cost (the cost ledger); absent in records from before it. */
   cost?: Cost;
+  /** The eval sweep started on this step's checkpoint ([eval] every_steps). */
+  eval_sweep?: EvalSweepStarted;
 }
 
 /**
@@ -97,6 +99,7 @@ export function reportStep(r: StepRecord): ReportStep {
     ...(r.overrides ? { overrides: r.overrides } : {}),
     ...(r.lineage ? { lineage: r.lineage } : {}),
     ...(r.cost ? { cost: r.cost } : {}),
+    ...(r.eval_sweep ? { eval_sweep: r.eval_sweep } : {}),
   };
 }
 

@@ -4,6 +4,7 @@
  * numbers). Scored, dropped and never-started rollouts are all recorded here.
  */
 import { createHash } from 'node:crypto';
+import * as path from 'node:path';
 import type { AgentResult } from '../agent/loop';
 import { toolSpec } from '../agent/tool';
 import { runKeys } from '../artifacts/keys';
@@ -123,4 +124,58 @@ function countBy(xs: string[]): Record<string, number> {
   const out: Record<string, number> = {};
   for (const x of xs) out[x] = (out[x] ?? 0) + 1;
   return out;
+}
+
+/**
+ * The summary of a rollout an earlier attempt already finished and stored (its trajectory is
+ * the record): rebuilt from the stored trajectory, so a retried chunk whose heartbeat never
+ * reached the server (heartbeats are throttled) adopts it instead of running it again.
+ */
+export function summaryOfStored(t: Trajectory, ref: ArtifactRef, policyVersion: number): RolloutSummary {
+  return RolloutSummary.parse({
+    task_id: t.task_id,
+    group_id: t.group_id,
+    rollout_index: t.rollout_index,
+    trajectory: { uri: ref.uri, sha256: ref.sha256, bytes: ref.bytes },
+    reward: t.reward?.total ?? 0,
+    components: t.reward?.components ?? {},
+    stop_reason: t.stop_reason,
+    policy_version: policyVersion,
+    completion_tokens: t.stats.completion_tokens,
+    tool_calls: t.stats.tool_calls,
+    model_ms: t.timing.model_ms,
+    tools_ms: t.timing.tools_ms,
+    sandbox_ms: t.timing.sandbox_ms,
+    prompt_tokens: t.stats.prompt_tokens,
+    tools_used: t.stats.tools_used,
+    commands: countBy(t.stats.commands),
+  });
+}
+
+/**
+ * The stored trajectory of rollout (run, step, group, index) that an earlier attempt wrote, if any:
+ * the first content-keyed object (`<i>-<sha16>.json`) that parses, names this rollout and matches its
+ * key's hash. Two (a stale attempt and its retry both finished) are equally good; the first is taken.
+ */
+export async function findStoredTrajectory(
+  store: ArtifactStore, runId: string, step: number, groupId: string, rolloutIndex: number, listed?: string[],
+): Promise<{ trajectory: Trajectory; ref: ArtifactRef } | undefined> {
+  const dir = path.posix.dirname(runKeys.trajectory(runId, step, groupId, rolloutIndex, '0'.repeat(16)));
+  const keys = listed ?? await store.list(dir);
+  const name = new RegExp(`^${rolloutIndex}-([0-9a-f]{16})\\.json$`);
+  for (const key of keys) {
+    const m = name.exec(path.posix.basename(key));
+    if (!m || path.posix.dirname(key) !== dir) continue;
+    const bytes = await store.read(key);
+    if (!bytes) continue;
+    const sha = createHash('sha256').update(bytes).digest('hex');
+    if (!sha.startsWith(m[1]!)) continue; // a torn or foreign object: not a finished rollout's record
+    const parsed = Trajectory.safeParse(JSON.parse(bytes.toString('utf8')));
+    if (!parsed.success) continue;
+    const t = parsed.data;
+    if (t.run_id !== runId || t.step !== step || t.group_id !== groupId || t.rollout_index !== rolloutIndex) continue;
+    const ref = await store.exists(key);
+    if (ref) return { trajectory: t, ref };
+  }
+  return undefined;
 }

@@ -21,7 +21,7 @@ export const controlUpdates = {
   resume: defineUpdate<RunStatus, [ControlRequest]>('resume'),
   stop: defineUpdate<RunStatus, [ControlRequest]>('stopAfterCurrentStep'),
 } as const;
-/** Change the learning rate and/or the staleness bound (async_level) from the next step boundary on. */
+/** Change the learning rate, the staleness bound (async_level) and/or the eval cadence (eval_every_steps) from the next step boundary on. */
 export const setSettingsUpdate = defineUpdate<RunStatus, [SettingsChange]>('setSettings');
 export const progressQuery = defineQuery<Progress>('progress');
 

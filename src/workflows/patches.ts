@@ -98,6 +98,13 @@ export const PATCHES = {
    * Checked only when the run has a budget: runs without one make no new command.
    */
   runBudgets: 'v0.7-run-budgets',
+  /**
+   * The in-run eval cadence (issue 30; src/workflows/evalCadence.ts): after every N-th step that saved a
+   * checkpoint ([eval] every_steps, or `ratchet set --eval-every N`), TrainRun names an EvalSweep in the
+   * step record and starts it as an abandoned child, below training by priority. Checked only at such a
+   * step: a run without a cadence (every history before 0.7) never reaches patched().
+   */
+  evalCadence: 'v0.7-eval-cadence',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

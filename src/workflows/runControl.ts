@@ -13,9 +13,10 @@ import {
 } from './messages';
 import type { OutageWaitLimits } from '../contracts/outage';
 import type { ControlAction, RunOverrides } from '../contracts/records';
-import type { ControlRequest, Phase, Progress, RunStatus, SettingsChange } from '../contracts/run';
+import type { ControlRequest, LastEval, Phase, Progress, RunStatus, SettingsChange } from '../contracts/run';
 import type { StepSummary } from '../contracts/step';
 import { COST_KEYS, type Cost, type CostKey } from '../contracts/cost';
+import { EVAL_EVERY_STEPS_MAX } from '../contracts/evalBounds';
 
 export class RunControl {
   finalStatus: 'completed' | 'stopped' | undefined;
@@ -47,6 +48,12 @@ export class RunControl {
   cost: Cost | undefined;
   /** Set while the run waits at a step boundary because its cost reached a budget. */
   budgetExhausted: { key: CostKey; spent: number; budget: number } | undefined;
+  /** The newest in-run eval sweep (trainRun.ts startEvalSweep), for the progress query. */
+  lastEval: LastEval | undefined;
+  /** In-run eval sweeps this execution started that have not finished: workflow id -> the policy version they evaluate. */
+  readonly evalsRunning = new Map<string, number>();
+  /** Versions the previous execution's sweeps were evaluating when it continued as new (ResumeState.evalVersions). */
+  carriedEvalVersions: number[] = [];
   /** Control actions accepted since the last step record (takeControls empties it into the next one). */
   private unrecorded: ControlAction[] = [];
   /** The newest accepted actions, for the progress query. */
@@ -86,6 +93,7 @@ export class RunControl {
       ...(Object.keys(this.pendingOverrides).length ? { pendingOverrides: { ...this.pendingOverrides } } : {}),
       ...(this.cost ? { cost: { ...this.cost } } : {}),
       ...(this.budgetExhausted ? { budgetExhausted: { ...this.budgetExhausted } } : {}),
+      ...(this.lastEval ? { lastEval: { ...this.lastEval } } : {}),
     };
   }
 
@@ -247,6 +255,7 @@ function settingsOf(change: SettingsChange): RunOverrides {
   return {
     ...(change.learning_rate !== undefined ? { learning_rate: change.learning_rate } : {}),
     ...(change.async_level !== undefined ? { async_level: change.async_level } : {}),
+    ...(change.eval_every_steps !== undefined ? { eval_every_steps: change.eval_every_steps } : {}),
     ...(change.budget !== undefined ? { budget: { ...change.budget } } : {}),
   };
 }
@@ -258,14 +267,19 @@ export function mergeOverrides(a: RunOverrides, b: RunOverrides): RunOverrides {
   return out;
 }
 
-/** The same bounds as the config's (src/config/schema.ts: trainer.optim.lr, orchestrator.async_level), with the fix. */
+const SETTINGS = ['learning_rate', 'async_level', 'eval_every_steps', 'budget'] as const;
+
+/**
+ * The same bounds as the config's (src/config/schema.ts: trainer.optim.lr, orchestrator.async_level,
+ * eval.every_steps), with the fix. Pure: `ratchet set` runs it before sending, the update's validator again.
+ */
 export function validateSettings(change: SettingsChange): void {
-  if (!change || typeof change !== 'object') throw new Error('set needs { learning_rate?, async_level?, budget?, reason?, identity? }');
-  const known = new Set(['learning_rate', 'async_level', 'budget', 'reason', 'identity']);
+  if (!change || typeof change !== 'object') throw new Error('set needs { learning_rate?, async_level?, eval_every_steps?, budget?, reason?, identity? }');
+  const known = new Set<string>([...SETTINGS, 'reason', 'identity']);
   const unknown = Object.keys(change).filter((k) => !known.has(k));
-  if (unknown.length) throw new Error(`cannot change ${unknown.join(', ')} on a running run: only learning_rate, async_level and budget`);
-  if (change.learning_rate === undefined && change.async_level === undefined && change.budget === undefined) {
-    throw new Error('nothing to change: give learning_rate, async_level and/or budget');
+  if (unknown.length) throw new Error(`cannot change ${unknown.join(', ')} on a running run: only ${SETTINGS.join(', ')}`);
+  if (SETTINGS.every((k) => change[k] === undefined)) {
+    throw new Error(`nothing to change: give ${SETTINGS.join(', ')} (one or more)`);
   }
   if (change.budget !== undefined) validateBudget(change.budget);
   const lr = change.learning_rate;
@@ -275,6 +289,11 @@ export function validateSettings(change: SettingsChange): void {
   const a = change.async_level;
   if (a !== undefined && (typeof a !== 'number' || !Number.isInteger(a) || a < 0 || a > 8)) {
     throw new Error(`async_level must be a whole number from 0 to 8 (got ${String(a)})`);
+  }
+  const e = change.eval_every_steps;
+  if (e !== undefined && (typeof e !== 'number' || !Number.isInteger(e) || e < 0 || e > EVAL_EVERY_STEPS_MAX)) {
+    throw new Error(`eval_every_steps must be a whole number of steps from 0 (off) to ${EVAL_EVERY_STEPS_MAX} (got ${String(e)}): ` +
+      'an eval sweep starts after every N-th step (ratchet set <run> --eval-every N)');
   }
 }
 

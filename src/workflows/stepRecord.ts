@@ -5,7 +5,7 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { BuildBatchOutput } from '../contracts/activities';
-import type { ControlAction, RunOverrides, RunStateFile, StepLineage, StepRecord } from '../contracts/records';
+import type { ControlAction, EvalSweepStarted, RunOverrides, RunStateFile, StepLineage, StepRecord } from '../contracts/records';
 import type { LoadedConfig } from '../contracts/run';
 import type { RolloutStats } from '../contracts/step';
 import type { TrainedStep } from './trainerSession';
@@ -45,6 +45,8 @@ export interface FinishedStep {
   times: StepTimes;
   /** The run's checkpoint epoch (ResumeState.epoch); recorded only when above 0, after a checkpoint fallback. */
   epoch?: number;
+  /** The eval sweep this step's checkpoint gets (the in-run eval cadence), started right after the record. */
+  evalSweep?: EvalSweepStarted;
   /** The cost ledger: TrainRun's history events over the step, and the run's cost before it (absent: nothing recorded). */
   temporalEvents?: number;
   /** StepRollouts' and its shards' history events (StepRolloutsResult.events). */
@@ -115,6 +117,7 @@ export function stepRecord(f: FinishedStep): StepRecord {
     ...(f.lineage ? { lineage: f.lineage } : {}),
     ...(f.epoch ? { epoch: f.epoch } : {}),
     ...(f.runCostBefore ? costFields(f) : {}),
+    ...(f.evalSweep ? { eval_sweep: f.evalSweep } : {}),
   };
 }
 

@@ -47,6 +47,7 @@ import { StepRollouts } from './stepRollouts';
 import { patientActivities } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
 import { stepLineage } from './lineage';
+import { EVAL_WAIT_AT_END, evalDue, evalSettingsOf, evalVersionsToCarry, keepFromWithEvals, plannedSweep, startEvalSweep, sweepInput } from './evalCadence';
 import { CheckpointLoadFailed, TrainerSession, isStepFault, type StepFault, type TrainedStep } from './trainerSession';
 import type { RunStateFile } from '../contracts/records';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
@@ -135,12 +136,15 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   /** [budget] with `ratchet set --budget` changes over it, pending ones included (a raise lifts the wait at once). */
   const budgetsNow = () => budgetsOf(budgetsOfSection(config.budget), { ...(run.overrides.budget ?? {}), ...(run.pendingOverrides.budget ?? {}) });
   const asyncLevel = () => run.overrides.async_level ?? orch.async_level;
+  /** The in-run eval cadence in effect ([eval] every_steps, or a `ratchet set --eval-every`; 0: off). */
+  const evalEvery = () => run.overrides.eval_every_steps ?? evalSettingsOf(config).every_steps;
   /** [orchestrator] as in effect now: the batch builder's staleness filter and the step children read async_level from it. */
   const orchNow = () => (run.overrides.async_level === undefined ? orch : { ...orch, async_level: run.overrides.async_level });
   const windows = livenessOf(config);
   const canEvery = input.continueAsNewEvery ?? orch.continue_as_new_every;
   let taskSetDir = '';
-  const keepFrom = () => Math.max(1, run.policyVersion - asyncLevel() - 1);
+  // Versions an in-run eval sweep still evaluates stay loaded (evalCadence.ts).
+  const keepFrom = () => keepFromWithEvals(Math.max(1, run.policyVersion - asyncLevel() - 1), run);
   const modelFor = (v: number) => (v === 0 ? config.inference.served_model : adapterName(runId, v));
   const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts);
   const serveCurrent = () => syncUntilServed(run, () => ({
@@ -148,6 +152,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     artifacts, liveness: forActivity(windows, 'weight_sync'), quorum: syncQuorum(config.inference),
   }), input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
   if (input.resume?.paused && patched(PATCHES.pauseCarried)) run.pauseRequested = true;
+  run.carriedEvalVersions = input.resume?.evalVersions ?? [];
   run.started = true;
   run.publish();
 
@@ -163,6 +168,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       ...pickResume(state),
       ...(run.pauseRequested ? { paused: true } : {}),
       ...(trainer.heldQueue ? { trainerQueue: trainer.heldQueue } : {}),
+      ...(evalVersionsToCarry(run).length ? { evalVersions: evalVersionsToCarry(run) } : {}),
       // Changes accepted but not yet in effect take effect at the next execution's first step.
       ...(Object.keys({ ...run.overrides, ...run.pendingOverrides }).length ? { overrides: mergeOverrides(run.overrides, run.pendingOverrides) } : {}),
       ...(run.cost ? { cost: run.cost } : {}),
@@ -170,8 +176,12 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   });
 
   /** However the run ended: the trainer goes back to the pool and its adapters leave inference. */
-  async function releaseRun(): Promise<void> {
+  async function releaseRun(waitForEvals = false): Promise<void> {
     await trainer.release();
+    // A run that ended well: its in-run eval sweeps still running use its adapters; unload them once they end (bounded).
+    if (waitForEvals && run.evalsRunning.size && !(await condition(() => run.evalsRunning.size === 0, EVAL_WAIT_AT_END))) {
+      log.warn('in-run eval sweeps still running; the run\'s adapters are unloaded anyway', { sweeps: [...run.evalsRunning.keys()] });
+    }
     try {
       await light.unloadRunAdapters({ runId, baseUrls: config.inference.base_urls });
     } catch (err) {
@@ -355,6 +365,11 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       }
       const tSync = Date.now();
 
+      // The in-run eval cadence: a sweep of the checkpoint this step saved, named in its record, started after it.
+      const every = evalEvery();
+      const sweep = trained && evalDue(step, every) && patched(PATCHES.evalCadence)
+        ? plannedSweep(runId, step, run.policyVersion, every, config, epoch) : undefined;
+
       run.phase = 'metrics';
       const stats = rollouts
         ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
@@ -370,10 +385,13 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync }, epoch,
         temporalEvents: workflowInfo().historyLength - events0, runCostBefore: run.cost,
         ...(!Array.isArray(childResult) && childResult.events !== undefined ? { temporalChildEvents: childResult.events } : {}),
+        ...(sweep ? { evalSweep: sweep } : {}),
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts, epoch);
       run.lastStep = await patient.recordStep({ record, state: nextState });
       if (record.run_cost) run.cost = record.run_cost;
+      // After the record: the sweep's plan finds the version's adapter in it. Training does not wait for the sweep.
+      if (sweep) await startEvalSweep(run, step, sweep, sweepInput(runId, sweep, config, artifacts, epoch));
       run.rolloutCounts.delete(step);
       run.step++;
       run.phase = 'idle';
@@ -406,7 +424,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
 
   try {
     const result = await runSteps();
-    if (patched(PATCHES.releaseAtEnd)) await releaseRun();
+    if (patched(PATCHES.releaseAtEnd)) await releaseRun(true);
     return result;
   } catch (err) {
     if (!(err instanceof ContinueAsNew) && patched(PATCHES.releaseAtEnd)) {

@@ -12,7 +12,7 @@
 import { readStepRecords } from '../../src/records/runRecords';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
@@ -100,6 +100,21 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     execFileSync('docker', ['ps', '-aq', '--filter', `name=ratchet-${runId}-s${step === undefined ? '' : `${step}-`}`], { encoding: 'utf8' })
       .split('\n').filter(Boolean);
 
+  /** The step's stored trajectories (not the turn journals beside them), one entry per object. */
+  function trajectoryFiles(runId: string, step: number): { group: string; rollout: string; file: string; mtimeMs: number }[] {
+    const root = path.join(artifacts, 'runs', runId, 'steps', String(step), 'rollouts');
+    const out: { group: string; rollout: string; file: string; mtimeMs: number }[] = [];
+    for (const group of existsSync(root) ? readdirSync(root) : []) {
+      const dir = path.join(root, group);
+      if (!statSync(dir).isDirectory() || group === 'chunks') continue;
+      for (const file of readdirSync(dir)) {
+        const m = /^(\d+)-[0-9a-f]{16}\.json$/.exec(file);
+        if (m) out.push({ group, rollout: `${group}/${m[1]}`, file, mtimeMs: statSync(path.join(dir, file)).mtimeMs });
+      }
+    }
+    return out;
+  }
+
   /** Until a sandbox of the run (and step) runs: a rollout is in its episode. Polled fast, episodes last seconds. */
   async function waitForSandbox(runId: string, step?: number, timeoutMs = 300_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
@@ -133,17 +148,41 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     await checkInvariants({ artifacts, runId, maxSteps, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
   }
 
-  test('kill -9 the rollout worker mid-step, then start it again', async () => {
-    const { runId, handle } = await startRun('rollout');
+  test('kill -9 the rollout worker mid-chunk, then start it again: no rollout lost or run twice', async () => {
+    // 4 rollouts a step in one chunk, 2 at a time: the kill lands after some of the chunk's rollouts
+    // finished (their trajectories stored) and while others are inside their episodes.
+    const { runId, handle } = await startRun('rollout', { rolloutsPerExample: 4 });
     await waitFor(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
-    await waitForSandbox(runId);
-    await sleep(3000); // inside an episode: the agent is talking to vLLM or running a tool
+    // From the store, not the progress query (a chunk reports its rollouts when it ends): the first
+    // wave's trajectories are stored and the second wave's sandboxes run.
+    const deadline = Date.now() + 300_000;
+    for (;;) {
+      const stored = trajectoryFiles(runId, 0).length;
+      if (stored >= 1 && stored < 4 && runContainers(runId, 0).length > 0) break;
+      if (Date.now() > deadline || stored >= 4) throw new Error(`no moment with some of step 0's rollouts stored and others running (stored ${stored})`);
+      await sleep(100);
+    }
+    const killedAt = Date.now();
+    const storedBeforeKill = trajectoryFiles(runId, 0);
+    expect(storedBeforeKill.length).toBeGreaterThan(0);
     await killProc(workers.rollout!, 'SIGKILL');
     expect(runContainers(runId).length).toBeGreaterThan(0); // what the dead worker left behind
     await sleep(3000);
     start('rollout');
 
-    await expectInvariants(runId, await result(handle));
+    const res = await result(handle);
+    expect(res).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
+    await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 4, inferenceUrl: INFERENCE });
+    // Each rollout's trajectory exists once: a rollout run twice would have stored a second object
+    // (its content, timings included, differs). Those finished before the kill were not run again.
+    for (const step of [0, 1]) {
+      const files = trajectoryFiles(runId, step);
+      expect(files.map((f) => f.rollout).sort()).toEqual(['0', '1', '2', '3'].map((i) => `${files[0]!.group}/${i}`));
+    }
+    for (const f of storedBeforeKill) {
+      expect(trajectoryFiles(runId, 0).find((g) => g.rollout === f.rollout)?.file).toBe(f.file);
+      expect(f.mtimeMs).toBeLessThan(killedAt);
+    }
     // The dead worker's lease lapsed and a janitor's sweep removed its sandboxes (within ~1.5 ttl of the kill).
     await waitForNoContainers(runId, ROLLOUT_LEASE_TTL_S * 2 * 1000);
     expect(runContainers(runId)).toEqual([]);

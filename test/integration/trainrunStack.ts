@@ -45,11 +45,13 @@ export const distBuilt = () => existsSync(path.join(REPO, 'dist', 'workers', 'ma
 export interface TinyConfigOptions {
   maxSteps?: number;
   asyncLevel?: number;
+  /** Rollouts of the task per step (default 2); all of a step's rollouts are one chunk. */
+  rolloutsPerExample?: number;
 }
 
 /** A tiny config: 1 task x 2 rollouts, 2 steps, 32 tokens a turn. */
 export async function tinyConfig(dir: string, opts: TinyConfigOptions = {}): Promise<string> {
-  const file = path.join(dir, `tiny-${opts.maxSteps ?? 2}-a${opts.asyncLevel ?? 1}.toml`);
+  const file = path.join(dir, `tiny-${opts.maxSteps ?? 2}-a${opts.asyncLevel ?? 1}-r${opts.rolloutsPerExample ?? 2}.toml`);
   await fs.writeFile(file, `name = "tiny"
 [trainer]
 device = "cpu"
@@ -57,7 +59,7 @@ device = "cpu"
 max_tokens = 32
 [orchestrator]
 batch_size = 1
-rollouts_per_example = 2
+rollouts_per_example = ${opts.rolloutsPerExample ?? 2}
 max_steps = ${opts.maxSteps ?? 2}
 async_level = ${opts.asyncLevel ?? 1}
 max_concurrent_rollouts = 2

@@ -142,6 +142,9 @@ const BOUNDS: [string, number | null, number | null][] = [
   ['sandbox.exec_timeout_s', 0, 1e7],
   ['sandbox.output_limit_bytes', 255, 1e9],
   ['sandbox.warm_pool_size', -1, 65],
+  ['eval.every_steps', -1, 2e6],
+  ['eval.k', 0, 65],
+  ['eval.max_concurrent', 0, 1001],
 ];
 
 describe('bounds: every numeric setting', () => {
@@ -284,5 +287,45 @@ describe('[sft] (ratchet sft)', () => {
     const r = await check(setKey(baseConfig(), 'trainer.loss.kind', 'sft'));
     expect(r.code).toBe(EXIT.invalidInput);
     expect(r.failed).toMatch(/trainer\.loss\.kind: "sft" is set by an SftRun itself/);
+  });
+});
+
+describe('[eval] (the in-run eval cadence)', () => {
+  const withEval = (e: Obj, over: Obj = {}): Obj => ({ ...baseConfig(), ...over, eval: e });
+
+  test('a held-out task set that does not exist', async () => {
+    const r = await check(withEval({ every_steps: 2, taskset: path.join(dir, 'nope-heldout.jsonl') }));
+    expect(r.code).toBe(EXIT.invalidInput);
+    expect(r.failed).toMatch(/eval\.taskset: task set ".*nope-heldout\.jsonl" not found.*Fix: .*set eval\.taskset to .*eval\.every_steps = 2/);
+  });
+
+  test('a held-out task set with a bad row names the key, the file and the row', async () => {
+    const file = dataset('heldout-bad.jsonl', [task(), task()]);
+    const r = await check(withEval({ every_steps: 2, taskset: file }));
+    expect(r.code).toBe(EXIT.invalidInput);
+    expect(r.failed).toMatch(/eval\.taskset: task set .*heldout-bad\.jsonl failed validation/);
+    expect(r.failed).toMatch(/duplicate of row 1/);
+  });
+
+  test('tasks x k over the per-version episode limit names eval.k', async () => {
+    const file = dataset('heldout-big.jsonl', Array.from({ length: 40 }, (_, i) => task({ instance_id: `calc-${i}` })));
+    const r = await check(withEval({ every_steps: 2, taskset: file, k: 64 }));
+    expect(r.code).toBe(EXIT.invalidInput);
+    expect(r.failed).toMatch(/eval\.k: 40 tasks .* x k = 64 = 2560 episodes per sweep, over 2000/);
+  });
+
+  test('a good task set passes; a cadence longer than the run warns; a cadence of 0 checks nothing', async () => {
+    const file = dataset('heldout-good.jsonl', [task(), task({ instance_id: 'calc-2' })]);
+    const good = await check(withEval({ every_steps: 2, taskset: file, k: 2 }));
+    expect(good.failed).toBe('');
+    expect(good.text).toMatch(/ eval +eval\.every_steps = 2: a sweep of 2 tasks .*heldout-good\.jsonl\) x k = 2 after every 2 steps/);
+    out = []; err = [];
+    const long = await check(withEval({ every_steps: 10, taskset: file }));
+    expect(long.failed).toBe('');
+    expect(long.text).toMatch(/eval\.every_steps: 10 is more than orchestrator\.max_steps = 3, so no sweep runs/);
+    out = []; err = [];
+    const off = await check(withEval({ every_steps: 0, taskset: path.join(dir, 'nope-heldout.jsonl') }));
+    expect(off.failed).toBe('');
+    expect(off.text).not.toMatch(/ eval +eval\./);
   });
 });

@@ -13,6 +13,8 @@ import { SA, controlUpdates, pauseUpdate, progressQuery, setSettingsUpdate } fro
 import type { TrainRun } from '../../src/workflows/trainRun';
 import { makeFakes } from './workflowFakes';
 import { recordHistory } from '../helpers/histories';
+import { EVAL_PRIORITY } from '../../src/shared/fairness';
+import { temporal } from '@temporalio/proto';
 
 jest.setTimeout(150_000);
 const quietLogger = new DefaultLogger('WARN');
@@ -120,6 +122,111 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       for (const w of workers) w.shutdown();
       await running;
     }
+  });
+
+  /** The fake stack around fn: main, rollout, trainer-announce and one trainer worker. */
+  async function withWorkers<T>(f: ReturnType<typeof makeFakes>, fn: () => Promise<T>): Promise<T> {
+    const conn = env.nativeConnection;
+    const workers = await Promise.all([
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: f.main }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: f.rollout }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: f.announce }),
+      Worker.create({ connection: conn, taskQueue: 'trainer-w1', activities: f.trainerFor('w1'), shutdownGraceTime: '1 second' }),
+    ]);
+    const running = Promise.all(workers.map((w) => w.run()));
+    try {
+      return await fn();
+    } finally {
+      for (const w of workers) w.shutdown();
+      await running;
+    }
+  }
+
+  test('eval cadence 2 over 4 steps: sweeps of the checkpoints of steps 1 and 3, abandoned, below training, named in the step records', async () => {
+    // A slow sweep (3 s to record) beside fast steps: training must not wait for it.
+    const f = makeFakes({ orchestrator: { max_steps: 4, async_level: 0 }, eval: { every_steps: 2, taskset: 'heldout', k: 2 }, evalMs: 3000 });
+    await withWorkers(f, async () => {
+      const runId = `cadence-${process.pid}`;
+      // continueAsNewEvery 2: step 1's sweep is still running when the run continues as new after it.
+      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 2 }],
+      });
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 4, policyVersion: 4, stopped: 'completed' });
+
+      // Due after the 2nd and 4th finished step (steps 1 and 3), on the checkpoint each saved (v2, v4).
+      expect(f.records.map((r) => r.record.eval_sweep?.workflow_id)).toEqual([undefined, `${runId}-step-1-eval`, undefined, `${runId}-step-3-eval`]);
+      expect(f.records[1]!.record.eval_sweep).toEqual({ workflow_id: `${runId}-step-1-eval`, policy_version: 2, taskset: 'heldout', k: 2, every_steps: 2 });
+      expect(f.records[3]!.record.eval_sweep!.policy_version).toBe(f.records[3]!.record.policy_version);
+      // Each sweep evaluates its own version only, on the [eval] task set, and found the version recorded (the plan reads it).
+      expect(f.evalPlans.map((p) => [p.versions, p.taskset, p.k, p.maxConcurrent])).toEqual([[[2], 'heldout', 2, 4], [[4], 'heldout', 2, 4]]);
+
+      for (const [step, version] of [[1, 2], [3, 4]] as const) {
+        const sweep = env.client.workflow.getHandle(`${runId}-step-${step}-eval`);
+        const res = await sweep.result();
+        expect(res.evaluated.map((e: { version: number; episodes: number }) => [e.version, e.episodes])).toEqual([[version, 4]]);
+        // Started by the run (its parent), abandoned, below training by priority, with the run's fairness key.
+        const desc = await sweep.describe();
+        expect(desc.raw.workflowExecutionInfo?.parentExecution?.workflowId).toBe(runId);
+        expect(desc.raw.workflowExecutionInfo?.priority).toMatchObject({ priorityKey: EVAL_PRIORITY, fairnessKey: runId });
+      }
+      const parentEvents = (await handle.fetchHistory()).events ?? [];
+      const initiated = parentEvents.map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes).filter((a) => a?.workflowType?.name === 'EvalSweep');
+      expect(initiated).toHaveLength(1);
+      expect(initiated[0]!.parentClosePolicy).toBe(temporal.api.enums.v1.ParentClosePolicy.PARENT_CLOSE_POLICY_ABANDON);
+
+      // Training did not wait: step 2 trained while step 1's sweep was still recording (it takes 3 s).
+      const at = (what: string, pick: (e: { step?: number; version?: number }) => boolean) => f.events.find((e) => e.what === what && pick(e))!.t;
+      expect(at('train-start', (e) => e.step === 2)).toBeLessThan(at('eval-record', (e) => e.version === 2));
+      // The run's own syncs kept v2 loaded while its sweep ran, also after continue-as-new (keepFromVersion <= 2).
+      const trainingSyncs = f.syncs.filter((x) => x.keepFromVersion > 0);
+      expect(trainingSyncs.find((x) => x.policyVersion === 4)!.keepFromVersion).toBeLessThanOrEqual(2);
+      // The run ended after its last sweep, then unloaded its adapters.
+      expect(at('unload-adapters', () => true)).toBeGreaterThan(at('eval-record', (e) => e.version === 4));
+      await recordHistory(env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence');
+      await recordHistory(env.client.workflow.getHandle(`${runId}-step-1-eval`), 'evalsweep-in-run');
+    });
+  });
+
+  test('set --eval-every changes the cadence from the next step boundary, recorded with identity and reason; bad values are refused naming the field', async () => {
+    const f = makeFakes({ orchestrator: { max_steps: 4, async_level: 0 }, trainMs: 400 });
+    await withWorkers(f, async () => {
+      const runId = `cadence-set-${process.pid}`;
+      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
+      });
+      await until(() => f.events.some((e) => e.what === 'train-start' && e.step === 0));
+      const refused = async (change: Record<string, unknown>) => {
+        try {
+          await handle.executeUpdate<string, [Record<string, unknown>]>(setSettingsUpdate.name, { args: [change] });
+        } catch (err) {
+          expect(err).toBeInstanceOf(WorkflowUpdateFailedError);
+          return ((err as WorkflowUpdateFailedError).cause as Error).message;
+        }
+        throw new Error('accepted');
+      };
+      expect(await refused({ eval_every_steps: -1, reason: 'oops', identity: 'alice@h' })).toMatch(/^eval_every_steps must be a whole number of steps from 0 \(off\) to 1000000 \(got -1\)/);
+      expect(await refused({ eval_every_steps: 1.5, reason: 'x' })).toMatch(/eval_every_steps must be a whole number.*\(got 1.5\)/);
+      expect(await refused({ eval_every_steps: '2', reason: 'x' })).toMatch(/eval_every_steps must be a whole number.*\(got 2\)/);
+
+      await handle.executeUpdate(setSettingsUpdate, { args: [{ eval_every_steps: 1, reason: 'watch held-out pass@1', identity: 'dana@h' }] });
+      expect((await handle.query(progressQuery)).pendingOverrides).toEqual({ eval_every_steps: 1 });
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(4);
+
+      // Step 0 ran under the config's cadence (off); every step from the next boundary on starts a sweep of its checkpoint.
+      expect(f.records.map((r) => r.record.eval_sweep?.policy_version)).toEqual([undefined, 2, 3, 4]);
+      expect(f.records.slice(1).every((r) => r.record.eval_sweep!.every_steps === 1)).toBe(true);
+      expect(f.records[0]!.record.overrides).toBeUndefined();
+      for (const r of f.records.slice(1)) expect(r.record.overrides).toEqual({ eval_every_steps: 1 });
+      // Recorded once, with who and why; the refused ones left no trace.
+      const recorded = [...f.records.flatMap((r) => r.record.control ?? []), ...(result.controls ?? [])];
+      expect(recorded.map((c) => [c.action, c.identity, c.reason, c.changes])).toEqual([['set', 'dana@h', 'watch held-out pass@1', { eval_every_steps: 1 }]]);
+      // The progress query names the newest sweep (the run waited for it before it ended, so it has its result).
+      const p = await handle.query(progressQuery);
+      expect(p.lastEval).toMatchObject({ workflow_id: `${runId}-step-3-eval`, policy_version: 4, step: 3, state: 'completed', result: { version: 4 } });
+      await recordHistory(env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence-set');
+    });
   });
 });
 

@@ -18,6 +18,7 @@ import type { BuildBatchInput, RolloutInput } from '../../src/contracts';
 import { pickResume, taskIdOf, type LoadedConfig, type ResumeState, type SampledTask, type StepSummary } from '../../src/contracts';
 import type { CheckpointFallbackInput, CheckpointFallbackResult, RecordStepInput } from '../../src/contracts';
 import type { SyncWeightsInput } from '../../src/contracts';
+import type { EvalPlan, EvalSweepInput, EvalVersionSummary, RecordEvalInput } from '../../src/contracts/eval';
 import type { BuildSftBatchInput, PrepareSftDataInput } from '../../src/contracts/sft';
 import { rolloutStats } from '../../src/rollouts/stats';
 import { createRolloutWorkersActivities } from '../../src/activities/rolloutWorkers';
@@ -89,6 +90,10 @@ export interface FakeOptions {
   deadReplicaSyncs?: number;
   /** Inference hosts' own sync queues (inference.sync_task_queues): each a worker; `down` ones answer InferenceUnavailable. */
   hostQueues?: Record<string, 'up' | 'down'>;
+  /** The run config's [eval] (the in-run eval cadence: every_steps, taskset, k). */
+  eval?: Record<string, unknown>;
+  /** evalRecord takes this long (ms): a slow sweep, which training must not wait for. */
+  evalMs?: number;
 }
 
 export interface Event { t: number; what: string; step?: number; version?: number; worker?: string; rollout?: string; lr?: number }
@@ -115,12 +120,14 @@ export function makeFakes(opts: FakeOptions = {}) {
     ...(opts.sft ? { sft: { data: ['demos.jsonl'], batch_size: 4, ...opts.sft } } : {}),
     ...(opts.inference ? { inference: opts.inference } : {}),
     ...(opts.budget ? { budget: opts.budget } : {}),
+    ...(opts.eval ? { eval: opts.eval } : {}),
   });
   let deadReplicaSyncsLeft = opts.deadReplicaSyncs ?? Infinity;
   const configRef = ref('config');
   const sftPrepares: PrepareSftDataInput[] = [];
   const sftBatches: BuildSftBatchInput[] = [];
   const records: RecordStepInput[] = [];
+  const evalPlans: EvalSweepInput[] = [];
   const fallbacks: { input: CheckpointFallbackInput; result: CheckpointFallbackResult }[] = [];
   const ckptStep = (r: ArtifactRef): number => Number(/step-(\d+)/.exec(r.uri)![1]);
   const batches: BuildBatchInput[] = [];
@@ -272,6 +279,33 @@ export function makeFakes(opts: FakeOptions = {}) {
       fallbacks.push({ input, result });
       return result;
     },
+    /** As the real evalPlan (src/activities/eval.ts), over the records in memory: the version must be recorded already. */
+    async evalPlan(input: EvalSweepInput): Promise<EvalPlan> {
+      evalPlans.push(input);
+      const v = input.versions![0]!;
+      events.push({ t: now(), what: 'eval-plan', version: v });
+      const rec = records.find((r) => r.record.run_id === input.runId && r.record.policy_version === v);
+      if (!rec) {
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.nonRetryable(`run "${input.runId}" has no policy version ${v} (fake)`, 'VersionNotFound');
+      }
+      const env = config.env[0]!;
+      return {
+        runId: input.runId, taskset: { name: input.taskset ?? 'heldout', path: '/fake/heldout.jsonl', hash: 'fakehash', tasks: 2 }, k: input.k ?? 4,
+        versions: [v], skipped: [], envId: env.id, taskSetDir: '/fake', sampling: config.sampling, envArgs: env.args, rubric: env.rubric, sandbox: config.sandbox,
+        tasks: [0, 1].map((i) => ({ instanceId: `held-${i}`, datasetPath: '/fake/heldout.jsonl', hasTests: false })),
+        inferenceBaseUrl: config.inference.base_urls[0], servedModel: config.inference.served_model, seed: 0,
+        adapters: rec.record.adapter ? { [String(v)]: rec.record.adapter } : {},
+      };
+    },
+    async evalRecord(input: RecordEvalInput): Promise<EvalVersionSummary> {
+      if (opts.evalMs) await sleep(opts.evalMs);
+      const scored = input.episodes.filter((e) => e.summary);
+      const meanReward = scored.reduce((a, e) => a + e.summary!.reward, 0) / Math.max(1, scored.length);
+      events.push({ t: now(), what: 'eval-record', version: input.version });
+      return { version: input.version, key: `runs/${input.plan.runId}/evals/${input.version}/fakehash.json`, passAt1: null, passAtK: null,
+        meanReward, fileF1: null, functionF1: null, episodes: input.episodes.length, errors: input.episodes.length - scored.length };
+    },
     async buildBatch(input: BuildBatchInput) {
       batches.push(input);
       events.push({ t: now(), what: 'buildBatch', step: input.step, version: input.trainerPolicyVersion });
@@ -415,6 +449,6 @@ export function makeFakes(opts: FakeOptions = {}) {
       return { policyVersion: input.policyVersion, loaded: [`${host}#v${input.policyVersion}`], alreadyLoaded: [], unloaded: [], ms: 1 };
     },
   });
-  return { config, main, rollout, announce, trainerFor, events, records, fallbacks, batches, summariesOf, loads, syncs, rolloutInputs, inferenceHost, hostSyncs, applied, releases, unloads, leased, announces: () => announces,
+  return { config, main, rollout, announce, trainerFor, events, records, evalPlans, fallbacks, batches, summariesOf, loads, syncs, rolloutInputs, inferenceHost, hostSyncs, applied, releases, unloads, leased, announces: () => announces,
     sftPrepares, sftBatches };
 }
