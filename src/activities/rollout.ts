@@ -22,6 +22,7 @@ import { isSetupFailed, runEpisode } from '../rollouts/episode';
 import { retryInfrastructureFailure } from '../rollouts/errors';
 import { recordRollout, setupFailureOutcome } from '../rollouts/record';
 import { scoreEpisode } from '../rollouts/scoring';
+import { meterSandboxes } from '../rollouts/cost';
 import { isUnscored, type RolloutProvenance, type RolloutSummary } from '../contracts/trajectory';
 import { envProvenance } from '../envs/provenance';
 import type { AcquireOptions } from '../envs/sandbox';
@@ -130,15 +131,17 @@ export function createRolloutActivities(deps: RolloutDeps) {
       return out;
     };
 
-    const episode = await runEpisode({ input, env, sandboxes: deps.sandboxes, model: modelFor(input.inferenceBaseUrl, input.inferenceBaseUrls), live, log: rlog, store });
+    // Every container this attempt acquires, and what each cost (the step record's cost.sandbox).
+    const sandboxes = meterSandboxes(deps.sandboxes);
+    const episode = await runEpisode({ input, env, sandboxes, model: modelFor(input.inferenceBaseUrl, input.inferenceBaseUrls), live, log: rlog, store });
     if (isSetupFailed(episode)) {
       // Dropped by the batch builder (cause task_setup), left out of its group's baseline and the step's reward statistics.
       rlog.warn({ err: episode.setupError }, 'task cannot be set up: rollout recorded as setup_error and dropped');
-      const outcome = setupFailureOutcome(taskId, episode.setupError, zeroScore(env.rubric, input.rubric), performance.now() - started);
+      const outcome = { ...setupFailureOutcome(taskId, episode.setupError, zeroScore(env.rubric, input.rubric), performance.now() - started), sandbox: sandboxes.cost() };
       return (await recordRollout(store, input, env, { ...outcome, provenance: await provenanceOf(undefined) })).summary;
     }
 
-    const scored = await scoreEpisode({ input, env, episode, sandboxes: deps.sandboxes, live });
+    const scored = await scoreEpisode({ input, env, episode, sandboxes, live });
     let { result } = episode;
     let { score } = scored;
     const infra = episode.infra ?? scored.infra;
@@ -157,6 +160,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
       sandboxMs: episode.sandboxMs + scored.sandboxMs,
       totalMs: performance.now() - started,
       provenance: await provenanceOf(episode.acquire),
+      sandbox: sandboxes.cost(),
     });
     rlog.info({ reward: score.total, stop: result.stop_reason, turns: result.turns.length, tool_calls: result.stats.tool_calls, ms: Math.round(trajectory.timing.total_ms) }, 'rollout done');
     return summary;

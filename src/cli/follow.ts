@@ -7,6 +7,7 @@ import type { LastEval } from '../contracts/run';
 import type { ReportStep } from '../report/records';
 import { progressQuery } from '../workflows/messages';
 import type { ControlAction, Progress } from '../contracts';
+import type { Cost, CostKey } from '../contracts/cost';
 import { CliError, EXIT } from './exit';
 import { notFound } from './temporal';
 import { c, fmtMs, fmtReward, ProgressBar } from './term';
@@ -21,7 +22,8 @@ export function stepLine(r: ReportStep): string {
 
 /** One control action as `ratchet status` shows it: what, who, why. */
 export function controlLine(a: ControlAction): string {
-  const changes = a.changes ? ` ${Object.entries(a.changes).map(([k, v]) => `${k}=${String(v)}`).join(' ')}` : '';
+  const show = (k: string, v: unknown): string => (v && typeof v === 'object' ? Object.entries(v).map(([f, x]) => `${k}.${f}=${String(x)}`).join(' ') : `${k}=${String(v)}`);
+  const changes = a.changes ? ` ${Object.entries(a.changes).map(([k, v]) => show(k, v)).join(' ')}` : '';
   return `  ${c.yellow(`⏵ ${a.action}${changes}`)} by ${a.identity} at step ${a.step} (${a.time})${a.reason ? `: ${a.reason}` : c.dim(': no reason given')}`;
 }
 
@@ -130,8 +132,20 @@ export function phaseLine(p: Progress, beat?: TrainerBeat): string {
   if (p.phase === 'training' && beat?.microBatches) what += ` micro-batch ${beat.microBatch ?? 0}/${beat.microBatches}`;
   if ((p.phase === 'training' || p.phase === 'saving') && beat && beat.attempt > 1) what += ` (attempt ${beat.attempt})`;
   const ahead = p.prefetchedStep !== undefined && p.prefetchedStep !== p.step ? ` · step ${p.prefetchedStep}'s rollouts running ahead` : '';
-  const st = p.status === 'running' ? '' : ` · ${p.status}${STATUS_HINTS[p.status] ?? ''}`;
+  const b = p.budgetExhausted;
+  const hint = p.status === 'budget-exhausted' && b
+    ? ` (${b.key} ${b.spent} of ${b.budget}: raise it with \`ratchet set ${p.runId} --budget ${b.key}=<value> --reason ...\`)`
+    : STATUS_HINTS[p.status] ?? '';
+  const st = p.status === 'running' ? '' : ` · ${p.status}${hint}`;
   return `step ${p.step}/${p.maxSteps} · ${what}${ahead}${st}`;
+}
+
+/** The run's cost so far (the cost ledger), in one line. */
+export function costLine(cost: Partial<Cost>): string {
+  const n = (k: CostKey) => cost[k] ?? 0;
+  return `cost: sandboxes ${n('sandbox_containers')} (${n('sandbox_container_s').toFixed(0)} container-s, ${n('sandbox_cpu_s').toFixed(0)} CPU-s)` +
+    ` · trainer ${n('trainer_cpu_s').toFixed(0)} CPU-s, ${n('trainer_gpu_s').toFixed(0)} GPU-s · tokens ${n('tokens_generated')} generated, ${n('tokens_trained')} trained` +
+    ` · Temporal events: ${n('temporal_events')} TrainRun, ${n('temporal_child_events')} rollout children`;
 }
 
 export interface FollowResult {
@@ -213,6 +227,7 @@ export async function followRun(client: Client, workflowId: string, opts: { once
       if (opts.once) {
         bar.clear();
         if (p) console.log(`${c.bold(desc.workflowId)} ${c.green(p.status)}: ${phaseLine(p, p.phase === 'training' || p.phase === 'saving' ? trainerBeat(desc) : undefined)}, policy v${p.policyVersion}`);
+        if (p?.cost) console.log(c.dim(`  ${costLine(p.cost)}`));
         else console.log(`${c.bold(desc.workflowId)} running (no worker answered the progress query: is \`ratchet up\` running the workers?)`);
         if (p?.lastEval) console.log(lastEvalLine(p.lastEval));
         const latest = await latestEvalSoft(workflowId);

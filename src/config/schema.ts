@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
 import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from '../contracts/chunkBounds';
+import { COST_KEYS, type CostKey } from '../contracts/cost';
 import { EVAL_EVERY_STEPS_MAX, EVAL_K_MAX } from '../contracts/evalBounds';
 import { DEFAULT_FAIRNESS_WEIGHT, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN } from '../shared/fairness';
 import { ArtifactRef } from '../artifacts/ref';
@@ -263,7 +264,23 @@ const SandboxConfig = z.object({
   /** Held in the worker's memory per exec and sent to the model: 1 MiB at most. */
   output_limit_bytes: z.number().int().min(256).max(1_048_576).default(16_384),
   warm_pool_size: z.number().int().min(0).max(64).default(2),
+  /**
+   * Hard lifetime of every sandbox container, from its start: its PID 1 child is `sleep <this>`, so the
+   * container exits by itself even if every worker died (docs/operations.md, "What a run costs and budgets").
+   * Longer than any one episode: the rollout activity's 30-minute timeout, plus margin.
+   */
+  max_lifetime_s: z.number().int().min(1).max(7 * 24 * 3600).default(3600),
 }).strict();
+
+/**
+ * Optional budgets (docs/operations.md, "What a run costs and budgets"): `max_<figure>` for any figure of
+ * the cost ledger (src/contracts/cost.ts). At a step boundary, a run whose cost has reached one pauses with
+ * status budget-exhausted until `ratchet set --budget <figure>=<value>` raises it.
+ */
+const BudgetSection = z.object(Object.fromEntries(COST_KEYS.map((k) => [
+  `max_${k}`, z.number({ invalid_type_error: `must be a number (the run's total ${k})` }).positive('must be above 0 (leave it out for no budget)').finite().optional(),
+])) as Record<`max_${CostKey}`, z.ZodOptional<z.ZodNumber>>).strict();
+export type BudgetSection = z.infer<typeof BudgetSection>;
 
 /**
  * Heartbeats measure liveness; these windows measure progress (src/activities/liveness.ts,
@@ -408,6 +425,7 @@ export const RunConfig = z.object({
   liveness: LivenessSection.default({}),
   metrics: MetricsConfig.default({}),
   sft: SftSection.optional(),
+  budget: BudgetSection.optional(),
   eval: EvalSection.default({}),
 }).strict();
 
@@ -423,6 +441,14 @@ export function crossFieldIssues(c: z.infer<typeof RunConfig>): { path: string[]
       path: ['liveness', 'rollout_stall_s'],
       message: `${c.liveness.rollout_stall_s} must exceed the slowest single call of an episode (${slowest} s: inference.request_timeout_s, ` +
         `or 3 x sandbox.exec_timeout_s for the test run). Fix: raise liveness.rollout_stall_s above ${slowest}, or lower those timeouts`,
+    });
+  }
+  // A lifetime shorter than one test run would kill sandboxes mid-episode, every time.
+  if (c.sandbox.max_lifetime_s <= c.sandbox.exec_timeout_s * 3) {
+    issues.push({
+      path: ['sandbox', 'max_lifetime_s'],
+      message: `${c.sandbox.max_lifetime_s} must exceed 3 x sandbox.exec_timeout_s (${c.sandbox.exec_timeout_s * 3} s: a test run) so a sandbox outlives its episode. ` +
+        `Fix: raise sandbox.max_lifetime_s (default 3600), or lower sandbox.exec_timeout_s`,
     });
   }
   return issues;

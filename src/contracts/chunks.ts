@@ -132,6 +132,8 @@ export interface RolloutShardInput {
   window: number;
   /** StepRollouts, to which the shard signals its status. */
   parentWorkflowId: string;
+  /** History events of the shard's earlier executions (carried across continue-as-new, for the cost ledger). */
+  eventsBefore?: number;
   /** Events before continuing as new (tests set it low). */
   eventsBeforeContinue?: number;
   /** Carried across continue-as-new: the chunk summaries of chunks [firstChunk, firstChunk + parts.length). */
@@ -143,6 +145,8 @@ export interface RolloutShardInput {
 export interface RolloutShardResult {
   summaries: ArtifactRef;
   count: number;
+  /** History events over the shard's executions (the cost ledger), read at its end. */
+  events?: number;
 }
 
 /** Sent by a shard to StepRollouts (signal `shardStatus`): its done count and what it waits for. */

@@ -10,9 +10,24 @@
 import { z } from 'zod';
 import { ArtifactRef } from '../artifacts/ref';
 import { ArtifactsFields } from '../config/schema';
+import { COST_KEYS, type CostKey } from './cost';
+
+export { COST_KEYS, type CostKey } from './cost';
 import { EVAL_EVERY_STEPS_MAX } from './evalBounds';
 
 const Counts = z.record(z.string(), z.number());
+
+/**
+ * The cost ledger's figures (docs/operations.md, "What a run costs and budgets"): per step in the step
+ * record's `cost`, summed over the run in the run-state file. Every key is a number that only grows;
+ * a budget `max_<key>` bounds the run's sum.
+ */
+
+export const CostFigures = z.object(Object.fromEntries(COST_KEYS.map((k) => [k, z.number().nonnegative().default(0)])) as Record<CostKey, z.ZodDefault<z.ZodNumber>>);
+export type CostFigures = z.infer<typeof CostFigures>;
+/** Budgets by cost key (`max_<key>` in [budget]); unset keys have no bound. */
+export const CostBudgets = z.object(Object.fromEntries(COST_KEYS.map((k) => [k, z.number().nonnegative().optional()])) as Record<CostKey, z.ZodOptional<z.ZodNumber>>).strict();
+export type CostBudgets = z.infer<typeof CostBudgets>;
 
 /** Settings changed on a running run (`ratchet set`), in effect from a step boundary on; unset keys follow the config. */
 export const RunOverrides = z.object({
@@ -20,6 +35,8 @@ export const RunOverrides = z.object({
   learning_rate: z.number().min(0).max(1).optional(),
   /** [orchestrator] async_level (the staleness bound) from this step on. */
   async_level: z.number().int().min(0).max(8).optional(),
+  /** Budgets raised (or set) with `ratchet set --budget <key>=<value>`, over the config's [budget]. */
+  budget: CostBudgets.optional(),
   /** [eval] every_steps (the in-run eval cadence; 0: off) from this step on. */
   eval_every_steps: z.number().int().min(0).max(EVAL_EVERY_STEPS_MAX).optional(),
 });
@@ -177,6 +194,10 @@ export const StepRecord = z.object({
    * winner (src/records/winners.ts) and never count a voided record.
    */
   epoch: z.number().int().nonnegative().optional(),
+  /** What the step cost (COST_KEYS); absent in records from before the cost ledger. */
+  cost: CostFigures.optional(),
+  /** The run's cost up to and including this step (its cost plus the previous records'). */
+  run_cost: CostFigures.optional(),
 }).passthrough();
 export type StepRecord = z.infer<typeof StepRecord>;
 
@@ -198,6 +219,8 @@ export const RunStateFile = z.object({
   overrides: RunOverrides.optional(),
   /** The checkpoint epoch (see StepRecord.epoch); absent: 0. A state of a higher epoch wins whatever its step. */
   epoch: z.number().int().nonnegative().optional(),
+  /** The run's cost so far (the last record's run_cost): a restarted run's budgets count from it. */
+  cost: CostFigures.optional(),
 });
 export type RunStateFile = z.infer<typeof RunStateFile>;
 

@@ -9,6 +9,7 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { OutageWaitLimits } from './outage';
+import type { Cost, CostKey } from './cost';
 import type { ControlAction, EvalSweepStarted, RunOverrides } from './records';
 import type { EvalVersionSummary } from './eval';
 import type { StepSummary } from './step';
@@ -38,6 +39,8 @@ export interface ResumeState {
   trainerQueue?: string;
   /** Settings changed with `ratchet set` (carried across continue-as-new and in the state file). */
   overrides?: RunOverrides;
+  /** The run's cost so far (the cost ledger): budgets count from it after continue-as-new or a restart. */
+  cost?: Cost;
   /**
    * Only across continue-as-new: policy versions that in-run eval sweeps were still evaluating. The next
    * execution keeps them loaded in inference (it cannot see those sweeps end), until it ends itself.
@@ -127,6 +130,8 @@ export type RunStatus =
   | 'waiting-for-trainer'
   /** Rollouts are pending but none runs and no rollout worker polls its queue (StepRollouts' watchdog). */
   | 'waiting-for-rollout-workers'
+  /** The run's cost reached a budget ([budget]): paused until `ratchet set --budget <figure>=<value>` raises it. */
+  | 'budget-exhausted'
   | 'completed'
   | 'stopped';
 
@@ -159,6 +164,10 @@ export interface Progress {
   /** Settings changed with `ratchet set` and in effect; `pendingOverrides`: accepted, in effect from the next step. */
   overrides?: RunOverrides;
   pendingOverrides?: RunOverrides;
+  /** The run's cost up to its last recorded step (the cost ledger). */
+  cost?: Cost;
+  /** While status is budget-exhausted: the budget reached, what was spent and the bound. */
+  budgetExhausted?: { key: CostKey; spent: number; budget: number };
   /** The newest eval sweep this execution started ([eval] every_steps), with its result once it finished. */
   lastEval?: LastEval;
 }
@@ -180,5 +189,6 @@ export function pickResume(s: ResumeState): ResumeState {
     ...(s.artifacts ? { artifacts: s.artifacts } : {}),
     ...(s.overrides && Object.keys(s.overrides).length ? { overrides: s.overrides } : {}),
     ...(s.epoch ? { epoch: s.epoch } : {}),
+    ...(s.cost ? { cost: s.cost } : {}),
   };
 }

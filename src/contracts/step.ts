@@ -51,6 +51,8 @@ export interface RolloutStats {
   /** Distinct sandbox image ids and environments of the rollouts (their summaries' provenance), sorted; absent when none reported them. */
   sandboxImageDigests?: string[];
   envModules?: { id: string; version: string; sha256: string }[];
+  /** The step's sandboxes, summed over its rollouts' summaries (absent when none carries figures: older workers). */
+  sandbox?: { containers: number; container_s: number; cpu_s: number };
 }
 
 /** StepRollouts' input: one step's rollouts, run as a child of TrainRun. */
@@ -90,7 +92,8 @@ export interface StepRolloutsInput {
 export const SUMMARIES_PER_PART = 1000;
 
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the summaries-by-ref patch). */
-export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number };
+/** `events`: the history events of StepRollouts and its shards (the cost ledger's temporal_child_events); absent before it. */
+export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number; events?: number };
 
 /** Sent by a step's rollout child to its parent, by workflow id, as groups finish (signal `rolloutProgress`). */
 export interface RolloutProgressSignal {

@@ -17,6 +17,9 @@ export interface TrainerStepMetrics {
   mismatch_kl?: number;
   grad_norm?: number;
   tokens?: number;
+  /** The cost ledger (docs/operations.md): this process's CPU-seconds over the step; GPU-seconds (wall × ranks on CUDA, else 0). */
+  cpu_s?: number;
+  gpu_s?: number;
   applied: boolean;
   [k: string]: unknown;
 }

@@ -191,6 +191,14 @@ export const Trajectory = z.object({
 export type Trajectory = z.infer<typeof Trajectory>;
 
 /** What crosses Temporal for a rollout: a reference and a summary, never the trajectory. */
+/** What a rollout's sandboxes cost (src/rollouts/cost.ts): containers acquired, Docker's container-seconds and their cgroups' CPU-seconds. */
+export const SandboxCost = z.object({
+  containers: z.number().int().nonnegative(),
+  container_s: z.number().nonnegative(),
+  cpu_s: z.number().nonnegative(),
+});
+export type SandboxCost = z.infer<typeof SandboxCost>;
+
 export const RolloutSummary = z.object({
   task_id: z.string(),
   group_id: z.string(),
@@ -212,5 +220,7 @@ export const RolloutSummary = z.object({
   commands: z.record(z.number().int().nonnegative()).optional(),
   /** The sandbox image and environment the rollout ran with, for the step's lineage (absent before 0.7). */
   provenance: RolloutProvenance.optional(),
+  /** The rollout's sandboxes (absent in records made before the cost ledger). */
+  sandbox: SandboxCost.optional(),
 });
 export type RolloutSummary = z.infer<typeof RolloutSummary>;

@@ -31,6 +31,8 @@ export interface Sandbox {
   /** Unified diff of /work/repo against the base commit. */
   diff(): Promise<string>;
   release(): Promise<void>;
+  /** After release, what the container cost by Docker's records (src/sandbox/usage.ts); fakes have none. */
+  usage?(): { container_s: number; cpu_s: number } | undefined;
 }
 
 export interface AcquireOptions {

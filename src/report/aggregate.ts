@@ -1,6 +1,7 @@
 import type { EvalResult } from '../contracts/eval';
 import { PHASES, type PhaseName, type ReportStep } from './records';
 import type { ControlAction } from '../contracts/records';
+import { COST_KEYS, addCost, type Cost, type CostKey } from '../contracts/cost';
 
 /**
  * Turns step records and eval results into the series the report plots. Pure and
@@ -56,6 +57,11 @@ export interface ReportData {
   evalSweeps: EvalSweepRow[];
   /** Per step with a recorded lineage: its build and the first 12 hex of its batch and adapter sha256. */
   lineage: { step: number; build?: string; batch?: string; adapter?: string }[];
+  /**
+   * The cost ledger: per figure, its total over the report's steps that recorded one, its mean per such
+   * step and the last step's; `perStep` for the plot (null where a step has no cost, older records).
+   */
+  cost: { rows: { key: CostKey; total: number; meanPerStep: number; last: number }[]; steps: number; perStep: Record<CostKey, (number | null)[]> } | null;
   /** Another run's mean reward per step, drawn beside this run's (`ratchet report --baseline`): a control run, say. */
   baseline?: BaselineSeries;
 }
@@ -214,7 +220,21 @@ export function buildReportData(runId: string, records: ReportStep[], evals: Eva
       ...(r.lineage!.batch_sha256 ? { batch: r.lineage!.batch_sha256.slice(0, 12) } : {}),
       ...(r.lineage!.trainer.adapter_sha256 ? { adapter: r.lineage!.trainer.adapter_sha256.slice(0, 12) } : {}),
     })),
+    cost: buildCostData(sorted),
     ...(baseline ? { baseline: buildBaselineSeries(baseline.runId, baseline.records, sorted.map((r) => r.step)) } : {}),
+  };
+}
+
+/** The cost table and plot's numbers: the sums are of the steps' own figures (not of run_cost, which a fallback could void). */
+export function buildCostData(sorted: ReportStep[]): ReportData['cost'] {
+  const costed = sorted.filter((r) => r.cost);
+  if (!costed.length) return null;
+  const total: Cost = costed.reduce<Cost>((a, r) => addCost(a, r.cost), addCost(undefined, undefined));
+  const lastCost = costed[costed.length - 1]!.cost!;
+  return {
+    steps: costed.length,
+    rows: COST_KEYS.map((key) => ({ key, total: total[key], meanPerStep: round(total[key] / costed.length, 3), last: lastCost[key] })),
+    perStep: Object.fromEntries(COST_KEYS.map((k) => [k, sorted.map((r) => (r.cost ? r.cost[k] : null))])) as Record<CostKey, (number | null)[]>,
   };
 }
 

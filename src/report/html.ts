@@ -220,6 +220,15 @@ const CLIENT_JS = String.raw`
   });
 
   document.body.dataset.charts = String(charts.length);
+  if (D.cost) {
+    make('chart-cost', { type: 'line', data: { labels: labels, datasets: [
+      { label: 'sandbox CPU-s', data: D.cost.perStep.sandbox_cpu_s, borderColor: '#3b5bdb' },
+      { label: 'sandbox container-s', data: D.cost.perStep.sandbox_container_s, borderColor: '#12b886' },
+      { label: 'trainer CPU-s', data: D.cost.perStep.trainer_cpu_s, borderColor: '#e8590c' },
+      { label: 'trainer GPU-s', data: D.cost.perStep.trainer_gpu_s, borderColor: '#ae3ec9' },
+    ].map(function (d) { d.backgroundColor = d.borderColor; d.borderWidth = 2; d.pointRadius = 2; d.spanGaps = true; return d; }) },
+      options: { maintainAspectRatio: false, scales: { y: { beginAtZero: true, title: { display: true, text: 'seconds per step' } } } } });
+  }
   requestAnimationFrame(function () { document.body.dataset.rendered = 'true'; });
 })();
 `;
@@ -234,11 +243,25 @@ function lineageTable(data: ReportData): string {
 function controlTable(data: ReportData): string {
   if (!data.controls.length) return '<p class="empty">No control actions recorded in this run.</p>';
   const rows = data.controls.map((a) => {
-    const changes = a.changes ? Object.entries(a.changes).map(([k, v]) => `${k} = ${String(v)}`).join(', ') : '';
+    const show = (k: string, v: unknown): string => (v && typeof v === 'object' ? Object.entries(v).map(([f, x]) => `${k}.${f} = ${String(x)}`).join(', ') : `${k} = ${String(v)}`);
+    const changes = a.changes ? Object.entries(a.changes).map(([k, v]) => show(k, v)).join(', ') : '';
     return `<tr><td>${escapeHtml(a.time)}</td><td class="num">${a.step}</td><td>${escapeHtml(a.action)}${changes ? ` (${escapeHtml(changes)})` : ''}</td>` +
       `<td>${escapeHtml(a.identity)}</td><td>${a.reason ? escapeHtml(a.reason) : '<span class="hint">no reason given</span>'}</td></tr>`;
   }).join('');
   return `<table><thead><tr><th>time</th><th class="num">step</th><th>action</th><th>by</th><th>reason</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+const COST_LABELS: Record<string, string> = {
+  sandbox_containers: 'sandbox containers', sandbox_container_s: 'sandbox container-seconds', sandbox_cpu_s: 'sandbox CPU-seconds',
+  trainer_cpu_s: 'trainer CPU-seconds', trainer_gpu_s: 'trainer GPU-seconds', tokens_generated: 'tokens generated',
+  tokens_trained: 'tokens trained', temporal_events: 'TrainRun history events', temporal_child_events: 'rollout children\'s history events',
+};
+
+function costTable(data: ReportData): string {
+  if (!data.cost) return '<p class="empty">No cost recorded in this run (steps from before the cost ledger).</p>';
+  const rows = data.cost.rows.map((r) => `<tr><td>${escapeHtml(COST_LABELS[r.key] ?? r.key)} <code>${r.key}</code></td>` +
+    `<td class="num">${fmtNumber(r.total)}</td><td class="num">${fmtNumber(r.meanPerStep)}</td><td class="num">${fmtNumber(r.last)}</td></tr>`).join('');
+  return `<table><thead><tr><th>figure</th><th class="num">total (${data.cost.steps} steps)</th><th class="num">mean / step</th><th class="num">last step</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 function section(id: string, title: string, hint: string, body: string, wide = false): string {
@@ -283,6 +306,8 @@ ${section('tools', 'Tool usage', 'Tool calls by tool, over all steps.', data.too
 ${section('shell', 'Shell commands', 'Programs the agent ran (first word of each command), top 20.', data.shell.length ? canvas('chart-shell', Math.max(160, 22 * data.shell.length + 60)) : none('shell commands'))}
 ${section('staleness', 'Staleness', 'Samples by how many policy versions their rollout lagged the trainer (bounded by async_level).', data.staleness.length ? canvas('chart-staleness', 220) : none('staleness'))}
 </div>
+${section('cost', 'What the run cost', 'The cost ledger, per step: sandbox containers and their Docker container-seconds and CPU-seconds, trainer CPU and GPU seconds, tokens generated and trained, TrainRun\'s history events. Budgets ([budget], <code>ratchet set --budget</code>) bound the run\'s totals.',
+    `${costTable(data)}${data.cost ? canvas('chart-cost', 220) : ''}`, true)}
 ${section('lineage', 'Lineage', `Where each step came from: the worker build, the batch and the adapter it produced. Everything recorded (task rows, env and sampling settings, rollout policy versions, seeds, checkpoints): <code>ratchet lineage ${escapeHtml(data.runId)} &lt;step&gt;</code>.`, lineageTable(data), true)}
 ${section('controls', 'Control actions', 'Every pause, resume, stop and settings change the run accepted: who sent it, why, and the step whose record holds it (`ratchet pause|resume|stop|set --reason`). Changes take effect at the next step boundary.', controlTable(data), true)}
 ${section('evals', 'Evaluation across policy versions', 'EvalSweep results on held-out task sets: unbiased pass@k where tests decide, localization F1, reward.', `${evalCharts}${evalTable(data)}${evalSweepTable(data)}`, data.evals.length > 0 || data.evalSweeps.length > 0)}

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { StepRecord, type ControlAction, type EvalSweepStarted, type RunOverrides, type StepLineage } from '../contracts/records';
+import type { Cost } from '../contracts/cost';
 
 /**
  * What the report reads, and its own view of a step. A run's steps are stored as
@@ -45,6 +46,8 @@ export interface ReportStep {
   build?: { deployment: string; build_id: string };
   overrides?: RunOverrides;
   lineage?: StepLineage;
+  /** What the step cost (the cost ledger); absent in records from before it. */
+  cost?: Cost;
   /** The eval sweep started on this step's checkpoint ([eval] every_steps). */
   eval_sweep?: EvalSweepStarted;
 }
@@ -95,6 +98,7 @@ export function reportStep(r: StepRecord): ReportStep {
     ...(r.build ? { build: r.build } : {}),
     ...(r.overrides ? { overrides: r.overrides } : {}),
     ...(r.lineage ? { lineage: r.lineage } : {}),
+    ...(r.cost ? { cost: r.cost } : {}),
     ...(r.eval_sweep ? { eval_sweep: r.eval_sweep } : {}),
   };
 }

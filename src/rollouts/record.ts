@@ -13,7 +13,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
 import type { Environment, Score } from '../envs/types';
-import { RolloutSummary, samplingRecord, Trajectory, type RolloutProvenance, type ToolSpec } from '../contracts/trajectory';
+import { RolloutSummary, samplingRecord, Trajectory, type RolloutProvenance, type SandboxCost, type ToolSpec } from '../contracts/trajectory';
 
 /** What one attempt of a rollout ended with. */
 export interface RolloutOutcome {
@@ -30,6 +30,8 @@ export interface RolloutOutcome {
   totalMs: number;
   /** The sandbox image and environment it ran with (the rollout worker's, cached), for the lineage. */
   provenance?: RolloutProvenance;
+  /** The rollout's containers and what they cost (src/rollouts/cost.ts). */
+  sandbox?: SandboxCost;
 }
 
 /** A rollout whose task could not be set up: no turns, zero reward, the error kept. */
@@ -98,6 +100,7 @@ export function summaryOf(input: ParsedRolloutInput, o: RolloutOutcome, trajecto
     tools_used: result.stats.tools_used,
     commands: countBy(result.stats.commands),
     ...(hasProvenance(o.provenance) ? { provenance: o.provenance } : {}),
+    ...(o.sandbox ? { sandbox: o.sandbox } : {}),
   });
 }
 

@@ -26,6 +26,7 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
   // Where the rollouts ran (their provenance, 0.7 on): distinct values, sorted so the record does not depend on arrival order.
   const images = new Set<string>();
   const envs = new Map<string, { id: string; version: string; sha256: string }>();
+  let sandbox: { containers: number; container_s: number; cpu_s: number } | undefined;
   const add = (into: Record<string, number>, from: Record<string, number> | undefined) => {
     for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
   };
@@ -43,6 +44,12 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     if (r.provenance?.image) images.add(r.provenance.image.id);
     const e = r.provenance?.env;
     if (e) envs.set(`${e.id}\0${e.version}\0${e.sha256}`, { id: e.id, version: e.version, sha256: e.sha256 });
+    if (r.sandbox) {
+      sandbox ??= { containers: 0, container_s: 0, cpu_s: 0 };
+      sandbox.containers += r.sandbox.containers;
+      sandbox.container_s += r.sandbox.container_s;
+      sandbox.cpu_s += r.sandbox.cpu_s;
+    }
   }
   const components = Object.fromEntries(Object.keys(sums).sort().map((k) => [k, round(sums[k]! / ns)]));
   return {
@@ -59,7 +66,12 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     shellCommands,
     ...(images.size ? { sandboxImageDigests: [...images].sort() } : {}),
     ...(envs.size ? { envModules: [...envs.keys()].sort().map((k) => envs.get(k)!) } : {}),
+    ...(sandbox ? { sandbox: { containers: sandbox.containers, container_s: round3(sandbox.container_s), cpu_s: round3(sandbox.cpu_s) } } : {}),
   };
+}
+
+function round3(x: number): number {
+  return Math.round(x * 1000) / 1000;
 }
 
 function round(x: number): number {

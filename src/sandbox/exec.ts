@@ -32,7 +32,7 @@ export const HOST_SLACK_MS = 5_000;
 
 /**
  * Kills every process in the container but PID 1 (tini), its first child (the
- * `sleep infinity` that keeps the container up: `kill -1` would take that one
+ * `sleep <max_lifetime_s>` that keeps the container up (options.ts): `kill -1` would take that one
  * too and stop the container) and the shell running the sweep. Bash builtins
  * only, so it still works when a fork bomb holds every pid: a first pass stops
  * (SIGSTOP) what it finds, so nothing forks while the next passes kill.

@@ -5,8 +5,14 @@ import type { SandboxConfig } from '../config/schema';
 import { componentLogger, type Logger } from '../shared/logger';
 import { AbortError } from './exec';
 import { LABELS, type RolloutLabels, containerName, currentWorkerId } from './labels';
-import { buildCreateOptions, defaultImage, poolKey, type SandboxLimits, TMP_MB } from './options';
+import { buildCreateOptions, DEFAULT_MAX_LIFETIME_S, defaultImage, poolKey, type SandboxLimits, TMP_MB } from './options';
 import { createImageDigests, type ImageDigest } from './imageDigest';
+
+/**
+ * A warm container waits in its pool at most this long: it is made with this much more lifetime, so
+ * the rollout that takes it still has the full sandbox.max_lifetime_s; an older one is discarded.
+ */
+export const POOL_IDLE_S = 600;
 import { WarmPool } from './pool';
 import { DockerSandbox, type ImageRepoSpec, type RepoSpec, type Sandbox } from './sandbox';
 
@@ -44,6 +50,8 @@ export class SandboxManager {
   lastSource: AcquireSource | undefined;
   private busy = 0;
   private readonly digests: (name: string) => Promise<ImageDigest>;
+  /** When each warm container started (performance.now()), to discard one idle past POOL_IDLE_S. */
+  private readonly warmSince = new Map<string, number>();
 
   constructor(opts: SandboxManagerOptions = {}) {
     this.docker = opts.docker ?? new Docker();
@@ -66,6 +74,11 @@ export class SandboxManager {
     const pool = this.poolFor(image, spec.limits);
 
     let container = pool?.take();
+    while (container && this.idleTooLong(container)) {
+      await container.remove({ force: true }).catch(() => undefined);
+      container = pool?.take();
+    }
+    if (container) this.warmSince.delete(container.id);
     let source: AcquireSource = 'pool';
     if (container) {
       try {
@@ -135,14 +148,27 @@ export class SandboxManager {
     if (!pool) {
       pool = new WarmPool({
         size: limits.warm_pool_size,
-        create: () =>
-          this.createStarted(image, limits, { ...this.baseLabels(), [LABELS.pool]: 'warm' }, `ratchet-pool-${randomBytes(4).toString('hex')}`),
-        destroy: (c) => c.remove({ force: true }).then(() => undefined),
+        create: async () => {
+          const lifetimeS = (limits.max_lifetime_s ?? DEFAULT_MAX_LIFETIME_S) + POOL_IDLE_S;
+          const c = await this.createStarted(image, limits, { ...this.baseLabels(), [LABELS.pool]: 'warm' }, `ratchet-pool-${randomBytes(4).toString('hex')}`, undefined, lifetimeS);
+          this.warmSince.set(c.id, performance.now());
+          return c;
+        },
+        destroy: (c) => { this.warmSince.delete(c.id); return c.remove({ force: true }).then(() => undefined); },
         log: this.log,
       });
       this.pools.set(key, pool);
     }
     return pool;
+  }
+
+  private idleTooLong(c: Docker.Container): boolean {
+    const since = this.warmSince.get(c.id);
+    if (since !== undefined && performance.now() - since > POOL_IDLE_S * 1000) {
+      this.warmSince.delete(c.id);
+      return true;
+    }
+    return false;
   }
 
   private baseLabels(): Record<string, string> {
@@ -155,6 +181,7 @@ export class SandboxManager {
     labels: Record<string, string>,
     name: string,
     signal?: AbortSignal,
+    lifetimeS?: number,
   ): Promise<Docker.Container> {
     if (limits.disk_mb + TMP_MB >= limits.memory_mb) {
       // tmpfs pages are charged to the container's memory: a full disk would OOM-kill instead of ENOSPC.
@@ -162,7 +189,7 @@ export class SandboxManager {
     }
     let container: Docker.Container;
     try {
-      container = await this.docker.createContainer(buildCreateOptions({ image, limits, labels, name }));
+      container = await this.docker.createContainer(buildCreateOptions({ image, limits, labels, name, ...(lifetimeS !== undefined ? { lifetimeS } : {}) }));
     } catch (err) {
       throw explainDockerError(err, image);
     }

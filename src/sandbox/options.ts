@@ -12,13 +12,18 @@ export const REPO_DIR = '/work/repo';
 export const TMP_MB = 64;
 const MiB = 1024 * 1024;
 
-export type SandboxLimits = Pick<SandboxConfig, 'memory_mb' | 'cpus' | 'pids_limit' | 'disk_mb'>;
+export type SandboxLimits = Pick<SandboxConfig, 'memory_mb' | 'cpus' | 'pids_limit' | 'disk_mb'> & Partial<Pick<SandboxConfig, 'max_lifetime_s'>>;
+
+/** Used when a caller's limits carry no max_lifetime_s (the config's default). */
+export const DEFAULT_MAX_LIFETIME_S = 3600;
 
 export interface ContainerSpec {
   image: string;
   limits: SandboxLimits;
   labels: Record<string, string>;
   name?: string;
+  /** Seconds the container lives at most (default: limits.max_lifetime_s, else DEFAULT_MAX_LIFETIME_S). */
+  lifetimeS?: number;
 }
 
 /**
@@ -31,15 +36,18 @@ export function buildCreateOptions(spec: ContainerSpec): Docker.ContainerCreateO
   const { limits } = spec;
   const memory = limits.memory_mb * MiB;
   const diskBytes = limits.disk_mb * MiB;
+  const lifetime = Math.max(1, Math.round(spec.lifetimeS ?? limits.max_lifetime_s ?? DEFAULT_MAX_LIFETIME_S));
   return {
     Image: spec.image,
     ...(spec.name ? { name: spec.name } : {}),
-    Labels: { ...spec.labels },
+    // The deadline is for people and janitors; the `sleep` below enforces it with no worker alive.
+    Labels: { ...spec.labels, [LIFETIME_LABEL]: String(lifetime) },
     User: AGENT_USER,
     WorkingDir: WORK_DIR,
     // Only the image's own ENV (HOME, LANG, PATH): never the worker's variables.
     Env: [],
-    Cmd: ['sleep', 'infinity'],
+    // The hard lifetime: when this sleep (tini's only child) ends, tini exits and the container with it.
+    Cmd: ['sleep', String(lifetime)],
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,
@@ -78,9 +86,12 @@ export function buildCreateOptions(spec: ContainerSpec): Docker.ContainerCreateO
   };
 }
 
+/** The label that records a container's hard lifetime in seconds (from Docker's State.StartedAt). */
+export const LIFETIME_LABEL = 'ratchet.max-lifetime-s';
+
 /** Containers with equal keys are interchangeable, which is what lets a warm pool serve them. */
 export function poolKey(image: string, limits: SandboxLimits): string {
-  return `${image}|mem=${limits.memory_mb}|cpus=${limits.cpus}|pids=${limits.pids_limit}|disk=${limits.disk_mb}`;
+  return `${image}|mem=${limits.memory_mb}|cpus=${limits.cpus}|pids=${limits.pids_limit}|disk=${limits.disk_mb}|life=${limits.max_lifetime_s ?? DEFAULT_MAX_LIFETIME_S}`;
 }
 
 /** The image infra/docker.sh built last (its recipe-hash tag), else the moving `latest` tag. */

@@ -5,6 +5,7 @@ import type { Logger } from '../shared/logger';
 import { type ExecResult, runExec } from './exec';
 import { REPO_DIR, WORK_DIR } from './options';
 import { baseCommitTar, type RepoSpec } from './snapshot';
+import { stopAndMeasure, type ContainerUsage } from './usage';
 
 export type { RepoSpec } from './snapshot';
 
@@ -32,6 +33,8 @@ export interface Sandbox {
   diff(): Promise<string>;
   /** Removes the container, also in the middle of an exec; safe to call twice. */
   release(): Promise<void>;
+  /** After release: what the container cost by Docker's records (undefined before, or when Docker had lost it). */
+  usage?(): ContainerUsage | undefined;
 }
 
 /** Files and diffs the environment reads whole; anything larger is an error, not a silent cut. */
@@ -80,6 +83,7 @@ const WRITE_FILE = 'set -e; mkdir -p -- "$(dirname -- "$1")"; cat > "$1"';
 export class DockerSandbox implements Sandbox {
   private baseCommit: string | undefined;
   private releasing: Promise<void> | undefined;
+  private measured: ContainerUsage | undefined;
   private readonly running = new Set<AbortController>();
   private readonly releaseHooks: (() => void)[] = [];
 
@@ -141,6 +145,10 @@ export class DockerSandbox implements Sandbox {
     return this.releasing;
   }
 
+  usage(): ContainerUsage | undefined {
+    return this.measured;
+  }
+
   /** Runs `fn` once, when the sandbox is first released (the manager counts busy sandboxes with it). */
   onRelease(fn: () => void): void {
     this.releaseHooks.push(fn);
@@ -149,6 +157,12 @@ export class DockerSandbox implements Sandbox {
   private async remove(): Promise<void> {
     // Stop waiting on execs first: force-removal kills their processes anyway.
     for (const ctl of this.running) ctl.abort();
+    try {
+      // The cost ledger's figures: read before removal, when Docker still has them. Never blocks the removal.
+      this.measured = await stopAndMeasure(this.container);
+    } catch (err) {
+      this.log.warn({ id: this.id, err: String(err) }, 'could not read the sandbox\'s usage; it is counted without seconds');
+    }
     try {
       await this.container.remove({ force: true, v: true });
       this.log.info({ id: this.id, name: this.name }, 'sandbox released');

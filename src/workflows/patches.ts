@@ -100,6 +100,12 @@ export const PATCHES = {
    */
   initFrom: 'v0.7-init-from',
   /**
+   * Budgets (the cost ledger, docs/operations.md): at a step boundary, a run whose cost reached a budget
+   * ([budget], or raised with `ratchet set --budget`) waits with status budget-exhausted until one is raised.
+   * Checked only when the run has a budget: runs without one make no new command.
+   */
+  runBudgets: 'v0.7-run-budgets',
+  /**
    * The in-run eval cadence (issue 30; src/workflows/evalCadence.ts): after every N-th step that saved a
    * checkpoint ([eval] every_steps, or `ratchet set --eval-every N`), TrainRun names an EvalSweep in the
    * step record and starts it as an abandoned child, below training by priority. Checked only at such a

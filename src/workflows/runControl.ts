@@ -15,6 +15,7 @@ import type { OutageWaitLimits } from '../contracts/outage';
 import type { ControlAction, RunOverrides } from '../contracts/records';
 import type { ControlRequest, LastEval, Phase, Progress, RunStatus, SettingsChange } from '../contracts/run';
 import type { StepSummary } from '../contracts/step';
+import { COST_KEYS, type Cost, type CostKey } from '../contracts/cost';
 import { EVAL_EVERY_STEPS_MAX } from '../contracts/evalBounds';
 
 export class RunControl {
@@ -43,6 +44,10 @@ export class RunControl {
   overrides: RunOverrides = {};
   /** Accepted `set` changes, in effect from the next step boundary (applyPendingOverrides). */
   pendingOverrides: RunOverrides = {};
+  /** The run's cost up to its last recorded step (TrainRun adds each step's). */
+  cost: Cost | undefined;
+  /** Set while the run waits at a step boundary because its cost reached a budget. */
+  budgetExhausted: { key: CostKey; spent: number; budget: number } | undefined;
   /** The newest in-run eval sweep (trainRun.ts startEvalSweep), for the progress query. */
   lastEval: LastEval | undefined;
   /** In-run eval sweeps this execution started that have not finished: workflow id -> the policy version they evaluate. */
@@ -61,6 +66,7 @@ export class RunControl {
   status(): RunStatus {
     if (this.finalStatus) return this.finalStatus;
     if (this.stopRequested) return 'stopping';
+    if (this.budgetExhausted) return 'budget-exhausted';
     if (this.pauseRequested) return 'paused';
     if (this.waitingForStore) return 'waiting-for-store';
     if (this.waitingForDisk) return 'waiting-for-disk';
@@ -85,6 +91,8 @@ export class RunControl {
       ...(this.recent.length ? { controls: [...this.recent] } : {}),
       ...(Object.keys(this.overrides).length ? { overrides: { ...this.overrides } } : {}),
       ...(Object.keys(this.pendingOverrides).length ? { pendingOverrides: { ...this.pendingOverrides } } : {}),
+      ...(this.cost ? { cost: { ...this.cost } } : {}),
+      ...(this.budgetExhausted ? { budgetExhausted: { ...this.budgetExhausted } } : {}),
       ...(this.lastEval ? { lastEval: { ...this.lastEval } } : {}),
     };
   }
@@ -92,7 +100,7 @@ export class RunControl {
   /** At a step boundary: accepted `set` changes take effect; true when any did. */
   applyPendingOverrides(): boolean {
     if (!Object.keys(this.pendingOverrides).length) return false;
-    this.overrides = { ...this.overrides, ...this.pendingOverrides };
+    this.overrides = mergeOverrides(this.overrides, this.pendingOverrides);
     this.pendingOverrides = {};
     return true;
   }
@@ -189,6 +197,11 @@ export class RunControl {
     }, {
       validator: (req?: ControlRequest) => {
         validateRequest(req);
+        if (!this.pauseRequested && this.budgetExhausted) {
+          const b = this.budgetExhausted;
+          throw new Error(`run ${runId} is budget-exhausted (${b.key} ${b.spent} of ${b.budget}); resume does not lift a budget. ` +
+            `Fix: ratchet set ${runId} --budget ${b.key}=<more than ${b.spent}> --reason "..."`);
+        }
         if (!this.pauseRequested) throw new Error(`run ${runId} is not paused (status ${this.status()}); nothing to resume`);
       },
     });
@@ -208,7 +221,7 @@ export class RunControl {
     });
     setHandler(setSettingsUpdate, (change) => {
       const changes = settingsOf(change);
-      this.pendingOverrides = { ...this.pendingOverrides, ...changes };
+      this.pendingOverrides = mergeOverrides(this.pendingOverrides, changes);
       this.audit('set', change, changes);
       this.publish();
       return this.status();
@@ -243,23 +256,32 @@ function settingsOf(change: SettingsChange): RunOverrides {
     ...(change.learning_rate !== undefined ? { learning_rate: change.learning_rate } : {}),
     ...(change.async_level !== undefined ? { async_level: change.async_level } : {}),
     ...(change.eval_every_steps !== undefined ? { eval_every_steps: change.eval_every_steps } : {}),
+    ...(change.budget !== undefined ? { budget: { ...change.budget } } : {}),
   };
 }
 
-const SETTINGS = ['learning_rate', 'async_level', 'eval_every_steps'] as const;
+/** b over a; budgets merge key by key (raising one budget keeps the others). */
+export function mergeOverrides(a: RunOverrides, b: RunOverrides): RunOverrides {
+  const out: RunOverrides = { ...a, ...b };
+  if (a.budget || b.budget) out.budget = { ...(a.budget ?? {}), ...(b.budget ?? {}) };
+  return out;
+}
+
+const SETTINGS = ['learning_rate', 'async_level', 'eval_every_steps', 'budget'] as const;
 
 /**
  * The same bounds as the config's (src/config/schema.ts: trainer.optim.lr, orchestrator.async_level,
  * eval.every_steps), with the fix. Pure: `ratchet set` runs it before sending, the update's validator again.
  */
 export function validateSettings(change: SettingsChange): void {
-  if (!change || typeof change !== 'object') throw new Error('set needs { learning_rate?, async_level?, eval_every_steps?, reason?, identity? }');
+  if (!change || typeof change !== 'object') throw new Error('set needs { learning_rate?, async_level?, eval_every_steps?, budget?, reason?, identity? }');
   const known = new Set<string>([...SETTINGS, 'reason', 'identity']);
   const unknown = Object.keys(change).filter((k) => !known.has(k));
   if (unknown.length) throw new Error(`cannot change ${unknown.join(', ')} on a running run: only ${SETTINGS.join(', ')}`);
   if (SETTINGS.every((k) => change[k] === undefined)) {
     throw new Error(`nothing to change: give ${SETTINGS.join(', ')} (one or more)`);
   }
+  if (change.budget !== undefined) validateBudget(change.budget);
   const lr = change.learning_rate;
   if (lr !== undefined && (typeof lr !== 'number' || !Number.isFinite(lr) || lr < 0 || lr > 1)) {
     throw new Error(`learning_rate must be a number from 0 to 1 (got ${String(lr)})${typeof lr === 'number' && lr < 0 ? ': a negative rate would climb the loss' : ''}`);
@@ -275,10 +297,22 @@ export function validateSettings(change: SettingsChange): void {
   }
 }
 
+/** The same bounds as [budget]'s (src/config/schema.ts): known figures, each a finite number above 0. */
+export function validateBudget(budget: unknown): void {
+  if (!budget || typeof budget !== 'object' || Array.isArray(budget)) throw new Error('budget must be an object { <figure>: <number> }');
+  const entries = Object.entries(budget as Record<string, unknown>);
+  if (!entries.length) throw new Error('budget names no figure: give e.g. { sandbox_cpu_s: 3600 }');
+  for (const [k, v] of entries) {
+    if (!(COST_KEYS as readonly string[]).includes(k)) throw new Error(`budget: unknown figure ${k}; the figures are ${COST_KEYS.join(', ')}`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new Error(`budget ${k} must be a number above 0 (got ${String(v)})`);
+  }
+}
+
 /** A short markdown block for the Web UI (setCurrentDetails). */
 export function detailsMarkdown(p: {
   runId: string; step: number; maxSteps: number; status: string; phase: string; policyVersion: number;
   rolloutsDone: number; rolloutsTotal: number; lastReward?: number; lastComponents?: Record<string, number>;
+  budgetExhausted?: { key: string; spent: number; budget: number };
 }): string {
   const lines = [
     `**Ratchet run \`${p.runId}\`** — ${p.status}`,
@@ -288,6 +322,10 @@ export function detailsMarkdown(p: {
   if (p.lastReward !== undefined) {
     const comps = Object.entries(p.lastComponents ?? {}).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(', ');
     lines.push('', `last step mean reward **${p.lastReward.toFixed(3)}**${comps ? ` (${comps})` : ''}`);
+  }
+  if (p.budgetExhausted) {
+    const b = p.budgetExhausted;
+    lines.push('', `**budget reached**: ${b.key} ${b.spent} of ${b.budget}. Raise it: \`ratchet set ${p.runId} --budget ${b.key}=<value> --reason "..."\``);
   }
   lines.push('', `\`ratchet status ${p.runId}\` · \`ratchet report ${p.runId}\``);
   return lines.join('\n');

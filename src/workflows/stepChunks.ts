@@ -283,15 +283,15 @@ export async function RolloutShard(input: RolloutShardInput): Promise<RolloutSha
   const all = [...carried, ...parts];
   if (input.firstChunk + all.length < input.endChunk) {
     log.info('shard history is growing: continuing as new', { shard: input.shard, chunksDone: all.length, historyLength: workflowInfo().historyLength });
-    await continueAsNew<typeof RolloutShard>({ ...input, parts: all, done });
+    await continueAsNew<typeof RolloutShard>({ ...input, parts: all, done, eventsBefore: (input.eventsBefore ?? 0) + workflowInfo().historyLength });
   }
   let lastWaits: Partial<Waits> = {};
   const summaries = await joinSummaries(input.ctx, waiterFor(input.ctx, (w) => { lastWaits = { ...lastWaits, ...w }; void signal(done, lastWaits); }), all, input.shard);
-  return { summaries, count: done };
+  return { summaries, count: done, events: (input.eventsBefore ?? 0) + workflowInfo().historyLength };
 }
 
 /** StepRollouts' chunked path: the manifest's rollouts in chunks, in StepRollouts itself or over shards. */
-export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest: ArtifactRef; taskCount: number }): Promise<{ summaries: ArtifactRef; count: number }> {
+export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest: ArtifactRef; taskCount: number }): Promise<{ summaries: ArtifactRef; count: number; events?: number }> {
   const o = input.config.orchestrator;
   const total = input.taskCount * o.rollouts_per_example;
   const plan = fanoutPlan(total, o);
@@ -326,7 +326,8 @@ export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest:
   if (plan.shards === 1) {
     const { parts, done } = await runChunks(ctx, 0, plan.chunks, plan.windowPerShard, report, () => false, 0);
     log.info('step rollouts done (chunks)', { step: input.step, total, chunks: plan.chunks, historyLength: workflowInfo().historyLength });
-    return { summaries: await joinSummaries(ctx, waiter, parts), count: done };
+    const summaries = await joinSummaries(ctx, waiter, parts);
+    return { summaries, count: done, events: workflowInfo().historyLength };
   }
 
   // Shards: each signals its status here; what changed goes on to TrainRun (done at most ~8 times a step).
@@ -380,5 +381,6 @@ export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest:
   const count = shardResults.reduce((a, r) => a + r.count, 0);
   await report(count, { ...NO_WAITS });
   log.info('step rollouts done (shards)', { step: input.step, total, shards: plan.shards, historyLength: workflowInfo().historyLength });
-  return { summaries: await joinSummaries(ctx, waiter, shardResults.map((r) => r.summaries)), count };
+  const summaries = await joinSummaries(ctx, waiter, shardResults.map((r) => r.summaries));
+  return { summaries, count, events: workflowInfo().historyLength + shardResults.reduce((a, r) => a + (r.events ?? 0), 0) };
 }

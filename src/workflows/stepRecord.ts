@@ -9,6 +9,7 @@ import type { ControlAction, EvalSweepStarted, RunOverrides, RunStateFile, StepL
 import type { LoadedConfig } from '../contracts/run';
 import type { RolloutStats } from '../contracts/step';
 import type { TrainedStep } from './trainerSession';
+import { addCost, type Cost } from '../contracts/cost';
 
 /** Workflow clock readings across one step (ms since the epoch). */
 export interface StepTimes {
@@ -46,6 +47,30 @@ export interface FinishedStep {
   epoch?: number;
   /** The eval sweep this step's checkpoint gets (the in-run eval cadence), started right after the record. */
   evalSweep?: EvalSweepStarted;
+  /** The cost ledger: TrainRun's history events over the step, and the run's cost before it (absent: nothing recorded). */
+  temporalEvents?: number;
+  /** StepRollouts' and its shards' history events (StepRolloutsResult.events). */
+  temporalChildEvents?: number;
+  runCostBefore?: Cost;
+}
+
+/** What the step cost (COST_KEYS): its rollouts' sandboxes and tokens, the trainer's seconds, TrainRun's events. */
+export function stepCost(f: Pick<FinishedStep, 'stats' | 'trained' | 'built' | 'temporalEvents' | 'temporalChildEvents'>): Cost {
+  const s = f.stats.sandbox;
+  const m = f.trained?.metrics;
+  const num = (x: unknown) => (typeof x === 'number' && Number.isFinite(x) && x > 0 ? x : 0);
+  return addCost(undefined, {
+    sandbox_containers: s?.containers ?? 0,
+    sandbox_container_s: s?.container_s ?? 0,
+    sandbox_cpu_s: s?.cpu_s ?? 0,
+    trainer_cpu_s: num(m?.cpu_s),
+    trainer_gpu_s: num(m?.gpu_s),
+    tokens_generated: f.stats.completionTokens,
+    // Only a step the trainer applied trained anything (a skipped or faulted step trained no token).
+    tokens_trained: f.trained ? num(f.built?.summary.trainable_tokens) : 0,
+    temporal_events: Math.max(0, f.temporalEvents ?? 0),
+    temporal_child_events: Math.max(0, f.temporalChildEvents ?? 0),
+  });
 }
 
 export function stepRecord(f: FinishedStep): StepRecord {
@@ -91,8 +116,14 @@ export function stepRecord(f: FinishedStep): StepRecord {
     ...(f.overrides ? { overrides: f.overrides } : {}),
     ...(f.lineage ? { lineage: f.lineage } : {}),
     ...(f.epoch ? { epoch: f.epoch } : {}),
+    ...(f.runCostBefore ? costFields(f) : {}),
     ...(f.evalSweep ? { eval_sweep: f.evalSweep } : {}),
   };
+}
+
+function costFields(f: FinishedStep): { cost: Cost; run_cost: Cost } {
+  const cost = stepCost(f);
+  return { cost, run_cost: addCost(f.runCostBefore, cost) };
 }
 
 /** The run-state file after `record`: the step is complete, the next one starts from here. */
@@ -112,5 +143,6 @@ export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: nu
     ...(artifacts ? { artifacts } : {}),
     ...(record.overrides ? { overrides: record.overrides } : {}),
     ...(epoch ? { epoch } : {}),
+    ...(record.run_cost ? { cost: record.run_cost } : {}),
   };
 }

@@ -398,11 +398,13 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     ? waitForStore(waiter, () => storeRolloutSummaries(req), callOf<MainActivities, 'storeRolloutSummaries'>(SUMMARIES_OPTIONS, 'storeRolloutSummaries', req))
     : storeRolloutSummaries(req));
   if (all.length <= SUMMARIES_PER_PART) {
-    return { summaries: await storeSummaries({ ...common, summaries: all }), count: all.length };
+    const summaries = await storeSummaries({ ...common, summaries: all });
+    return { summaries, count: all.length, events: workflowInfo().historyLength };
   }
   const parts: ArtifactRef[] = [];
   for (let i = 0; i < all.length; i += SUMMARIES_PER_PART) {
     parts.push(await storeSummaries({ ...common, part: parts.length, summaries: all.slice(i, i + SUMMARIES_PER_PART) }));
   }
-  return { summaries: await storeSummaries({ ...common, parts }), count: all.length };
+  const summaries = await storeSummaries({ ...common, parts });
+  return { summaries, count: all.length, events: workflowInfo().historyLength };
 }

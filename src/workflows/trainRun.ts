@@ -41,7 +41,7 @@ import type { RolloutSummary } from '../contracts/trajectory';
 import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
 import { PATCHES } from './patches';
 import { LIGHT, light, type LightActivities } from './proxies';
-import { RunControl } from './runControl';
+import { RunControl, mergeOverrides } from './runControl';
 import { rolloutStats } from '../rollouts/stats';
 import { StepRollouts } from './stepRollouts';
 import { patientActivities } from './storeWait';
@@ -53,6 +53,7 @@ import type { RunStateFile, TaskFileDigest } from '../contracts/records';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
 import { trainingPriority } from '../shared/fairness';
+import { addCost, budgetsOf, budgetsOfSection, exhaustedBudget, hasBudgets, zeroCost } from '../contracts/cost';
 
 /** Cancels rollouts started ahead whose results are not needed (stop, or continue-as-new mid-wait). */
 async function cancelPending(pending: PendingRollouts): Promise<void> {
@@ -133,6 +134,10 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   }
   // `ratchet set` changes these at a step boundary (runControl.ts); a resumed run keeps them.
   run.overrides = { ...(resume?.overrides ?? {}) };
+  // The cost ledger: the run's cost so far (docs/operations.md); budgets count from it.
+  run.cost = addCost(undefined, resume?.cost ?? zeroCost());
+  /** [budget] with `ratchet set --budget` changes over it, pending ones included (a raise lifts the wait at once). */
+  const budgetsNow = () => budgetsOf(budgetsOfSection(config.budget), { ...(run.overrides.budget ?? {}), ...(run.pendingOverrides.budget ?? {}) });
   const asyncLevel = () => run.overrides.async_level ?? orch.async_level;
   /** The in-run eval cadence in effect ([eval] every_steps, or a `ratchet set --eval-every`; 0: off). */
   const evalEvery = () => run.overrides.eval_every_steps ?? evalSettingsOf(config).every_steps;
@@ -173,7 +178,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       ...(trainer.heldQueue ? { trainerQueue: trainer.heldQueue } : {}),
       ...(evalVersionsToCarry(run).length ? { evalVersions: evalVersionsToCarry(run) } : {}),
       // Changes accepted but not yet in effect take effect at the next execution's first step.
-      ...(Object.keys({ ...run.overrides, ...run.pendingOverrides }).length ? { overrides: { ...run.overrides, ...run.pendingOverrides } } : {}),
+      ...(Object.keys({ ...run.overrides, ...run.pendingOverrides }).length ? { overrides: mergeOverrides(run.overrides, run.pendingOverrides) } : {}),
+      ...(run.cost ? { cost: run.cost } : {}),
     },
   });
 
@@ -272,6 +278,19 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     let pending: PendingRollouts | undefined;
     let stepsThisExecution = 0;
     while (run.step < run.maxSteps) {
+      // A budget reached: the run waits here, between steps, until a `set` raises it (or a stop).
+      if (hasBudgets(budgetsNow()) && patched(PATCHES.runBudgets)) {
+        const over = exhaustedBudget(run.cost!, budgetsNow());
+        if (over) {
+          run.budgetExhausted = over;
+          run.phase = 'idle';
+          run.publish();
+          log.warn('budget reached: the run waits for a raise (ratchet set --budget)', { step: run.step, ...over });
+          await condition(() => run.stopRequested || !exhaustedBudget(run.cost!, budgetsNow()));
+          run.budgetExhausted = undefined;
+          run.publish();
+        }
+      }
       if (run.pauseRequested) {
         run.phase = 'idle';
         run.publish();
@@ -283,6 +302,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       run.publish();
       const step = run.step;
       const t0 = Date.now();
+      const events0 = workflowInfo().historyLength;
 
       const current = pending && pending.step === step ? pending : await startRollouts(step);
       pending = undefined;
@@ -377,10 +397,13 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
         runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync }, epoch,
+        temporalEvents: workflowInfo().historyLength - events0, runCostBefore: run.cost,
+        ...(!Array.isArray(childResult) && childResult.events !== undefined ? { temporalChildEvents: childResult.events } : {}),
         ...(sweep ? { evalSweep: sweep } : {}),
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts, epoch);
       run.lastStep = await patient.recordStep({ record, state: nextState });
+      if (record.run_cost) run.cost = record.run_cost;
       // After the record: the sweep's plan finds the version's adapter in it. Training does not wait for the sweep.
       if (sweep) await startEvalSweep(run, step, sweep, sweepInput(runId, sweep, config, artifacts, epoch));
       run.rolloutCounts.delete(step);

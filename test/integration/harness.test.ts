@@ -32,7 +32,7 @@ import { call, ScriptedModel } from '../unit/rollout-fakes';
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const MODEL_DIR = path.join(STATE, 'models', 'SmolLM2-135M-Instruct');
 const log = pino({ level: process.env.RATCHET_LOG_LEVEL ?? 'silent' });
-const limits: SandboxConfig = { memory_mb: 256, cpus: 1, pids_limit: 64, disk_mb: 64, exec_timeout_s: 5, output_limit_bytes: 4096, warm_pool_size: 0 };
+const limits: SandboxConfig = { memory_mb: 256, cpus: 1, pids_limit: 64, disk_mb: 64, exec_timeout_s: 5, output_limit_bytes: 4096, warm_pool_size: 0, max_lifetime_s: 600 };
 const labels = { run: 'it-harness', step: 0, rollout: 'g-0' };
 const noLive = { signal: undefined, progress: () => {}, heartbeat: () => {} } as never;
 

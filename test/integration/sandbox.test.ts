@@ -38,6 +38,7 @@ const limits: SandboxConfig = {
   exec_timeout_s: 5,
   output_limit_bytes: 4096,
   warm_pool_size: 0,
+  max_lifetime_s: 600,
 };
 const labels = { run: 'itest', step: 0, rollout: 'r0' };
 

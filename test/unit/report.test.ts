@@ -2,6 +2,7 @@ import { buildReportData } from '../../src/report/aggregate';
 import { renderReportHtml } from '../../src/report/html';
 import { parseStepRecords, RunDataError } from '../../src/report/load';
 import { reportStep } from '../../src/report/records';
+import { zeroCost } from '../../src/contracts/cost';
 import { syntheticEvalResults, syntheticReportSteps, syntheticStepRecords } from '../../src/report/synthetic';
 
 describe('report data', () => {
@@ -117,5 +118,23 @@ describe('renderReportHtml', () => {
     const without = buildReportData('r', syntheticReportSteps(2), []);
     expect(without.mismatch.absMean).toEqual([null, null]);
     expect(renderReportHtml(without, '')).toContain('No trainer mismatch metrics recorded');
+  });
+
+  it('tables and plots what the run cost, summed from the step records\' own figures', () => {
+    const cost = (i: number) => ({ ...zeroCost(), sandbox_containers: 4, sandbox_container_s: 10 + i, sandbox_cpu_s: 2.5 * i, trainer_cpu_s: 30, tokens_generated: 100 * (i + 1) });
+    // Step 0 from before the ledger: no cost, left out of the sums and a gap in the plot.
+    const records = syntheticReportSteps(4).map((r, i) => (i === 0 ? r : { ...r, cost: cost(i) }));
+    const data = buildReportData('r', records, []);
+    const row = (k: string) => data.cost!.rows.find((x) => x.key === k)!;
+    expect(data.cost!.steps).toBe(3);
+    expect(row('sandbox_container_s')).toEqual({ key: 'sandbox_container_s', total: 11 + 12 + 13, meanPerStep: 12, last: 13 });
+    expect(row('tokens_generated').total).toBe(200 + 300 + 400);
+    expect(data.cost!.perStep.sandbox_cpu_s).toEqual([null, 2.5, 5, 7.5]);
+    const html = renderReportHtml(data, '');
+    expect(html).toContain('id="chart-cost"');
+    expect(html).toContain('sandbox container-seconds');
+    const none = buildReportData('r', syntheticReportSteps(2), []);
+    expect(none.cost).toBeNull();
+    expect(renderReportHtml(none, '')).toContain('No cost recorded in this run');
   });
 });

@@ -44,8 +44,12 @@ describe('buildCreateOptions', () => {
     expect(JSON.stringify(again)).not.toContain('hunter2');
     expect(opts.User).toBe('1000:1000');
     expect(opts.NetworkDisabled).toBe(true);
-    expect(opts.Cmd).toEqual(['sleep', 'infinity']);
-    expect(opts.Labels).toEqual({ 'ratchet.run': 'r1' });
+    // The hard lifetime: tini's child sleeps the container's lifetime, then the container exits by itself.
+    expect(opts.Cmd).toEqual(['sleep', '3600']);
+    expect(opts.Labels).toEqual({ 'ratchet.run': 'r1', 'ratchet.max-lifetime-s': '3600' });
+    const short = buildCreateOptions({ image: 'i', limits: { ...limits, max_lifetime_s: 90 }, labels: {} });
+    expect([short.Cmd, short.Labels]).toEqual([['sleep', '90'], { 'ratchet.max-lifetime-s': '90' }]);
+    expect(buildCreateOptions({ image: 'i', limits: { ...limits, max_lifetime_s: 90 }, labels: {}, lifetimeS: 690 }).Cmd).toEqual(['sleep', '690']);
     expect(opts.name).toBe('ratchet-r1-s0-a');
     expect(JSON.stringify(opts)).not.toContain('docker.sock');
   });
@@ -54,6 +58,7 @@ describe('buildCreateOptions', () => {
     expect(poolKey('i', limits)).toBe(poolKey('i', { ...limits }));
     expect(poolKey('i', limits)).not.toBe(poolKey('i', { ...limits, disk_mb: 128 }));
     expect(poolKey('i', limits)).not.toBe(poolKey('j', limits));
+    expect(poolKey('i', limits)).not.toBe(poolKey('i', { ...limits, max_lifetime_s: 60 }));
   });
 });
 

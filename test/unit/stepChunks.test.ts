@@ -171,6 +171,13 @@ describeWithStack('StepRollouts in chunks and shards (fake rollouts, real chunk 
       expect(fakes.events.filter((e) => e.what === 'rollout-start')).toHaveLength(32);
       // The parent heard the step's progress through StepRollouts.
       expect((await progressSignals(handle)).at(-1)).toMatchObject({ done: 32, total: 32 });
+      // The cost ledger's temporal_child_events against the server's own event counts of StepRollouts and
+      // every shard execution: each read before its closing events (task completed, completed/continued).
+      const runs = [...await executions(step.workflowId), ...(await Promise.all(shards.map(executions))).flat()];
+      const served = runs.reduce((a, r) => a + r.events, 0);
+      const ledger = fakes.records[0]!.record.cost!.temporal_child_events;
+      expect(ledger).toBeLessThanOrEqual(served);
+      expect(ledger).toBeGreaterThanOrEqual(served - 3 * runs.length);
       const first = (await executions(shards[0]!))[0]!;
       await recordHistory(env.client.workflow.getHandle(shards[0]!, first.runId), 'rolloutshard-continued-as-new');
       await recordHistory(step, 'steprollouts-shards');

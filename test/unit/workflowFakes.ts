@@ -31,6 +31,12 @@ export const ref = (name: string): ArtifactRef => ({
 
 export interface FakeOptions {
   orchestrator?: Record<string, unknown>;
+  /** The config's [budget] section (the cost ledger). */
+  budget?: Record<string, number>;
+  /** Each rollout summary carries this sandbox cost (the cost ledger); absent: none, as before it existed. */
+  sandboxCost?: { containers: number; container_s: number; cpu_s: number };
+  /** trainer.step reports these seconds (cpu_s, gpu_s) in its metrics. */
+  trainerCost?: { cpu_s: number; gpu_s: number };
   rolloutMs?: number;
   trainMs?: number;
   /** trainer.step on these worker ids hangs without heartbeating (a dead trainer). */
@@ -119,6 +125,7 @@ export function makeFakes(opts: FakeOptions = {}) {
     ...(opts.sft ? { sft: { data: ['demos.jsonl'], batch_size: 4, ...opts.sft } } : {}),
     ...(opts.inference ? { inference: opts.inference } : {}),
     ...(opts.initFrom ? { model: { init_from: 'sft-1', init: FAKE_INIT } } : {}),
+    ...(opts.budget ? { budget: opts.budget } : {}),
     ...(opts.eval ? { eval: opts.eval } : {}),
   });
   let deadReplicaSyncsLeft = opts.deadReplicaSyncs ?? Infinity;
@@ -312,7 +319,7 @@ export function makeFakes(opts: FakeOptions = {}) {
         const { ApplicationFailure } = await import('@temporalio/common');
         throw ApplicationFailure.nonRetryable(`step ${input.step}: no sample has a trainable token (stale: ${summariesOf(input).length})`, 'EmptyBatch');
       }
-      return { batch: ref(`batch-${input.step}`), manifest: ref(`manifest-${input.step}`), summary: { samples: summariesOf(input).length, dropped: {} } };
+      return { batch: ref(`batch-${input.step}`), manifest: ref(`manifest-${input.step}`), summary: { samples: summariesOf(input).length, dropped: {}, ...(opts.trainerCost ? { trainable_tokens: 7 * summariesOf(input).length } : {}) } };
     },
   };
 
@@ -347,6 +354,7 @@ export function makeFakes(opts: FakeOptions = {}) {
         trajectory: ref(`traj-${input.step}-${input.groupId}-${input.rolloutIndex}`),
         reward, components: { correct: reward, completion: 1 }, stop_reason: 'completed',
         policy_version: input.policyVersion, completion_tokens: 10, tool_calls: 1, model_ms: 1, tools_ms: 1, sandbox_ms: 1,
+        ...(opts.sandboxCost ? { sandbox: opts.sandboxCost } : {}),
       };
     },
   };
@@ -414,7 +422,7 @@ export function makeFakes(opts: FakeOptions = {}) {
         applied.set(key, (applied.get(key) ?? 0) + 1);
         version++;
         events.push({ t: now(), what: 'train-end', step: input.step, worker });
-        return { loss: 0.5, applied: true, tokens: 100 };
+        return { loss: 0.5, applied: true, tokens: 100, ...(opts.trainerCost ?? {}) };
       },
       async 'trainer.save'(input: { run_id: string; step: number }) {
         if (diskFullLeft > 0) {

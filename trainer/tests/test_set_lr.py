@@ -25,3 +25,22 @@ def test_set_lr_refuses_what_the_workflow_would_refuse(bad):
     trainer = Trainer("run", make_cfg("tiny"))
     with pytest.raises(BatchError, match="lr must be a number from 0 to 1"):
         trainer.set_lr(bad)
+
+
+def test_step_reports_its_cpu_and_gpu_seconds(tmp_path):
+    """The cost ledger's trainer figures: CPU time of this process, bounded by the step's wall time x cores."""
+    import os
+    import time
+
+    from ratchet_trainer.core.trainer import step_cost
+    import torch
+
+    trainer = Trainer("run", make_cfg("tiny"))
+    batch = load_batch(*on_policy_batch(trainer, tmp_path, make_samples(trainer.vocab_size), 0))
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    m = trainer.step(0, batch)
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    assert 0 < m["cpu_s"] <= cpu + 1e-3
+    assert m["cpu_s"] <= wall * (os.cpu_count() or 1) + 1e-3
+    assert m["gpu_s"] == 0.0  # a CPU trainer holds no GPU
+    assert step_cost(torch.device("cuda"), 2.0, 1.5, 4) == {"cpu_s": 1.5, "gpu_s": 8.0}

@@ -83,6 +83,13 @@ def _merge_stats(into: LossStats, s: LossStats) -> None:
             setattr(into, f.name, getattr(into, f.name) + getattr(s, f.name))
 
 
+def step_cost(device: torch.device, wall_s: float, cpu_s: float, world_size: int) -> dict[str, float]:
+    """The cost ledger's trainer figures (docs/operations.md): this process's CPU-seconds for the step, and
+    GPU-seconds as the step's wall time on each rank's device (one GPU a rank), 0 on a CPU trainer."""
+    gpu_s = wall_s * world_size if device.type == "cuda" else 0.0
+    return {"cpu_s": round(cpu_s, 3), "gpu_s": round(gpu_s, 3)}
+
+
 class Trainer:
     def __init__(self, run_id: str, cfg: TrainerConfig, device: torch.device | None = None,
                  model: torch.nn.Module | None = None):
@@ -210,6 +217,7 @@ class Trainer:
             )
         check_batch_fits(batch, self.vocab_size, self.cfg.seq_len, run_id=self.run_id, step=step)
         t0 = time.monotonic()
+        cpu0 = time.process_time()
         norm = Normalizer.for_batch(batch, max_tokens=self.cfg.loss.max_tokens or self.cfg.seq_len)
         total = norm.total_tokens
         if total == 0:
@@ -266,6 +274,7 @@ class Trainer:
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
         )
+        metrics.update(step_cost(self.device, metrics["duration_s"], time.process_time() - cpu0, self.world_size))
         if self.compiled:  # graphs compiled so far, and recompile-limit fallbacks to eager (model.py)
             metrics.update(compile_stats())
         if budget != self.cfg.micro_batch_tokens:
