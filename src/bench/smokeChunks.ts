@@ -1,0 +1,99 @@
+/**
+ * bench:smoke-chunks — the smoke config's rollouts per minute with rollouts in chunks (0.6 on,
+ * the default) against one activity per rollout (rollouts_per_chunk = 0, the baseline), on the
+ * real CPU stack, in one run of this bench: TrainRuns of configs/swe-grep/smoke.toml identical but
+ * for that key (same seed, so the same tasks), alternating per-rollout / chunked `--pairs` times.
+ * Rollouts per minute = the step's rollouts over its rollout phase (timing_ms.rollouts), summed over
+ * the run's steps. Issue 24: chunking must not slow a small run.
+ *
+ * Needs `ratchet up` (Temporal, vLLM, workers, trainer) and `npm run build`.
+ * Writes its table between the bench:smoke-chunks markers in BENCHMARKS.md.
+ *   npm run bench:smoke-chunks [-- --pairs 1 --steps 2]
+ */
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { parse, stringify } from 'smol-toml';
+import { LocalArtifactStore } from '../artifacts/store';
+import { readStepRecords } from '../records/runRecords';
+import { connectClient } from '../cli/temporal';
+import { REPO_ROOT, TASK_QUEUES } from '../shared/paths';
+import { machineLine, writeBenchSection } from './benchmarksFile';
+import type { TrainRunInput } from '../contracts';
+
+const arg = (name: string, fallback: string): number => {
+  const i = process.argv.indexOf(`--${name}`);
+  return Number(i >= 0 ? process.argv[i + 1] : fallback);
+};
+const PAIRS = arg('pairs', '1');
+const STEPS = arg('steps', '2');
+const SMOKE = path.join(REPO_ROOT, 'configs', 'swe-grep', 'smoke.toml');
+
+/** The smoke config with rollouts_per_chunk set (undefined: the product default) and max_steps = STEPS. */
+function config(dir: string, perChunk: number | undefined): string {
+  const c = parse(readFileSync(SMOKE, 'utf8')) as Record<string, Record<string, unknown>>;
+  const model = c.model as { path: string };
+  if (!path.isAbsolute(model.path)) model.path = path.join(REPO_ROOT, model.path);
+  c.orchestrator = { ...c.orchestrator, max_steps: STEPS, ...(perChunk === undefined ? {} : { rollouts_per_chunk: perChunk }) };
+  const file = path.join(dir, `smoke-${perChunk ?? 'default'}.toml`);
+  writeFileSync(file, stringify(c));
+  return file;
+}
+
+interface Measured { label: string; runId: string; rollouts: number; rolloutS: number; wallS: number }
+
+async function measure(dir: string, perChunk: number | undefined, label: string, k: number): Promise<Measured> {
+  const { client, close } = await connectClient();
+  const runId = `bench-smoke-${perChunk ?? 'chunks'}-${k}-${Date.now().toString(36)}`;
+  const input: TrainRunInput = { configPath: config(dir, perChunk), runId };
+  const t0 = performance.now();
+  try {
+    process.stderr.write(`${label}: run ${runId} (${STEPS} steps of the smoke config)\n`);
+    await client.workflow.execute('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [input] });
+  } finally {
+    await close();
+  }
+  const wallS = (performance.now() - t0) / 1000;
+  const records = await readStepRecords(new LocalArtifactStore(), runId);
+  return {
+    label, runId, wallS,
+    rollouts: records.reduce((a, r) => a + r.rollouts, 0),
+    rolloutS: records.reduce((a, r) => a + (r.timing_ms.rollouts ?? 0), 0) / 1000,
+  };
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-smoke-'));
+  const rows: Measured[] = [];
+  for (let k = 0; k < PAIRS; k++) {
+    rows.push(await measure(dir, 0, 'per rollout (rollouts_per_chunk = 0)', k));
+    rows.push(await measure(dir, undefined, 'chunks (default rollouts_per_chunk)', k));
+  }
+  const perMin = (m: Measured) => (60 * m.rollouts) / Math.max(1e-9, m.rolloutS);
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  const base = mean(rows.filter((r) => r.label.startsWith('per')).map(perMin));
+  const chunked = mean(rows.filter((r) => r.label.startsWith('chunks')).map(perMin));
+  const section = writeBenchSection('smoke-chunks', [
+    '### The smoke config\'s rollouts per minute: chunks vs one activity per rollout (real CPU stack)',
+    '',
+    `TrainRuns of configs/swe-grep/smoke.toml (${STEPS} steps each; SmolLM2-135M on vLLM CPU, Docker sandboxes, the`,
+    'Python trainer on CPU), identical but for `orchestrator.rollouts_per_chunk`, alternating in the same bench run',
+    '(same seed, so the same tasks). Rollouts per minute = the run\'s rollouts over its steps\' rollout phases',
+    '(timing_ms.rollouts).',
+    '',
+    `Command: \`npm run bench:smoke-chunks -- --pairs ${PAIRS} --steps ${STEPS}\` (source \`src/bench/smokeChunks.ts\`).`,
+    `Machine: ${machineLine()}.`,
+    '',
+    '| path | run | rollouts | rollout phases s | rollouts/min | run wall s |',
+    '| --- | --- | ---: | ---: | ---: | ---: |',
+    ...rows.map((m) => `| ${m.label} | ${m.runId} | ${m.rollouts} | ${m.rolloutS.toFixed(1)} | ${perMin(m).toFixed(2)} | ${m.wallS.toFixed(0)} |`),
+    '',
+    `Chunked / per-rollout rollouts per minute (means over the runs): ${(chunked / Math.max(1e-9, base)).toFixed(2)}x.`,
+  ]);
+  process.stdout.write(`${section}\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
+  process.exit(1);
+});
