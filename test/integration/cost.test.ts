@@ -15,13 +15,14 @@ import { mkdtempSync, promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { describeWithStack, REPO } from '../helpers/stack';
+import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { startTrainRun } from '../../src/workflows/client';
 import { progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
 import { LABELS } from '../../src/sandbox/labels';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
+const SMOKE_STEPS = process.env.RATCHET_LONG_TESTS === '1' ? 3 : 1;
 
 interface DockerEvent { Type?: string; Action?: string; status?: string; id?: string; timeNano: number; Actor?: { ID?: string; Attributes?: Record<string, string> } }
 
@@ -79,11 +80,16 @@ describeWithStack('cost ledger on the real stack', ['temporalServer', 'inference
 
   test('a smoke run\'s container-seconds match Docker\'s records within 5%', async () => {
     const runId = `it-cost-${Date.now()}`;
-    const handle = await startTrainRun(client, path.join(REPO, 'configs', 'swe-grep', 'smoke.toml'), { runId });
+    // The smoke config (8 rollouts a step); its 3 steps with RATCHET_LONG_TESTS=1, 1 step in CI's budget.
+    const smoke = await fs.readFile(path.join(REPO, 'configs', 'swe-grep', 'smoke.toml'), 'utf8');
+    const config = path.join(dir, 'smoke.toml');
+    await fs.writeFile(config, smoke.replace(/^max_steps = \d+$/m, `max_steps = ${SMOKE_STEPS}`)
+      .replace(/^path = "\.ratchet\/models\//m, `path = "${path.join(STATE, 'models')}/`));
+    const handle = await startTrainRun(client, config, { runId });
     const result = await handle.result();
     expect(result.stopped).toBe('completed');
     const until = Math.ceil(Date.now() / 1000) + 1;
-    const records = await checkInvariants({ artifacts, runId, maxSteps: 3, rolloutsPerStep: 8, inferenceUrl: INFERENCE });
+    const records = await checkInvariants({ artifacts, runId, maxSteps: SMOKE_STEPS, rolloutsPerStep: 8, inferenceUrl: INFERENCE });
     const sum = (k: 'sandbox_container_s' | 'sandbox_containers') => records.reduce((a, r) => a + (r.cost?.[k] ?? 0), 0);
     const docker = dockerContainerSeconds(runId, since, until);
     console.warn(`cost: ledger ${sum('sandbox_containers')} containers ${sum('sandbox_container_s').toFixed(2)} s; docker events ${docker.containers} containers ${docker.seconds.toFixed(2)} s`);
