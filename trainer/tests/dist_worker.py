@@ -42,8 +42,11 @@ def assert_same_step(single: dict, dual: dict, metrics=("loss", "entropy", "toke
     assert single["grads"].keys() == dual["grads"].keys() and single["grads"]
     for k, g in single["grads"].items():
         torch.testing.assert_close(dual["grads"][k], g, rtol=1e-5, atol=5e-7)
+    # The update divides by sqrt(Adam's second moment): an element whose gradient is near zero moves by an
+    # amount set by its gradient's last bits, so the weights differ by more than the gradients (seen: 5.9e-7
+    # on one element of 256, 3 gloo ranks, torch 2.11 on this CPU; the test failed at 5e-7 on the landed code too).
     for k, v in single["state"].items():
-        torch.testing.assert_close(dual["state"][k], v, rtol=1e-5, atol=5e-7)
+        torch.testing.assert_close(dual["state"][k], v, rtol=1e-5, atol=2e-6)
 
 
 def run_step(tr: Trainer, refs) -> dict:
