@@ -22,7 +22,12 @@ import { LABELS } from '../../src/sandbox/labels';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
-const SMOKE_STEPS = process.env.RATCHET_LONG_TESTS === '1' ? 3 : 1;
+const LONG = process.env.RATCHET_LONG_TESTS === '1';
+const SMOKE_STEPS = 3;
+// The smoke run takes 5+ minutes on 2 cores: npm run test:long runs it; CI checks container-seconds
+// against docker events in test/unit/sandbox.lifetime.test.ts and runs the budget test below.
+if (!LONG) console.warn('SKIPPING the smoke-run cost test outside npm run test:long (RATCHET_LONG_TESTS=1): CI time budget');
+const smokeTest = LONG ? test : test.skip;
 
 interface DockerEvent { Type?: string; Action?: string; status?: string; id?: string; timeNano: number; Actor?: { ID?: string; Attributes?: Record<string, string> } }
 
@@ -78,9 +83,9 @@ describeWithStack('cost ledger on the real stack', ['temporalServer', 'inference
     await restoreStackWorkers();
   });
 
-  test('a smoke run\'s container-seconds match Docker\'s records within 5%', async () => {
+  smokeTest('a smoke run\'s container-seconds match Docker\'s records within 5%', async () => {
     const runId = `it-cost-${Date.now()}`;
-    // The smoke config (8 rollouts a step); its 3 steps with RATCHET_LONG_TESTS=1, 1 step in CI's budget.
+    // The smoke config (8 rollouts a step, 3 steps).
     const smoke = await fs.readFile(path.join(REPO, 'configs', 'swe-grep', 'smoke.toml'), 'utf8');
     const config = path.join(dir, 'smoke.toml');
     await fs.writeFile(config, smoke.replace(/^max_steps = \d+$/m, `max_steps = ${SMOKE_STEPS}`)
