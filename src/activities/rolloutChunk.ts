@@ -26,7 +26,6 @@ import type { Liveness } from '../shared/liveness';
 import { componentLogger } from '../shared/logger';
 import { withLiveness } from './liveness';
 import { createHash } from 'node:crypto';
-import * as path from 'node:path';
 import { findStoredTrajectory, summaryOfStored } from '../rollouts/record';
 
 const log = componentLogger('rollout-chunk');
@@ -199,7 +198,7 @@ export async function adoptStoredRollouts(
   for (let i = input.start; i < input.end; i++) {
     if (done.has(i)) continue;
     const r = rolloutInputOf(manifest, i);
-    const dir = path.posix.dirname(runKeys.trajectory(r.runId, r.step, r.groupId, r.rolloutIndex, '0'.repeat(16)));
+    const dir = runKeys.rolloutGroup(r.runId, r.step, r.groupId);
     if (!listings.has(dir)) listings.set(dir, store.list(dir));
     const found = await findStoredTrajectory(store, r.runId, r.step, r.groupId, r.rolloutIndex, await listings.get(dir)!);
     if (!found) continue;

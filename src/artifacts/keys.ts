@@ -74,6 +74,8 @@ export const runKeys = {
   step: stepDir,
   /** A training step's trajectories and rollout summaries. */
   rollouts: rolloutsDir,
+  /** The directory of one group's trajectories (and their turn journals): every attempt of its rollouts writes there. */
+  rolloutGroup: (runId: string, step: number, groupId: string): string => groupDir(runId, step, groupId),
   /**
    * A trajectory: a training step's, or an eval episode's (step EVAL_STEP), kept apart from step 0's.
    * Written under `<i>-<first 16 hex of its sha256>.json` (content-keyed): every attempt of a rollout

@@ -4,7 +4,8 @@
  * real CPU stack, in one run of this bench: TrainRuns of configs/swe-grep/smoke.toml identical but
  * for that key (same seed, so the same tasks), alternating per-rollout / chunked `--pairs` times.
  * Rollouts per minute = the step's rollouts over its rollout phase (timing_ms.rollouts), summed over
- * the run's steps. Issue 24: chunking must not slow a small run.
+ * the run's steps, with async_level 0 so that each rollout phase is measured whole. Issue 24:
+ * chunking must not slow a small run.
  *
  * Needs `ratchet up` (Temporal, vLLM, workers, trainer) and `npm run build`.
  * Writes its table between the bench:smoke-chunks markers in BENCHMARKS.md.
@@ -34,7 +35,9 @@ function config(dir: string, perChunk: number | undefined): string {
   const c = parse(readFileSync(SMOKE, 'utf8')) as Record<string, Record<string, unknown>>;
   const model = c.model as { path: string };
   if (!path.isAbsolute(model.path)) model.path = path.join(REPO_ROOT, model.path);
-  c.orchestrator = { ...c.orchestrator, max_steps: STEPS, ...(perChunk === undefined ? {} : { rollouts_per_chunk: perChunk }) };
+  // async_level 0: each step's rollout phase stands alone (with 1, a prefetched step's rollouts
+  // overlap the previous step's training and its timing_ms.rollouts counts only the wait).
+  c.orchestrator = { ...c.orchestrator, max_steps: STEPS, async_level: 0, ...(perChunk === undefined ? {} : { rollouts_per_chunk: perChunk }) };
   const file = path.join(dir, `smoke-${perChunk ?? 'default'}.toml`);
   writeFileSync(file, stringify(c));
   return file;
@@ -76,7 +79,7 @@ async function main(): Promise<void> {
   const section = writeBenchSection('smoke-chunks', [
     '### The smoke config\'s rollouts per minute: chunks vs one activity per rollout (real CPU stack)',
     '',
-    `TrainRuns of configs/swe-grep/smoke.toml (${STEPS} steps each; SmolLM2-135M on vLLM CPU, Docker sandboxes, the`,
+    `TrainRuns of configs/swe-grep/smoke.toml (${STEPS} steps each, async_level 0; SmolLM2-135M on vLLM CPU, Docker sandboxes, the`,
     'Python trainer on CPU), identical but for `orchestrator.rollouts_per_chunk`, alternating in the same bench run',
     '(same seed, so the same tasks). Rollouts per minute = the run\'s rollouts over its steps\' rollout phases',
     '(timing_ms.rollouts).',

@@ -169,7 +169,7 @@ export function summaryOfStored(t: Trajectory, ref: ArtifactRef, policyVersion: 
 export async function findStoredTrajectory(
   store: ArtifactStore, runId: string, step: number, groupId: string, rolloutIndex: number, listed?: string[],
 ): Promise<{ trajectory: Trajectory; ref: ArtifactRef } | undefined> {
-  const dir = path.posix.dirname(runKeys.trajectory(runId, step, groupId, rolloutIndex, '0'.repeat(16)));
+  const dir = runKeys.rolloutGroup(runId, step, groupId);
   const keys = listed ?? await store.list(dir);
   const name = new RegExp(`^${rolloutIndex}-([0-9a-f]{16})\\.json$`);
   for (const key of keys) {

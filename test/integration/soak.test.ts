@@ -1,12 +1,13 @@
 /**
  * The soak's short version (CI): 5 steps with 3 seeded faults on the real stack,
- * then every run invariant, no sandbox and no stray worker left; and 3 steps through
- * two network partitions (vLLM's port, then the Temporal server's, dropped on the
- * loopback for 30 s each: clients hang instead of being refused). The long soaks
+ * then every run invariant, no sandbox and no stray worker left. In npm run test:long
+ * also 3 steps through two network partitions (vLLM's port, then the Temporal server's,
+ * dropped on the loopback for 30 s each: clients hang instead of being refused); CI's
+ * partitions are the multi-host test's (test/integration/multihost.test.ts). The long soaks
  * (20 steps, 20 faults, a fault-free baseline; with `--partitions --replica-loss` the
  * partitions and one inference replica of two lost for good) are `npm run soak`, out of CI.
  */
-import { describeWithStack } from '../helpers/stack';
+import { describeLong, describeWithStack } from '../helpers/stack';
 import { distBuilt } from './trainrunStack';
 import { componentLogger } from '../../src/shared/logger';
 import { runSoak } from '../../src/soak/run';
@@ -22,7 +23,9 @@ describeWithStack('soak (short): a run rides out a seeded fault schedule', ['tem
     expect(injected.length).toBe(3);
     for (const f of injected) expect(f.recoveryS).toBeGreaterThan(0);
   }, 45 * 60_000);
+});
 
+describeLong('soak (short, partitions): a run rides out network partitions', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
   test('3 steps, 2 partitions (vLLM, then Temporal, 30 s each): completes with every invariant', async () => {
     if (process.getuid?.() !== 0) throw new Error('partitions need root (iptables): run as root');
     const report = await runSoak({ steps: 3, faults: 2, seed: 1, hangS: 60, partitionS: 30, baseline: false, kinds: PARTITION_KINDS, logger: componentLogger('soak-test') });

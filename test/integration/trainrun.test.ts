@@ -1,23 +1,32 @@
 /**
  * A real TrainRun end to end on the local stack: Temporal, vLLM (SmolLM2 on CPU),
  * Docker sandboxes, the Python trainer, and this repo's built workers (npm run build).
- * Tiny: 1 task x 2 rollouts, 2 steps. Slow on 2 CPUs (minutes).
+ * Tiny: 1 task x 2 rollouts, 2 steps, with the in-run eval cadence on (issue 30): each step's
+ * checkpoint gets its own EvalSweep (named in the step record), run by the real plan, rollout
+ * and record activities below training by priority; the run ends once its sweeps have, and each
+ * sweep's result file names the sweep. Then lineage, step replay and the workers' metrics.
+ * Slow on 2 CPUs (minutes).
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { describeWithStack, REPO } from '../helpers/stack';
+import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { replayRequest, runReplay } from '../../src/cli/replayStep';
 import { readStepRecords } from '../../src/records/runRecords';
 import { defaultImage } from '../../src/sandbox/options';
 import { startTrainRun } from '../../src/workflows/client';
+import { progressQuery } from '../../src/workflows/messages';
+import { EvalResult, type EvalSweepResult } from '../../src/contracts/eval';
+import { EVAL_PRIORITY } from '../../src/shared/fairness';
+import { writeTaskSubset } from '../../src/tasks/subset';
 import { DEFAULT_METRICS_PORTS } from '../../src/workers/telemetry';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
+const HELDOUT_SOURCES = [path.join(STATE, 'tasks', 'heldout.jsonl'), path.join(REPO, 'taskgen', 'fixtures', 'sample_tasks.jsonl')];
 
 describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-trainrun-'));
@@ -44,15 +53,42 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
 
   let finishedRun: string | undefined;
 
-  test('two steps train, every invariant holds', async () => {
+  test('two steps train with an eval sweep of v1 and of v2 (every_steps = 1), every invariant holds', async () => {
+    const source = HELDOUT_SOURCES.find((f) => existsSync(f));
+    if (!source) throw new Error('no held-out task set in .ratchet/tasks or taskgen/fixtures. Fix: bash infra/tasks.sh');
+    const heldout = path.join(dir, 'heldout-2.jsonl');
+    writeTaskSubset(source, 2, heldout);
     const config = await tinyConfig(dir);
+    await fs.appendFile(config, `[eval]\nevery_steps = 1\ntaskset = "${heldout}"\nk = 1\nmax_concurrent = 2\n`);
     const runId = `it-trainrun-${Date.now()}`;
     const handle = await startTrainRun(client, config, { runId });
     const result = await handle.result();
     expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
-    await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
+    const records = await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
     finishedRun = runId;
-  }, 1_500_000);
+
+    // The eval cadence: one sweep per step's checkpoint, a child of the run, below training by priority.
+    expect(records.map((r) => r.eval_sweep?.workflow_id)).toEqual([`${runId}-step-0-eval`, `${runId}-step-1-eval`]);
+    for (const r of records) {
+      const sweep = r.eval_sweep!;
+      expect(sweep).toMatchObject({ policy_version: r.policy_version, taskset: heldout, k: 1, every_steps: 1 });
+      const h = client.workflow.getHandle(sweep.workflow_id);
+      const res = await h.result() as EvalSweepResult;
+      // Evaluated, or skipped only if something else evaluated the version on this task set first.
+      expect([...res.evaluated.map((e) => e.version), ...res.skipped]).toEqual([r.policy_version]);
+      const desc = await h.describe();
+      expect(desc.raw.workflowExecutionInfo?.parentExecution?.workflowId).toBe(runId);
+      expect(desc.raw.workflowExecutionInfo?.priority).toMatchObject({ priorityKey: EVAL_PRIORITY, fairnessKey: runId });
+      const evalDir = path.join(artifacts, 'runs', runId, 'evals', String(r.policy_version));
+      const files = (await fs.readdir(evalDir)).filter((f) => f.endsWith('.json'));
+      expect(files).toHaveLength(1);
+      const stored = EvalResult.parse(JSON.parse(await fs.readFile(path.join(evalDir, files[0]!), 'utf8')));
+      expect(stored).toMatchObject({ run_id: runId, policy_version: r.policy_version, k: 1, episodes: 2, workflow_id: sweep.workflow_id });
+    }
+    // The run waited for its last sweep before it ended: the progress query has its outcome.
+    const p = await handle.query(progressQuery);
+    expect(p.lastEval).toMatchObject({ workflow_id: `${runId}-step-1-eval`, state: 'completed' });
+  }, 2_400_000);
 
   // Issue 30: the finished CPU run's lineage names its task files and trainer code, and
   // `ratchet replay-step` reproduces every trained step's adapter sha256 bit for bit.
