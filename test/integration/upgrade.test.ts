@@ -136,7 +136,7 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
 
     const runId = `it-upgrade-${TS}`;
     const config = await tinyConfig(dir, { maxSteps: MAX_STEPS, asyncLevel: 0, rolloutsPerExample: ROLLOUTS_PER_STEP });
-    const handle = await retrying('starting the run', () => startTrainRun(client, config, { runId }));
+    const handle = await retrying('starting the run', () => startTrainRun(client, config, { runId, attachIfRunning: true }));
     const firstRunId = (await handle.describe()).runId; // build A's execution: the run continues as new only at the upgrade
 
     // Mid-run: deploy B (its main worker next to A's), and once step 0 is recorded make it current.
@@ -188,7 +188,7 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
     }
     expect(nondeterministic).toEqual([]);
 
-    // Retiring A was safe: the server reports it drained (no pinned execution left; it checks every few minutes).
+    // Retiring A was safe: the server reports it drained (no pinned execution left; the server rechecks every few minutes: ~3 min on a dev server).
     let show = '';
     await until(`${DEPLOYMENT}.${BUILD_A} drained in \`ratchet upgrade --show\``, async () => {
       show = await ratchetUpgrade('--show');
