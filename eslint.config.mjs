@@ -35,6 +35,12 @@ export default tseslint.config(
     },
   },
   {
+    // Plain-JS entry points that `node` runs from the built dist/ (test/fixtures/upgrade/mainWorkerB.js): CommonJS.
+    files: ['test/fixtures/**/*.js'],
+    languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', __dirname: 'readonly', process: 'readonly', console: 'readonly' } },
+    rules: { '@typescript-eslint/no-require-imports': 'off' },
+  },
+  {
     // The CLI and benchmarks print for people.
     files: ['src/cli/**/*.ts', 'src/bench/**/*.ts'],
     rules: { 'no-console': 'off' },

@@ -5,6 +5,7 @@
  * new onto it. Not workflow code.
  */
 import type { Client } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 
 export interface DeploymentState {
   /** "<deployment>.<build id>" of the current version, or undefined (unversioned workers get the tasks). */
@@ -13,7 +14,11 @@ export interface DeploymentState {
   versions: { version: string; status: string; drainage?: string }[];
 }
 
-const enumName = (v: unknown, prefix: string): string => String(v ?? '').replace(prefix, '').toLowerCase() || 'unspecified';
+const enums = temporal.api.enums.v1;
+
+/** The gRPC client decodes enums as numbers: name them by the proto's own table (a name passes through). */
+const enumName = (table: Record<number, string>, v: unknown, prefix: string): string =>
+  String((typeof v === 'number' ? table[v] : v) ?? '').replace(prefix, '').toLowerCase() || 'unspecified';
 
 export async function describeDeployment(client: Client, deploymentName: string): Promise<DeploymentState> {
   const res = await client.workflowService.describeWorkerDeployment({ namespace: client.options.namespace, deploymentName });
@@ -21,11 +26,18 @@ export async function describeDeployment(client: Client, deploymentName: string)
   const cur = info?.routingConfig?.currentDeploymentVersion;
   return {
     current: cur?.buildId ? `${cur.deploymentName}.${cur.buildId}` : undefined,
-    versions: (info?.versionSummaries ?? []).map((v) => ({
-      version: v.deploymentVersion ? `${v.deploymentVersion.deploymentName}.${v.deploymentVersion.buildId}` : String(v.version),
-      status: enumName(v.status, 'WORKER_DEPLOYMENT_VERSION_STATUS_'),
-      ...(v.drainageInfo?.status ? { drainage: enumName(v.drainageInfo.status, 'VERSION_DRAINAGE_STATUS_') } : {}),
-    })),
+    versions: (info?.versionSummaries ?? []).map((v) => {
+      const status = enumName(enums.WorkerDeploymentVersionStatus, v.status, 'WORKER_DEPLOYMENT_VERSION_STATUS_');
+      // The drainage check's result when it has one; else the version status, which says draining/drained too.
+      const drainage = v.drainageInfo?.status
+        ? enumName(enums.VersionDrainageStatus, v.drainageInfo.status, 'VERSION_DRAINAGE_STATUS_')
+        : ['draining', 'drained'].includes(status) ? status : undefined;
+      return {
+        version: v.deploymentVersion ? `${v.deploymentVersion.deploymentName}.${v.deploymentVersion.buildId}` : String(v.version),
+        status,
+        ...(drainage ? { drainage } : {}),
+      };
+    }),
   };
 }
 

@@ -15,7 +15,12 @@ import { mainWorkerDeployment } from '../deploy/build';
 
 const log = componentLogger('worker-main');
 
-export async function runMainWorker(): Promise<void> {
+export interface MainWorkerOptions {
+  /** The workflow code to bundle (default: this build's src/workflows). The upgrade test's build B passes its own. */
+  workflowsPath?: string;
+}
+
+export async function runMainWorker(opts: MainWorkerOptions = {}): Promise<void> {
   const stopLiveness = startLivenessFile(log);
   const telemetry = await startWorkerTelemetry('main', log);
   const { connection, namespace, dataConverter } = await connectWorker(log);
@@ -27,7 +32,7 @@ export async function runMainWorker(): Promise<void> {
     namespace,
     dataConverter,
     taskQueue: TASK_QUEUES.main,
-    workflowsPath: require.resolve('../workflows'),
+    workflowsPath: opts.workflowsPath ?? require.resolve('../workflows'),
     activities: createActivities({ store, logger: componentLogger('activities') }),
     // Light activities only: batch building is the heaviest, and the machine may be small.
     maxConcurrentActivityTaskExecutions: Number(process.env.RATCHET_MAIN_ACTIVITY_SLOTS ?? 8),

@@ -1,6 +1,9 @@
 /** Build ids and the main worker's deployment options (src/deploy/build.ts, docs/upgrades.md). */
 import { buildIdOf, checkBuildId, mainWorkerDeployment, versioningOn, workerBuild } from '../../src/deploy/build';
 import { buildProgram } from '../../src/cli';
+import type { Client } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
+import { describeDeployment } from '../../src/deploy/upgrade';
 
 describe('worker build', () => {
   test('the default build id is the package version and the git sha', () => {
@@ -24,5 +27,32 @@ describe('worker build', () => {
 
   test('`ratchet upgrade` is a command', () => {
     expect(buildProgram().commands.map((c) => c.name())).toContain('upgrade');
+  });
+
+  test('`ratchet upgrade --show` names version status and drainage from what the server sends (enums decoded as numbers)', async () => {
+    const E = temporal.api.enums.v1;
+    const WDS = temporal.api.workflowservice.v1.DescribeWorkerDeploymentResponse;
+    // Encoded and decoded as the gRPC client does it: enums arrive as numbers.
+    const res = WDS.decode(WDS.encode(WDS.fromObject({
+      workerDeploymentInfo: {
+        routingConfig: { currentDeploymentVersion: { deploymentName: 'd', buildId: 'b' } },
+        versionSummaries: [
+          { deploymentVersion: { deploymentName: 'd', buildId: 'b' }, status: E.WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_CURRENT },
+          { deploymentVersion: { deploymentName: 'd', buildId: 'a' }, status: E.WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_DRAINED,
+            drainageInfo: { status: E.VersionDrainageStatus.VERSION_DRAINAGE_STATUS_DRAINED } },
+          { deploymentVersion: { deploymentName: 'd', buildId: 'o' }, status: E.WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_DRAINING },
+        ],
+      },
+    })).finish());
+    expect(typeof res.workerDeploymentInfo?.versionSummaries?.[0]?.status).toBe('number');
+    const client = { options: { namespace: 'ns' }, workflowService: { describeWorkerDeployment: async () => res } } as unknown as Client;
+    expect(await describeDeployment(client, 'd')).toEqual({
+      current: 'd.b',
+      versions: [
+        { version: 'd.b', status: 'current' },
+        { version: 'd.a', status: 'drained', drainage: 'drained' },
+        { version: 'd.o', status: 'draining', drainage: 'draining' },
+      ],
+    });
   });
 });
