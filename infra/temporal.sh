@@ -33,10 +33,14 @@ TEMPORAL="$RATCHET_VENVS/tools/bin/temporal"
 # default but fairness keys only with matching.enableFairness, and both only within one partition
 # of a task queue, so the dev server keeps one (its throughput is far above a rollout queue's).
 # The tests start their dev servers with the same values (test/helpers/stack.ts TEMPORAL_DEV_ARGS).
+# An old build is safe to stop once the server reports it drained (docs/upgrades.md); by default
+# a dev server first says so 3 minutes after the version stopped being current and rechecks every 3.
 TEMPORAL_DYNAMIC_CONFIG=(
   --dynamic-config-value matching.enableFairness=true
   --dynamic-config-value matching.numTaskqueueReadPartitions=1
   --dynamic-config-value matching.numTaskqueueWritePartitions=1
+  --dynamic-config-value 'matching.wv.VersionDrainageStatusVisibilityGracePeriod="10s"'
+  --dynamic-config-value 'matching.wv.VersionDrainageStatusRefreshInterval="10s"'
 )
 # name:type pairs; the workflow upserts these, the Web UI filters on them.
 SEARCH_ATTRIBUTES="RatchetStep:Int RatchetMeanReward:Double RatchetPolicyVersion:Int RatchetStatus:Keyword RatchetRunId:Keyword"

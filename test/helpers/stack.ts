@@ -21,6 +21,8 @@ export const TEMPORAL_DEV_ARGS = [
   '--dynamic-config-value', 'matching.enableFairness=true',
   '--dynamic-config-value', 'matching.numTaskqueueReadPartitions=1',
   '--dynamic-config-value', 'matching.numTaskqueueWritePartitions=1',
+  '--dynamic-config-value', 'matching.wv.VersionDrainageStatusVisibilityGracePeriod="10s"',
+  '--dynamic-config-value', 'matching.wv.VersionDrainageStatusRefreshInterval="10s"',
 ];
 
 /** The MinIO that infra/minio.sh starts: the S3 store the s3:// tests use (credentials are its defaults). */
