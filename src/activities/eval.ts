@@ -37,9 +37,14 @@ async function readJson<T>(store: ArtifactStore, key: string): Promise<T | undef
   return buf && (JSON.parse(buf.toString('utf8')) as T);
 }
 
-/** Policy versions the run has produced (0, the base model, and each finished step's), with their adapters. */
+/**
+ * Policy versions the run has produced, with their adapters: 0 (the base model, or the adapter the
+ * run started from with `[model] init_from`, which the run served as its version 0) and each
+ * finished step's.
+ */
 export async function runVersions(store: ArtifactStore, runId: string): Promise<Map<number, ArtifactRef | undefined>> {
-  const versions = new Map<number, ArtifactRef | undefined>([[0, undefined]]);
+  const config = await readJson<RunConfig>(store, runKeys.config(runId));
+  const versions = new Map<number, ArtifactRef | undefined>([[0, config?.model.init?.adapter]]);
   const text = (await store.read(runKeys.metrics(runId)))?.toString('utf8') ?? '';
   for (const line of text.split('\n')) {
     if (!line.trim()) continue;
@@ -121,7 +126,7 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps): 
         servedModel: config.inference.served_model,
         seed: config.orchestrator.seed,
         liveness: livenessOf(config),
-        adapters: Object.fromEntries(versions.filter((v) => v > 0 && adapterOf.get(v)).map((v) => [String(v), adapterOf.get(v)!])),
+        adapters: Object.fromEntries(versions.filter((v) => adapterOf.get(v)).map((v) => [String(v), adapterOf.get(v)!])),
         ...(input.artifacts ? { artifacts: input.artifacts } : {}),
         ...(config.inference.sync_task_queues?.length ? { syncTaskQueues: config.inference.sync_task_queues } : {}),
       };

@@ -58,7 +58,7 @@ export interface EvalPlan {
   seed: number;
   /** The run's [liveness] windows; absent in plans recorded before the section existed. */
   liveness?: LivenessWindows;
-  /** Each planned version's adapter (version > 0), served before its episodes run. */
+  /** Each planned version's adapter (every version > 0, and 0 of a run started with [model] init_from), served before its episodes run. */
   adapters: Record<string, ArtifactRef>;
   /** The sweep input's store settings; absent in plans of sweeps started without them. */
   artifacts?: StoreSettings;

@@ -58,6 +58,15 @@ async function slidingWindow<T, R>(items: T[], width: number, fn: (item: T, inde
   return out;
 }
 
+/**
+ * Whether a version is an adapter to load, not the base model: every trained version, and version 0
+ * of a warm-started run (`[model] init_from`: the plan names its adapter). Plans from before that
+ * never name an adapter for 0, so their histories replay unchanged without a patch.
+ */
+export function servesAdapter(plan: EvalPlan, version: number): boolean {
+  return version > 0 || plan.adapters['0'] !== undefined;
+}
+
 export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: string, datasetPath: string, taskIndex: number, sample: number): RolloutInput {
   return {
     runId: plan.runId,
@@ -68,7 +77,7 @@ export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: st
     task: { datasetPath, instanceId },
     taskSetDir: plan.taskSetDir,
     policyVersion: version,
-    modelName: version === 0 ? plan.servedModel : adapterName(plan.runId, version),
+    modelName: servesAdapter(plan, version) ? adapterName(plan.runId, version) : plan.servedModel,
     sampling: plan.sampling,
     envArgs: plan.envArgs,
     rubric: plan.rubric,
@@ -93,7 +102,7 @@ export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult>
   const jobs = plan.tasks.flatMap((t, ti) => Array.from({ length: plan.k }, (_, s) => ({ t, ti, s })));
   for (const version of plan.versions) {
     const startedAt = new Date().toISOString();
-    if (version > 0) {
+    if (servesAdapter(plan, version)) {
       const adapter = plan.adapters[String(version)];
       if (!adapter) throw ApplicationFailure.nonRetryable(`run ${plan.runId} has no adapter recorded for policy v${version}; it cannot be served`, 'VersionNotFound');
       // Load only (keepFromVersion 0 unloads nothing): a run training on the same server keeps its adapters.

@@ -22,6 +22,8 @@ import { makeDemonstrations } from '../../src/sft/demos';
 import { adapterName } from '../../src/shared/adapters';
 import { SandboxManager } from '../../src/sandbox/manager';
 import { loadTasks } from '../../src/tasks/load';
+import { writeTaskSubset } from '../../src/tasks/subset';
+import type { EvalSweepResult } from '../../src/contracts/eval';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
@@ -122,6 +124,17 @@ describeWithStack('warm start on the real stack: SftRun, then a TrainRun from it
     expect(rlRecords[0]!.lineage?.rollout_policy_versions).toEqual({ 0: 2 });
     const state = JSON.parse(readFileSync(path.join(fileURLToPath(rlRecords[0]!.checkpoint!.uri), 'trainer_state.json'), 'utf8')) as { run_id: string; step: number; policy_version: number };
     expect(state).toMatchObject({ run_id: rlId, step: 0, policy_version: 1 });
+
+    // An EvalSweep of the run's version 0 evaluates what the run started from (the SFT adapter, as
+    // <run>/policy-v0), not the base model: every episode's trajectory names that model.
+    const heldout = path.join(dir, 'eval-1.jsonl');
+    writeTaskSubset(TASKS, 1, heldout);
+    const sweep = await client.workflow.execute('EvalSweep', { taskQueue: 'ratchet', workflowId: `${rlId}-eval-v0`, args: [{ runId: rlId, versions: [0], taskset: heldout, k: 1, maxConcurrent: 1 }] }) as EvalSweepResult;
+    expect(sweep.evaluated.map((e) => e.version)).toEqual([0]);
+    const trajDir = path.join(artifacts, 'runs', rlId, 'evals', 'trajectories');
+    const trajectories = (readdirSync(trajDir, { recursive: true }) as string[]).filter((f) => f.endsWith('.json') && !f.includes('.journal'));
+    expect(trajectories.length).toBeGreaterThanOrEqual(1);
+    for (const f of trajectories) expect((JSON.parse(readFileSync(path.join(trajDir, f), 'utf8')) as { model: string }).model).toBe(adapterName(rlId, 0));
   }, 1_500_000);
 
   test('init_from naming a step the origin does not have fails the run at once, naming the key', async () => {

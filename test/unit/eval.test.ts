@@ -11,7 +11,12 @@ import type { RolloutSummary } from '../../src/contracts/trajectory';
 import { goldFiles, Task } from '../../src/tasks/schema';
 import { parseRunConfig } from '../../src/config/load';
 import { EVAL_STEP } from '../../src/shared/steps';
-import { evalRolloutInput } from '../../src/workflows/evalSweep';
+import { evalRolloutInput, servesAdapter } from '../../src/workflows/evalSweep';
+import { mkdtempSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { LocalArtifactStore } from '../../src/artifacts/store';
+import { runVersions } from '../../src/activities/eval';
 
 /** Brute force pass@k: the fraction of k-subsets with at least one pass. */
 function bruteForce(n: number, c: number, k: number): number {
@@ -212,5 +217,30 @@ describe('evalRolloutInput', () => {
     const parsed = RolloutInput.safeParse(input);
     expect(parsed.success ? '' : parsed.error.message).toBe('');
     expect(parsed.success && parsed.data.artifacts?.url).toBe('s3://bucket/runs-prefix');
+  });
+});
+
+describe('a warm-started run\'s version 0 ([model] init_from)', () => {
+  const initAdapter = { uri: 'runs/sft-1/checkpoints/step-0/adapter', sha256: 'a'.repeat(64), bytes: 1024 };
+
+  it('runVersions names the adapter the run started from as version 0, and none for a run from the base model', async () => {
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-evalv0-')));
+    await store.putJson(runKeys.config('warm'), { model: { path: 'm', init: { from: 'sft-1', run_id: 'sft-1', step: 0, policy_version: 1, checkpoint: initAdapter, adapter: initAdapter } } });
+    await store.putJson(runKeys.config('cold'), { model: { path: 'm' } });
+    expect((await runVersions(store, 'warm')).get(0)).toEqual(initAdapter);
+    const cold = await runVersions(store, 'cold');
+    expect([...cold.keys()]).toEqual([0]);
+    expect(cold.get(0)).toBeUndefined();
+  });
+
+  it('the sweep serves version 0 as <run>/policy-v0 when the plan names its adapter, as the base model otherwise', () => {
+    const config = parseRunConfig('[[env]]\nid = "swe-grep"\n', 'x.toml');
+    const base: EvalPlan = { ...plan, envId: 'swe-grep', sampling: config.sampling, envArgs: config.env[0]!.args, rubric: config.env[0]!.rubric, sandbox: config.sandbox, adapters: {} };
+    const warm: EvalPlan = { ...base, adapters: { 0: initAdapter } };
+    expect(servesAdapter(base, 0)).toBe(false);
+    expect(evalRolloutInput(base, 0, 't1', 'heldout.jsonl', 0, 0).modelName).toBe(base.servedModel);
+    expect(servesAdapter(warm, 0)).toBe(true);
+    expect(evalRolloutInput(warm, 0, 't1', 'heldout.jsonl', 0, 0).modelName).toBe('r1/policy-v0');
+    expect(servesAdapter(base, 2)).toBe(true);
   });
 });
