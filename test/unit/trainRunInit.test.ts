@@ -6,62 +6,27 @@
  * lineage names the origin. SftRun takes it the same way.
  * Set RATCHET_RECORD_HISTORIES=1 to record histories for the replay test.
  */
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
-import { SA } from '../../src/workflows/messages';
+import { describeWithStack } from '../helpers/stack';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { TrainRunInput } from '../../src/contracts';
 import { adapterName } from '../../src/shared/adapters';
 import { FAKE_INIT, makeFakes, type FakeOptions } from './workflowFakes';
+import { useFakeWorld, withFakeWorkers } from './fakeWorld';
 import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(120_000);
 
-const quietLogger = {
-  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
-  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
-};
-
 describeWithStack('init_from (fake activities, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
+  const world = useFakeWorld();
 
-  beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA), extraArgs: TEMPORAL_DEV_ARGS },
-    });
-    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
-  }, 180_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
-
-  async function withWorkers<T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> {
-    const fakes = makeFakes({ initFrom: true, ...opts });
-    const conn = env.nativeConnection;
-    const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
-      ...['w1', 'w2', 'w3'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
-    ]);
-    const all = Promise.all(workers.map((w) => w.run()));
-    try {
-      return await fn(fakes);
-    } finally {
-      for (const w of workers) w.shutdown();
-      await all;
-    }
-  }
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
+    withFakeWorkers(world, makeFakes({ initFrom: true, ...opts }), { trainers: ['w1', 'w2', 'w3'] }, fn);
 
   let n = 0;
   async function start(type: 'TrainRun' | 'SftRun', input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
     const runId = `init-${process.pid}-${++n}`;
-    return env.client.workflow.start<typeof TrainRun>(type, {
+    return world.env.client.workflow.start<typeof TrainRun>(type, {
       taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
     });
   }

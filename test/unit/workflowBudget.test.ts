@@ -5,33 +5,18 @@
  * cost reaches a budget waits with status budget-exhausted, `set --budget` with a bad value is refused,
  * and raising the budget lets the run go on.
  */
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
-import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
+import { describeWithStack } from '../helpers/stack';
 import { SA, controlUpdates, progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import { makeFakes } from './workflowFakes';
+import { useFakeWorld, withFakeWorkers } from './fakeWorld';
 import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(150_000);
-const quietLogger = new DefaultLogger('WARN');
 
 describeWithStack('TrainRun cost ledger and budgets (fake activities, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
-
-  beforeAll(async () => {
-    Runtime.install({ logger: quietLogger });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA), extraArgs: TEMPORAL_DEV_ARGS },
-    });
-    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
-  }, 240_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
+  const world = useFakeWorld();
 
   test('a budget reached pauses the run as budget-exhausted; a bad raise is refused; a raise resumes it; costs add up', async () => {
     const sandboxCost = { containers: 2, container_s: 1.25, cpu_s: 0.5 };
@@ -39,18 +24,10 @@ describeWithStack('TrainRun cost ledger and budgets (fake activities, real dev s
     // 2 tasks x 3 rollouts a step, 10 completion tokens each: 60 tokens generated a step. The budget of 100
     // is reached after step 1 (120), so the run waits before step 2.
     const f = makeFakes({ orchestrator: { max_steps: 3, async_level: 0 }, budget: { max_tokens_generated: 100 }, sandboxCost, trainerCost });
-    const conn = env.nativeConnection;
-    const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: f.main }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: f.rollout }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: f.announce }),
-      Worker.create({ connection: conn, taskQueue: 'trainer-w1', activities: f.trainerFor('w1'), shutdownGraceTime: '1 second' }),
-    ]);
-    const running = Promise.all(workers.map((w) => w.run()));
-    try {
+    await withFakeWorkers(world, f, {}, async () => {
       const runId = `budget-${process.pid}`;
       // continueAsNewEvery 1: the run's cost is carried across continue-as-new.
-      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 1 }],
       });
       await until(async () => (await handle.query(progressQuery)).status === 'budget-exhausted');
@@ -110,11 +87,8 @@ describeWithStack('TrainRun cost ledger and budgets (fake activities, real dev s
       const set = f.records[2]!.record.control!.find((c) => c.action === 'set')!;
       expect([set.identity, set.reason, set.changes]).toEqual(['alice@h', 'approved', { budget: { tokens_generated: 1000 } }]);
       expect(f.records[2]!.record.overrides).toEqual({ budget: { tokens_generated: 1000 } });
-      await recordHistory(env.client.workflow.getHandle(runId), 'trainrun-budget-exhausted');
-    } finally {
-      for (const w of workers) w.shutdown();
-      await running;
-    }
+      await recordHistory(world.env.client.workflow.getHandle(runId), 'trainrun-budget-exhausted');
+    });
   });
 });
 

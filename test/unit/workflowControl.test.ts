@@ -5,50 +5,27 @@
  * the staleness bound at the next step boundary; an invalid change is refused with a
  * clear message and leaves no trace.
  */
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
-import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
-import { SA, controlUpdates, pauseUpdate, progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
+import { describeWithStack } from '../helpers/stack';
+import { controlUpdates, pauseUpdate, progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import { makeFakes } from './workflowFakes';
+import { useFakeWorld, withFakeWorkers } from './fakeWorld';
 import { recordHistory } from '../helpers/histories';
 import { EVAL_PRIORITY } from '../../src/shared/fairness';
 import { temporal } from '@temporalio/proto';
 
 jest.setTimeout(150_000);
-const quietLogger = new DefaultLogger('WARN');
 
 describeWithStack('TrainRun audited control (fake activities, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
-
-  beforeAll(async () => {
-    Runtime.install({ logger: quietLogger });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA), extraArgs: TEMPORAL_DEV_ARGS },
-    });
-    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
-  }, 240_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
+  const world = useFakeWorld();
 
   test('pause, resume, set and stop are recorded with identity and reason; set takes effect at the next step; bad values are refused', async () => {
     const f = makeFakes({ orchestrator: { max_steps: 6, async_level: 0 }, trainMs: 400 });
-    const conn = env.nativeConnection;
-    const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: f.main }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: f.rollout }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: f.announce }),
-      Worker.create({ connection: conn, taskQueue: 'trainer-w1', activities: f.trainerFor('w1'), shutdownGraceTime: '1 second' }),
-    ]);
-    const running = Promise.all(workers.map((w) => w.run()));
-    try {
+    await withFakeWorkers(world, f, {}, async () => {
       const runId = `control-${process.pid}`;
       // continueAsNewEvery 2: the change survives continue-as-new.
-      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 2 }],
       });
       await until(() => f.events.some((e) => e.what === 'train-start' && e.step === 0));
@@ -117,30 +94,12 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       expect(l1.config_sha256).toBe(f.records[0]!.state.configSha256);
       // The staleness bound reached the batch builder.
       expect(f.batches.map((b) => b.orchestrator.async_level)).toEqual([0, ...f.batches.slice(1).map(() => 1)]);
-      await recordHistory(env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-control-audited');
-    } finally {
-      for (const w of workers) w.shutdown();
-      await running;
-    }
+      await recordHistory(world.env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-control-audited');
+    });
   });
 
   /** The fake stack around fn: main, rollout, trainer-announce and one trainer worker. */
-  async function withWorkers<T>(f: ReturnType<typeof makeFakes>, fn: () => Promise<T>): Promise<T> {
-    const conn = env.nativeConnection;
-    const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: f.main }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: f.rollout }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: f.announce }),
-      Worker.create({ connection: conn, taskQueue: 'trainer-w1', activities: f.trainerFor('w1'), shutdownGraceTime: '1 second' }),
-    ]);
-    const running = Promise.all(workers.map((w) => w.run()));
-    try {
-      return await fn();
-    } finally {
-      for (const w of workers) w.shutdown();
-      await running;
-    }
-  }
+  const withWorkers = <T>(f: ReturnType<typeof makeFakes>, fn: () => Promise<T>): Promise<T> => withFakeWorkers(world, f, {}, fn);
 
   test('eval cadence 2 over 4 steps: sweeps of the checkpoints of steps 1 and 3, abandoned, below training, named in the step records', async () => {
     // A slow sweep (3 s to record) beside fast steps: training must not wait for it.
@@ -148,7 +107,7 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
     await withWorkers(f, async () => {
       const runId = `cadence-${process.pid}`;
       // continueAsNewEvery 2: step 1's sweep is still running when the run continues as new after it.
-      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 2 }],
       });
       const result = await handle.result();
@@ -162,7 +121,7 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       expect(f.evalPlans.map((p) => [p.versions, p.taskset, p.k, p.maxConcurrent])).toEqual([[[2], 'heldout', 2, 4], [[4], 'heldout', 2, 4]]);
 
       for (const [step, version] of [[1, 2], [3, 4]] as const) {
-        const sweep = env.client.workflow.getHandle(`${runId}-step-${step}-eval`);
+        const sweep = world.env.client.workflow.getHandle(`${runId}-step-${step}-eval`);
         const res = await sweep.result();
         expect(res.evaluated.map((e: { version: number; episodes: number }) => [e.version, e.episodes])).toEqual([[version, 4]]);
         // Started by the run (its parent), abandoned, below training by priority, with the run's fairness key.
@@ -183,8 +142,8 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       expect(trainingSyncs.find((x) => x.policyVersion === 4)!.keepFromVersion).toBeLessThanOrEqual(2);
       // The run ended after its last sweep, then unloaded its adapters.
       expect(at('unload-adapters', () => true)).toBeGreaterThan(at('eval-record', (e) => e.version === 4));
-      await recordHistory(env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence');
-      await recordHistory(env.client.workflow.getHandle(`${runId}-step-1-eval`), 'evalsweep-in-run');
+      await recordHistory(world.env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence');
+      await recordHistory(world.env.client.workflow.getHandle(`${runId}-step-1-eval`), 'evalsweep-in-run');
     });
   });
 
@@ -192,7 +151,7 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
     const f = makeFakes({ orchestrator: { max_steps: 4, async_level: 0 }, trainMs: 400 });
     await withWorkers(f, async () => {
       const runId = `cadence-set-${process.pid}`;
-      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
       });
       await until(() => f.events.some((e) => e.what === 'train-start' && e.step === 0));
@@ -225,7 +184,7 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       // The progress query names the newest sweep (the run waited for it before it ended, so it has its result).
       const p = await handle.query(progressQuery);
       expect(p.lastEval).toMatchObject({ workflow_id: `${runId}-step-3-eval`, policy_version: 4, step: 3, state: 'completed', result: { version: 4 } });
-      await recordHistory(env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence-set');
+      await recordHistory(world.env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence-set');
     });
   });
 });
