@@ -1,19 +1,20 @@
 /**
- * The soak's short version (CI): 5 steps with 3 seeded faults on the real stack,
- * then every run invariant, no sandbox and no stray worker left. In npm run test:long
- * also 3 steps through two network partitions (vLLM's port, then the Temporal server's,
- * dropped on the loopback for 30 s each: clients hang instead of being refused); CI's
- * partitions are the multi-host test's (test/integration/multihost.test.ts). The long soaks
+ * The soak's short version (npm run test:long): 5 steps with 3 seeded faults on the real
+ * stack, then every run invariant, no sandbox and no stray worker left; and 3 steps through
+ * two network partitions (vLLM's port, then the Temporal server's,
+ * dropped on the loopback for 30 s each: clients hang instead of being refused). Out of CI's
+ * time budget: CI's faults are faults.test.ts, lifecycle.test.ts and the multi-host test's
+ * partitions and host losses (multihost.test.ts). The long soaks
  * (20 steps, 20 faults, a fault-free baseline; with `--partitions --replica-loss` the
  * partitions and one inference replica of two lost for good) are `npm run soak`, out of CI.
  */
-import { describeLong, describeWithStack } from '../helpers/stack';
+import { describeLong } from '../helpers/stack';
 import { distBuilt } from './trainrunStack';
 import { componentLogger } from '../../src/shared/logger';
 import { runSoak } from '../../src/soak/run';
 import { PARTITION_KINDS } from '../../src/soak/schedule';
 
-describeWithStack('soak (short): a run rides out a seeded fault schedule', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
+describeLong('soak (short): a run rides out a seeded fault schedule', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
   test('5 steps, 3 faults: completes with every invariant', async () => {
     if (!distBuilt()) throw new Error('dist/workers is missing: run npm run build first');
     // Seed 56: a Temporal restart during rollouts, kill -9 of the workflow worker during trainer.save, a trainer hung mid-step.
