@@ -10,6 +10,7 @@
  * Needs `ratchet up` (Temporal, vLLM, workers, trainer) and `npm run build`.
  * Writes its table between the bench:smoke-chunks markers in BENCHMARKS.md.
  *   npm run bench:smoke-chunks [-- --pairs 1 --steps 2]
+ *   npm run bench:smoke-chunks -- --steps 2 --from-runs <per-rollout id>,<chunked id>[,...]   (re-tabulate runs it made)
  */
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
@@ -43,7 +44,19 @@ function config(dir: string, perChunk: number | undefined): string {
   return file;
 }
 
-interface Measured { label: string; runId: string; rollouts: number; rolloutS: number; wallS: number }
+interface Measured { label: string; runId: string; rollouts: number; rolloutS: number; tokens: number; wallS?: number }
+
+/** A finished run's figures, from its step records. */
+async function readRun(runId: string, label: string, wallS?: number): Promise<Measured> {
+  const records = await readStepRecords(new LocalArtifactStore(), runId);
+  if (records.length === 0) throw new Error(`run ${runId} has no step records in the local store`);
+  return {
+    label, runId, wallS,
+    rollouts: records.reduce((a, r) => a + r.rollouts, 0),
+    rolloutS: records.reduce((a, r) => a + (r.timing_ms.rollouts ?? 0), 0) / 1000,
+    tokens: records.reduce((a, r) => a + (r.cost?.tokens_generated ?? 0), 0),
+  };
+}
 
 async function measure(dir: string, perChunk: number | undefined, label: string, k: number): Promise<Measured> {
   const { client, close } = await connectClient();
@@ -56,26 +69,34 @@ async function measure(dir: string, perChunk: number | undefined, label: string,
   } finally {
     await close();
   }
-  const wallS = (performance.now() - t0) / 1000;
-  const records = await readStepRecords(new LocalArtifactStore(), runId);
-  return {
-    label, runId, wallS,
-    rollouts: records.reduce((a, r) => a + r.rollouts, 0),
-    rolloutS: records.reduce((a, r) => a + (r.timing_ms.rollouts ?? 0), 0) / 1000,
-  };
+  return readRun(runId, label, (performance.now() - t0) / 1000);
 }
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-smoke-'));
   const rows: Measured[] = [];
-  for (let k = 0; k < PAIRS; k++) {
-    rows.push(await measure(dir, 0, 'per rollout (rollouts_per_chunk = 0)', k));
-    rows.push(await measure(dir, undefined, 'chunks (default rollouts_per_chunk)', k));
+  const PER = 'per rollout (rollouts_per_chunk = 0)';
+  const CHUNKS = 'chunks (default rollouts_per_chunk)';
+  const from = process.argv.indexOf('--from-runs');
+  if (from >= 0) {
+    // Re-tabulate runs this bench made before (alternating per-rollout, chunked ids), without running again.
+    const ids = (process.argv[from + 1] ?? '').split(',').filter(Boolean);
+    for (const [i, id] of ids.entries()) rows.push(await readRun(id, i % 2 === 0 ? PER : CHUNKS));
+  } else {
+    for (let k = 0; k < PAIRS; k++) {
+      rows.push(await measure(dir, 0, PER, k));
+      rows.push(await measure(dir, undefined, CHUNKS, k));
+    }
   }
   const perMin = (m: Measured) => (60 * m.rollouts) / Math.max(1e-9, m.rolloutS);
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
-  const base = mean(rows.filter((r) => r.label.startsWith('per')).map(perMin));
-  const chunked = mean(rows.filter((r) => r.label.startsWith('chunks')).map(perMin));
+  // Sampling at temperature 1 makes episodes of different lengths run to run: time per generated token
+  // is the figure that compares the fan-out paths, rollouts per minute the one a user sees.
+  const sPerKTok = (m: Measured) => (1000 * m.rolloutS) / Math.max(1, m.tokens);
+  const base = mean(rows.filter((r) => r.label === PER).map(perMin));
+  const chunked = mean(rows.filter((r) => r.label === CHUNKS).map(perMin));
+  const baseTok = mean(rows.filter((r) => r.label === PER).map(sPerKTok));
+  const chunkedTok = mean(rows.filter((r) => r.label === CHUNKS).map(sPerKTok));
   const section = writeBenchSection('smoke-chunks', [
     '### The smoke config\'s rollouts per minute: chunks vs one activity per rollout (real CPU stack)',
     '',
@@ -84,14 +105,17 @@ async function main(): Promise<void> {
     '(same seed, so the same tasks). Rollouts per minute = the run\'s rollouts over its steps\' rollout phases',
     '(timing_ms.rollouts).',
     '',
-    `Command: \`npm run bench:smoke-chunks -- --pairs ${PAIRS} --steps ${STEPS}\` (source \`src/bench/smokeChunks.ts\`).`,
+    `Command: \`npm run bench:smoke-chunks -- --pairs ${PAIRS} --steps ${STEPS}\`${from >= 0 ? ` then, to add the per-token column to the same runs, \`npm run bench:smoke-chunks -- --steps ${STEPS} --from-runs ${process.argv[from + 1]}\`` : ''} (source \`src/bench/smokeChunks.ts\`).`,
     `Machine: ${machineLine()}.`,
     '',
-    '| path | run | rollouts | rollout phases s | rollouts/min | run wall s |',
-    '| --- | --- | ---: | ---: | ---: | ---: |',
-    ...rows.map((m) => `| ${m.label} | ${m.runId} | ${m.rollouts} | ${m.rolloutS.toFixed(1)} | ${perMin(m).toFixed(2)} | ${m.wallS.toFixed(0)} |`),
+    '| path | run | rollouts | tokens generated | rollout phases s | rollouts/min | rollout s per 1k tokens | run wall s |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    ...rows.map((m) => `| ${m.label} | ${m.runId} | ${m.rollouts} | ${m.tokens} | ${m.rolloutS.toFixed(1)} | ${perMin(m).toFixed(2)} | ${sPerKTok(m).toFixed(1)} | ${m.wallS?.toFixed(0) ?? '—'} |`),
     '',
-    `Chunked / per-rollout rollouts per minute (means over the runs): ${(chunked / Math.max(1e-9, base)).toFixed(2)}x.`,
+    `Chunked / per-rollout, means over the runs: rollouts per minute ${(chunked / Math.max(1e-9, base)).toFixed(2)}x; ` +
+      `rollout time per generated token ${(chunkedTok / Math.max(1e-9, baseTok)).toFixed(2)}x (below 1: chunks faster). ` +
+      'Episodes sampled at temperature 1 differ in length from run to run (the tokens column), so with one pair the ' +
+      'per-token figure is the comparison of the two paths; rollouts per minute moves with episode length.',
   ]);
   process.stdout.write(`${section}\n`);
 }
