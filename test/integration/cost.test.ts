@@ -14,11 +14,13 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, WorkflowUpdateFailedError } from '@temporalio/client';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { startTrainRun } from '../../src/workflows/client';
 import { progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
 import { LABELS } from '../../src/sandbox/labels';
+import { readStepRecords } from '../../src/records/runRecords';
+import { LocalArtifactStore } from '../../src/artifacts/store';
 import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
@@ -127,8 +129,18 @@ describeWithStack('cost ledger on the real stack', ['temporalServer', 'inference
     expect(p.status).toBe('budget-exhausted');
     expect(p.step).toBe(1);
     expect(p.budgetExhausted?.key).toBe('sandbox_containers');
+    // Audited control on the real stack (issue 30): an invalid change is refused by the update's
+    // validator with the key and the fix, and nothing is recorded; the valid raise is recorded with
+    // its caller and reason in the next step's record.
+    const refused = await handle.executeUpdate(setSettingsUpdate, { args: [{ learning_rate: -1, reason: 'typo', identity: 'it@host' }] })
+      .then(() => undefined, (err: unknown) => err);
+    expect(refused).toBeInstanceOf(WorkflowUpdateFailedError);
+    expect(((refused as WorkflowUpdateFailedError).cause as Error).message).toMatch(/learning_rate/);
     await handle.executeUpdate(setSettingsUpdate, { args: [{ budget: { sandbox_containers: 1000 }, reason: 'integration test', identity: 'it@host' }] });
     const result = await handle.result();
     expect(result).toMatchObject({ stepsCompleted: 2, stopped: 'completed' });
+    const records = await readStepRecords(new LocalArtifactStore(artifacts), runId);
+    const actions = records.flatMap((r) => r.control ?? []);
+    expect(actions.map((a) => [a.action, a.identity, a.reason, a.changes])).toEqual([['set', 'it@host', 'integration test', { budget: { sandbox_containers: 1000 } }]]);
   }, 3_600_000);
 });
