@@ -188,7 +188,8 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
     }
     expect(nondeterministic).toEqual([]);
 
-    // Retiring A was safe: the server reports it drained (no pinned execution left; the server rechecks every few minutes: ~3 min on a dev server).
+    // Retiring A was safe: the server reports it drained (no pinned execution left). The stack's dev server rechecks every
+    // 10 s (infra/temporal.sh); a server with the defaults takes 3 minutes or more, hence the long timeout.
     let show = '';
     await until(`${DEPLOYMENT}.${BUILD_A} drained in \`ratchet upgrade --show\``, async () => {
       show = await ratchetUpgrade('--show');
