@@ -42,8 +42,9 @@ async function readJson<T>(store: ArtifactStore, key: string): Promise<T | undef
  * run started from with `[model] init_from`, which the run served as its version 0) and each
  * finished step's.
  */
-export async function runVersions(store: ArtifactStore, runId: string): Promise<Map<number, ArtifactRef | undefined>> {
-  const config = await readJson<RunConfig>(store, runKeys.config(runId));
+export async function runVersions(store: ArtifactStore, runId: string, runConfig?: RunConfig): Promise<Map<number, ArtifactRef | undefined>> {
+  // The caller's copy of the run's config when it has one (evalPlan read it already).
+  const config = runConfig ?? await readJson<RunConfig>(store, runKeys.config(runId));
   const versions = new Map<number, ArtifactRef | undefined>([[0, config?.model.init?.adapter]]);
   const text = (await store.read(runKeys.metrics(runId)))?.toString('utf8') ?? '';
   for (const line of text.split('\n')) {
@@ -89,7 +90,7 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps): 
         throw ApplicationFailure.nonRetryable(`${ts.tasks.length} tasks × k=${k} = ${ts.tasks.length * k} episodes per version is over ${MAX_EPISODES_PER_VERSION}. ` +
           'Fix: split the task set or lower --k.', 'InvalidInput');
       }
-      const adapterOf = await runVersions(store, runId);
+      const adapterOf = await runVersions(store, runId, config);
       const available = [...adapterOf.keys()].sort((a, b) => a - b);
       let wanted: number[];
       if (input.versions && input.versions.length > 0) {
