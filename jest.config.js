@@ -1,5 +1,7 @@
 /** Two projects: fast unit tests with fakes, and integration tests against the real stack. */
 const tsJest = ['ts-jest', { tsconfig: 'tsconfig.test.json' }];
+// Transform cache with the other build caches, not under os.tmpdir() (npm test gives each run its own TMPDIR).
+const cacheDirectory = '<rootDir>/.ratchet/cache/jest';
 module.exports = {
   projects: [
     {
@@ -7,12 +9,14 @@ module.exports = {
       testMatch: ['<rootDir>/test/unit/**/*.test.ts', '<rootDir>/examples/**/*.test.ts'],
       transform: { '^.+\\.ts$': tsJest },
       testEnvironment: 'node',
+      cacheDirectory,
     },
     {
       displayName: 'integration',
       testMatch: ['<rootDir>/test/integration/**/*.test.ts'],
       transform: { '^.+\\.ts$': tsJest },
       testEnvironment: 'node',
+      cacheDirectory,
       setupFilesAfterEnv: ['<rootDir>/test/helpers/integration-setup.ts'],
     },
   ],

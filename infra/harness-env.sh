@@ -6,7 +6,6 @@
 # put on each venv's path by a .pth file. Idempotent: stamped per harness under .ratchet/stamps.
 source "$(dirname "$0")/lib.sh"
 
-need_free_disk 2 "$RATCHET_HOME"
 # A harness runs as an unprivileged user of its own (src/harness/run.ts), so its interpreter must be
 # one every user may run: Debian's /usr/bin/python3, not a python under /root.
 HARNESS_PYTHON="${RATCHET_HARNESS_PYTHON:-/usr/bin/python3}"
@@ -15,6 +14,7 @@ for name in nano mini-swe-agent; do
   req="$RATCHET_ROOT/harness/requirements-$name.txt"
   hash=$(RECIPE_EXTRA="$RATCHET_ROOT $HARNESS_PYTHON $(readlink -f "$HARNESS_PYTHON")" recipe_hash "$req")
   if stamp_ok "harness-$name" "$hash"; then log "harness $name up to date"; continue; fi
+  need_free_disk 1 "$RATCHET_HOME"
   venv="$RATCHET_VENVS/harness-$name"
   rm -rf "$venv"
   PYTHON="$HARNESS_PYTHON" venv_for "harness-$name" >/dev/null

@@ -13,7 +13,6 @@ WORKERS="${WORKERS:-2}"
 TASKGEN="$RATCHET_ROOT/taskgen"
 OUT="$RATCHET_HOME/tasks"
 
-need_free_disk 1 "$RATCHET_HOME"
 apt_install git
 
 venv="$(venv_for taskgen)"
@@ -32,6 +31,7 @@ if stamp_ok tasks "$recipe" && [ -s "$OUT/train.jsonl" ]; then
   exit 0
 fi
 
+need_free_disk 1 "$RATCHET_HOME"
 log "generating the task set into $OUT (seed $SEED, target $TARGET, $WORKERS workers)"
 timed taskgen "$venv/bin/python" -m ratchet_taskgen generate --out "$OUT" --cache "$RATCHET_HOME/cache/sdists" \
   --seed "$SEED" --target "$TARGET" --workers "$WORKERS"

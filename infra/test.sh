@@ -31,6 +31,12 @@ bin/ratchet up
 bash infra/minio.sh start
 
 reports="$RATCHET_HOME/test-reports"; rm -rf "$reports"; mkdir -p "$reports"
+# The suites' scratch directories (mkdtemp under os.tmpdir(), pytest's tmp_path) go in one directory
+# per run, removed when the run passes and kept for a look when it fails; a kept one is removed by
+# the next run after three hours, so failed runs do not fill the disk the next run needs.
+find /tmp -maxdepth 1 -name 'ratchet-tests.*' -type d -mmin +180 -exec rm -rf {} + 2>/dev/null || true
+export TMPDIR; TMPDIR=$(mktemp -d /tmp/ratchet-tests.XXXXXX); chmod 1777 "$TMPDIR"
+need_free_disk 4 "$TMPDIR"
 failed_stages=()
 # Runs one stage; a failure is remembered by name so the last lines say which stage broke.
 stage() { local name=$1; shift; log "$name"; "$@" || failed_stages+=("$name"); }
@@ -46,5 +52,7 @@ stage "jest: integration (real stack)" \
 node infra/summarize-tests.js "$reports" || failed_stages+=("test summary")
 if [ ${#failed_stages[@]} -gt 0 ]; then
   printf 'FAILED stages: %s\n' "$(IFS=,; echo "${failed_stages[*]}")" >&2
+  log "the suites' scratch files are kept in $TMPDIR"
   exit 1
 fi
+rm -rf "$TMPDIR"

@@ -3,9 +3,10 @@
 # ratchet_trainer package in editable mode. Its own venv because vLLM pins its own torch.
 source "$(dirname "$0")/lib.sh"
 
-need_free_disk 8 "$RATCHET_HOME"
 hash=$(recipe_hash "$RATCHET_ROOT/trainer/requirements.txt" "$RATCHET_ROOT/trainer/pyproject.toml")
 if stamp_ok trainer-env "$hash"; then log "trainer env up to date"; exit 0; fi
+# Only an install needs the space: an up-to-date env must not fail on a disk it already filled.
+need_free_disk 8 "$RATCHET_HOME"
 venv=$(venv_for trainer)
 log "installing the trainer environment into $venv"
 "$venv/bin/pip" install -q --upgrade pip

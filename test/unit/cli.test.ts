@@ -53,7 +53,8 @@ describe('ratchet CLI (no stack needed)', () => {
     } finally {
       delete process.env.RATCHET_ARTIFACTS;
     }
-  });
+    // Each report first asks Temporal for the run's memo; with no server up that is the CLI's 3 s connect timeout, three times.
+  }, 30_000);
 
   it('train with an invalid config exits 5 naming the key', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'ratchet-cfg-'));
