@@ -111,6 +111,8 @@ run_on() {
   mkdir -p "$own/tmp" "$own/artifacts" "$own/s3-cache"; chmod 1777 "$own/tmp"
   # The mounts live only in this command's mount namespace and go with its last process.
   # Every command on one host binds the same directories, so they share /tmp as on one machine.
+  # The caller's TMPDIR is dropped: it names a directory in this machine's /tmp (npm test gives its
+  # suites one), which the host's private /tmp does not have.
   exec ip netns exec "$n" unshare --mount --propagation private -- bash -c '
     set -e
     own=$1 hosts=$2 artifacts=$3 s3cache=$4 carry=$5; shift 5
@@ -135,7 +137,7 @@ run_on() {
     exec "$@"
   ' ratchet-host "$own" "$HOSTS_DIR" "$RATCHET_HOME/artifacts" "$RATCHET_HOME/cache/s3" \
     "$(tmp_tops "$RATCHET_ROOT" "$RATCHET_HOME" "$HOSTS_DIR")" \
-    env RATCHET_HOST_NAME="$h" RATCHET_HOST_DIR="$own" "$@"
+    env -u TMPDIR RATCHET_HOST_NAME="$h" RATCHET_HOST_DIR="$own" "$@"
 }
 
 status() {
