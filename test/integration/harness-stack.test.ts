@@ -138,8 +138,10 @@ describeRealLong('Nano trains 2 steps on code-repair tasks through the endpoint'
     expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
     await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
     const step1 = path.join(artifacts, 'runs', runId, 'steps', '1', 'rollouts');
-    const group = (await fs.readdir(step1))[0]!;
-    const t = Trajectory.parse(JSON.parse(await fs.readFile(path.join(step1, group, (await fs.readdir(path.join(step1, group)))[0]!), 'utf8')));
+    // rollouts/ also holds chunks/ and summaries.json; a group's directory holds <index>-<hash>.json and <index>.journal.
+    const group = (await fs.readdir(step1)).find((name) => /^s1-g\d+-/.test(name))!;
+    const file = (await fs.readdir(path.join(step1, group))).find((name) => /^\d+-[0-9a-f]+\.json$/.test(name))!;
+    const t = Trajectory.parse(JSON.parse(await fs.readFile(path.join(step1, group, file), 'utf8')));
     expect(t.env_id).toBe('nano');
     expectHarnessTrajectory(t, ['apply_patch', 'shell']);
     // Step 1's rollouts were sampled by the adapter after step 0.
