@@ -14,8 +14,9 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { createEvalActivities } from '../../src/activities/eval';
 import { createRolloutActivities } from '../../src/activities/rollout';
-import { LocalArtifactStore } from '../../src/artifacts/store';
+import { LocalArtifactStore, uriToPath } from '../../src/artifacts/store';
 import { RunConfig } from '../../src/config/schema';
+import type { RolloutSummary } from '../../src/contracts';
 import { EvalResult, type EvalSweepResult } from '../../src/contracts/eval';
 import { Trajectory } from '../../src/contracts/trajectory';
 import { miniSweAgent, nano } from '../../src/envs/harnesses';
@@ -138,10 +139,9 @@ describeRealLong('Nano trains 2 steps on code-repair tasks through the endpoint'
     expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
     await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
     const step1 = path.join(artifacts, 'runs', runId, 'steps', '1', 'rollouts');
-    // rollouts/ also holds chunks/ and summaries.json; a group's directory holds <index>-<hash>.json and <index>.journal.
-    const group = (await fs.readdir(step1)).find((name) => /^s1-g\d+-/.test(name))!;
-    const file = (await fs.readdir(path.join(step1, group))).find((name) => /^\d+-[0-9a-f]+\.json$/.test(name))!;
-    const t = Trajectory.parse(JSON.parse(await fs.readFile(path.join(step1, group, file), 'utf8')));
+    // The step's summaries name the trajectory each rollout's winning attempt stored (not a directory listing).
+    const [first] = JSON.parse(await fs.readFile(path.join(step1, 'summaries.json'), 'utf8')) as RolloutSummary[];
+    const t = Trajectory.parse(JSON.parse(await fs.readFile(uriToPath(first!.trajectory.uri), 'utf8')));
     expect(t.env_id).toBe('nano');
     expectHarnessTrajectory(t, ['apply_patch', 'shell']);
     // Step 1's rollouts were sampled by the adapter after step 0.
