@@ -54,7 +54,8 @@ function writeHarborTask(root: string, name: string, dockerfile: string): string
 }
 
 describeWithStack('external harnesses and Harbor tasks on real parts', ['docker'], () => {
-  const manager = new SandboxManager({ docker: new Docker(), log, workerId: `${os.hostname()}:${process.pid}` });
+  // The default worker id (host, pid, nonce): `host:pid` is shared by every suite of this jest process.
+  const manager = new SandboxManager({ docker: new Docker(), log });
   const root = mkdtempSync(path.join(os.tmpdir(), 'ratchet-harbor-'));
 
   test('a Harbor task dir loads (image built offline), runs and is scored by its tests/test.sh', async () => {

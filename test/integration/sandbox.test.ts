@@ -44,7 +44,10 @@ const labels = { run: 'itest', step: 0, rollout: 'r0' };
 
 describeDocker('sandbox (real dockerd)', () => {
   const docker = new Docker();
-  const manager = new SandboxManager({ docker, log, workerId: `${os.hostname()}:${process.pid}` });
+  // A worker id of its own (the default: host, pid and a nonce). Suites run in one jest process, so
+  // `host:pid` would be shared with later suites, and the lease the janitor test writes would then
+  // expire under their sandboxes: the stack's janitor removed harness.test's container mid-test.
+  const manager = new SandboxManager({ docker, log });
   const open: Sandbox[] = [];
   async function acquire(extra: Partial<Parameters<SandboxManager['acquire']>[0]> = {}): Promise<Sandbox> {
     const sb = await manager.acquire({ labels, limits, ...extra });
@@ -280,8 +283,9 @@ describeDocker('sandbox (real dockerd)', () => {
         [LABELS.run]: 'itest-labels',
         [LABELS.step]: '7',
         [LABELS.rollout]: 'g1-r3',
-        [LABELS.worker]: `${os.hostname()}:${process.pid}`,
+        [LABELS.worker]: manager.workerId,
       });
+      expect(manager.workerId).toMatch(new RegExp(`^${os.hostname()}:${process.pid}:[0-9a-f]{6}$`));
       expect(Date.now() - Date.parse(info.Config.Labels[LABELS.created]!)).toBeLessThan(60_000);
       expect(info.Name).toMatch(/^\/ratchet-itest-labels-s7-g1-r3-[0-9a-f]{6}$/);
       await sb.release();
@@ -296,10 +300,13 @@ describeDocker('sandbox (real dockerd)', () => {
         leases.write({ workerId, host: os.hostname(), pid: process.pid, startedAt: new Date(now - 600_000).toISOString(), renewedAt: new Date(renewedAt).toISOString(), ttlMs: 60_000 });
       const ghostId = `ghost-${process.pid}:1:${now.toString(16).slice(-6)}`;
       await lease(ghostId, now - 120_000); // last renewed two minutes ago: its worker is gone
-      await lease(manager.workerId, now);
+      // The live worker is a manager of this test alone: its lease expires a minute from now,
+      // and the stack's janitor would then sweep whatever that worker still had.
+      const live = new SandboxManager({ docker, log });
+      await lease(live.workerId, now);
       const ghost = new SandboxManager({ docker, log, workerId: ghostId });
       const orphan = await ghost.acquire({ labels, limits });
-      const mine = await acquire();
+      const mine = await live.acquire({ labels, limits });
       const { removed } = await sweep(docker, { leases, log });
       expect(removed).toContain(orphan.id);
       expect(removed).not.toContain(mine.id);
