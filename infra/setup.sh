@@ -39,15 +39,24 @@ check_machine
 timed node-deps node_deps
 timed docker bash "$RATCHET_ROOT/infra/docker.sh" setup
 timed temporal bash "$RATCHET_ROOT/infra/temporal.sh" setup
-timed trainer-env bash "$RATCHET_ROOT/infra/trainer-env.sh"
-timed metrics-env bash "$RATCHET_ROOT/infra/metrics-env.sh"
-# External agent harnesses (Nano, mini-swe-agent) from PyPI, unchanged: docs/environments.md#bring-your-own-agent.
-apt_install python3 python3-venv util-linux iproute2
-timed harness-env bash "$RATCHET_ROOT/infra/harness-env.sh"
+# Every Debian package the steps below need, first: they then run at once, and dpkg takes one lock.
+apt_install python3 python3-venv util-linux iproute2 git libtcmalloc-minimal4
+# Independent installs at once: on a fresh machine about 4 minutes instead of 9 (pip downloads of
+# one overlap another's unpacking and the task generator's CPU work).
+#   trainer   the trainer's venv (torch, transformers, peft)
+#   vllm      vLLM's CPU build in a venv of its own
+#   harnesses external agent harnesses (Nano, mini-swe-agent) from PyPI, unchanged
+#             (docs/environments.md#bring-your-own-agent), and the metrics sinks' venv
+#   tasks     the offline task set, generated from pinned PyPI sdists
+#   minio     the S3 server the s3:// artifact-store tests use (built from its Go module; cached)
+in_parallel \
+  "trainer=timed trainer-env bash '$RATCHET_ROOT/infra/trainer-env.sh'" \
+  "vllm=bash '$RATCHET_ROOT/infra/inference.sh' install-env" \
+  "harnesses=timed metrics-env bash '$RATCHET_ROOT/infra/metrics-env.sh' && timed harness-env bash '$RATCHET_ROOT/infra/harness-env.sh'" \
+  "tasks=timed tasks bash '$RATCHET_ROOT/infra/tasks.sh'" \
+  "minio=timed minio bash '$RATCHET_ROOT/infra/minio.sh' setup"
+# The model is converted with the trainer's venv; vLLM's env is already stamped.
 timed inference bash "$RATCHET_ROOT/infra/inference.sh" setup
-timed tasks bash "$RATCHET_ROOT/infra/tasks.sh"
-# The S3 server the s3:// artifact-store tests use (built from its Go module; cached).
-timed minio bash "$RATCHET_ROOT/infra/minio.sh" setup
 build_ts
 stamp_write setup-complete 1
 log "set-up complete (times per step: $RATCHET_HOME/setup-times.tsv)"

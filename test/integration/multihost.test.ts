@@ -267,14 +267,16 @@ sync_task_queues = ["${INFERENCE_QUEUE}"]
 [sampling]
 max_tokens = 64
 [orchestrator]
-batch_size = 2
+# One group of two a step: on this machine's 2 cores a step is CPU-bound (vLLM, the trainer,
+# two dockerds), and the faults need about ten steps; four rollouts a step made the test 14 minutes.
+batch_size = 1
 rollouts_per_example = 2
 max_steps = ${MAX_STEPS}
 async_level = 1
 max_concurrent_rollouts = 4
-# A chunk per group: two chunks a step, so both rollout hosts get work each step (with one chunk
-# of 4 a step, one host could take eight steps in a row and a fault that needs rollout-a busy waited).
-rollouts_per_chunk = 2
+# A chunk per rollout: two chunks a step, so both rollout hosts get work each step (with one chunk
+# a step, one host could take eight steps in a row and a fault that needs rollout-a busy waited).
+rollouts_per_chunk = 1
 [artifacts]
 url = "s3://${BUCKET}/runs"
 endpoint = "${S3_ENDPOINT}"
@@ -386,7 +388,7 @@ EOF`]);
     expect(res.policyVersion).toBe(res.stepsCompleted);
     // This process checks the store as the operator does: with the deployment's credentials.
     Object.assign(process.env, { AWS_ACCESS_KEY_ID: 'ratchet', AWS_SECRET_ACCESS_KEY: 'ratchet-secret', AWS_REGION: 'us-east-1' });
-    const records = await checkInvariantsInStore({ runId, maxSteps: res.stepsCompleted, rolloutsPerStep: 4, inferenceUrl: INFERENCE, s3: { url: `s3://${BUCKET}/runs`, endpoint: S3_ENDPOINT } });
+    const records = await checkInvariantsInStore({ runId, maxSteps: res.stepsCompleted, rolloutsPerStep: 2, inferenceUrl: INFERENCE, s3: { url: `s3://${BUCKET}/runs`, endpoint: S3_ENDPOINT } });
     // The trainer was replaced mid-run and the new one resumed from S3.
     expect(records.find((r) => r.step === trainerLostAt)!.trainer.restarts).toBeGreaterThanOrEqual(1);
     // Cross-host timings (the adapter goes trainer host -> S3 -> inference host -> vLLM), for BENCHMARKS.md.
