@@ -43,8 +43,18 @@ stage() { local name=$1; shift; log "$name"; "$@" || failed_stages+=("$name"); }
 
 stage "lint" npx eslint src test
 stage "typecheck" npx tsc -p tsconfig.test.json
+trainer_pytest() { (cd trainer && "$RATCHET_VENVS/trainer/bin/python" -m pytest -q -rs "$@"); }
+# The trainer worker's tests against the Temporal server (~3.5 minutes) mostly wait: injected
+# sleeps, heartbeat and stall timeouts. They run in the background beside the unit stage.
+worker_tests=tests/test_worker_temporal.py
+log "pytest: $worker_tests, in the background (output: $reports/pytest-trainer-worker.log)"
+trainer_pytest "$worker_tests" --junitxml="$reports/pytest-trainer-worker.xml" >"$reports/pytest-trainer-worker.log" 2>&1 &
+worker_tests_pid=$!
+wait_worker_tests() { local rc=0; wait "$worker_tests_pid" || rc=$?; cat "$reports/pytest-trainer-worker.log"; return $rc; }
+
 stage "jest: unit" npx jest --selectProjects unit --maxWorkers=2 --json --outputFile="$reports/jest-unit.json"
-stage "pytest: trainer" bash -c "cd trainer && '$RATCHET_VENVS/trainer/bin/python' -m pytest -q -rs --junitxml='$reports/pytest-trainer.xml'"
+stage "pytest: trainer" trainer_pytest --ignore="$worker_tests" --junitxml="$reports/pytest-trainer.xml"
+stage "pytest: trainer worker on Temporal" wait_worker_tests
 stage "pytest: taskgen" bash -c "cd taskgen && '$RATCHET_VENVS/taskgen/bin/python' -m pytest -q -rs --junitxml='$reports/pytest-taskgen.xml'"
 stage "jest: integration (real stack)" \
   npx jest --selectProjects integration --runInBand --json --outputFile="$reports/jest-integration.json"
