@@ -138,11 +138,13 @@ export function createChunkActivity(deps: ChunkDeps) {
       // A rollout queued for one of the worker's slots is not hung: while any is, the chunk counts as moving.
       let queued = 0;
       const queueTick = setInterval(() => { if (queued > 0) progress(); }, windows.heartbeat_every_s * 1000);
+      // The run's own cap (orchestrator.max_concurrent_rollouts) inside the chunk, then the worker's slots.
+      const chunkCap = new RolloutSlots(Math.max(1, Math.min(manifest.maxConcurrentRollouts ?? missing.length, missing.length)));
       await Promise.all(missing.map(async (i) => {
         const run = () => { queued--; return deps.runOne(rolloutInputOf(manifest, i), child); };
         queued++;
         try {
-          const summary = await (deps.slots ? deps.slots.run(run) : run());
+          const summary = await chunkCap.run(() => (deps.slots ? deps.slots.run(run) : run()));
           done.set(i, summary);
           progress();
           // Within BEAT_SOON_MS, not at the next tick: a worker killed later loses no finished rollout.

@@ -191,7 +191,8 @@ const OrchestratorConfig = z.object({
   async_level: z.number().int().min(0).max(8).default(0),
   /**
    * In-flight rollouts at once. Per-rollout activities (rollouts_per_chunk = 0): at most 1,000, far below
-   * Temporal's 2,000 pending activities; in chunks, spread over the shards (ratchet check bounds each).
+   * Temporal's 2,000 pending activities; in chunks, spread over the shards (ratchet check bounds each),
+   * in whole chunks, and a chunk runs at most this many of its rollouts at once.
    */
   max_concurrent_rollouts: z.number().int().positive().max(65_536).default(8),
   /**

@@ -53,6 +53,8 @@ export interface WriteStepManifestInput extends SampleTasksInput {
   inferenceBaseUrls: string[];
   liveness: { heartbeat_every_s: number; stall_s: number };
   artifacts?: StoreSettings;
+  /** orchestrator.max_concurrent_rollouts, for each chunk's own cap (absent from older workflows). */
+  maxConcurrentRollouts?: number;
 }
 
 export interface DatasetActivities {

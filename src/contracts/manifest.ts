@@ -36,6 +36,12 @@ export const StepManifest = z.object({
   inferenceBaseUrls: z.array(z.string().url()).min(1),
   liveness: z.object({ heartbeat_every_s: z.number().positive(), stall_s: z.number().positive() }).strict(),
   artifacts: ArtifactsFields.optional(),
+  /**
+   * orchestrator.max_concurrent_rollouts: a chunk runs at most this many of its rollouts at once. The step keeps
+   * at least one chunk in flight, so without it a setting below the chunk size was exceeded (4 set, 8 ran).
+   * Absent from older manifests: the chunk's size.
+   */
+  maxConcurrentRollouts: z.number().int().positive().optional(),
 });
 export type StepManifest = z.output<typeof StepManifest>;
 export type StepManifestInput = z.input<typeof StepManifest>;

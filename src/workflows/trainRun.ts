@@ -242,6 +242,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         envs: config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight, args: e.args, rubric: e.rubric })),
         sandbox: config.sandbox, inferenceBaseUrls: config.inference.base_urls, liveness: forActivity(windows, 'rollout'),
         ...(artifacts ? { artifacts } : {}),
+        // An activity's input is not part of replay's check (only its type and id), so older histories replay.
+        maxConcurrentRollouts: orch.max_concurrent_rollouts,
       });
       taskSetDir = written.taskSetDir;
       taskCount = written.tasks;
