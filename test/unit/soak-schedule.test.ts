@@ -1,6 +1,8 @@
 import { comparePoints, FAULT_KINDS, PARTITION_KINDS, planFaults, REPLICA_LOSS, STEP_PHASES, TARGET_PHASES } from '../../src/soak/schedule';
 import { partitionRule } from '../../src/soak/faults';
-import { percentile, soakPlan } from '../../src/soak/run';
+import { readFileSync } from 'node:fs';
+import { parse } from 'smol-toml';
+import { configFor, percentile, soakPlan } from '../../src/soak/run';
 
 describe('soak fault schedule', () => {
   test('20 faults over 20 steps cover every kind and every target phase, never the last step', () => {
@@ -82,5 +84,15 @@ describe('soak partitions and replica loss', () => {
 
   test('a partition drops the port on the loopback (a hang, not a refusal), under a comment healing finds', () => {
     expect(partitionRule(7233)).toEqual(['INPUT', '-i', 'lo', '-p', 'tcp', '--dport', '7233', '-m', 'comment', '--comment', 'ratchet-soak-partition-7233', '-j', 'DROP']);
+  });
+});
+
+describe("the soak's config", () => {
+  test('with a replica to lose, a weight sync goes on at one replica of two (the default majority is 2 of 2: the run would wait forever)', () => {
+    const lossy = parse(readFileSync(configFor(4, ['http://127.0.0.1:8001/v1']), 'utf8')) as { inference: { base_urls: string[]; sync_quorum?: number } };
+    expect(lossy.inference.base_urls).toHaveLength(2);
+    expect(lossy.inference.sync_quorum).toBe(1);
+    const plain = parse(readFileSync(configFor(4), 'utf8')) as { inference: { sync_quorum?: number } };
+    expect(plain.inference.sync_quorum).toBeUndefined();
   });
 });
