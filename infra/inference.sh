@@ -4,6 +4,7 @@
 # with tool calling, token ids + logprobs and runtime LoRA loading.
 #
 # Usage: infra/inference.sh [install|install-env|start|stop|restart|status]   (default: install, then start)
+#   install-env  only the vLLM venv (set-up runs it beside the other installs)
 #   install  idempotent: vLLM venv (.ratchet/venvs/vllm), converted model
 #            (.ratchet/models/SmolLM2-135M-Instruct), the probe LoRA adapter that
 #            doctor loads (.ratchet/models/probe-lora); each step is skipped when its stamp matches
@@ -195,13 +196,16 @@ status() {
   echo "vLLM stopped"; return 3
 }
 
+install_env() { apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; }
+install_all() { install_env; timed smollm2-model install_model; timed probe-lora install_probe_lora; }
+
 case "${1:-up}" in
-  install-env) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm ;;
-  install|setup) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model; timed probe-lora install_probe_lora ;;
+  install-env) install_env ;;
+  install|setup) install_all ;;
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
   status) status ;;
-  up) apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; timed smollm2-model install_model; timed probe-lora install_probe_lora; start ;;
+  up) install_all; start ;;
   *) die "unknown command '$1'. Usage: infra/inference.sh [install|install-env|start|stop|restart|status]" ;;
 esac
