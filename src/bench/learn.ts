@@ -17,7 +17,8 @@
  *
  * Needs `ratchet up` and the task sets (infra/tasks.sh). Writes its table into
  * BENCHMARKS.md and each run's HTML report (the other run's reward drawn beside it).
- *   npm run bench:learn [-- --steps 30 --batch 1 --rollouts 4 --lr 2e-4 --eval-tasks 8 --k 4 --max-turns 1 --temperature 0.7]
+ * bench:learn's one-turn case (src/bench/learnCli.ts; the multi-turn agent case is learnAgentBench.ts):
+ *   npm run bench:learn -- --case one-turn [--steps 30 --batch 1 --rollouts 4 --lr 2e-4 --eval-tasks 8 --k 4 --max-turns 1 --temperature 0.7]
  */
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
@@ -36,7 +37,7 @@ import { writeTaskSubset } from '../tasks/subset';
 import { tracebackVariant } from '../tasks/traceback';
 import type { EvalSweepResult } from '../contracts/eval';
 import type { TrainRunInput } from '../contracts';
-import { machineLine, writeBenchSection } from './benchmarksFile';
+import { machineLine } from './benchmarksFile';
 
 export interface LearnOptions {
   steps: number;
@@ -101,7 +102,7 @@ export function parseLearnArgs(argv: string[]): LearnOptions {
   return o;
 }
 
-function rubricToml(rubric: string): string {
+export function rubricToml(rubric: string): string {
   if (rubric === '') return '';
   return `[env.rubric]\n${rubric.split(',').map((kv) => {
     const [k, v] = kv.split('=');
@@ -197,7 +198,7 @@ function evalPoints(keys: string[]): EvalPoint[] {
 }
 
 /** A finished run of an earlier bench run, read back from the local store (`--render`). */
-async function storedRun(runId: string): Promise<RunResult> {
+export async function storedRun(runId: string): Promise<RunResult> {
   const keys = (await new LocalArtifactStore().list(runKeys.evals(runId))).filter(isEvalResultKey);
   return { runId, records: await stepRecords(runId), evals: evalPoints(keys) };
 }
@@ -225,17 +226,25 @@ async function trainAndEvaluate(o: LearnOptions, dir: string, name: string, lr: 
   }
 }
 
-/** A second trainer worker for the bench's duration: a trainer serves one run at a time (its lease), and the two runs go side by side. */
-const SECOND_TRAINER = 'worker-trainer-bench-learn';
-async function startSecondTrainer(): Promise<void> {
+/**
+ * Extra trainer workers for the bench's duration: a trainer serves one run at a time (its lease), and
+ * the bench's runs go side by side. Returns their service names, for stopExtraTrainers.
+ */
+export async function startExtraTrainers(n: number): Promise<string[]> {
   const spec = workerSpecs().find((w) => w.name === 'worker-trainer');
   if (!spec) throw new Error('no worker-trainer in the stack spec (src/stack/index.ts)');
-  // No metrics port (the stack's trainer holds the default one) and no liveness file (the supervisor does not own it).
-  await startService({ ...spec, name: SECOND_TRAINER, args: [...spec.args, '--metrics-port', 'off'], env: { PYTHONUNBUFFERED: '1' } });
+  const names = Array.from({ length: n }, (_, i) => (i === 0 ? 'worker-trainer-bench-learn' : `worker-trainer-bench-learn-${i + 1}`));
+  // No metrics port (the stack's trainer holds the default one) and no liveness file (the supervisor does not own them).
+  for (const name of names) await startService({ ...spec, name, args: [...spec.args, '--metrics-port', 'off'], env: { PYTHONUNBUFFERED: '1' } });
+  return names;
+}
+
+export async function stopExtraTrainers(names: string[]): Promise<void> {
+  for (const name of names) await stopService(name);
 }
 
 /** Each run's HTML report, with the other run's reward drawn beside its own. */
-async function writeReports(learnId: string, controlId: string): Promise<string[]> {
+export async function writeReports(learnId: string, controlId: string): Promise<string[]> {
   return [(await generateReport(learnId, { baseline: controlId })).file, (await generateReport(controlId, { baseline: learnId })).file];
 }
 
@@ -247,7 +256,7 @@ export async function runLearnBench(o: LearnOptions, dir = mkdtempSync(path.join
   const evalSet = path.join(dir, `heldout-${o.tasks}-first${o.evalTasks}.jsonl`);
   const written = writeTaskSubset(resolveTaskset('heldout').file, o.evalTasks, evalSet, variant);
   if (written < o.evalTasks) throw new Error(`the heldout task set has ${written} rows; --eval-tasks asked for ${o.evalTasks}`);
-  await startSecondTrainer();
+  const trainers = await startExtraTrainers(1);
   let learn: RunResult;
   let control: RunResult;
   try {
@@ -256,7 +265,7 @@ export async function runLearnBench(o: LearnOptions, dir = mkdtempSync(path.join
       trainAndEvaluate(o, dir, 'bench-learn-control', 0, trainSet, evalSet),
     ]);
   } finally {
-    await stopService(SECOND_TRAINER);
+    await stopExtraTrainers(trainers);
   }
   return { learn, control, reports: await writeReports(learn.runId, control.runId) };
 }
@@ -289,7 +298,7 @@ export function learnSection(o: LearnOptions, r: LearnResult): string[] {
     `EvalSweep of each at v0 and its final version on the first ${o.evalTasks} held-out tasks (same variant), k=${o.k}: reward mean over tasks`,
     'with a bootstrap 95% interval, and the share of episodes whose answer names the gold file. Training columns: mean of the first and the last quarter of the steps.',
     '',
-    `Command: \`npm run bench:learn -- --steps ${o.steps} --batch ${o.batch} --rollouts ${o.rollouts} --lr ${o.lr} --eval-tasks ${o.evalTasks} --k ${o.k} ` +
+    `Command: \`npm run bench:learn -- --case one-turn --steps ${o.steps} --batch ${o.batch} --rollouts ${o.rollouts} --lr ${o.lr} --eval-tasks ${o.evalTasks} --k ${o.k} ` +
       `--max-turns ${o.maxTurns} --few-shot ${o.fewShot} --temperature ${o.temperature} --tasks ${o.tasks} --rubric ${o.rubric}\` (source \`src/bench/learn.ts\`).`,
     `Machine: ${machineLine()}.`,
     '',
@@ -305,27 +314,4 @@ export function learnSection(o: LearnOptions, r: LearnResult): string[] {
     `Both curves are in each run's HTML report (the other run dashed): ${r.reports.map((f) => `\`${path.relative(paths.artifacts(), f)}\``).join(', ')} ` +
       `under the artifacts root, or \`ratchet report ${r.learn.runId} --baseline ${r.control.runId}\`.`,
   ];
-}
-
-async function main(): Promise<void> {
-  const argv = process.argv.slice(2);
-  const o = parseLearnArgs(argv);
-  // --render <run>,<control>: the table again from two finished runs (same flags as their bench run), nothing re-run.
-  const render = argv.indexOf('--render') >= 0 ? argv[argv.indexOf('--render') + 1]?.split(',') : undefined;
-  let result: LearnResult;
-  if (render) {
-    if (render.length !== 2 || render.some((x) => !x)) throw new Error('--render: give the learning run and the control as <run>,<control>');
-    const [learn, control] = await Promise.all(render.map(storedRun));
-    result = { learn: learn!, control: control!, reports: await writeReports(learn!.runId, control!.runId) };
-  } else {
-    result = await runLearnBench(o);
-  }
-  process.stdout.write(`${writeBenchSection('learn', learnSection(o, result))}\n`);
-}
-
-if (require.main === module) {
-  main().catch((err: unknown) => {
-    process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
-    process.exit(1);
-  });
 }

@@ -1,7 +1,7 @@
 /**
  * The figures of bench:learn's multi-turn case (issue 28), pure: what an agent episode
- * did (turns, tool calls, whether it searched before answering), file precision, recall
- * and F1 against the gold files, the held-out split (a package no training task came
+ * did (turns, tool calls, whether it searched before answering; its file precision, recall
+ * and F1 are the swe-grep rubric's own components), the held-out split (a package no training task came
  * from, plus random rows of the training packages), and the paired per-task difference
  * between the RL-from-SFT arm and its lr-0 control, with a bootstrap 95% interval.
  */
@@ -27,19 +27,6 @@ export function episodeBehaviour(t: Pick<Trajectory, 'messages' | 'turns'>, answ
     answered: answerAt >= 0,
     searchedBeforeAnswer: answerAt > 0 && calls.slice(0, answerAt).some((n) => n !== answerTool),
   };
-}
-
-export interface Prf { precision: number; recall: number; f1: number }
-
-/** File-level precision, recall and F1 of an answer against the gold files (paths compared without a leading "./"). */
-export function filePrf(answer: readonly string[], gold: readonly string[]): Prf {
-  const norm = (p: string) => p.replace(/^\.\//, '');
-  const a = new Set(answer.map(norm));
-  const g = new Set(gold.map(norm));
-  const hit = [...a].filter((x) => g.has(x)).length;
-  const precision = a.size ? hit / a.size : 0;
-  const recall = g.size ? hit / g.size : 0;
-  return { precision, recall, f1: precision + recall > 0 ? (2 * precision * recall) / (precision + recall) : 0 };
 }
 
 export interface HeldOutSplit<T> {

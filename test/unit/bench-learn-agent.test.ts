@@ -1,5 +1,5 @@
 /** bench:learn's multi-turn figures (src/bench/learnAgent.ts), on small tables of cases. */
-import { episodeBehaviour, filePrf, heldOutSplit, pairedDifference } from '../../src/bench/learnAgent';
+import { episodeBehaviour, heldOutSplit, pairedDifference } from '../../src/bench/learnAgent';
 import type { ChatMessage } from '../../src/contracts/trajectory';
 
 const callMsg = (name: string): ChatMessage => ({ role: 'assistant', content: '', tool_calls: [{ id: name, type: 'function', function: { name, arguments: '{}' } }] });
@@ -14,21 +14,6 @@ describe('episodeBehaviour', () => {
     ['prose only', [{ role: 'assistant', content: 'src/a.py' } as ChatMessage], 1, { toolCalls: 0, answered: false, searchedBeforeAnswer: false }],
   ])('%s', (_name, msgs, n, want) => {
     expect(episodeBehaviour({ messages: [{ role: 'user', content: 'q' }, ...msgs], turns: turns(n) })).toEqual({ turns: n, ...want });
-  });
-});
-
-describe('filePrf', () => {
-  test.each([
-    [['a.py'], ['a.py'], { precision: 1, recall: 1, f1: 1 }],
-    [['./a.py', 'b.py'], ['a.py'], { precision: 0.5, recall: 1, f1: 2 / 3 }],
-    [['a.py'], ['a.py', 'c.py'], { precision: 1, recall: 0.5, f1: 2 / 3 }],
-    [[], ['a.py'], { precision: 0, recall: 0, f1: 0 }],
-    [['b.py'], ['a.py'], { precision: 0, recall: 0, f1: 0 }],
-  ])('%p against %p', (answer, gold, want) => {
-    const got = filePrf(answer, gold);
-    expect(got.precision).toBeCloseTo(want.precision, 10);
-    expect(got.recall).toBeCloseTo(want.recall, 10);
-    expect(got.f1).toBeCloseTo(want.f1, 10);
   });
 });
 

@@ -1,0 +1,389 @@
+/**
+ * bench:learn's multi-turn case (issue 28): does RL teach an agent past its warm start?
+ *
+ * 1. Tasks: plain swe-grep tasks, whose answer needs a search (the issue quotes the failing
+ *    test and the exception, never the file), tool_choice "auto", up to `maxTurns` turns.
+ *    train.jsonl and heldout.jsonl are pooled and split (learnAgent.heldOutSplit): every
+ *    task of one package is held out (no demonstration or training task came from it), and
+ *    so are random rows of the training packages.
+ * 2. Warm start: the scripted solver's demonstrations on training tasks (real sandboxes, kept
+ *    by reward; src/sft/demos.ts), then an SftRun on them.
+ * 3. Arms, for each training seed: an RL TrainRun from the SFT adapter ([model] init_from) and
+ *    its control with the same seed, tasks and sampling but lr 0 (the SFT-only policy). All
+ *    runs go side by side, a trainer worker each.
+ * 4. An EvalSweep of each run's final version on the held-out tasks, k samples a task. The
+ *    figures come from the episodes' trajectories: reward, file precision / recall / F1 (the
+ *    rubric's own components), the share that searched before answering, turns and tool calls;
+ *    and the paired per-task difference RL − control with a bootstrap 95% interval.
+ *
+ *   npm run bench:learn [-- --seeds 2 --steps 8 --demos 24 --sft-steps 6 --eval-unseen 6 --eval-random 6 --k 2]
+ *   npm run bench:learn -- --case one-turn ...   (the one-turn traceback case, src/bench/learn.ts)
+ */
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import * as path from 'node:path';
+import pino from 'pino';
+import { connectClient } from '../cli/temporal';
+import { LocalArtifactStore } from '../artifacts/store';
+import { readStepRecords } from '../records/runRecords';
+import { SandboxManager } from '../sandbox/manager';
+import { makeDemonstrations } from '../sft/demos';
+import { paths, TASK_QUEUES } from '../shared/paths';
+import { mulberry32 } from '../shared/random';
+import { loadTasks } from '../tasks/load';
+import { readTaskRows, writeTaskRows } from '../tasks/subset';
+import { Trajectory } from '../contracts/trajectory';
+import type { StepRecord, TrainRunInput } from '../contracts';
+import type { EvalSweepResult } from '../contracts/eval';
+import { machineLine } from './benchmarksFile';
+import { bootstrapCi, firstAndLastQuarter, rubricToml, startExtraTrainers, stopExtraTrainers, writeReports } from './learn';
+import { episodeBehaviour, heldOutSplit, pairedDifference, type EpisodeBehaviour } from './learnAgent';
+
+export interface AgentLearnOptions {
+  /** Training seeds per arm ([orchestrator] seed 0..seeds-1): the task order and the sampling seeds. */
+  seeds: number;
+  steps: number;
+  batch: number;
+  rollouts: number;
+  lr: number;
+  maxTurns: number;
+  temperature: number;
+  rubric: string;
+  /** Training tasks the scripted solver runs; those it solves (reward >= 1) are the SFT data. */
+  demos: number;
+  sftSteps: number;
+  sftBatch: number;
+  sftLr: number;
+  /** The package every task of which is held out. */
+  heldOutPackage: string;
+  /** Held-out tasks evaluated: from the unseen package, and random rows of the training packages. */
+  evalUnseen: number;
+  evalRandom: number;
+  k: number;
+}
+
+export const AGENT_DEFAULTS: AgentLearnOptions = {
+  seeds: 2,
+  steps: 8,
+  batch: 1,
+  rollouts: 4,
+  // Higher than the one-turn case's 2e-4 over 30 steps: 8 steps must show a move if there is one.
+  lr: 5e-4,
+  // The demonstrations take 3 (read the test, search, answer); one spare.
+  maxTurns: 4,
+  temperature: 0.7,
+  // As the one-turn case: a wrong answer (-0.25) above silence (-0.5), a right one (1.5) far above.
+  rubric: 'incorrect_files_penalty=0.25,completion_bonus=0.5',
+  demos: 24,
+  sftSteps: 6,
+  sftBatch: 8,
+  sftLr: 2e-3,
+  // The smallest package of the task sets (inflection: 23 tasks): the training packages keep the most rows.
+  heldOutPackage: 'inflection',
+  evalUnseen: 6,
+  evalRandom: 6,
+  k: 2,
+};
+
+type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage'>;
+const FLAGS: Record<string, { key: NumKey; min: number }> = {
+  seeds: { key: 'seeds', min: 1 }, steps: { key: 'steps', min: 1 }, batch: { key: 'batch', min: 1 }, rollouts: { key: 'rollouts', min: 2 },
+  lr: { key: 'lr', min: 0 }, 'max-turns': { key: 'maxTurns', min: 3 }, temperature: { key: 'temperature', min: 0 },
+  demos: { key: 'demos', min: 1 }, 'sft-steps': { key: 'sftSteps', min: 1 }, 'sft-batch': { key: 'sftBatch', min: 1 }, 'sft-lr': { key: 'sftLr', min: 0 },
+  'eval-unseen': { key: 'evalUnseen', min: 1 }, 'eval-random': { key: 'evalRandom', min: 0 }, k: { key: 'k', min: 1 },
+};
+
+/** `--name value` flags over the defaults; a bad value is an error naming the flag. */
+export function parseAgentArgs(argv: string[]): AgentLearnOptions {
+  const o: AgentLearnOptions = { ...AGENT_DEFAULTS };
+  const flag = (name: string): string | undefined => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1] : undefined; };
+  for (const [name, { key, min }] of Object.entries(FLAGS)) {
+    const v = flag(name);
+    if (v === undefined) continue;
+    const x = Number(v);
+    if (!Number.isFinite(x) || x < min) throw new Error(`--${name}: ${JSON.stringify(v)} is not a number >= ${min}`);
+    o[key] = x;
+  }
+  o.rubric = flag('rubric') ?? o.rubric;
+  rubricToml(o.rubric); // validates
+  o.heldOutPackage = flag('held-out-package') ?? o.heldOutPackage;
+  return o;
+}
+
+const envArgs = (o: AgentLearnOptions) => ({ max_tokens: 128 * o.maxTurns, max_tool_calls: o.maxTurns, max_turns: o.maxTurns });
+
+const TRAINER = `[trainer]
+device = "cpu"
+micro_batch_tokens = 4096
+[trainer.ac]
+freq = 1
+[trainer.lora]
+rank = 8
+alpha = 16`;
+
+/** The SftRun's config: the demonstrations, `sftSteps` steps of `sftBatch`. */
+export function agentSftConfigToml(o: AgentLearnOptions, name: string, data: string): string {
+  return `name = "${name}"
+${TRAINER}
+[trainer.optim]
+lr = ${o.sftLr}
+[trainer.loss]
+normalization = "token"
+[orchestrator]
+seq_len = 2048
+max_steps = ${o.sftSteps}
+seed = 0
+[[env]]
+id = "swe-grep"
+[sft]
+data = [${JSON.stringify(data)}]
+batch_size = ${o.sftBatch}
+`;
+}
+
+/** One arm's run config: the two arms of a seed differ in name and lr only. */
+export function agentRunConfigToml(o: AgentLearnOptions, p: { name: string; lr: number; seed: number; dataset: string; initFrom: string }): string {
+  const ea = envArgs(o);
+  return `name = "${p.name}"
+[model]
+init_from = "${p.initFrom}"
+${TRAINER}
+[trainer.optim]
+lr = ${p.lr}
+[sampling]
+temperature = ${o.temperature}
+max_tokens = 128
+tool_choice = "auto"
+[orchestrator]
+batch_size = ${o.batch}
+rollouts_per_example = ${o.rollouts}
+seq_len = 2048
+max_steps = ${o.steps}
+async_level = 1
+max_concurrent_rollouts = ${o.batch * o.rollouts}
+seed = ${p.seed}
+[[env]]
+id = "swe-grep"
+dataset = "${p.dataset}"
+[env.args]
+max_tokens = ${ea.max_tokens}
+max_tool_calls = ${ea.max_tool_calls}
+max_turns = ${ea.max_turns}
+few_shot = false
+${rubricToml(o.rubric)}`;
+}
+
+/** One held-out episode, as the bench reads it from its trajectory. */
+export interface AgentEpisode {
+  task: string;
+  split: 'unseen' | 'random';
+  reward: number;
+  precision: number;
+  recall: number;
+  f1: number;
+  behaviour: EpisodeBehaviour;
+}
+
+export interface ArmRun {
+  arm: 'rl' | 'control';
+  seed: number;
+  runId: string;
+  records: StepRecord[];
+  finalVersion: number;
+  episodes: AgentEpisode[];
+}
+
+export interface AgentLearnResult {
+  sft: { runId: string; demosRan: number; demosKept: number; records: StepRecord[] };
+  arms: ArmRun[];
+  evalTasks: { unseen: number; random: number };
+  /** Each run's HTML report, its seed's other arm drawn beside it. */
+  reports: string[];
+  wallS: number;
+}
+
+/**
+ * A version's eval episodes from runs/<run>/evals/trajectories/eval-v<version>-<task>/: for each
+ * sample index the newest file (a retried episode leaves its earlier attempt's file beside it).
+ */
+export function readEvalEpisodes(runId: string, version: number, splitOf: ReadonlyMap<string, 'unseen' | 'random'>): AgentEpisode[] {
+  const root = path.join(paths.artifacts(), 'runs', runId, 'evals', 'trajectories');
+  const prefix = `eval-v${version}-`;
+  const out: AgentEpisode[] = [];
+  for (const group of readdirSync(root).filter((g) => g.startsWith(prefix))) {
+    const task = group.slice(prefix.length);
+    const split = splitOf.get(task);
+    if (!split) continue;
+    const newest = new Map<string, { file: string; mtime: number }>();
+    for (const f of readdirSync(path.join(root, group)).filter((x) => x.endsWith('.json'))) {
+      const sample = f.split(/[-.]/)[0]!;
+      const mtime = statSync(path.join(root, group, f)).mtimeMs;
+      if ((newest.get(sample)?.mtime ?? -1) < mtime) newest.set(sample, { file: f, mtime });
+    }
+    for (const { file } of newest.values()) {
+      const t = Trajectory.parse(JSON.parse(readFileSync(path.join(root, group, file), 'utf8')));
+      const c = t.reward?.components ?? {};
+      out.push({
+        task, split, reward: t.reward?.total ?? 0,
+        precision: c.file_precision ?? 0, recall: c.file_recall ?? 0, f1: c.file_f1 ?? 0, behaviour: episodeBehaviour(t),
+      });
+    }
+  }
+  return out;
+}
+
+/** Seeded shuffle (the bench's task picks are reproducible). */
+function shuffled<T>(xs: readonly T[], seed: number): T[] {
+  const rand = mulberry32(seed);
+  return xs.map((x, i) => ({ x, k: rand(), i })).sort((a, b) => a.k - b.k || a.i - b.i).map((e) => e.x);
+}
+
+const log = (msg: string) => process.stderr.write(`[bench:learn agent ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+
+/** The whole multi-turn bench on the running stack (see the file comment). */
+export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<AgentLearnResult> {
+  const t0 = Date.now();
+  const stamp = Date.now().toString(36);
+  const pool = [path.join(paths.tasks(), 'train.jsonl'), path.join(paths.tasks(), 'heldout.jsonl')]
+    .flatMap((f) => readTaskRows(f)) as (Record<string, unknown> & { repo: string; instance_id: string })[];
+  const split = heldOutSplit(pool, o.heldOutPackage, o.evalRandom, 1);
+  const unseen = shuffled(split.unseenPackage, 2).slice(0, o.evalUnseen);
+  const trainFile = path.join(dir, 'train-plain.jsonl');
+  const evalFile = path.join(dir, 'heldout-plain.jsonl');
+  writeTaskRows(split.train, trainFile);
+  writeTaskRows([...unseen, ...split.randomRows], evalFile);
+  const splitOf = new Map<string, 'unseen' | 'random'>([
+    ...unseen.map((t) => [t.instance_id, 'unseen'] as const), ...split.randomRows.map((t) => [t.instance_id, 'random'] as const),
+  ]);
+  log(`tasks: ${split.train.length} train (${[...new Set(split.train.map((t) => t.repo))].join(', ')}), held out ${unseen.length} of ${o.heldOutPackage} + ${split.randomRows.length} random rows`);
+
+  // Warm start: demonstrations on training tasks only, then SFT.
+  const trainTasks = (await loadTasks(trainFile, { onInvalid: 'skip' })).tasks;
+  const sandboxes = new SandboxManager({ log: pino({ level: 'warn' }) });
+  const demos = await makeDemonstrations({
+    envId: 'swe-grep', tasks: shuffled(trainTasks, 3).slice(0, o.demos), taskSetDir: dir, sandboxes, minReward: 1, envArgs: envArgs(o), concurrency: 2,
+  }).finally(() => sandboxes.close());
+  if (demos.kept.length === 0) throw new Error(`none of ${demos.all.length} demonstrations reached reward 1: no SFT data`);
+  const data = path.join(dir, 'demos.jsonl');
+  writeFileSync(data, demos.kept.map((t) => JSON.stringify(t)).join('\n') + '\n');
+  log(`demonstrations: ${demos.kept.length} of ${demos.all.length} kept -> ${data}`);
+
+  const { client, close } = await connectClient();
+  const trainers = await startExtraTrainers(2 * o.seeds - 1);
+  try {
+    const sftId = `bench-agent-sft-${stamp}`;
+    const sftConfig = path.join(dir, 'sft.toml');
+    writeFileSync(sftConfig, agentSftConfigToml(o, 'bench-agent-sft', data));
+    log(`SftRun ${sftId}: ${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}`);
+    await client.workflow.execute('SftRun', { taskQueue: TASK_QUEUES.main, workflowId: sftId, args: [{ configPath: sftConfig, runId: sftId } satisfies TrainRunInput] });
+    const sftRecords = await readStepRecords(new LocalArtifactStore(), sftId);
+
+    const arms = Array.from({ length: o.seeds }, (_, seed) => [
+      { arm: 'rl' as const, seed, lr: o.lr }, { arm: 'control' as const, seed, lr: 0 },
+    ]).flat();
+    log(`${arms.length} TrainRuns side by side from ${sftId}: ${o.steps} steps of ${o.batch}x${o.rollouts}, lr ${o.lr} vs 0, seeds 0..${o.seeds - 1}`);
+    const runs = await Promise.all(arms.map(async (a): Promise<ArmRun> => {
+      const name = `bench-agent-${a.arm}-s${a.seed}`;
+      const runId = `${name}-${stamp}`;
+      const configPath = path.join(dir, `${name}.toml`);
+      writeFileSync(configPath, agentRunConfigToml(o, { name, lr: a.lr, seed: a.seed, dataset: trainFile, initFrom: sftId }));
+      await client.workflow.execute('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [{ configPath, runId } satisfies TrainRunInput] });
+      const records = await readStepRecords(new LocalArtifactStore(), runId);
+      const finalVersion = Math.max(...records.map((r) => r.policy_version));
+      log(`${runId}: trained to v${finalVersion}; EvalSweep of v${finalVersion} on ${splitOf.size} held-out tasks x k=${o.k}`);
+      await client.workflow.execute('EvalSweep', {
+        taskQueue: TASK_QUEUES.main, workflowId: `${runId}-eval`,
+        args: [{ runId, versions: [finalVersion], taskset: evalFile, k: o.k, force: true, maxConcurrent: 2 }],
+      }) as EvalSweepResult;
+      return { arm: a.arm, seed: a.seed, runId, records, finalVersion, episodes: readEvalEpisodes(runId, finalVersion, splitOf) };
+    }));
+    const reports: string[] = [];
+    for (let seed = 0; seed < o.seeds; seed++) {
+      const [rl, control] = (['rl', 'control'] as const).map((arm) => runs.find((r) => r.arm === arm && r.seed === seed)!);
+      reports.push(...(await writeReports(rl!.runId, control!.runId)));
+    }
+    return {
+      sft: { runId: sftId, demosRan: demos.all.length, demosKept: demos.kept.length, records: sftRecords },
+      arms: runs, evalTasks: { unseen: unseen.length, random: split.randomRows.length }, reports, wallS: Math.round((Date.now() - t0) / 1000),
+    };
+  } finally {
+    await stopExtraTrainers(trainers);
+    await close();
+  }
+}
+
+const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+
+/** The held-out figures of a set of episodes (one arm, all its seeds). */
+export function armFigures(eps: AgentEpisode[]) {
+  const answered = eps.filter((e) => e.behaviour.answered);
+  return {
+    episodes: eps.length,
+    reward: bootstrapCi(perTask(eps).map(([, rs]) => mean(rs))),
+    precision: mean(eps.map((e) => e.precision)), recall: mean(eps.map((e) => e.recall)), f1: mean(eps.map((e) => e.f1)),
+    searched: mean(eps.map((e) => (e.behaviour.searchedBeforeAnswer ? 1 : 0))),
+    answered: answered.length / Math.max(1, eps.length),
+    turns: mean(eps.map((e) => e.behaviour.turns)), toolCalls: mean(eps.map((e) => e.behaviour.toolCalls)),
+  };
+}
+
+function perTask(eps: AgentEpisode[]): [string, number[]][] {
+  const m = new Map<string, number[]>();
+  for (const e of eps) m.set(e.task, [...(m.get(e.task) ?? []), e.reward]);
+  return [...m.entries()];
+}
+
+export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command: string): string[] {
+  const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+  const ci = (c: { mean: number; lo: number; hi: number }) => `${c.mean.toFixed(3)} [${c.lo.toFixed(3)}, ${c.hi.toFixed(3)}]`;
+  const eps = (arm: 'rl' | 'control', split?: 'unseen' | 'random') =>
+    r.arms.filter((a) => a.arm === arm).flatMap((a) => a.episodes).filter((e) => !split || e.split === split);
+  const rows: string[] = [];
+  for (const [label, split] of [['all held out', undefined], [`unseen package (${o.heldOutPackage})`, 'unseen'], ['random rows of training packages', 'random']] as const) {
+    for (const arm of ['rl', 'control'] as const) {
+      const f = armFigures(eps(arm, split));
+      rows.push(`| ${label} | ${arm === 'rl' ? `RL, lr ${o.lr}` : 'control, lr 0 (SFT only)'} | ${f.episodes} | ${ci(f.reward)} | ` +
+        `${f.precision.toFixed(3)} / ${f.recall.toFixed(3)} / ${f.f1.toFixed(3)} | ${pct(f.searched)} | ${pct(f.answered)} | ${f.turns.toFixed(2)} | ${f.toolCalls.toFixed(2)} |`);
+    }
+  }
+  const paired = (split?: 'unseen' | 'random') => {
+    const m = (arm: 'rl' | 'control') => new Map(perTask(eps(arm, split)));
+    const d = pairedDifference(m('rl'), m('control'));
+    return `${d.mean.toFixed(3)} [${d.lo.toFixed(3)}, ${d.hi.toFixed(3)}] over ${d.tasks} tasks${d.unpaired ? ` (${d.unpaired} unpaired)` : ''}`;
+  };
+  const training = r.arms.map((a) => {
+    const [r0, r1] = firstAndLastQuarter(a.records.map((s) => s.mean_reward));
+    const searched = a.records.map((s) => s.tool_calls / Math.max(1, s.rollouts));
+    return `| ${a.arm === 'rl' ? `RL, lr ${o.lr}` : 'control, lr 0'} | ${a.seed} | \`${a.runId}\` | ${a.records.length} | ${r0.toFixed(3)} → ${r1.toFixed(3)} | ` +
+      `${firstAndLastQuarter(searched).map((x) => x.toFixed(2)).join(' → ')} | ${a.records.map((s) => s.mean_reward.toFixed(2)).join(' ')} |`;
+  });
+  const sftLoss = r.sft.records.map((s) => Number((s.trainer as { loss?: number }).loss ?? NaN).toFixed(3)).join(' ');
+  return [
+    '### Does it learn as an agent? SFT warm start, then multi-turn RL against an lr-0 control (real CPU stack)',
+    '',
+    `Plain swe-grep tasks (the issue quotes the failing test and the exception; the file must be searched for), tool_choice "auto", ` +
+      `at most ${o.maxTurns} turns, temperature ${o.temperature}, rubric weights over swe-grep's defaults: ${o.rubric || 'none'}.`,
+    `Warm start: the scripted solver ran ${r.sft.demosRan} training tasks on real sandboxes; the ${r.sft.demosKept} it solved (reward >= 1) are the SFT data ` +
+      `of \`${r.sft.runId}\` (${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}; loss per step: ${sftLoss}).`,
+    `Arms, for each of ${o.seeds} training seeds: a TrainRun from that adapter (${o.steps} steps of ${o.batch} task x ${o.rollouts} rollouts, lr ${o.lr}) ` +
+      `and its control (same seed, tasks and sampling, lr 0: the SFT-only policy), all ${r.arms.length} side by side.`,
+    `Held out: ${r.evalTasks.unseen} tasks of ${o.heldOutPackage}, a package no demonstration or training task came from, and ${r.evalTasks.random} random rows ` +
+      `of the training packages; an EvalSweep of each run's final version, k=${o.k}. Reward: mean over tasks with a bootstrap 95% interval; ` +
+      'file P / R / F1: the rubric\'s components, mean over episodes; searched: the share of episodes that ran a search before answering.',
+    '',
+    `Command: \`${command}\` (source \`src/bench/learnAgentBench.ts\`). Wall time: ${(r.wallS / 60).toFixed(1)} min.`,
+    `Machine: ${machineLine()}.`,
+    '',
+    '| held out | arm | episodes | reward [95% CI] | file P / R / F1 | searched | answered | turns | tool calls |',
+    '| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |',
+    ...rows,
+    '',
+    `Paired per-task difference, RL − control (each task's mean over seeds and samples): all held out ${paired()}; ` +
+      `unseen package ${paired('unseen')}; random rows ${paired('random')}.`,
+    '',
+    '| arm | seed | run | steps | reward (first → last quarter) | tool calls per episode (first → last quarter) | reward per step |',
+    '| --- | ---: | --- | ---: | --- | --- | --- |',
+    ...training,
+    '',
+    `Each run's curves beside its seed's other arm (dashed), in its HTML report under the artifacts root: ${r.reports.map((f) => `\`${path.relative(paths.artifacts(), f)}\``).join(', ')}.`,
+  ];
+}

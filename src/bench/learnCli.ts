@@ -1,0 +1,70 @@
+/**
+ * `npm run bench:learn`: the multi-turn agent case by default (src/bench/learnAgentBench.ts),
+ * or `--case one-turn`, the one-turn traceback case (src/bench/learn.ts). Each writes its own
+ * section of BENCHMARKS.md.
+ *   npm run bench:learn [-- --seeds 2 --steps 8 ...]
+ *   npm run bench:learn -- --case one-turn [--steps 30 ...] [--render <run>,<control>]
+ *   npm run bench:learn -- --render-agent <result.json>   (the agent table again from a finished bench run)
+ */
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { paths } from '../shared/paths';
+import { writeBenchSection } from './benchmarksFile';
+import { learnSection, parseLearnArgs, runLearnBench, storedRun, writeReports, type LearnResult } from './learn';
+import { agentSection, parseAgentArgs, runAgentBench, type AgentLearnOptions, type AgentLearnResult } from './learnAgentBench';
+
+const flag = (argv: string[], name: string): string | undefined => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1] : undefined; };
+
+/** The agent case's command line with every option spelled out, for BENCHMARKS.md. */
+function agentCommand(o: AgentLearnOptions): string {
+  return `npm run bench:learn -- --seeds ${o.seeds} --steps ${o.steps} --batch ${o.batch} --rollouts ${o.rollouts} --lr ${o.lr} ` +
+    `--max-turns ${o.maxTurns} --temperature ${o.temperature} --demos ${o.demos} --sft-steps ${o.sftSteps} --sft-batch ${o.sftBatch} ` +
+    `--sft-lr ${o.sftLr} --held-out-package ${o.heldOutPackage} --eval-unseen ${o.evalUnseen} --eval-random ${o.evalRandom} --k ${o.k} --rubric ${o.rubric}`;
+}
+
+async function agent(argv: string[]): Promise<string> {
+  const renderFrom = flag(argv, 'render-agent');
+  let o: AgentLearnOptions;
+  let result: AgentLearnResult;
+  if (renderFrom) {
+    ({ options: o, result } = JSON.parse(readFileSync(renderFrom, 'utf8')) as { options: AgentLearnOptions; result: AgentLearnResult });
+  } else {
+    o = parseAgentArgs(argv);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-learn-agent-'));
+    result = await runAgentBench(o, dir);
+    // Kept beside the runs, so the table can be written again (--render-agent) without rerunning.
+    const saved = path.join(paths.artifacts(), 'bench', `learn-agent-${result.sft.runId}.json`);
+    mkdirSync(path.dirname(saved), { recursive: true });
+    writeFileSync(saved, JSON.stringify({ options: o, result }, null, 1));
+    process.stderr.write(`result: ${saved}\n`);
+  }
+  return writeBenchSection('learn-agent', agentSection(o, result, agentCommand(o)));
+}
+
+async function oneTurn(argv: string[]): Promise<string> {
+  const o = parseLearnArgs(argv);
+  // --render <run>,<control>: the table again from two finished runs (same flags as their bench run), nothing re-run.
+  const render = flag(argv, 'render')?.split(',');
+  let result: LearnResult;
+  if (render) {
+    if (render.length !== 2 || render.some((x) => !x)) throw new Error('--render: give the learning run and the control as <run>,<control>');
+    const [learn, control] = await Promise.all(render.map(storedRun));
+    result = { learn: learn!, control: control!, reports: await writeReports(learn!.runId, control!.runId) };
+  } else {
+    result = await runLearnBench(o);
+  }
+  return writeBenchSection('learn', learnSection(o, result));
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  const kase = flag(argv, 'case') ?? 'agent';
+  if (kase !== 'agent' && kase !== 'one-turn') throw new Error(`--case: ${JSON.stringify(kase)} is not agent or one-turn`);
+  process.stdout.write(`${kase === 'agent' ? await agent(argv) : await oneTurn(argv)}\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,123 @@
+/**
+ * bench:learn's multi-turn case (src/bench/learnAgentBench.ts), without the stack: its flags,
+ * the configs it writes (read back by the product's own config parser), the held-out episodes
+ * it reads from a run's eval trajectories, and the figures and table it makes of them.
+ */
+import { mkdirSync, mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { AGENT_DEFAULTS, agentRunConfigToml, agentSection, agentSftConfigToml, armFigures, parseAgentArgs, readEvalEpisodes, type AgentEpisode, type AgentLearnResult } from '../../src/bench/learnAgentBench';
+import { parseRunConfig } from '../../src/config/load';
+import type { ChatMessage } from '../../src/contracts/trajectory';
+
+describe('parseAgentArgs', () => {
+  test('defaults, flags over them, errors naming the flag', () => {
+    expect(parseAgentArgs([])).toEqual(AGENT_DEFAULTS);
+    expect(parseAgentArgs(['--seeds', '3', '--sft-lr', '0.001', '--held-out-package', 'toolz'])).toMatchObject({ seeds: 3, sftLr: 0.001, heldOutPackage: 'toolz' });
+    expect(() => parseAgentArgs(['--max-turns', '2'])).toThrow(/--max-turns: "2" is not a number >= 3/);
+    expect(() => parseAgentArgs(['--k', 'many'])).toThrow(/--k: "many" is not a number >= 1/);
+    expect(() => parseAgentArgs(['--rubric', 'oops'])).toThrow(/--rubric: "oops" is not name=number/);
+  });
+});
+
+describe('the configs the bench writes', () => {
+  test('an arm: from the SFT run, tool_choice auto, multi-turn, no few-shot, its seed and lr, the rubric override', () => {
+    const c = parseRunConfig(agentRunConfigToml(AGENT_DEFAULTS, { name: 'a', lr: 0, seed: 1, dataset: '/x/train.jsonl', initFrom: 'bench-agent-sft-1' }), 'arm.toml');
+    expect(c.model.init_from).toBe('bench-agent-sft-1');
+    expect(c.trainer.optim.lr).toBe(0);
+    expect(c.orchestrator.seed).toBe(1);
+    expect(c.sampling.tool_choice).toBe('auto');
+    const env = c.env[0]!;
+    expect(env.args).toMatchObject({ max_turns: 4, max_tool_calls: 4, few_shot: false });
+    expect(env.rubric).toMatchObject({ incorrect_files_penalty: 0.25, completion_bonus: 0.5 });
+  });
+  test('the SftRun: the demonstrations file, its steps, batch and lr', () => {
+    const c = parseRunConfig(agentSftConfigToml(AGENT_DEFAULTS, 'sft', '/x/demos.jsonl'), 'sft.toml');
+    expect(c.sft).toMatchObject({ data: ['/x/demos.jsonl'], batch_size: 8 });
+    expect(c.orchestrator.max_steps).toBe(6);
+    expect(c.trainer.optim.lr).toBe(0.002);
+  });
+});
+
+const call = (name: string): ChatMessage => ({ role: 'assistant', content: '', tool_calls: [{ id: name, type: 'function', function: { name, arguments: '{}' } }] });
+const out: ChatMessage = { role: 'tool', content: 'out', tool_call_id: 'x' };
+
+function trajectory(task: string, messages: ChatMessage[], reward: number, f1: number): string {
+  return JSON.stringify({
+    format: 'ratchet.trajectory/v1', run_id: 'r', step: -1, env_id: 'swe-grep', task_id: task, group_id: `eval-v3-${task}`, rollout_index: 0,
+    model: 'r/policy-v3', tools: [], messages: [{ role: 'user', content: 'q' }, ...messages],
+    turns: messages.filter((m) => m.role === 'assistant').map(() => ({
+      prompt_message_count: 1, prompt_token_ids: [1], completion_token_ids: [2], completion_logprobs: [-0.1], finish_reason: 'tool_calls', policy_version: 3, model_ms: 1, tools_ms: 1,
+    })),
+    stop_reason: 'completed', final: {}, reward: { total: reward, components: { file_precision: f1, file_recall: f1, file_f1: f1 } },
+    stats: { prompt_tokens: 1, completion_tokens: 1, tool_calls: 1, tool_errors: 0, commands: [], tools_used: {} },
+    timing: { model_ms: 1, tools_ms: 1, sandbox_ms: 1, total_ms: 3 },
+  });
+}
+
+describe('readEvalEpisodes', () => {
+  test('the version\'s episodes of the held-out tasks, the newest attempt of each sample, behaviour from the messages', () => {
+    const artifacts = mkdtempSync(path.join(os.tmpdir(), 'bench-agent-'));
+    const old = process.env.RATCHET_ARTIFACTS;
+    process.env.RATCHET_ARTIFACTS = artifacts;
+    try {
+      const root = path.join(artifacts, 'runs', 'r', 'evals', 'trajectories');
+      const put = (group: string, file: string, body: string, ageS: number) => {
+        mkdirSync(path.join(root, group), { recursive: true });
+        writeFileSync(path.join(root, group, file), body);
+        const t = Date.now() / 1000 - ageS;
+        utimesSync(path.join(root, group, file), t, t);
+      };
+      // t1: a stale first attempt (answered at once), then the retry that searched first; t2: one episode; other version and a task not held out: ignored.
+      put('eval-v3-t1', '0-aaaa.json', trajectory('t1', [call('result'), out], -0.25, 0), 60);
+      put('eval-v3-t1', '0-bbbb.json', trajectory('t1', [call('bash'), out, call('result'), out], 1.5, 1), 10);
+      put('eval-v3-t2', '0.json', trajectory('t2', [call('bash'), out, call('bash'), out], -0.5, 0), 10);
+      put('eval-v0-t1', '0-cccc.json', trajectory('t1', [call('result'), out], 0, 0), 10);
+      put('eval-v3-t9', '0-dddd.json', trajectory('t9', [call('result'), out], 0, 0), 10);
+      mkdirSync(path.join(root, 'eval-v3-t1', '0.journal'), { recursive: true });
+      const eps = readEvalEpisodes('r', 3, new Map([['t1', 'unseen'], ['t2', 'random']])).sort((a, b) => a.task.localeCompare(b.task));
+      expect(eps.map((e) => [e.task, e.split, e.reward, e.f1, e.behaviour])).toEqual([
+        ['t1', 'unseen', 1.5, 1, { turns: 2, toolCalls: 2, answered: true, searchedBeforeAnswer: true }],
+        ['t2', 'random', -0.5, 0, { turns: 2, toolCalls: 2, answered: false, searchedBeforeAnswer: false }],
+      ]);
+    } finally {
+      if (old === undefined) delete process.env.RATCHET_ARTIFACTS; else process.env.RATCHET_ARTIFACTS = old;
+    }
+  });
+});
+
+const ep = (task: string, split: 'unseen' | 'random', reward: number, searched: boolean, turns: number): AgentEpisode => ({
+  task, split, reward, precision: reward > 0 ? 1 : 0, recall: reward > 0 ? 1 : 0, f1: reward > 0 ? 1 : 0,
+  behaviour: { turns, toolCalls: turns, answered: true, searchedBeforeAnswer: searched },
+});
+
+describe('armFigures and the table', () => {
+  const rl = [ep('t1', 'unseen', 1.5, true, 3), ep('t1', 'unseen', -0.25, false, 1), ep('t2', 'random', 1.5, true, 3), ep('t2', 'random', 1.5, true, 3)];
+  const control = [ep('t1', 'unseen', -0.25, false, 1), ep('t1', 'unseen', -0.25, false, 1), ep('t2', 'random', 1.5, true, 3), ep('t2', 'random', -0.25, true, 3)];
+  test('reward is a mean over tasks; shares and means over episodes', () => {
+    const f = armFigures(rl);
+    expect(f.episodes).toBe(4);
+    expect(f.reward.mean).toBeCloseTo((0.625 + 1.5) / 2, 10);
+    expect(f.searched).toBe(0.75);
+    expect(f.turns).toBe(2.5);
+    expect(f.f1).toBe(0.75);
+  });
+  test('the section: a row per split and arm, the paired difference, the training table', () => {
+    const record = (r: number) => ({ mean_reward: r, tool_calls: 8, rollouts: 4 }) as never;
+    const result: AgentLearnResult = {
+      sft: { runId: 'sft-1', demosRan: 10, demosKept: 7, records: [{ trainer: { loss: 1.25 } } as never] },
+      arms: [
+        { arm: 'rl', seed: 0, runId: 'rl-0', records: [record(0), record(1)], finalVersion: 2, episodes: rl },
+        { arm: 'control', seed: 0, runId: 'c-0', records: [record(0), record(0)], finalVersion: 2, episodes: control },
+      ],
+      evalTasks: { unseen: 1, random: 1 }, reports: ['/a/runs/rl-0/report.html'], wallS: 600,
+    };
+    const s = agentSection(AGENT_DEFAULTS, result, 'npm run bench:learn').join('\n');
+    expect(s).toContain('the 7 it solved (reward >= 1)');
+    expect(s).toContain('loss per step: 1.250');
+    expect(s).toMatch(/\| unseen package \(inflection\) \| RL, lr 0\.0005 \| 2 \| 0\.625 /);
+    // Paired over the two tasks: t1 0.625 - (-0.25) = 0.875, t2 1.5 - 0.625 = 0.875.
+    expect(s).toContain('RL − control (each task\'s mean over seeds and samples): all held out 0.875 [0.875, 0.875] over 2 tasks');
+    expect(s).toContain('| RL, lr 0.0005 | 0 | `rl-0` | 2 | 0.000 → 1.000 | 2.00 → 2.00 | 0.00 1.00 |');
+  });
+});
