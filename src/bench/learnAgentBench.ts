@@ -19,9 +19,10 @@
  *   npm run bench:learn [-- --seeds 2 --steps 8 --demos 24 --sft-steps 6 --eval-unseen 6 --eval-random 6 --k 2]
  *   npm run bench:learn -- --case one-turn ...   (the one-turn traceback case, src/bench/learn.ts)
  */
-import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import pino from 'pino';
+import type { Client } from '@temporalio/client';
 import { connectClient } from '../cli/temporal';
 import { LocalArtifactStore } from '../artifacts/store';
 import { readStepRecords } from '../records/runRecords';
@@ -59,6 +60,8 @@ export interface AgentLearnOptions {
   evalUnseen: number;
   evalRandom: number;
   k: number;
+  /** Reuse a finished SftRun of an earlier bench run (its demonstrations and warm start) instead of making them again. */
+  sftRun?: string;
 }
 
 export const AGENT_DEFAULTS: AgentLearnOptions = {
@@ -84,7 +87,7 @@ export const AGENT_DEFAULTS: AgentLearnOptions = {
   k: 2,
 };
 
-type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage'>;
+type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage' | 'sftRun'>;
 const FLAGS: Record<string, { key: NumKey; min: number }> = {
   seeds: { key: 'seeds', min: 1 }, steps: { key: 'steps', min: 1 }, batch: { key: 'batch', min: 1 }, rollouts: { key: 'rollouts', min: 2 },
   lr: { key: 'lr', min: 0 }, 'max-turns': { key: 'maxTurns', min: 3 }, temperature: { key: 'temperature', min: 0 },
@@ -106,6 +109,8 @@ export function parseAgentArgs(argv: string[]): AgentLearnOptions {
   o.rubric = flag('rubric') ?? o.rubric;
   rubricToml(o.rubric); // validates
   o.heldOutPackage = flag('held-out-package') ?? o.heldOutPackage;
+  const sftRun = flag('sft-run');
+  if (sftRun !== undefined) o.sftRun = sftRun;
   return o;
 }
 
@@ -239,6 +244,29 @@ function shuffled<T>(xs: readonly T[], seed: number): T[] {
 
 const log = (msg: string) => process.stderr.write(`[bench:learn agent ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 
+/** How many demonstrations a bench SftRun's data came from, kept beside the bench's results (`--sft-run` reads it). */
+const demosFile = (sftRunId: string) => path.join(paths.artifacts(), 'bench', `learn-agent-demos-${sftRunId}.json`);
+
+/** The warm start: the scripted solver's demonstrations on training tasks only, then an SftRun on those it solved. */
+export async function warmStart(o: AgentLearnOptions, p: { dir: string; trainFile: string; runId: string; client: Client }): Promise<string> {
+  const trainTasks = (await loadTasks(p.trainFile, { onInvalid: 'skip' })).tasks;
+  const sandboxes = new SandboxManager({ log: pino({ level: 'warn' }) });
+  const demos = await makeDemonstrations({
+    envId: 'swe-grep', tasks: shuffled(trainTasks, 3).slice(0, o.demos), taskSetDir: p.dir, sandboxes, minReward: 1, envArgs: envArgs(o), concurrency: 2,
+  }).finally(() => sandboxes.close());
+  if (demos.kept.length === 0) throw new Error(`none of ${demos.all.length} demonstrations reached reward 1: no SFT data`);
+  const data = path.join(p.dir, 'demos.jsonl');
+  writeFileSync(data, demos.kept.map((t) => JSON.stringify(t)).join('\n') + '\n');
+  mkdirSync(path.dirname(demosFile(p.runId)), { recursive: true });
+  writeFileSync(demosFile(p.runId), JSON.stringify({ ran: demos.all.length, kept: demos.kept.length }));
+  log(`demonstrations: ${demos.kept.length} of ${demos.all.length} kept -> ${data}`);
+  const config = path.join(p.dir, 'sft.toml');
+  writeFileSync(config, agentSftConfigToml(o, 'bench-agent-sft', data));
+  log(`SftRun ${p.runId}: ${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}`);
+  await p.client.workflow.execute('SftRun', { taskQueue: TASK_QUEUES.main, workflowId: p.runId, args: [{ configPath: config, runId: p.runId } satisfies TrainRunInput] });
+  return p.runId;
+}
+
 /** The whole multi-turn bench on the running stack (see the file comment). */
 export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<AgentLearnResult> {
   const t0 = Date.now();
@@ -256,25 +284,11 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
   ]);
   log(`tasks: ${split.train.length} train (${[...new Set(split.train.map((t) => t.repo))].join(', ')}), held out ${unseen.length} of ${o.heldOutPackage} + ${split.randomRows.length} random rows`);
 
-  // Warm start: demonstrations on training tasks only, then SFT.
-  const trainTasks = (await loadTasks(trainFile, { onInvalid: 'skip' })).tasks;
-  const sandboxes = new SandboxManager({ log: pino({ level: 'warn' }) });
-  const demos = await makeDemonstrations({
-    envId: 'swe-grep', tasks: shuffled(trainTasks, 3).slice(0, o.demos), taskSetDir: dir, sandboxes, minReward: 1, envArgs: envArgs(o), concurrency: 2,
-  }).finally(() => sandboxes.close());
-  if (demos.kept.length === 0) throw new Error(`none of ${demos.all.length} demonstrations reached reward 1: no SFT data`);
-  const data = path.join(dir, 'demos.jsonl');
-  writeFileSync(data, demos.kept.map((t) => JSON.stringify(t)).join('\n') + '\n');
-  log(`demonstrations: ${demos.kept.length} of ${demos.all.length} kept -> ${data}`);
-
   const { client, close } = await connectClient();
   const trainers = await startExtraTrainers(2 * o.seeds - 1);
   try {
-    const sftId = `bench-agent-sft-${stamp}`;
-    const sftConfig = path.join(dir, 'sft.toml');
-    writeFileSync(sftConfig, agentSftConfigToml(o, 'bench-agent-sft', data));
-    log(`SftRun ${sftId}: ${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}`);
-    await client.workflow.execute('SftRun', { taskQueue: TASK_QUEUES.main, workflowId: sftId, args: [{ configPath: sftConfig, runId: sftId } satisfies TrainRunInput] });
+    const sftId = o.sftRun ?? await warmStart(o, { dir, trainFile, runId: `bench-agent-sft-${stamp}`, client });
+    const demoCounts = JSON.parse(readFileSync(demosFile(sftId), 'utf8')) as { ran: number; kept: number };
     const sftRecords = await readStepRecords(new LocalArtifactStore(), sftId);
 
     const arms = Array.from({ length: o.seeds }, (_, seed) => [
@@ -302,7 +316,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
       reports.push(...(await writeReports(rl!.runId, control!.runId)));
     }
     return {
-      sft: { runId: sftId, demosRan: demos.all.length, demosKept: demos.kept.length, records: sftRecords },
+      sft: { runId: sftId, demosRan: demoCounts.ran, demosKept: demoCounts.kept, records: sftRecords },
       arms: runs, evalTasks: { unseen: unseen.length, random: split.randomRows.length }, reports, wallS: Math.round((Date.now() - t0) / 1000),
     };
   } finally {

@@ -4,6 +4,7 @@
  * section of BENCHMARKS.md.
  *   npm run bench:learn [-- --seeds 2 --steps 8 ...]
  *   npm run bench:learn -- --case one-turn [--steps 30 ...] [--render <run>,<control>]
+ *   npm run bench:learn -- --sft-run <id> ...             (the agent case from an earlier bench run's warm start)
  *   npm run bench:learn -- --render-agent <result.json>   (the agent table again from a finished bench run)
  */
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -20,7 +21,8 @@ const flag = (argv: string[], name: string): string | undefined => { const i = a
 function agentCommand(o: AgentLearnOptions): string {
   return `npm run bench:learn -- --seeds ${o.seeds} --steps ${o.steps} --batch ${o.batch} --rollouts ${o.rollouts} --lr ${o.lr} ` +
     `--max-turns ${o.maxTurns} --temperature ${o.temperature} --demos ${o.demos} --sft-steps ${o.sftSteps} --sft-batch ${o.sftBatch} ` +
-    `--sft-lr ${o.sftLr} --held-out-package ${o.heldOutPackage} --eval-unseen ${o.evalUnseen} --eval-random ${o.evalRandom} --k ${o.k} --rubric ${o.rubric}`;
+    `--sft-lr ${o.sftLr} --held-out-package ${o.heldOutPackage} --eval-unseen ${o.evalUnseen} --eval-random ${o.evalRandom} --k ${o.k} --rubric ${o.rubric}` +
+    (o.sftRun ? ` --sft-run ${o.sftRun}` : '');
 }
 
 async function agent(argv: string[]): Promise<string> {
