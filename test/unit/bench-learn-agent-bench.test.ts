@@ -34,8 +34,8 @@ describe('the configs the bench writes', () => {
   test('the SftRun: the demonstrations file, its steps, batch and lr', () => {
     const c = parseRunConfig(agentSftConfigToml(AGENT_DEFAULTS, 'sft', '/x/demos.jsonl'), 'sft.toml');
     expect(c.sft).toMatchObject({ data: ['/x/demos.jsonl'], batch_size: 8 });
-    expect(c.orchestrator.max_steps).toBe(6);
-    expect(c.trainer.optim.lr).toBe(0.002);
+    expect(c.orchestrator.max_steps).toBe(12);
+    expect(c.trainer.optim.lr).toBe(0.003);
   });
 });
 
@@ -115,9 +115,9 @@ describe('armFigures and the table', () => {
     const s = agentSection(AGENT_DEFAULTS, result, 'npm run bench:learn').join('\n');
     expect(s).toContain('the 7 it solved (reward >= 1)');
     expect(s).toContain('loss per step: 1.250');
-    expect(s).toMatch(/\| unseen package \(inflection\) \| RL, lr 0\.0005 \| 2 \| 0\.625 /);
+    expect(s).toMatch(/\| unseen package \(inflection\) \| RL, lr 0\.001 \| 2 \| 0\.625 /);
     // Paired over the two tasks: t1 0.625 - (-0.25) = 0.875, t2 1.5 - 0.625 = 0.875.
     expect(s).toContain('RL − control (each task\'s mean over seeds and samples): all held out 0.875 [0.875, 0.875] over 2 tasks');
-    expect(s).toContain('| RL, lr 0.0005 | 0 | `rl-0` | 2 | 0.000 → 1.000 | 2.00 → 2.00 | 0.00 1.00 |');
+    expect(s).toContain('| RL, lr 0.001 | 0 | `rl-0` | 2 | 0.000 → 1.000 | 2.00 → 2.00 | 0.00 1.00 |');
   });
 });
