@@ -16,7 +16,7 @@
  *    rubric's own components), the share that searched before answering, turns and tool calls;
  *    and the paired per-task difference RL − control with a bootstrap 95% interval.
  *
- *   npm run bench:learn [-- --seeds 2 --steps 4 --demos 64 --sft-steps 12 --eval-unseen 6 --eval-random 6 --k 1]
+ *   npm run bench:learn [-- --seeds 2 --steps 2 --demos 64 --sft-steps 12 --eval-unseen 6 --eval-random 6 --k 1]
  *   npm run bench:learn -- --case one-turn ...   (the one-turn traceback case, src/bench/learn.ts)
  */
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -60,19 +60,24 @@ export interface AgentLearnOptions {
   evalUnseen: number;
   evalRandom: number;
   k: number;
+  /**
+   * Runs at a time (a trainer worker each), in waves by seed: each trainer holds ~8 GiB on CPU at these
+   * sequence lengths, and four beside vLLM ran a 24 GiB machine out of memory (vLLM was OOM-killed).
+   */
+  parallelRuns: number;
   /** Reuse a finished SftRun of an earlier bench run (its demonstrations and warm start) instead of making them again. */
   sftRun?: string;
 }
 
-// Sized to finish in about 80 minutes on 2 CPU cores (the warm start ~17, the four runs side by side and
-// their evals the rest): vLLM on CPU generates ~30 tokens/s for the whole machine, and every run, control
-// included, samples and trains.
+// Sized for this 2-core, 24 GiB machine: vLLM on CPU finishes ~2 multi-turn episodes a minute, every run
+// (control included) samples and trains, and two trainers at a time fit beside vLLM. The warm start takes
+// ~17 minutes, each wave of two runs ~20, the evals overlap the second wave.
 export const AGENT_DEFAULTS: AgentLearnOptions = {
   seeds: 2,
-  steps: 4,
+  steps: 2,
   batch: 2,
   rollouts: 4,
-  // Higher than the one-turn case's 2e-4 over 30 steps: 4 steps must show a move if there is one.
+  // Higher than the one-turn case's 2e-4 over 30 steps: 2 steps must show a move if there is one.
   lr: 1e-3,
   // The demonstrations take 3 (read the test, search, answer); one spare.
   maxTurns: 4,
@@ -90,6 +95,7 @@ export const AGENT_DEFAULTS: AgentLearnOptions = {
   evalUnseen: 6,
   evalRandom: 6,
   k: 1,
+  parallelRuns: 2,
 };
 
 type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage' | 'sftRun'>;
@@ -98,6 +104,7 @@ const FLAGS: Record<string, { key: NumKey; min: number }> = {
   lr: { key: 'lr', min: 0 }, 'max-turns': { key: 'maxTurns', min: 3 }, temperature: { key: 'temperature', min: 0 },
   demos: { key: 'demos', min: 1 }, 'sft-steps': { key: 'sftSteps', min: 1 }, 'sft-batch': { key: 'sftBatch', min: 1 }, 'sft-lr': { key: 'sftLr', min: 0 },
   'eval-unseen': { key: 'evalUnseen', min: 1 }, 'eval-random': { key: 'evalRandom', min: 0 }, k: { key: 'k', min: 1 },
+  'parallel-runs': { key: 'parallelRuns', min: 1 },
 };
 
 /** `--name value` flags over the defaults; a bad value is an error naming the flag. */
@@ -121,9 +128,11 @@ export function parseAgentArgs(argv: string[]): AgentLearnOptions {
 
 const envArgs = (o: AgentLearnOptions) => ({ max_tokens: 128 * o.maxTurns, max_tool_calls: o.maxTurns, max_turns: o.maxTurns });
 
+// micro_batch_tokens 2048: the CPU trainer's peak (the vocabulary's logits of a micro-batch dominate it)
+// stays low enough for two trainers beside vLLM on 24 GiB.
 const TRAINER = `[trainer]
 device = "cpu"
-micro_batch_tokens = 4096
+micro_batch_tokens = 2048
 [trainer.ac]
 freq = 1
 [trainer.lora]
@@ -290,7 +299,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
   log(`tasks: ${split.train.length} train (${[...new Set(split.train.map((t) => t.repo))].join(', ')}), held out ${unseen.length} of ${o.heldOutPackage} + ${split.randomRows.length} random rows`);
 
   const { client, close } = await connectClient();
-  const trainers = await startExtraTrainers(2 * o.seeds - 1);
+  const trainers = await startExtraTrainers(Math.min(o.parallelRuns, 2 * o.seeds) - 1);
   try {
     const sftId = o.sftRun ?? await warmStart(o, { dir, trainFile, runId: `bench-agent-sft-${stamp}`, client });
     const demoCounts = JSON.parse(readFileSync(demosFile(sftId), 'utf8')) as { ran: number; kept: number };
@@ -299,8 +308,8 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
     const arms = Array.from({ length: o.seeds }, (_, seed) => [
       { arm: 'rl' as const, seed, lr: o.lr }, { arm: 'control' as const, seed, lr: 0 },
     ]).flat();
-    log(`${arms.length} TrainRuns side by side from ${sftId}: ${o.steps} steps of ${o.batch}x${o.rollouts}, lr ${o.lr} vs 0, seeds 0..${o.seeds - 1}`);
-    const runs = await Promise.all(arms.map(async (a): Promise<ArmRun> => {
+    log(`${arms.length} TrainRuns, ${o.parallelRuns} at a time, from ${sftId}: ${o.steps} steps of ${o.batch}x${o.rollouts}, lr ${o.lr} vs 0, seeds 0..${o.seeds - 1}`);
+    const runArm = async (a: (typeof arms)[number]): Promise<ArmRun> => {
       const name = `bench-agent-${a.arm}-s${a.seed}`;
       const runId = `${name}-${stamp}`;
       const configPath = path.join(dir, `${name}.toml`);
@@ -314,7 +323,10 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
         args: [{ runId, versions: [finalVersion], taskset: evalFile, k: o.k, force: true, maxConcurrent: 2 }],
       }) as EvalSweepResult;
       return { arm: a.arm, seed: a.seed, runId, records, finalVersion, episodes: readEvalEpisodes(runId, finalVersion, splitOf) };
-    }));
+    };
+    // Waves of parallelRuns runs; a seed's two arms go in the same wave (side by side: the same machine load).
+    const runs: ArmRun[] = [];
+    for (let i = 0; i < arms.length; i += o.parallelRuns) runs.push(...(await Promise.all(arms.slice(i, i + o.parallelRuns).map(runArm))));
     const reports: string[] = [];
     for (let seed = 0; seed < o.seeds; seed++) {
       const [rl, control] = (['rl', 'control'] as const).map((arm) => runs.find((r) => r.arm === arm && r.seed === seed)!);
@@ -351,6 +363,13 @@ function perTask(eps: AgentEpisode[]): [string, number[]][] {
   return [...m.entries()];
 }
 
+/** "4 steps", or, where a run was stopped early (`ratchet stop`), how many each trained of max_steps. */
+function stepsTrained(o: AgentLearnOptions, r: AgentLearnResult): string {
+  const counts = [...new Set(r.arms.map((a) => a.records.length))];
+  if (counts.length === 1 && counts[0] === o.steps) return `${o.steps} steps`;
+  return `${counts.join(' or ')} steps, stopped early with \`ratchet stop\` (max_steps ${o.steps})`;
+}
+
 export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command: string): string[] {
   const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
   const ci = (c: { mean: number; lo: number; hi: number }) => `${c.mean.toFixed(3)} [${c.lo.toFixed(3)}, ${c.hi.toFixed(3)}]`;
@@ -383,8 +402,8 @@ export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command:
       `at most ${o.maxTurns} turns, temperature ${o.temperature}, rubric weights over swe-grep's defaults: ${o.rubric || 'none'}.`,
     `Warm start: the scripted solver ran ${r.sft.demosRan} training tasks on real sandboxes; the ${r.sft.demosKept} it solved (reward >= 1) are the SFT data ` +
       `of \`${r.sft.runId}\` (${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}; loss per step: ${sftLoss}).`,
-    `Arms, for each of ${o.seeds} training seeds: a TrainRun from that adapter (${o.steps} steps of ${o.batch} task x ${o.rollouts} rollouts, lr ${o.lr}) ` +
-      `and its control (same seed, tasks and sampling, lr 0: the SFT-only policy), all ${r.arms.length} side by side.`,
+    `Arms, for each of ${o.seeds} training seeds: a TrainRun from that adapter (${stepsTrained(o, r)} of ${o.batch} tasks x ${o.rollouts} rollouts, lr ${o.lr}) ` +
+      `and its control (same seed, tasks and sampling, lr 0: the SFT-only policy), ${o.parallelRuns} runs side by side at a time, a seed's two arms together.`,
     `Held out: ${r.evalTasks.unseen} tasks of ${o.heldOutPackage}, a package no demonstration or training task came from, and ${r.evalTasks.random} random rows ` +
       `of the training packages; an EvalSweep of each run's final version, k=${o.k}. Reward: mean over tasks with a bootstrap 95% interval; ` +
       'file P / R / F1: the rubric\'s components, mean over episodes; searched: the share of episodes that ran a search before answering.',
