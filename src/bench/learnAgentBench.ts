@@ -282,9 +282,8 @@ export async function warmStart(o: AgentLearnOptions, p: { dir: string; trainFil
 }
 
 /** The whole multi-turn bench on the running stack (see the file comment). */
-export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<AgentLearnResult> {
-  const t0 = Date.now();
-  const stamp = Date.now().toString(36);
+/** The bench's task files and held-out split (seeded: the same options give the same split). */
+export function benchTasks(o: AgentLearnOptions, dir: string) {
   const pool = [path.join(paths.tasks(), 'train.jsonl'), path.join(paths.tasks(), 'heldout.jsonl')]
     .flatMap((f) => readTaskRows(f)) as (Record<string, unknown> & { repo: string; instance_id: string })[];
   const split = heldOutSplit(pool, o.heldOutPackage, o.evalRandom, 1);
@@ -297,6 +296,36 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
     ...unseen.map((t) => [t.instance_id, 'unseen'] as const), ...split.randomRows.map((t) => [t.instance_id, 'random'] as const),
   ]);
   log(`tasks: ${split.train.length} train (${[...new Set(split.train.map((t) => t.repo))].join(', ')}), held out ${unseen.length} of ${o.heldOutPackage} + ${split.randomRows.length} random rows`);
+  return { trainFile, evalFile, splitOf, evalTasks: { unseen: unseen.length, random: split.randomRows.length } };
+}
+
+/**
+ * A bench result read back from finished runs (`--render-agent-runs`): the SftRun and the arms' runs, named
+ * bench-agent-<rl|control>-s<seed>-..., each with its EvalSweep of its final version already recorded.
+ */
+export async function storedAgentResult(o: AgentLearnOptions, sftId: string, runIds: string[], dir: string): Promise<AgentLearnResult> {
+  const { splitOf, evalTasks } = benchTasks(o, dir);
+  const demoCounts = JSON.parse(readFileSync(demosFile(sftId), 'utf8')) as { ran: number; kept: number };
+  const store = new LocalArtifactStore();
+  const arms = await Promise.all(runIds.map(async (runId): Promise<ArmRun> => {
+    const m = /^bench-agent-(rl|control)-s(\d+)-/.exec(runId);
+    if (!m) throw new Error(`${runId}: not a bench:learn agent run (bench-agent-<rl|control>-s<seed>-...)`);
+    const records = await readStepRecords(store, runId);
+    const finalVersion = Math.max(...records.map((r) => r.policy_version));
+    return { arm: m[1] as 'rl' | 'control', seed: Number(m[2]), runId, records, finalVersion, episodes: readEvalEpisodes(runId, finalVersion, splitOf) };
+  }));
+  const reports: string[] = [];
+  for (const rl of arms.filter((a) => a.arm === 'rl')) {
+    const control = arms.find((a) => a.arm === 'control' && a.seed === rl.seed);
+    if (control) reports.push(...(await writeReports(rl.runId, control.runId)));
+  }
+  return { sft: { runId: sftId, demosRan: demoCounts.ran, demosKept: demoCounts.kept, records: await readStepRecords(store, sftId) }, arms, evalTasks, reports, wallS: 0 };
+}
+
+export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<AgentLearnResult> {
+  const t0 = Date.now();
+  const stamp = Date.now().toString(36);
+  const { trainFile, evalFile, splitOf, evalTasks } = benchTasks(o, dir);
 
   const { client, close } = await connectClient();
   const trainers = await startExtraTrainers(Math.min(o.parallelRuns, 2 * o.seeds) - 1);
@@ -334,7 +363,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
     }
     return {
       sft: { runId: sftId, demosRan: demoCounts.ran, demosKept: demoCounts.kept, records: sftRecords },
-      arms: runs, evalTasks: { unseen: unseen.length, random: split.randomRows.length }, reports, wallS: Math.round((Date.now() - t0) / 1000),
+      arms: runs, evalTasks, reports, wallS: Math.round((Date.now() - t0) / 1000),
     };
   } finally {
     await stopExtraTrainers(trainers);
@@ -408,7 +437,7 @@ export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command:
       `of the training packages; an EvalSweep of each run's final version, k=${o.k}. Reward: mean over tasks with a bootstrap 95% interval; ` +
       'file P / R / F1: the rubric\'s components, mean over episodes; searched: the share of episodes that ran a search before answering.',
     '',
-    `Command: \`${command}\` (source \`src/bench/learnAgentBench.ts\`). Wall time: ${(r.wallS / 60).toFixed(1)} min.`,
+    `Command: \`${command}\` (source \`src/bench/learnAgentBench.ts\`).${r.wallS ? ` Wall time: ${(r.wallS / 60).toFixed(1)} min.` : ''}`,
     `Machine: ${machineLine()}.`,
     '',
     '| held out | arm | episodes | reward [95% CI] | file P / R / F1 | searched | answered | turns | tool calls |',

@@ -6,6 +6,7 @@
  *   npm run bench:learn -- --case one-turn [--steps 30 ...] [--render <run>,<control>]
  *   npm run bench:learn -- --sft-run <id> ...             (the agent case from an earlier bench run's warm start)
  *   npm run bench:learn -- --render-agent <result.json>   (the agent table again from a finished bench run)
+ *   npm run bench:learn -- --render-agent-runs <sft>,<run>,... [same flags]   (the table from finished runs)
  */
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
@@ -13,7 +14,7 @@ import * as path from 'node:path';
 import { paths } from '../shared/paths';
 import { writeBenchSection } from './benchmarksFile';
 import { learnSection, parseLearnArgs, runLearnBench, storedRun, writeReports, type LearnResult } from './learn';
-import { agentSection, parseAgentArgs, runAgentBench, type AgentLearnOptions, type AgentLearnResult } from './learnAgentBench';
+import { agentSection, parseAgentArgs, runAgentBench, storedAgentResult, type AgentLearnOptions, type AgentLearnResult } from './learnAgentBench';
 
 const flag = (argv: string[], name: string): string | undefined => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1] : undefined; };
 
@@ -27,9 +28,16 @@ function agentCommand(o: AgentLearnOptions): string {
 
 async function agent(argv: string[]): Promise<string> {
   const renderFrom = flag(argv, 'render-agent');
+  const fromRuns = flag(argv, 'render-agent-runs')?.split(',');
   let o: AgentLearnOptions;
   let result: AgentLearnResult;
-  if (renderFrom) {
+  if (fromRuns) {
+    // <sft run>,<arm run>,...: the table from finished runs (same flags as their bench run), nothing re-run.
+    o = parseAgentArgs(argv);
+    const [sftId, ...runIds] = fromRuns;
+    if (!sftId || runIds.length === 0) throw new Error('--render-agent-runs: give the SftRun, then the arms\' runs: <sft>,<run>,...');
+    result = await storedAgentResult(o, sftId, runIds, mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-learn-agent-')));
+  } else if (renderFrom) {
     ({ options: o, result } = JSON.parse(readFileSync(renderFrom, 'utf8')) as { options: AgentLearnOptions; result: AgentLearnResult });
   } else {
     o = parseAgentArgs(argv);
