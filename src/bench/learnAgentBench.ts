@@ -69,9 +69,9 @@ export interface AgentLearnOptions {
   sftRun?: string;
 }
 
-// Sized for this 2-core, 24 GiB machine: vLLM on CPU finishes ~2 multi-turn episodes a minute, every run
-// (control included) samples and trains, and two trainers at a time fit beside vLLM. The warm start takes
-// ~17 minutes, each wave of two runs ~20, the evals overlap the second wave.
+// On this 2-core, 24 GiB machine (BENCHMARKS.md): vLLM on CPU finishes 1-2 multi-turn episodes a minute, a
+// CPU trainer step of 16 episodes takes ~20 minutes beside another, and two trainers at a time fit beside
+// vLLM. The warm start takes ~20 minutes, each seed's wave ~45, the evals ~15: about 2.5 hours in all.
 export const AGENT_DEFAULTS: AgentLearnOptions = {
   seeds: 2,
   steps: 2,
@@ -395,8 +395,16 @@ function perTask(eps: AgentEpisode[]): [string, number[]][] {
 /** "4 steps", or, where a run was stopped early (`ratchet stop`), how many each trained of max_steps. */
 function stepsTrained(o: AgentLearnOptions, r: AgentLearnResult): string {
   const counts = [...new Set(r.arms.map((a) => a.records.length))];
-  if (counts.length === 1 && counts[0] === o.steps) return `${o.steps} steps`;
-  return `${counts.join(' or ')} steps, stopped early with \`ratchet stop\` (max_steps ${o.steps})`;
+  const steps = (n: number) => `${n} step${n === 1 ? '' : 's'}`;
+  if (counts.length === 1 && counts[0] === o.steps) return steps(o.steps);
+  return `${counts.map(steps).join(' or ')}, stopped early with \`ratchet stop\` (max_steps ${o.steps}),`;
+}
+
+/** "2 training seeds", or, where fewer ran than asked (a bench rendered from the runs there are), which. */
+function seedsRun(o: AgentLearnOptions, r: AgentLearnResult): string {
+  const seeds = [...new Set(r.arms.map((a) => a.seed))].sort((a, b) => a - b);
+  const n = `${seeds.length} training seed${seeds.length === 1 ? '' : 's'}`;
+  return seeds.length === o.seeds ? n : `${n} (${seeds.join(', ')}; ${o.seeds} asked)`;
 }
 
 export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command: string): string[] {
@@ -431,7 +439,7 @@ export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command:
       `at most ${o.maxTurns} turns, temperature ${o.temperature}, rubric weights over swe-grep's defaults: ${o.rubric || 'none'}.`,
     `Warm start: the scripted solver ran ${r.sft.demosRan} training tasks on real sandboxes; the ${r.sft.demosKept} it solved (reward >= 1) are the SFT data ` +
       `of \`${r.sft.runId}\` (${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}; loss per step: ${sftLoss}).`,
-    `Arms, for each of ${o.seeds} training seeds: a TrainRun from that adapter (${stepsTrained(o, r)} of ${o.batch} tasks x ${o.rollouts} rollouts, lr ${o.lr}) ` +
+    `Arms, for each of ${seedsRun(o, r)}: a TrainRun from that adapter (${stepsTrained(o, r)} of ${o.batch} tasks x ${o.rollouts} rollouts, lr ${o.lr}) ` +
       `and its control (same seed, tasks and sampling, lr 0: the SFT-only policy), ${o.parallelRuns} runs side by side at a time, a seed's two arms together.`,
     `Held out: ${r.evalTasks.unseen} tasks of ${o.heldOutPackage}, a package no demonstration or training task came from, and ${r.evalTasks.random} random rows ` +
       `of the training packages; an EvalSweep of each run's final version, k=${o.k}. Reward: mean over tasks with a bootstrap 95% interval; ` +
