@@ -14,7 +14,8 @@ import * as path from 'node:path';
 import { paths } from '../shared/paths';
 import { writeBenchSection } from './benchmarksFile';
 import { learnSection, parseLearnArgs, runLearnBench, storedRun, writeReports, type LearnResult } from './learn';
-import { agentSection, parseAgentArgs, runAgentBench, storedAgentResult, type AgentLearnOptions, type AgentLearnResult } from './learnAgentBench';
+import { parseAgentArgs, runAgentBench, storedAgentResult, type AgentLearnOptions, type AgentLearnResult } from './learnAgentBench';
+import { agentSection } from './learnAgentSection';
 
 const flag = (argv: string[], name: string): string | undefined => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1] : undefined; };
 

@@ -11,7 +11,8 @@
 import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { AGENT_DEFAULTS, agentSection, runAgentBench } from '../../src/bench/learnAgentBench';
+import { AGENT_DEFAULTS, runAgentBench } from '../../src/bench/learnAgentBench';
+import { agentSection } from '../../src/bench/learnAgentSection';
 import { paths } from '../../src/shared/paths';
 import { describeWithStack } from '../helpers/stack';
 import { distBuilt } from './trainrunStack';

@@ -6,7 +6,8 @@
 import { mkdirSync, mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { AGENT_DEFAULTS, agentRunConfigToml, agentSection, agentSftConfigToml, armFigures, parseAgentArgs, readEvalEpisodes, type AgentEpisode, type AgentLearnResult } from '../../src/bench/learnAgentBench';
+import { AGENT_DEFAULTS, agentRunConfigToml, agentSftConfigToml, parseAgentArgs, readEvalEpisodes, type AgentEpisode, type AgentLearnResult } from '../../src/bench/learnAgentBench';
+import { agentSection, armFigures } from '../../src/bench/learnAgentSection';
 import { parseRunConfig } from '../../src/config/load';
 import type { ChatMessage } from '../../src/contracts/trajectory';
 
