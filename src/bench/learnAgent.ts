@@ -29,6 +29,12 @@ export function episodeBehaviour(t: Pick<Trajectory, 'messages' | 'turns'>, answ
   };
 }
 
+/** A seeded shuffle (a random key per item, drawn in order, then sorted): the same seed gives the same order. */
+export function shuffled<T>(xs: readonly T[], seed: number): T[] {
+  const rand = mulberry32(seed);
+  return xs.map((x, i) => ({ x, k: rand(), i })).sort((a, b) => a.k - b.k || a.i - b.i).map((e) => e.x);
+}
+
 export interface HeldOutSplit<T> {
   train: T[];
   /** Every task of the held-out package: no training task came from it. */
@@ -48,10 +54,8 @@ export function heldOutSplit<T extends { repo: string }>(tasks: readonly T[], he
     throw new Error(`no task comes from package "${heldOutPackage}" (have: ${[...new Set(tasks.map((t) => t.repo))].join(', ')}); generate one with taskgen`);
   }
   const rest = tasks.filter((t) => t.repo !== heldOutPackage);
-  const rand = mulberry32(seed);
-  const order = rest.map((t, i) => ({ t, k: rand(), i })).sort((a, b) => a.k - b.k || a.i - b.i);
   const n = Math.min(randomRows, Math.max(0, rest.length - 1));
-  const held = new Set(order.slice(0, n).map((x) => x.i));
+  const held = new Set(shuffled(rest.map((_, i) => i), seed).slice(0, n));
   return { train: rest.filter((_, i) => !held.has(i)), unseenPackage, randomRows: rest.filter((_, i) => held.has(i)) };
 }
 

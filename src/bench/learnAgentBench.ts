@@ -29,14 +29,12 @@ import { readStepRecords } from '../records/runRecords';
 import { SandboxManager } from '../sandbox/manager';
 import { makeDemonstrations } from '../sft/demos';
 import { paths, TASK_QUEUES } from '../shared/paths';
-import { mulberry32 } from '../shared/random';
 import { loadTasks } from '../tasks/load';
 import { readTaskRows, writeTaskRows } from '../tasks/subset';
 import { Trajectory } from '../contracts/trajectory';
 import type { StepRecord, TrainRunInput } from '../contracts';
-import type { EvalSweepResult } from '../contracts/eval';
 import { rubricToml, startExtraTrainers, stopExtraTrainers, writeReports } from './learn';
-import { episodeBehaviour, heldOutSplit, type EpisodeBehaviour } from './learnAgent';
+import { episodeBehaviour, heldOutSplit, shuffled, type EpisodeBehaviour } from './learnAgent';
 
 export interface AgentLearnOptions {
   /** Training seeds per arm ([orchestrator] seed 0..seeds-1): the task order and the sampling seeds. */
@@ -249,12 +247,6 @@ export function readEvalEpisodes(runId: string, version: number, splitOf: Readon
   return out;
 }
 
-/** Seeded shuffle (the bench's task picks are reproducible). */
-function shuffled<T>(xs: readonly T[], seed: number): T[] {
-  const rand = mulberry32(seed);
-  return xs.map((x, i) => ({ x, k: rand(), i })).sort((a, b) => a.k - b.k || a.i - b.i).map((e) => e.x);
-}
-
 const log = (msg: string) => process.stderr.write(`[bench:learn agent ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 
 /** How many demonstrations a bench SftRun's data came from, kept beside the bench's results (`--sft-run` reads it). */
@@ -280,7 +272,6 @@ export async function warmStart(o: AgentLearnOptions, p: { dir: string; trainFil
   return p.runId;
 }
 
-/** The whole multi-turn bench on the running stack (see the file comment). */
 /** The bench's task files and held-out split (seeded: the same options give the same split). */
 export function benchTasks(o: AgentLearnOptions, dir: string) {
   const pool = [path.join(paths.tasks(), 'train.jsonl'), path.join(paths.tasks(), 'heldout.jsonl')]
@@ -304,23 +295,39 @@ export function benchTasks(o: AgentLearnOptions, dir: string) {
  */
 export async function storedAgentResult(o: AgentLearnOptions, sftId: string, runIds: string[], dir: string): Promise<AgentLearnResult> {
   const { splitOf, evalTasks } = benchTasks(o, dir);
-  const demoCounts = JSON.parse(readFileSync(demosFile(sftId), 'utf8')) as { ran: number; kept: number };
-  const store = new LocalArtifactStore();
   const arms = await Promise.all(runIds.map(async (runId): Promise<ArmRun> => {
     const m = /^bench-agent-(rl|control)-s(\d+)-/.exec(runId);
     if (!m) throw new Error(`${runId}: not a bench:learn agent run (bench-agent-<rl|control>-s<seed>-...)`);
-    const records = await readStepRecords(store, runId);
-    const finalVersion = Math.max(...records.map((r) => r.policy_version));
-    return { arm: m[1] as 'rl' | 'control', seed: Number(m[2]), runId, records, finalVersion, episodes: readEvalEpisodes(runId, finalVersion, splitOf) };
+    return armResult(m[1] as 'rl' | 'control', Number(m[2]), runId, await readStepRecords(new LocalArtifactStore(), runId), splitOf);
   }));
+  return { sft: await sftResult(sftId), arms, evalTasks, reports: await armReports(arms), wallS: 0 };
+}
+
+const finalVersionOf = (records: StepRecord[]): number => Math.max(...records.map((r) => r.policy_version));
+
+/** A finished arm's run: its step records and its final version's held-out episodes. */
+function armResult(arm: 'rl' | 'control', seed: number, runId: string, records: StepRecord[], splitOf: ReadonlyMap<string, 'unseen' | 'random'>): ArmRun {
+  const finalVersion = finalVersionOf(records);
+  return { arm, seed, runId, records, finalVersion, episodes: readEvalEpisodes(runId, finalVersion, splitOf) };
+}
+
+/** The warm start, read back: its step records and how many demonstrations its data came from. */
+async function sftResult(sftId: string): Promise<AgentLearnResult['sft']> {
+  const demos = JSON.parse(readFileSync(demosFile(sftId), 'utf8')) as { ran: number; kept: number };
+  return { runId: sftId, demosRan: demos.ran, demosKept: demos.kept, records: await readStepRecords(new LocalArtifactStore(), sftId) };
+}
+
+/** Each RL run's HTML report and its control's, each with the other's curves beside its own. */
+async function armReports(arms: ArmRun[]): Promise<string[]> {
   const reports: string[] = [];
   for (const rl of arms.filter((a) => a.arm === 'rl')) {
     const control = arms.find((a) => a.arm === 'control' && a.seed === rl.seed);
     if (control) reports.push(...(await writeReports(rl.runId, control.runId)));
   }
-  return { sft: { runId: sftId, demosRan: demoCounts.ran, demosKept: demoCounts.kept, records: await readStepRecords(store, sftId) }, arms, evalTasks, reports, wallS: 0 };
+  return reports;
 }
 
+/** The whole multi-turn bench on the running stack (see the file comment). */
 export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<AgentLearnResult> {
   const t0 = Date.now();
   const stamp = Date.now().toString(36);
@@ -330,8 +337,6 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
   const trainers = await startExtraTrainers(Math.min(o.parallelRuns, 2 * o.seeds) - 1);
   try {
     const sftId = o.sftRun ?? await warmStart(o, { dir, trainFile, runId: `bench-agent-sft-${stamp}`, client });
-    const demoCounts = JSON.parse(readFileSync(demosFile(sftId), 'utf8')) as { ran: number; kept: number };
-    const sftRecords = await readStepRecords(new LocalArtifactStore(), sftId);
 
     const arms = Array.from({ length: o.seeds }, (_, seed) => [
       { arm: 'rl' as const, seed, lr: o.lr }, { arm: 'control' as const, seed, lr: 0 },
@@ -344,26 +349,18 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
       writeFileSync(configPath, agentRunConfigToml(o, { name, lr: a.lr, seed: a.seed, dataset: trainFile, initFrom: sftId }));
       await client.workflow.execute('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [{ configPath, runId } satisfies TrainRunInput] });
       const records = await readStepRecords(new LocalArtifactStore(), runId);
-      const finalVersion = Math.max(...records.map((r) => r.policy_version));
+      const finalVersion = finalVersionOf(records);
       log(`${runId}: trained to v${finalVersion}; EvalSweep of v${finalVersion} on ${splitOf.size} held-out tasks x k=${o.k}`);
       await client.workflow.execute('EvalSweep', {
         taskQueue: TASK_QUEUES.main, workflowId: `${runId}-eval`,
         args: [{ runId, versions: [finalVersion], taskset: evalFile, k: o.k, force: true, maxConcurrent: 2 }],
-      }) as EvalSweepResult;
-      return { arm: a.arm, seed: a.seed, runId, records, finalVersion, episodes: readEvalEpisodes(runId, finalVersion, splitOf) };
+      });
+      return armResult(a.arm, a.seed, runId, records, splitOf);
     };
     // Waves of parallelRuns runs; a seed's two arms go in the same wave (side by side: the same machine load).
     const runs: ArmRun[] = [];
     for (let i = 0; i < arms.length; i += o.parallelRuns) runs.push(...(await Promise.all(arms.slice(i, i + o.parallelRuns).map(runArm))));
-    const reports: string[] = [];
-    for (let seed = 0; seed < o.seeds; seed++) {
-      const [rl, control] = (['rl', 'control'] as const).map((arm) => runs.find((r) => r.arm === arm && r.seed === seed)!);
-      reports.push(...(await writeReports(rl!.runId, control!.runId)));
-    }
-    return {
-      sft: { runId: sftId, demosRan: demoCounts.ran, demosKept: demoCounts.kept, records: sftRecords },
-      arms: runs, evalTasks, reports, wallS: Math.round((Date.now() - t0) / 1000),
-    };
+    return { sft: await sftResult(sftId), arms: runs, evalTasks, reports: await armReports(runs), wallS: Math.round((Date.now() - t0) / 1000) };
   } finally {
     await stopExtraTrainers(trainers);
     await close();
