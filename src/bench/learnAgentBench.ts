@@ -9,8 +9,10 @@
  * 2. Warm start: the scripted solver's demonstrations on training tasks (real sandboxes, kept
  *    by reward; src/sft/demos.ts), then an SftRun on them.
  * 3. Arms, for each training seed: an RL TrainRun from the SFT adapter ([model] init_from) and
- *    its control with the same seed, tasks and sampling but lr 0 (the SFT-only policy). All
- *    runs go side by side, a trainer worker each.
+ *    its control, the SFT-only policy (what an lr-0 run from it trains to, byte for byte:
+ *    trainer/tests/test_init_adapter.py). By default the control is the warm start's own final
+ *    version, evaluated with k samples a task for each seed; `--control runs` runs the lr-0
+ *    TrainRuns instead (same seeds, tasks and sampling), at twice the trainer time.
  * 4. An EvalSweep of each run's final version on the held-out tasks, k samples a task. The
  *    figures (src/bench/learnAgentSection.ts) come from the episodes' trajectories: reward, file precision / recall / F1 (the
  *    rubric's own components), the share that searched before answering, turns and tool calls;
@@ -26,6 +28,7 @@ import type { Client } from '@temporalio/client';
 import { connectClient } from '../cli/temporal';
 import { LocalArtifactStore } from '../artifacts/store';
 import { readStepRecords } from '../records/runRecords';
+import { generateReport } from '../report';
 import { SandboxManager } from '../sandbox/manager';
 import { makeDemonstrations } from '../sft/demos';
 import { paths, TASK_QUEUES } from '../shared/paths';
@@ -62,29 +65,36 @@ export interface AgentLearnOptions {
    * sequence lengths, and four beside vLLM ran a 24 GiB machine out of memory (vLLM was OOM-killed).
    */
   parallelRuns: number;
+  /**
+   * The control arm: "warm-start" evaluates the SFT adapter itself (k samples a task a seed), "runs" trains an
+   * lr-0 TrainRun a seed from it and evaluates that; the adapters are the same bytes, the runs cost trainer time.
+   */
+  control: 'warm-start' | 'runs';
   /** Reuse a finished SftRun of an earlier bench run (its demonstrations and warm start) instead of making them again. */
   sftRun?: string;
 }
 
-// On this 2-core, 24 GiB machine (BENCHMARKS.md): vLLM on CPU finishes 1-2 multi-turn episodes a minute, a
-// CPU trainer step of 16 episodes takes ~20 minutes beside another, and two trainers at a time fit beside
-// vLLM. The warm start takes ~20 minutes, each seed's wave ~45, the evals ~15: about 2.5 hours in all.
+// Sized for ~75 minutes on this 2-core, 24 GiB machine (BENCHMARKS.md). One process at a time on the CPU:
+// the first attempt ran two trainers beside vLLM and a trainer step of 16 episodes took 20 minutes (19 tokens/s),
+// while the SftRun alone trained ~150 tokens/s. Since the demonstrations write tool calls as the server gives
+// them back (src/sft/solvers/toolCall.ts), an episode trains as one sample, not one per turn (~3x fewer tokens).
 export const AGENT_DEFAULTS: AgentLearnOptions = {
   seeds: 2,
-  steps: 2,
-  batch: 2,
+  steps: 3,
+  // Three groups a step: one group of four alike (all right or all wrong) leaves the others' advantage.
+  batch: 3,
   rollouts: 4,
-  // Higher than the one-turn case's 2e-4 over 30 steps: 2 steps must show a move if there is one.
+  // Higher than the one-turn case's 2e-4 over 30 steps: 3 steps must show a move if there is one.
   lr: 1e-3,
   // The demonstrations take 3 (read the test, search, answer); one spare.
   maxTurns: 4,
   temperature: 0.7,
   // As the one-turn case: a wrong answer (-0.25) above silence (-0.5), a right one (1.5) far above.
   rubric: 'incorrect_files_penalty=0.25,completion_bonus=0.5',
-  // The solver solves ~4 in 5 (52 of 64 on the first run); 12 steps of 8 are ~2 epochs of those, which took
-  // the SFT loss from 2.13 to 0.03 and made the policy search with tools before answering.
-  demos: 64,
-  sftSteps: 12,
+  // The solver solves ~4 in 5. The first warm start (12 steps of 8 over 52 demonstrations, ~2 epochs, loss
+  // 0.03) memorized them and solved no unseen task; this one sees ~75 tasks about once (10 steps of 8).
+  demos: 96,
+  sftSteps: 10,
   sftBatch: 8,
   sftLr: 3e-3,
   // The smallest package of the task sets (inflection: 23 tasks): the training packages keep the most rows.
@@ -92,10 +102,11 @@ export const AGENT_DEFAULTS: AgentLearnOptions = {
   evalUnseen: 6,
   evalRandom: 6,
   k: 1,
-  parallelRuns: 2,
+  parallelRuns: 1,
+  control: 'warm-start',
 };
 
-type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage' | 'sftRun'>;
+type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage' | 'sftRun' | 'control'>;
 const FLAGS: Record<string, { key: NumKey; min: number }> = {
   seeds: { key: 'seeds', min: 1 }, steps: { key: 'steps', min: 1 }, batch: { key: 'batch', min: 1 }, rollouts: { key: 'rollouts', min: 2 },
   lr: { key: 'lr', min: 0 }, 'max-turns': { key: 'maxTurns', min: 3 }, temperature: { key: 'temperature', min: 0 },
@@ -118,6 +129,9 @@ export function parseAgentArgs(argv: string[]): AgentLearnOptions {
   o.rubric = flag('rubric') ?? o.rubric;
   rubricToml(o.rubric); // validates
   o.heldOutPackage = flag('held-out-package') ?? o.heldOutPackage;
+  const control = flag('control') ?? o.control;
+  if (control !== 'warm-start' && control !== 'runs') throw new Error(`--control: ${JSON.stringify(control)} is not warm-start or runs`);
+  o.control = control;
   const sftRun = flag('sft-run');
   if (sftRun !== undefined) o.sftRun = sftRun;
   return o;
@@ -191,6 +205,8 @@ ${rubricToml(o.rubric)}`;
 /** One held-out episode, as the bench reads it from its trajectory. */
 export interface AgentEpisode {
   task: string;
+  /** The sample's index in its EvalSweep (0..k-1 a task). */
+  sample: number;
   split: 'unseen' | 'random';
   reward: number;
   precision: number;
@@ -221,7 +237,7 @@ export interface AgentLearnResult {
  * A version's eval episodes from runs/<run>/evals/trajectories/eval-v<version>-<task>/: for each
  * sample index the newest file (a retried episode leaves its earlier attempt's file beside it).
  */
-export function readEvalEpisodes(runId: string, version: number, splitOf: ReadonlyMap<string, 'unseen' | 'random'>): AgentEpisode[] {
+export function readEvalEpisodes(runId: string, version: number, splitOf: ReadonlyMap<string, 'unseen' | 'random'>, samples: number): AgentEpisode[] {
   const root = path.join(paths.artifacts(), 'runs', runId, 'evals', 'trajectories');
   const prefix = `eval-v${version}-`;
   const out: AgentEpisode[] = [];
@@ -232,14 +248,16 @@ export function readEvalEpisodes(runId: string, version: number, splitOf: Readon
     const newest = new Map<string, { file: string; mtime: number }>();
     for (const f of readdirSync(path.join(root, group)).filter((x) => x.endsWith('.json'))) {
       const sample = f.split(/[-.]/)[0]!;
+      // An earlier sweep of the same version with a larger k leaves samples past this one's.
+      if (!(Number(sample) < samples)) continue;
       const mtime = statSync(path.join(root, group, f)).mtimeMs;
       if ((newest.get(sample)?.mtime ?? -1) < mtime) newest.set(sample, { file: f, mtime });
     }
-    for (const { file } of newest.values()) {
+    for (const [sample, { file }] of newest) {
       const t = Trajectory.parse(JSON.parse(readFileSync(path.join(root, group, file), 'utf8')));
       const c = t.reward?.components ?? {};
       out.push({
-        task, split, reward: t.reward?.total ?? 0,
+        task, sample: Number(sample), split, reward: t.reward?.total ?? 0,
         precision: c.file_precision ?? 0, recall: c.file_recall ?? 0, f1: c.file_f1 ?? 0, behaviour: episodeBehaviour(t),
       });
     }
@@ -291,24 +309,40 @@ export function benchTasks(o: AgentLearnOptions, dir: string) {
 
 /**
  * A bench result read back from finished runs (`--render-agent-runs`): the SftRun and the arms' runs, named
- * bench-agent-<rl|control>-s<seed>-..., each with its EvalSweep of its final version already recorded.
+ * bench-agent-<rl|control>-s<seed>-..., each with its EvalSweep of its final version already recorded; with
+ * `--control warm-start`, the SftRun's own EvalSweep of its final version is the control.
  */
 export async function storedAgentResult(o: AgentLearnOptions, sftId: string, runIds: string[], dir: string): Promise<AgentLearnResult> {
   const { splitOf, evalTasks } = benchTasks(o, dir);
   const arms = await Promise.all(runIds.map(async (runId): Promise<ArmRun> => {
     const m = /^bench-agent-(rl|control)-s(\d+)-/.exec(runId);
     if (!m) throw new Error(`${runId}: not a bench:learn agent run (bench-agent-<rl|control>-s<seed>-...)`);
-    return armResult(m[1] as 'rl' | 'control', Number(m[2]), runId, await readStepRecords(new LocalArtifactStore(), runId), splitOf);
+    return armResult(m[1] as 'rl' | 'control', Number(m[2]), runId, await readStepRecords(new LocalArtifactStore(), runId), splitOf, o.k);
   }));
-  return { sft: await sftResult(sftId), arms, evalTasks, reports: await armReports(arms), wallS: 0 };
+  const sft = await sftResult(sftId);
+  if (o.control === 'warm-start') arms.push(...warmStartControls(o, sft, splitOf, [...new Set(arms.map((a) => a.seed))]));
+  return { sft, arms, evalTasks, reports: await armReports(arms), wallS: 0 };
 }
 
 const finalVersionOf = (records: StepRecord[]): number => Math.max(...records.map((r) => r.policy_version));
 
-/** A finished arm's run: its step records and its final version's held-out episodes. */
-function armResult(arm: 'rl' | 'control', seed: number, runId: string, records: StepRecord[], splitOf: ReadonlyMap<string, 'unseen' | 'random'>): ArmRun {
+/** A finished arm's run: its step records and its final version's held-out episodes (`k` a task). */
+function armResult(arm: 'rl' | 'control', seed: number, runId: string, records: StepRecord[], splitOf: ReadonlyMap<string, 'unseen' | 'random'>, k: number): ArmRun {
   const finalVersion = finalVersionOf(records);
-  return { arm, seed, runId, records, finalVersion, episodes: readEvalEpisodes(runId, finalVersion, splitOf) };
+  return { arm, seed, runId, records, finalVersion, episodes: readEvalEpisodes(runId, finalVersion, splitOf, k) };
+}
+
+/**
+ * The control arm of each seed, from the warm start's own EvalSweep of k x seeds samples a task: seed s
+ * takes samples s*k .. s*k+k-1. No records: the control trains nothing.
+ */
+function warmStartControls(o: AgentLearnOptions, sft: AgentLearnResult['sft'], splitOf: ReadonlyMap<string, 'unseen' | 'random'>, seeds: number[]): ArmRun[] {
+  const finalVersion = finalVersionOf(sft.records);
+  const episodes = readEvalEpisodes(sft.runId, finalVersion, splitOf, o.k * o.seeds);
+  return seeds.map((seed) => ({
+    arm: 'control', seed, runId: sft.runId, records: [], finalVersion,
+    episodes: episodes.filter((e) => Math.floor(e.sample / o.k) === seed),
+  }));
 }
 
 /** The warm start, read back: its step records and how many demonstrations its data came from. */
@@ -317,14 +351,26 @@ async function sftResult(sftId: string): Promise<AgentLearnResult['sft']> {
   return { runId: sftId, demosRan: demos.ran, demosKept: demos.kept, records: await readStepRecords(new LocalArtifactStore(), sftId) };
 }
 
-/** Each RL run's HTML report and its control's, each with the other's curves beside its own. */
+/**
+ * Each RL run's HTML report: with an lr-0 control run, the pair, each with the other's curves beside its own;
+ * with the warm start as the control, the RL run's own (the SftRun's curves are losses, not rewards).
+ */
 async function armReports(arms: ArmRun[]): Promise<string[]> {
   const reports: string[] = [];
   for (const rl of arms.filter((a) => a.arm === 'rl')) {
-    const control = arms.find((a) => a.arm === 'control' && a.seed === rl.seed);
+    const control = arms.find((a) => a.arm === 'control' && a.seed === rl.seed && a.records.length > 0);
     if (control) reports.push(...(await writeReports(rl.runId, control.runId)));
+    else reports.push((await generateReport(rl.runId)).file);
   }
   return reports;
+}
+
+/** An EvalSweep of one version of a run on the held-out tasks. */
+async function evaluate(client: Client, o: { runId: string; version: number; evalFile: string; k: number; workflowId: string }): Promise<void> {
+  await client.workflow.execute('EvalSweep', {
+    taskQueue: TASK_QUEUES.main, workflowId: o.workflowId,
+    args: [{ runId: o.runId, versions: [o.version], taskset: o.evalFile, k: o.k, force: true, maxConcurrent: 2 }],
+  });
 }
 
 /** The whole multi-turn bench on the running stack (see the file comment). */
@@ -332,16 +378,25 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
   const t0 = Date.now();
   const stamp = Date.now().toString(36);
   const { trainFile, evalFile, splitOf, evalTasks } = benchTasks(o, dir);
+  const seeds = Array.from({ length: o.seeds }, (_, seed) => seed);
+  const arms = seeds.flatMap((seed) => [
+    { arm: 'rl' as const, seed, lr: o.lr }, ...(o.control === 'runs' ? [{ arm: 'control' as const, seed, lr: 0 }] : []),
+  ]);
 
   const { client, close } = await connectClient();
-  const trainers = await startExtraTrainers(Math.min(o.parallelRuns, 2 * o.seeds) - 1);
+  const trainers = await startExtraTrainers(Math.min(o.parallelRuns, arms.length) - 1);
   try {
     const sftId = o.sftRun ?? await warmStart(o, { dir, trainFile, runId: `bench-agent-sft-${stamp}`, client });
+    const sft = await sftResult(sftId);
+    if (o.control === 'warm-start') {
+      // The control first: the warm start alone on the machine, and its figures are there if a run fails later.
+      const version = finalVersionOf(sft.records);
+      log(`control: EvalSweep of the warm start ${sftId} v${version} on ${splitOf.size} held-out tasks x k=${o.k * o.seeds} (${o.k} a seed)`);
+      await evaluate(client, { runId: sftId, version, evalFile, k: o.k * o.seeds, workflowId: `${sftId}-eval-${stamp}` });
+    }
 
-    const arms = Array.from({ length: o.seeds }, (_, seed) => [
-      { arm: 'rl' as const, seed, lr: o.lr }, { arm: 'control' as const, seed, lr: 0 },
-    ]).flat();
-    log(`${arms.length} TrainRuns, ${o.parallelRuns} at a time, from ${sftId}: ${o.steps} steps of ${o.batch}x${o.rollouts}, lr ${o.lr} vs 0, seeds 0..${o.seeds - 1}`);
+    log(`${arms.length} TrainRuns, ${o.parallelRuns} at a time, from ${sftId}: ${o.steps} steps of ${o.batch}x${o.rollouts}, lr ${o.lr}` +
+      `${o.control === 'runs' ? ' vs 0' : ''}, seeds 0..${o.seeds - 1}`);
     const runArm = async (a: (typeof arms)[number]): Promise<ArmRun> => {
       const name = `bench-agent-${a.arm}-s${a.seed}`;
       const runId = `${name}-${stamp}`;
@@ -351,16 +406,14 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string): Promise<
       const records = await readStepRecords(new LocalArtifactStore(), runId);
       const finalVersion = finalVersionOf(records);
       log(`${runId}: trained to v${finalVersion}; EvalSweep of v${finalVersion} on ${splitOf.size} held-out tasks x k=${o.k}`);
-      await client.workflow.execute('EvalSweep', {
-        taskQueue: TASK_QUEUES.main, workflowId: `${runId}-eval`,
-        args: [{ runId, versions: [finalVersion], taskset: evalFile, k: o.k, force: true, maxConcurrent: 2 }],
-      });
-      return armResult(a.arm, a.seed, runId, records, splitOf);
+      await evaluate(client, { runId, version: finalVersion, evalFile, k: o.k, workflowId: `${runId}-eval` });
+      return armResult(a.arm, a.seed, runId, records, splitOf, o.k);
     };
-    // Waves of parallelRuns runs; a seed's two arms go in the same wave (side by side: the same machine load).
+    // Waves of parallelRuns runs; with lr-0 control runs, a seed's two arms go in the same wave (the same machine load).
     const runs: ArmRun[] = [];
     for (let i = 0; i < arms.length; i += o.parallelRuns) runs.push(...(await Promise.all(arms.slice(i, i + o.parallelRuns).map(runArm))));
-    return { sft: await sftResult(sftId), arms: runs, evalTasks, reports: await armReports(runs), wallS: Math.round((Date.now() - t0) / 1000) };
+    if (o.control === 'warm-start') runs.push(...warmStartControls(o, sft, splitOf, seeds));
+    return { sft, arms: runs, evalTasks, reports: await armReports(runs), wallS: Math.round((Date.now() - t0) / 1000) };
   } finally {
     await stopExtraTrainers(trainers);
     await close();

@@ -23,7 +23,7 @@ const flag = (argv: string[], name: string): string | undefined => { const i = a
 function agentCommand(o: AgentLearnOptions): string {
   return `npm run bench:learn -- --seeds ${o.seeds} --steps ${o.steps} --batch ${o.batch} --rollouts ${o.rollouts} --lr ${o.lr} ` +
     `--max-turns ${o.maxTurns} --temperature ${o.temperature} --demos ${o.demos} --sft-steps ${o.sftSteps} --sft-batch ${o.sftBatch} ` +
-    `--sft-lr ${o.sftLr} --held-out-package ${o.heldOutPackage} --eval-unseen ${o.evalUnseen} --eval-random ${o.evalRandom} --k ${o.k} --parallel-runs ${o.parallelRuns} --rubric ${o.rubric}` +
+    `--sft-lr ${o.sftLr} --held-out-package ${o.heldOutPackage} --eval-unseen ${o.evalUnseen} --eval-random ${o.evalRandom} --k ${o.k} --parallel-runs ${o.parallelRuns} --control ${o.control} --rubric ${o.rubric}` +
     (o.sftRun ? ` --sft-run ${o.sftRun}` : '');
 }
 

@@ -18,6 +18,8 @@ describe('parseAgentArgs', () => {
     expect(() => parseAgentArgs(['--max-turns', '2'])).toThrow(/--max-turns: "2" is not a number >= 3/);
     expect(() => parseAgentArgs(['--k', 'many'])).toThrow(/--k: "many" is not a number >= 1/);
     expect(() => parseAgentArgs(['--rubric', 'oops'])).toThrow(/--rubric: "oops" is not name=number/);
+    expect(parseAgentArgs(['--control', 'runs']).control).toBe('runs');
+    expect(() => parseAgentArgs(['--control', 'lr0'])).toThrow(/--control: "lr0" is not warm-start or runs/);
   });
 });
 
@@ -35,7 +37,7 @@ describe('the configs the bench writes', () => {
   test('the SftRun: the demonstrations file, its steps, batch and lr', () => {
     const c = parseRunConfig(agentSftConfigToml(AGENT_DEFAULTS, 'sft', '/x/demos.jsonl'), 'sft.toml');
     expect(c.sft).toMatchObject({ data: ['/x/demos.jsonl'], batch_size: 8 });
-    expect(c.orchestrator.max_steps).toBe(12);
+    expect(c.orchestrator.max_steps).toBe(AGENT_DEFAULTS.sftSteps);
     expect(c.trainer.optim.lr).toBe(0.003);
   });
 });
@@ -75,8 +77,11 @@ describe('readEvalEpisodes', () => {
       put('eval-v3-t2', '0.json', trajectory('t2', [call('bash'), out, call('bash'), out], -0.5, 0), 10);
       put('eval-v0-t1', '0-cccc.json', trajectory('t1', [call('result'), out], 0, 0), 10);
       put('eval-v3-t9', '0-dddd.json', trajectory('t9', [call('result'), out], 0, 0), 10);
+      // Sample 1 of an earlier sweep with k=2: past this sweep's k=1, ignored.
+      put('eval-v3-t2', '1-eeee.json', trajectory('t2', [call('result'), out], 1.5, 1), 5);
       mkdirSync(path.join(root, 'eval-v3-t1', '0.journal'), { recursive: true });
-      const eps = readEvalEpisodes('r', 3, new Map([['t1', 'unseen'], ['t2', 'random']])).sort((a, b) => a.task.localeCompare(b.task));
+      const eps = readEvalEpisodes('r', 3, new Map([['t1', 'unseen'], ['t2', 'random']]), 1).sort((a, b) => a.task.localeCompare(b.task));
+      expect(eps.map((e) => e.sample)).toEqual([0, 0]);
       expect(eps.map((e) => [e.task, e.split, e.reward, e.f1, e.behaviour])).toEqual([
         ['t1', 'unseen', 1.5, 1, { turns: 2, toolCalls: 2, answered: true, searchedBeforeAnswer: true }],
         ['t2', 'random', -0.5, 0, { turns: 2, toolCalls: 2, answered: false, searchedBeforeAnswer: false }],
@@ -88,7 +93,7 @@ describe('readEvalEpisodes', () => {
 });
 
 const ep = (task: string, split: 'unseen' | 'random', reward: number, searched: boolean, turns: number): AgentEpisode => ({
-  task, split, reward, precision: reward > 0 ? 1 : 0, recall: reward > 0 ? 1 : 0, f1: reward > 0 ? 1 : 0,
+  task, sample: 0, split, reward, precision: reward > 0 ? 1 : 0, recall: reward > 0 ? 1 : 0, f1: reward > 0 ? 1 : 0,
   behaviour: { turns, toolCalls: turns, answered: true, searchedBeforeAnswer: searched },
 });
 
@@ -104,12 +109,12 @@ describe('armFigures and the table', () => {
     expect(f.f1).toBe(0.75);
   });
   test('the section: a row per split and arm, the paired difference, the training table', () => {
-    const record = (r: number) => ({ mean_reward: r, tool_calls: 8, rollouts: 4 }) as never;
+    const record = (r: number) => ({ mean_reward: r, tool_calls: 8, rollouts: 4, samples: 4 }) as never;
     const result: AgentLearnResult = {
       sft: { runId: 'sft-1', demosRan: 10, demosKept: 7, records: [{ trainer: { loss: 1.25 } } as never] },
       arms: [
         { arm: 'rl', seed: 0, runId: 'rl-0', records: [record(0), record(1)], finalVersion: 2, episodes: rl },
-        { arm: 'control', seed: 0, runId: 'c-0', records: [record(0), record(0)], finalVersion: 2, episodes: control },
+        { arm: 'control', seed: 0, runId: 'c-0', records: [], finalVersion: 2, episodes: control },
       ],
       evalTasks: { unseen: 1, random: 1 }, reports: ['/a/runs/rl-0/report.html'], wallS: 600,
     };
@@ -119,6 +124,14 @@ describe('armFigures and the table', () => {
     expect(s).toMatch(/\| unseen package \(inflection\) \| RL, lr 0\.001 \| 2 \| 0\.625 /);
     // Paired over the two tasks: t1 0.625 - (-0.25) = 0.875, t2 1.5 - 0.625 = 0.875.
     expect(s).toContain('RL − control (each task\'s mean over seeds and samples): all held out 0.875 [0.875, 0.875] over 2 tasks');
-    expect(s).toContain('| RL, lr 0.001 | 0 | `rl-0` | 2 | 0.000 → 1.000 | 2.00 → 2.00 | 0.00 1.00 |');
+    expect(s).toContain('| RL, lr 0.001 | 0 | `rl-0` | 2 | 0.000 → 1.000 | 2.00 → 2.00 | 1.00 → 1.00 | 0.00 1.00 |');
+    // The default control is the warm start itself: its rows say so, and it has no training row.
+    expect(s).toMatch(/\| unseen package \(inflection\) \| control: the warm start \(SFT only\) \| 2 \| -0\.250 /);
+    expect(s).toContain('its control, the SFT-only policy: the warm start\'s own final version');
+    expect(s).not.toContain('| control, lr 0 |');
+    // With lr-0 control runs, they train and have their rows.
+    const runs = agentSection({ ...AGENT_DEFAULTS, control: 'runs' }, { ...result, arms: result.arms.map((a) => ({ ...a, records: [record(0), record(0)] })) }, 'x').join('\n');
+    expect(runs).toContain('| control, lr 0 | 0 | `c-0` | 2 |');
+    expect(runs).toContain('| control, lr 0 (SFT only) |');
   });
 });

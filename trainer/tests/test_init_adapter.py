@@ -130,3 +130,18 @@ def test_trainer_load_with_init_and_no_checkpoint(tmp_path):
     assert out["policy_version"] == 1
     for k, v in after.items():
         torch.testing.assert_close(snapshot(cmds.trainer)[k], v, rtol=0, atol=0)
+
+
+def test_an_lr_0_step_from_init_leaves_its_adapter_byte_for_byte(tmp_path):
+    """bench:learn's control is the warm start evaluated as it is: what an lr-0 run from it would
+    train to. Here that run trains, with weight decay on, and its weights are the origin's exactly;
+    the same step at the default lr moves them, so the comparison can fail."""
+    a, samples, _, init = trained_origin("tiny", tmp_path)
+    origin = snapshot(a)
+    for lr, moves in ((0.0, False), (5e-3, True)):
+        b = Trainer(f"rl-lr{lr}", make_cfg("tiny", optim={"lr": lr, "weight_decay": 0.1}))
+        load_init_adapter(b, prepare_init(init, b.cfg, None))
+        m = b.step(0, load_batch(*on_policy_batch(b, tmp_path, samples, 0, run_id=f"rl-lr{lr}")))
+        assert m["applied"] and m["grad_norm"] > 0
+        moved = [k for k, v in snapshot(b).items() if not torch.equal(origin[k], v)]
+        assert bool(moved) is moves, (lr, moved[:3])

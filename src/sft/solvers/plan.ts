@@ -1,5 +1,6 @@
 import type { Completion, CompletionRequest, ModelClient } from '../../agent/model';
 import type { ToolCall } from '../../contracts/trajectory';
+import { scriptedToolCall } from './toolCall';
 
 /** One tool call of a scripted demonstration. */
 export interface PlannedCall {
@@ -7,10 +8,8 @@ export interface PlannedCall {
   args: Record<string, unknown>;
 }
 
-let callSeq = 0;
-
 function reply(step: PlannedCall | undefined, final: string): Completion {
-  const toolCalls: ToolCall[] = step ? [{ id: `call_${step.tool}_${++callSeq}`, type: 'function', function: { name: step.tool, arguments: JSON.stringify(step.args) } }] : [];
+  const toolCalls: ToolCall[] = step ? [scriptedToolCall(step.tool, step.args)] : [];
   return {
     content: step ? '' : final, tool_calls: toolCalls, finish_reason: toolCalls.length ? 'tool_calls' : 'stop',
     prompt_token_ids: null, completion_token_ids: null, completion_logprobs: null, prompt_tokens: 0, completion_tokens: 0,

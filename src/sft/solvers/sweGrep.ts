@@ -1,6 +1,7 @@
 import type { Completion, CompletionRequest, ModelClient } from '../../agent/model';
 import type { ToolCall } from '../../contracts/trajectory';
 import type { Task } from '../../tasks/schema';
+import { scriptedToolCall } from './toolCall';
 
 /**
  * The scripted swe-grep solver: a "policy" that drives the shared agent loop with the
@@ -84,11 +85,6 @@ export function definitionFromSearch(output: string, names: string[]): { file: s
   return hits[0];
 }
 
-let callSeq = 0;
-const call = (name: string, args: Record<string, unknown>): ToolCall => ({
-  id: `call_${name}_${++callSeq}`, type: 'function', function: { name, arguments: JSON.stringify(args) },
-});
-
 function reply(toolCalls: ToolCall[], content = ''): Completion {
   return {
     content, tool_calls: toolCalls, finish_reason: toolCalls.length ? 'tool_calls' : 'stop',
@@ -105,15 +101,15 @@ export function sweGrepSolver(task: Pick<Task, 'FAIL_TO_PASS'>): ModelClient {
   return {
     async complete(req: CompletionRequest): Promise<Completion> {
       const outputs = req.messages.filter((m) => m.role === 'tool').map((m) => m.content ?? '');
-      if (outputs.length === 0) return reply([call('bash', { command: readTestCommand(test) })]);
+      if (outputs.length === 0) return reply([scriptedToolCall('bash', { command: readTestCommand(test) })]);
       const names = calledNames(outputs[0]!, test.name);
       if (outputs.length === 1) {
-        if (names.length === 0) return reply([call('result', { files: [test.file] })]); // nothing to search for: a wrong answer, filtered out
-        return reply([call('bash', { command: searchDefinitionsCommand(names.slice(0, 4)) })]);
+        if (names.length === 0) return reply([scriptedToolCall('result', { files: [test.file] })]); // nothing to search for: a wrong answer, filtered out
+        return reply([scriptedToolCall('bash', { command: searchDefinitionsCommand(names.slice(0, 4)) })]);
       }
       const found = definitionFromSearch(outputs[1]!, names);
-      if (!found) return reply([call('result', { files: [test.file] })]);
-      return reply([call('result', { files: [found.file], functions: [`${found.file}::${found.name}`] })]);
+      if (!found) return reply([scriptedToolCall('result', { files: [test.file] })]);
+      return reply([scriptedToolCall('result', { files: [found.file], functions: [`${found.file}::${found.name}`] })]);
     },
   };
 }
