@@ -150,9 +150,30 @@ freq = 1
 rank = 8
 alpha = 16`;
 
-/** The SftRun's config: the demonstrations, `sftSteps` steps of `sftBatch`. */
-export function agentSftConfigToml(o: AgentLearnOptions, name: string, data: string): string {
-  return `name = "${name}"
+/**
+ * How episodes are sampled, bounded and scored: the same in every run of the bench, the SftRun included,
+ * since an EvalSweep of a run's version uses its run's config (the warm start's own sweep is the control).
+ */
+function episodeToml(o: AgentLearnOptions, dataset: string): string {
+  const ea = envArgs(o);
+  return `[sampling]
+temperature = ${o.temperature}
+max_tokens = 128
+tool_choice = "auto"
+[[env]]
+id = "swe-grep"
+dataset = "${dataset}"
+[env.args]
+max_tokens = ${ea.max_tokens}
+max_tool_calls = ${ea.max_tool_calls}
+max_turns = ${ea.max_turns}
+few_shot = false
+${rubricToml(o.rubric)}`;
+}
+
+/** The SftRun's config: the demonstrations, `sftSteps` steps of `sftBatch`; its episodes' settings are the arms'. */
+export function agentSftConfigToml(o: AgentLearnOptions, p: { name: string; data: string; dataset: string }): string {
+  return `name = "${p.name}"
 ${TRAINER}
 [trainer.optim]
 lr = ${o.sftLr}
@@ -162,27 +183,20 @@ normalization = "token"
 seq_len = 2048
 max_steps = ${o.sftSteps}
 seed = 0
-[[env]]
-id = "swe-grep"
 [sft]
-data = [${JSON.stringify(data)}]
+data = [${JSON.stringify(p.data)}]
 batch_size = ${o.sftBatch}
-`;
+${episodeToml(o, p.dataset)}`;
 }
 
 /** One arm's run config: the two arms of a seed differ in name and lr only. */
 export function agentRunConfigToml(o: AgentLearnOptions, p: { name: string; lr: number; seed: number; dataset: string; initFrom: string }): string {
-  const ea = envArgs(o);
   return `name = "${p.name}"
 [model]
 init_from = "${p.initFrom}"
 ${TRAINER}
 [trainer.optim]
 lr = ${p.lr}
-[sampling]
-temperature = ${o.temperature}
-max_tokens = 128
-tool_choice = "auto"
 [orchestrator]
 batch_size = ${o.batch}
 rollouts_per_example = ${o.rollouts}
@@ -191,15 +205,7 @@ max_steps = ${o.steps}
 async_level = 1
 max_concurrent_rollouts = ${o.batch * o.rollouts}
 seed = ${p.seed}
-[[env]]
-id = "swe-grep"
-dataset = "${p.dataset}"
-[env.args]
-max_tokens = ${ea.max_tokens}
-max_tool_calls = ${ea.max_tool_calls}
-max_turns = ${ea.max_turns}
-few_shot = false
-${rubricToml(o.rubric)}`;
+${episodeToml(o, p.dataset)}`;
 }
 
 /** One held-out episode, as the bench reads it from its trajectory. */
@@ -284,7 +290,7 @@ export async function warmStart(o: AgentLearnOptions, p: { dir: string; trainFil
   writeFileSync(demosFile(p.runId), JSON.stringify({ ran: demos.all.length, kept: demos.kept.length }));
   log(`demonstrations: ${demos.kept.length} of ${demos.all.length} kept -> ${data}`);
   const config = path.join(p.dir, 'sft.toml');
-  writeFileSync(config, agentSftConfigToml(o, 'bench-agent-sft', data));
+  writeFileSync(config, agentSftConfigToml(o, { name: 'bench-agent-sft', data, dataset: p.trainFile }));
   log(`SftRun ${p.runId}: ${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}`);
   await p.client.workflow.execute('SftRun', { taskQueue: TASK_QUEUES.main, workflowId: p.runId, args: [{ configPath: config, runId: p.runId } satisfies TrainRunInput] });
   return p.runId;

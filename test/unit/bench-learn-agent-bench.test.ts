@@ -34,11 +34,16 @@ describe('the configs the bench writes', () => {
     expect(env.args).toMatchObject({ max_turns: 4, max_tool_calls: 4, few_shot: false });
     expect(env.rubric).toMatchObject({ incorrect_files_penalty: 0.25, completion_bonus: 0.5 });
   });
-  test('the SftRun: the demonstrations file, its steps, batch and lr', () => {
-    const c = parseRunConfig(agentSftConfigToml(AGENT_DEFAULTS, 'sft', '/x/demos.jsonl'), 'sft.toml');
+  test('the SftRun: the demonstrations file, its steps, batch and lr; its episodes sampled, bounded and scored as the arms\' are', () => {
+    const c = parseRunConfig(agentSftConfigToml(AGENT_DEFAULTS, { name: 'sft', data: '/x/demos.jsonl', dataset: '/x/train.jsonl' }), 'sft.toml');
     expect(c.sft).toMatchObject({ data: ['/x/demos.jsonl'], batch_size: 8 });
     expect(c.orchestrator.max_steps).toBe(AGENT_DEFAULTS.sftSteps);
     expect(c.trainer.optim.lr).toBe(0.003);
+    // Its own EvalSweep is the control: the same sampling, env args and rubric as an arm's run, or the arms are not comparable.
+    const arm = parseRunConfig(agentRunConfigToml(AGENT_DEFAULTS, { name: 'a', lr: 0, seed: 0, dataset: '/x/train.jsonl', initFrom: 'sft' }), 'arm.toml');
+    expect(c.sampling).toEqual(arm.sampling);
+    expect(c.env).toEqual(arm.env);
+    expect(c.sampling).toMatchObject({ temperature: 0.7, max_tokens: 128, tool_choice: 'auto' });
   });
 });
 
