@@ -78,7 +78,7 @@ export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command:
   });
   const sftLoss = r.sft.records.map((s) => Number((s.trainer as { loss?: number }).loss ?? NaN).toFixed(3)).join(' ');
   return [
-    '### Does it learn as an agent? SFT warm start, then multi-turn RL against an lr-0 control (real CPU stack)',
+    '### Does it learn as an agent? SFT warm start, then multi-turn RL against the SFT-only policy (real CPU stack)',
     '',
     `Plain swe-grep tasks (the issue quotes the failing test and the exception; the file must be searched for), tool_choice "auto", ` +
       `at most ${o.maxTurns} turns, temperature ${o.temperature}, rubric weights over swe-grep's defaults: ${o.rubric || 'none'}.`,
@@ -107,6 +107,7 @@ export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command:
     '| --- | ---: | --- | ---: | --- | --- | --- | --- |',
     ...training,
     '',
-    `Each run's curves beside its seed's other arm (dashed), in its HTML report under the artifacts root: ${r.reports.map((f) => `\`${path.relative(paths.artifacts(), f)}\``).join(', ')}.`,
+    `${o.control === 'runs' ? 'Each run\'s curves beside its seed\'s other arm (dashed)' : 'Each RL run\'s curves'}, in its HTML report under the artifacts root: ` +
+      `${r.reports.map((f) => `\`${path.relative(paths.artifacts(), f)}\``).join(', ')}.`,
   ];
 }
