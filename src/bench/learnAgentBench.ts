@@ -77,7 +77,7 @@ export interface AgentLearnOptions {
 // Sized for ~75 minutes on this 2-core, 24 GiB machine (BENCHMARKS.md). One process at a time on the CPU:
 // the first attempt ran two trainers beside vLLM and a trainer step of 16 episodes took 20 minutes (19 tokens/s),
 // while the SftRun alone trained ~150 tokens/s. Since the demonstrations write tool calls as the server gives
-// them back (src/sft/solvers/toolCall.ts), an episode trains as one sample, not one per turn (~3x fewer tokens).
+// them back (src/sft/solvers/toolCall.ts), an episode trains as one sample, not one per turn (about half the tokens).
 export const AGENT_DEFAULTS: AgentLearnOptions = {
   seeds: 2,
   steps: 3,

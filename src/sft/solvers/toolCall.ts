@@ -20,7 +20,7 @@ let callSeq = 0;
  * back: a policy fine-tuned on JSON.stringify's compact form writes compact calls, the server
  * re-serializes them, and every tool turn's next prompt then no longer extends what the policy
  * sampled (a template_rewrote_history break), so RL trains each turn as its own sample with the
- * whole prefix again (~3x the trainer's tokens in bench:learn's episodes).
+ * whole prefix again (about twice the trainer's tokens in bench:learn's episodes).
  */
 export function scriptedToolCall(name: string, args: Record<string, unknown>): ToolCall {
   return { id: `call_${name}_${++callSeq}`, type: 'function', function: { name, arguments: servedJson(args) } };
