@@ -33,10 +33,10 @@ function perTask(eps: AgentEpisode[]): [string, number[]][] {
   return [...m.entries()];
 }
 
-/** "4 steps", or, where a run was stopped early (`ratchet stop`), how many each trained of max_steps. */
 /** The arms that trained: every RL run, and the lr-0 control runs where the control is not the warm start itself. */
 const trained = (r: AgentLearnResult) => r.arms.filter((a) => a.records.length > 0);
 
+/** "4 steps", or, where a run was stopped early (`ratchet stop`), how many each trained of max_steps. */
 function stepsTrained(o: AgentLearnOptions, r: AgentLearnResult): string {
   const counts = [...new Set(trained(r).map((a) => a.records.length))];
   const steps = (n: number) => `${n} step${n === 1 ? '' : 's'}`;

@@ -1,19 +1,10 @@
 import type { Completion, CompletionRequest, ModelClient } from '../../agent/model';
-import type { ToolCall } from '../../contracts/trajectory';
-import { scriptedToolCall } from './toolCall';
+import { scriptedReply, scriptedToolCall } from './toolCall';
 
 /** One tool call of a scripted demonstration. */
 export interface PlannedCall {
   tool: string;
   args: Record<string, unknown>;
-}
-
-function reply(step: PlannedCall | undefined, final: string): Completion {
-  const toolCalls: ToolCall[] = step ? [scriptedToolCall(step.tool, step.args)] : [];
-  return {
-    content: step ? '' : final, tool_calls: toolCalls, finish_reason: toolCalls.length ? 'tool_calls' : 'stop',
-    prompt_token_ids: null, completion_token_ids: null, completion_logprobs: null, prompt_tokens: 0, completion_tokens: 0,
-  };
 }
 
 /**
@@ -26,7 +17,8 @@ export function playPlan(plan: PlannedCall[], final: string): ModelClient {
   return {
     async complete(req: CompletionRequest): Promise<Completion> {
       const done = req.messages.filter((m) => m.role === 'tool').length;
-      return reply(plan[done], final);
+      const step = plan[done];
+      return step ? scriptedReply([scriptedToolCall(step.tool, step.args)]) : scriptedReply([], final);
     },
   };
 }

@@ -1,7 +1,6 @@
 import type { Completion, CompletionRequest, ModelClient } from '../../agent/model';
-import type { ToolCall } from '../../contracts/trajectory';
 import type { Task } from '../../tasks/schema';
-import { scriptedToolCall } from './toolCall';
+import { scriptedReply, scriptedToolCall } from './toolCall';
 
 /**
  * The scripted swe-grep solver: a "policy" that drives the shared agent loop with the
@@ -85,13 +84,6 @@ export function definitionFromSearch(output: string, names: string[]): { file: s
   return hits[0];
 }
 
-function reply(toolCalls: ToolCall[], content = ''): Completion {
-  return {
-    content, tool_calls: toolCalls, finish_reason: toolCalls.length ? 'tool_calls' : 'stop',
-    prompt_token_ids: null, completion_token_ids: null, completion_logprobs: null, prompt_tokens: 0, completion_tokens: 0,
-  };
-}
-
 /**
  * The solver for one task. State is read from the conversation (the tool outputs so far),
  * so it is the same whatever the loop retries.
@@ -101,15 +93,15 @@ export function sweGrepSolver(task: Pick<Task, 'FAIL_TO_PASS'>): ModelClient {
   return {
     async complete(req: CompletionRequest): Promise<Completion> {
       const outputs = req.messages.filter((m) => m.role === 'tool').map((m) => m.content ?? '');
-      if (outputs.length === 0) return reply([scriptedToolCall('bash', { command: readTestCommand(test) })]);
+      if (outputs.length === 0) return scriptedReply([scriptedToolCall('bash', { command: readTestCommand(test) })]);
       const names = calledNames(outputs[0]!, test.name);
       if (outputs.length === 1) {
-        if (names.length === 0) return reply([scriptedToolCall('result', { files: [test.file] })]); // nothing to search for: a wrong answer, filtered out
-        return reply([scriptedToolCall('bash', { command: searchDefinitionsCommand(names.slice(0, 4)) })]);
+        if (names.length === 0) return scriptedReply([scriptedToolCall('result', { files: [test.file] })]); // nothing to search for: a wrong answer, filtered out
+        return scriptedReply([scriptedToolCall('bash', { command: searchDefinitionsCommand(names.slice(0, 4)) })]);
       }
       const found = definitionFromSearch(outputs[1]!, names);
-      if (!found) return reply([scriptedToolCall('result', { files: [test.file] })]);
-      return reply([scriptedToolCall('result', { files: [found.file], functions: [`${found.file}::${found.name}`] })]);
+      if (!found) return scriptedReply([scriptedToolCall('result', { files: [test.file] })]);
+      return scriptedReply([scriptedToolCall('result', { files: [found.file], functions: [`${found.file}::${found.name}`] })]);
     },
   };
 }

@@ -1,3 +1,4 @@
+import type { Completion } from '../../agent/model';
 import type { ToolCall } from '../../contracts/trajectory';
 
 /**
@@ -24,4 +25,12 @@ let callSeq = 0;
  */
 export function scriptedToolCall(name: string, args: Record<string, unknown>): ToolCall {
   return { id: `call_${name}_${++callSeq}`, type: 'function', function: { name, arguments: servedJson(args) } };
+}
+
+/** A scripted turn: tool calls, or (none) a final answer in `content`. It carries no token ids: SFT renders it with the model's template. */
+export function scriptedReply(toolCalls: ToolCall[], content = ''): Completion {
+  return {
+    content, tool_calls: toolCalls, finish_reason: toolCalls.length ? 'tool_calls' : 'stop',
+    prompt_token_ids: null, completion_token_ids: null, completion_logprobs: null, prompt_tokens: 0, completion_tokens: 0,
+  };
 }
