@@ -27,7 +27,8 @@ export interface TrainerStepMetrics {
 /** Python activities, names as registered by the trainer worker (explicit `name=`). */
 export interface TrainerActivities {
   /** Claims the trainer's lease for run_id (TrainerBusy while another run holds it). */
-  'trainer.announce'(input: { run_id: string }): Promise<{ task_queue: string; worker_id: string }>;
+  /** freed_run_id: the trainer was taken from that run, whose workflow no longer runs (it never released it). */
+  'trainer.announce'(input: { run_id: string }): Promise<{ task_queue: string; worker_id: string; freed_run_id?: string }>;
   // `store`: the run's [artifacts] settings; the trainer reads s3:// refs and writes checkpoints there (no shared disk).
   // `init` ([model] init_from, sent only without a checkpoint): the adapter the run starts from, loaded as step 0's weights (fresh optimiser and ledger).
   'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; init?: InitResolved; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;

@@ -121,6 +121,12 @@ export const PATCHES = {
   chunkProgressStride: 'v0.7-chunk-progress-stride',
   /** StepRollouts starts all its RolloutShard children in one workflow task, not one task (and round trip) per shard. */
   shardsStartTogether: 'v0.7-shards-start-together',
+  /**
+   * trainer.announce took the trainer from a run whose workflow no longer runs (terminated: it never
+   * released it; issue 42) and names it (freed_run_id): the announcing run unloads that run's adapters
+   * from inference. Checked only when an announce names one: histories before it never reach patched().
+   */
+  endedRunAdaptersUnloaded: 'v0.8-ended-run-adapters-unloaded',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

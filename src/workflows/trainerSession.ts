@@ -14,7 +14,7 @@ import { trainingPriority } from '../shared/fairness';
 import type { TrainerTimeouts } from '../contracts/run';
 import type { TrainerActivities, TrainerStepMetrics } from '../contracts/trainer';
 import { PATCHES } from './patches';
-import { announcer, trainerIoOn, trainerIoOptions, trainerOptions } from './proxies';
+import { announcer, light, trainerIoOn, trainerIoOptions, trainerOptions } from './proxies';
 import type { RunControl } from './runControl';
 import { patientActivities } from './storeWait';
 import { toTrainerConfig } from './trainerConfig';
@@ -136,7 +136,9 @@ export class TrainerSession {
       task_queue = this.carried;
       worker_id = this.carried;
     } else {
-      ({ task_queue, worker_id } = await announcer['trainer.announce']({ run_id: run.runId }));
+      let freed: string | undefined;
+      ({ task_queue, worker_id, freed_run_id: freed } = await announcer['trainer.announce']({ run_id: run.runId }));
+      if (freed && patched(PATCHES.endedRunAdaptersUnloaded)) await this.unloadEnded(freed);
     }
     this.carried = undefined;
     const q = task_queue;
@@ -211,7 +213,17 @@ export class TrainerSession {
     }
   }
 
-  /** The run ended: free the trainer for the next run (a dead one frees itself by lease expiry). */
+  /** The trainer came from a run that ended without releasing it (terminated): its adapters leave inference too. */
+  private async unloadEnded(ended: string): Promise<void> {
+    log.warn('took the trainer from a run that no longer runs; unloading its adapters', { ended_run_id: ended });
+    try {
+      await light.unloadRunAdapters({ runId: ended, baseUrls: this.config.inference.base_urls });
+    } catch (err) {
+      log.warn('could not unload the ended run\'s adapters; they only cost inference memory', { ended_run_id: ended, error: String(err) });
+    }
+  }
+
+  /** The run ended: free the trainer for the next run (an ended run that did not frees it when another announces, or by lease expiry). */
   async release(): Promise<void> {
     const q = this.heldQueue;
     if (!q) return;

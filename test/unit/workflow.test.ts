@@ -306,6 +306,22 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  test('a terminated run\'s trainer goes to the next run at once, which unloads the ended run\'s adapters', async () => {
+    const endedRuns = new Set<string>();
+    await withWorkers({ leases: 1, trainMs: 2_000, endedRuns }, async (f) => {
+      const a = await start();
+      await waitFor(async () => f.leased.get('w1') === a.workflowId);
+      await a.terminate('test: terminated mid-run, so it never releases its trainer');
+      endedRuns.add(a.workflowId);
+      const b = await start();
+      expect((await b.result()).stepsCompleted).toBe(3);
+      // a never released w1; b took it, unloaded a's adapters first, and its own at its end.
+      expect(f.releases).toEqual([{ worker: 'w1', runId: b.workflowId }]);
+      expect(f.unloads).toEqual([a.workflowId, b.workflowId]);
+      await record(b, 'trainrun-took-trainer-from-ended-run');
+    });
+  });
+
   test('a failed run still releases its trainer and unloads its adapters', async () => {
     await withWorkers({ leases: 1, stepFaults: { 1: 'BatchError' } }, async (f) => {
       const handle = await start();

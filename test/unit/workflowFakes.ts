@@ -72,6 +72,8 @@ export interface FakeOptions {
   chunkFailures?: (input: RolloutInput, attempt: number) => boolean;
   /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
   leases?: number;
+  /** Runs whose workflow no longer runs: a leased trainer's announce takes a trainer from them (freed_run_id), as the real one asks Temporal. */
+  endedRuns?: Set<string>;
   /** The config's [sft] section (for SftRun; data = ["demos.jsonl"], batch_size 4 unless given); absent: none. */
   sft?: Record<string, unknown>;
   /**
@@ -368,7 +370,10 @@ export function makeFakes(opts: FakeOptions = {}) {
         // A fixed pool of trainers: the first free one (or the one this run holds) answers.
         const runId = input.run_id!;
         const pool = Array.from({ length: opts.leases }, (_, i) => `w${i + 1}`);
-        const worker = pool.find((w) => !leased.has(w) || leased.get(w) === runId);
+        let worker = pool.find((w) => !leased.has(w) || leased.get(w) === runId);
+        const ended = worker ? undefined : pool.find((w) => opts.endedRuns?.has(leased.get(w)!));
+        const freed = ended ? leased.get(ended) : undefined;
+        worker ??= ended;
         if (!worker) {
           const { ApplicationFailure } = await import('@temporalio/common');
           throw ApplicationFailure.retryable(`every trainer is leased (fake); ${runId} waits`, 'TrainerBusy');
@@ -376,7 +381,7 @@ export function makeFakes(opts: FakeOptions = {}) {
         leased.set(worker, runId);
         announces++;
         events.push({ t: now(), what: 'announce', worker });
-        return { task_queue: `trainer-${worker}`, worker_id: worker };
+        return { task_queue: `trainer-${worker}`, worker_id: worker, ...(freed ? { freed_run_id: freed } : {}) };
       }
       announces++;
       const worker = `w${announces}`;

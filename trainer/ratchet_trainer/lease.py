@@ -5,7 +5,10 @@ would silently replace the first run's weights. The lease says whose trainer it
 is. A run claims it through `trainer.announce` (and `trainer.load`); every call
 of that run renews it; `trainer.release` gives it back when the run ends. A run
 that ended without saying so (terminated, or its worker gone for good) stops
-calling: after `ttl_s` without a call, another run may claim the trainer.
+calling: after `ttl_s` without a call, another run may claim the trainer. Sooner:
+when another run announces, the worker asks Temporal whether the holder's workflow
+still runs, and a holder that does not loses the lease at once (worker.py,
+`take_from_ended`).
 
 No Temporal here; the worker consults it on every activity. Not thread-safe on
 its own: the worker calls it under its own lock.
@@ -54,6 +57,15 @@ class TrainerLease:
     def end(self, run_id: str) -> None:
         self.active_calls = max(0, self.active_calls - 1)
         self.last_used = self.clock()
+
+    def take_from_ended(self, ended: str, run_id: str) -> bool:
+        """The holder `ended` no longer runs: run_id takes the trainer now, even with one of ended's
+        calls still in flight (it is being cancelled). False when the holder changed meanwhile."""
+        if self.holder != ended:
+            return False
+        self.holder = run_id
+        self.last_used = self.clock()
+        return True
 
     def release(self, run_id: str) -> bool:
         """Give the trainer back; only its holder can. True when it was held by run_id."""

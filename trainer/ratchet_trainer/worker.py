@@ -28,10 +28,13 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from datetime import timedelta
+from typing import Any, Awaitable, Callable, Iterator
 
 from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
@@ -128,8 +131,10 @@ class TrainerActivities:
 
     def __init__(self, artifacts_root: Path, worker_id: str | None = None, shared_queue: str = SHARED_QUEUE,
                  liveness: ProcessLiveness | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
-                 ranks: Ranks | None = None):
+                 ranks: Ranks | None = None, holder_running: Callable[[str], Awaitable[bool]] | None = None):
         self.artifacts_root = artifacts_root
+        # Whether a run's workflow still runs (workflow_running); None: a holder is never taken from before its TTL.
+        self.holder_running = holder_running
         self.liveness = liveness
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.task_queue = f"{shared_queue}-{self.worker_id}"
@@ -212,16 +217,34 @@ class TrainerActivities:
             raise self._fail(e) from e
         return activity_liveness(name, cfg, self.liveness)
 
+    async def _take_from_ended(self, holder: str, run_id: str) -> bool:
+        """run_id takes the trainer from `holder` if holder's workflow no longer runs (terminated, or ended
+        without releasing): without this, the next run waited out the lease's TTL (issue 42)."""
+        if self.holder_running is None or await self.holder_running(holder):
+            return False
+        with self._lease_lock:
+            taken = self.lease.take_from_ended(holder, run_id)
+        if taken:
+            log.warning("the run holding this trainer no longer runs: its lease goes to the run that asks",
+                        extra={"ended_run_id": holder, "run_id": run_id, "worker_id": self.worker_id})
+        return taken
+
     @activity.defn(name="trainer.announce")
     async def announce(self, req: dict[str, Any] | None = None) -> dict[str, str]:
         run_id = (req or {}).get("run_id")
+        out = {"task_queue": self.task_queue, "worker_id": self.worker_id}
         if isinstance(run_id, str) and run_id:
             with self._lease_lock:
-                if not self.lease.claim(run_id):
+                claimed = self.lease.claim(run_id)
+                holder = self.lease.holder_now()
+            if not claimed:
+                if holder is None or not await self._take_from_ended(holder, run_id):
                     # Retryable: the retry goes back to the shared queue, where a free trainer may take it.
                     raise self._busy(run_id, retryable=True)
+                # The workflow unloads that run's adapters from inference (TrainerSession.ensure).
+                out["freed_run_id"] = holder
             log.info("trainer leased", extra={"run_id": run_id, "worker_id": self.worker_id})
-        return {"task_queue": self.task_queue, "worker_id": self.worker_id}
+        return out
 
     @activity.defn(name="trainer.release", no_thread_cancel_exception=True)
     def release(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +266,11 @@ class TrainerActivities:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
         with self._live("trainer.load", req) as live, self._trainer_lock(live), self._leased(run_id, on_busy="busy"):
             live.progress({"phase": "loading", "run_id": run_id})
+            held = self.trainer.run_id if self.trainer is not None else None
+            if held is not None and held != run_id:
+                # Another run's model, left by a run that lost the lease (ended): free it before building this one.
+                self.commands.release({"run_id": held})
+                release_freed_memory()
             try:
                 return self.commands.load(req, progress=live.progress)
             except _NON_RETRYABLE as e:
@@ -337,6 +365,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+async def workflow_running(client: Client, workflow_id: str) -> bool:
+    """Whether the run's workflow (its newest execution) still runs. A workflow Temporal does not know
+    has ended long ago; when Temporal cannot answer, the holder keeps the trainer (the TTL still applies)."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=timedelta(seconds=10))
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        log.warning("could not ask Temporal whether the lease holder still runs; it keeps the trainer",
+                    extra={"run_id": workflow_id, "error": str(e)})
+        return True
+    return desc.status == WorkflowExecutionStatus.RUNNING
+
+
 async def run_worker(address: str | None, namespace: str | None, artifacts_root: Path, ready_file: Path | None = None,
                      shared_queue: str = SHARED_QUEUE, runtime: Runtime | None = None, profile: str | None = None,
                      liveness_file: Path | None = None, lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
@@ -349,7 +391,8 @@ async def run_worker(address: str | None, namespace: str | None, artifacts_root:
     # kill -9s and restarts a trainer whose file goes stale (frozen, wedged): it cannot do that itself.
     # A stalled activity in a process that still runs fences it: it exits with EXIT_STALLED (liveness.py).
     liveness = ProcessLiveness(liveness_file, fence=fence).start()
-    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness, lease_ttl_s=lease_ttl_s, ranks=ranks)
+    acts = TrainerActivities(artifacts_root, shared_queue=shared_queue, liveness=liveness, lease_ttl_s=lease_ttl_s, ranks=ranks,
+                             holder_running=functools.partial(workflow_running, client))
     # One thread runs the model; a second lets announce/heartbeats proceed meanwhile.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     shared = Worker(client, task_queue=shared_queue, activities=[acts.announce])

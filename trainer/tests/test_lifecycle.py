@@ -57,6 +57,37 @@ def test_announce_answers_only_the_run_that_holds_the_trainer(tmp_path):
     assert asyncio.run(acts.announce({"run_id": "b"}))["worker_id"] == "w"
 
 
+def test_a_run_whose_workflow_ended_loses_the_trainer_to_the_next_announce(tmp_path):
+    """Terminated runs never call trainer.release: the next run must not wait out the TTL (issue 42)."""
+    running = {"a": True}
+    asked: list[str] = []
+
+    async def holder_running(run_id: str) -> bool:
+        asked.append(run_id)
+        return running.get(run_id, False)
+
+    acts = TrainerActivities(tmp_path, worker_id="w", holder_running=holder_running)
+    cfg = make_cfg("tiny").to_dict()
+    asyncio.run(acts.announce({"run_id": "a"}))
+    acts.load({"run_id": "a", "trainer_config": cfg})
+    acts.lease.begin("a")  # a's step still in flight when a was terminated
+    with pytest.raises(ApplicationError) as e:
+        asyncio.run(acts.announce({"run_id": "b"}))
+    assert e.value.type == "TrainerBusy" and asked == ["a"]
+    running["a"] = False
+    out = asyncio.run(acts.announce({"run_id": "b"}))
+    assert out["freed_run_id"] == "a" and acts.lease.holder == "b"
+    # a's calls are refused from now on; b's load replaces a's model.
+    with pytest.raises(ApplicationError) as e:
+        acts.save({"run_id": "a", "step": 0})
+    assert e.value.type == "TrainerNotLoaded"
+    acts.lease.end("a")
+    acts.load({"run_id": "b", "trainer_config": cfg})
+    assert acts.trainer.run_id == "b"
+    # The holder's own announce never asks Temporal.
+    assert "freed_run_id" not in asyncio.run(acts.announce({"run_id": "b"})) and asked == ["a", "a"]
+
+
 def test_a_second_run_cannot_load_into_a_leased_trainer(tmp_path):
     acts = TrainerActivities(tmp_path, worker_id="w")
     cfg = make_cfg("tiny").to_dict()
