@@ -129,6 +129,12 @@ export const TrainerConfig = z.object({
   /** Several samples per row, block-diagonal attention; `auto`: on CUDA only (see trainer/README.md). */
   packing: z.union([z.boolean(), z.literal('auto')]).default('auto'),
   device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),
+  /**
+   * Several ranks: `replicate` keeps the whole model on every GPU and sums the trainable gradients once
+   * per optimizer step; `fsdp` shards it (FSDP2). `auto`: replicate when the one-GPU memory estimate
+   * fits (src/check/gpu.ts; the trainer measures its GPUs' free memory), else fsdp. docs/gpu.md.
+   */
+  parallelism: z.enum(['auto', 'replicate', 'fsdp']).default('auto'),
   /** Seeds the trainer's RNG (LoRA init, per-step dropout draws). */
   seed: Seed.default(0),
 }).strict();
@@ -172,13 +178,20 @@ const SamplingConfig = z.object({
   /** Tokens per model turn. */
   max_tokens: z.number().int().positive().max(MAX_SEQ_LEN).default(256),
   /**
-   * `auto`: the model may answer in text. `required`: the server constrains every
-   * turn to a tool call (episodes end through an answer tool or the limits), which
-   * keeps small models acting. The grammar mask is a distribution the trainer cannot
-   * reproduce: vLLM's (processed) logprobs are of the masked distribution, the trainer's
-   * of the unmasked one; the batch manifest records it (`sampling.distribution_match`).
+   * `auto`: the model may answer in text. `required`: every turn starts with the tool-call
+   * opening (`<tool_call>` and a newline) as prompt and the policy writes the call from there,
+   * which keeps small models acting. The opening is no decision of the policy: it is never
+   * trained, and nothing narrows what the policy samples (no grammar), so vLLM's logprobs and
+   * the trainer's are of one distribution (`sampling.distribution_match` in the batch manifest).
    */
   tool_choice: z.enum(['auto', 'required']).default('auto'),
+  /**
+   * `tokens`: each turn's prompt is the last prompt, the ids the policy sampled and the new
+   * messages rendered by the template: an episode is one training sample. `template`: the chat
+   * template renders the whole conversation every turn (its own contexts, e.g. Qwen3 dropping
+   * past reasoning); the batch builder starts a new sample wherever that rewrote a sampled turn.
+   */
+  history: z.enum(['tokens', 'template']).default('tokens'),
 }).strict();
 
 const OrchestratorConfig = z.object({
@@ -213,8 +226,9 @@ const OrchestratorConfig = z.object({
    */
   fairness_weight: z.number().min(FAIRNESS_WEIGHT_MIN).max(FAIRNESS_WEIGHT_MAX).default(DEFAULT_FAIRNESS_WEIGHT),
   advantage: z.object({
-    kind: z.enum(['grpo', 'dr_grpo']).default('grpo'),
-    /** GRPO only (Dr.GRPO never divides by the group std); setting it true with dr_grpo is an error. */
+    /** rloo: each rollout's baseline is the mean of the other rollouts of its group (leave-one-out). */
+    kind: z.enum(['grpo', 'dr_grpo', 'rloo']).default('grpo'),
+    /** GRPO only (Dr.GRPO and RLOO never divide by the group std); setting it true with either is an error. */
     std_normalize: z.boolean().default(true),
     drop_uniform_groups: z.boolean().default(false),
   }).strict().default({}),
@@ -483,6 +497,10 @@ export function crossCheckRunConfig(raw: unknown, config: RunConfig): string[] {
   }
   if (adv.kind === 'dr_grpo' && rawAdv.std_normalize === true) {
     out.push('orchestrator.advantage.std_normalize: true with kind = "dr_grpo", which never divides by the group std (that is its fix). ' +
+      'Fix: remove std_normalize, or use kind = "grpo"');
+  }
+  if (adv.kind === 'rloo' && rawAdv.std_normalize === true) {
+    out.push('orchestrator.advantage.std_normalize: true with kind = "rloo", whose leave-one-out baseline is never divided by the group std. ' +
       'Fix: remove std_normalize, or use kind = "grpo"');
   }
   if (adv.kind === 'dr_grpo' && loss.normalization === 'sequence') {

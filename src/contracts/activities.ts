@@ -112,7 +112,7 @@ const BuilderOrchestratorConfig = z.object({
   mask_truncated_completions: z.boolean(),
   async_level: z.number().int().min(0),
   advantage: z.object({
-    kind: z.enum(['grpo', 'dr_grpo']),
+    kind: z.enum(['grpo', 'dr_grpo', 'rloo']),
     std_normalize: z.boolean(),
     drop_uniform_groups: z.boolean(),
   }),

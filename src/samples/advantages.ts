@@ -5,11 +5,14 @@
  *  - Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-like training"): never divided
  *    by the std (that term biases towards easy/hard groups); its other fix, a constant
  *    length normalizer instead of 1/|o|, is the trainer's loss normalization
- *    ([trainer.loss] normalization), and the manifest records the one the trainer uses.
+ *    ([trainer.loss] normalization), and the manifest records the one the trainer uses;
+ *  - RLOO (Kool et al. 2019; Ahmadian et al. 2024): the baseline of each rollout is the mean of the
+ *    *other* rollouts of its group, so a rollout's own reward never lowers its advantage:
+ *    A_i = r_i - mean_{j != i} r_j = n/(n-1) (r_i - mean). Unbiased; never divided by the std.
  * The std is the population std (ddof = 0) of the group's rewards.
  */
 
-export type AdvantageKind = 'grpo' | 'dr_grpo';
+export type AdvantageKind = 'grpo' | 'dr_grpo' | 'rloo';
 
 export interface AdvantageConfig {
   kind: AdvantageKind;
@@ -41,7 +44,9 @@ export function groupAdvantages(rewards: readonly number[], cfg: Pick<AdvantageC
   const std = Math.sqrt(rewards.reduce((a, r) => a + (r - mean) * (r - mean), 0) / n);
   const uniform = Math.max(...rewards) - Math.min(...rewards) <= UNIFORM_TOL;
   const divide = cfg.kind === 'grpo' && cfg.std_normalize;
-  const advantages = rewards.map((r) => (uniform ? 0 : divide ? (r - mean) / (std + STD_EPS) : r - mean));
+  // RLOO: r_i minus the others' mean, which is n/(n-1) times r_i minus the whole group's mean.
+  const scale = cfg.kind === 'rloo' && n > 1 ? n / (n - 1) : 1;
+  const advantages = rewards.map((r) => (uniform ? 0 : divide ? (r - mean) / (std + STD_EPS) : scale * (r - mean)));
   return { advantages, mean, std, uniform };
 }
 
@@ -69,7 +74,7 @@ export function lengthNormalizer(loss: LossRecipe | undefined, seqLen: number): 
 export function advantageRecipe(cfg: AdvantageConfig, seqLen: number, loss?: LossRecipe): Record<string, unknown> {
   return {
     kind: cfg.kind,
-    baseline: 'group_mean',
+    baseline: cfg.kind === 'rloo' ? 'leave_one_out_mean' : 'group_mean',
     std_normalize: cfg.kind === 'grpo' && cfg.std_normalize,
     std: 'population',
     std_eps: STD_EPS,

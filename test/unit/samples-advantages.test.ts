@@ -46,3 +46,64 @@ describe('group-relative advantages', () => {
     expect(lengthNormalizer(undefined, 1024)).toEqual({ kind: 'unrecorded' });
   });
 });
+
+describe('RLOO (leave-one-out) advantages', () => {
+  // Independent of groupAdvantages' closed form: for each rollout, loop over the others and average them.
+  const bruteForce = (rewards: readonly number[]): number[] => rewards.map((ri, i) => {
+    let sum = 0;
+    let count = 0;
+    for (let j = 0; j < rewards.length; j++) {
+      if (j === i) continue;
+      sum += rewards[j]!;
+      count++;
+    }
+    return ri - sum / count;
+  });
+
+  test.each([
+    [[1, 0, 0, 0]],
+    [[1, 0, 0, 1]],
+    [[-0.25, -0.5, 1, -0.5, 0.3]],
+    [[2, -3]],
+    [[0.1, 0.7, 0.7, 0.7, 0.2, 0.9, 0, 1]],
+  ])('%j: each advantage is r_i minus the mean of the other rewards', (rewards) => {
+    const ga = groupAdvantages(rewards, { kind: 'rloo', std_normalize: true });
+    expect(ga.uniform).toBe(false);
+    const expected = bruteForce(rewards);
+    ga.advantages.forEach((a, i) => expect(a).toBeCloseTo(expected[i]!, 12));
+  });
+
+  test('seeded random groups agree with the brute force, and differ from the plain group-mean baseline', () => {
+    let s = 7;
+    const rand = () => { s = (s * 1103515245 + 12345) % 2 ** 31; return s / 2 ** 31; };
+    for (let t = 0; t < 50; t++) {
+      const n = 2 + Math.floor(rand() * 14);
+      const rewards = Array.from({ length: n }, () => Math.round(rand() * 4) / 4 - 0.5);
+      const ga = groupAdvantages(rewards, { kind: 'rloo', std_normalize: false });
+      const dr = groupAdvantages(rewards, { kind: 'dr_grpo', std_normalize: false });
+      if (ga.uniform) { expect(ga.advantages.every((a) => a === 0)).toBe(true); continue; }
+      const expected = bruteForce(rewards);
+      ga.advantages.forEach((a, i) => expect(a).toBeCloseTo(expected[i]!, 12));
+      // Larger than the group-mean baseline by n/(n-1) wherever it is not 0.
+      ga.advantages.forEach((a, i) => expect(Math.abs(a)).toBeGreaterThanOrEqual(Math.abs(dr.advantages[i]!) - 1e-12));
+    }
+  });
+
+  test('a uniform group and a group of one carry no signal', () => {
+    expect(groupAdvantages([0.5, 0.5, 0.5], { kind: 'rloo', std_normalize: false }).advantages).toEqual([0, 0, 0]);
+    expect(groupAdvantages([1], { kind: 'rloo', std_normalize: false })).toMatchObject({ advantages: [0], uniform: true });
+  });
+
+  test('the manifest names the leave-one-out baseline and no std division', () => {
+    expect(advantageRecipe({ kind: 'rloo', std_normalize: true, drop_uniform_groups: false }, 1024, { kind: 'grpo', normalization: 'dr_grpo' })).toMatchObject({
+      kind: 'rloo', baseline: 'leave_one_out_mean', std_normalize: false,
+    });
+  });
+
+  test('config: kind = "rloo" parses; std_normalize = true with it is refused with a fix', () => {
+    const c = parseRunConfig('[orchestrator.advantage]\nkind = "rloo"\n[[env]]\nid = "swe-grep"\n', 'x.toml');
+    expect(c.orchestrator.advantage.kind).toBe('rloo');
+    expect(() => parseRunConfig('[orchestrator.advantage]\nkind = "rloo"\nstd_normalize = true\n[[env]]\nid = "swe-grep"\n', 'x.toml'))
+      .toThrow(/std_normalize.*rloo.*Fix:/s);
+  });
+});
