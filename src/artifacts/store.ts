@@ -99,21 +99,31 @@ async function listFiles(dir: string, prefix = ''): Promise<string[]> {
   return out;
 }
 
-/** Checks a local directory against its manifest and the ref's sha256; returns the directory. */
-export async function verifyLocalDir(dir: string, ref: ArtifactRef): Promise<string> {
-  let manifest: Buffer;
+/** Errnos that prove a file is not there; any other read error (EMFILE, EIO, ENOMEM) proves nothing about it. */
+const ABSENT_CODES = new Set(['ENOENT', 'ENOTDIR', 'EISDIR']);
+
+/** A file's bytes, or undefined when it is provably not there; other read errors are thrown. */
+async function readIfThere(file: string): Promise<Buffer | undefined> {
   try {
-    manifest = await fs.readFile(path.join(dir, MANIFEST));
-  } catch {
-    throw new ArtifactIntegrityError(ref.uri, ref.sha256, `no ${MANIFEST}`);
+    return await fs.readFile(file);
+  } catch (err) {
+    if (ABSENT_CODES.has((err as NodeJS.ErrnoException).code ?? '')) return undefined;
+    throw err;
   }
+}
+
+/**
+ * Checks a local directory against its manifest and the ref's sha256; returns the directory. An
+ * ArtifactIntegrityError only for bytes that do not match or files that are not there.
+ */
+export async function verifyLocalDir(dir: string, ref: ArtifactRef): Promise<string> {
+  const manifest = await readIfThere(path.join(dir, MANIFEST));
+  if (!manifest) throw new ArtifactIntegrityError(ref.uri, ref.sha256, `no ${MANIFEST}`);
   const actual = sha256(manifest);
   if (actual !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, actual);
   for (const { rel, sha } of manifestEntries(manifest.toString('utf8'))) {
-    let got = 'missing';
-    try {
-      got = sha256(await fs.readFile(path.join(dir, rel)));
-    } catch { /* reported as missing */ }
+    const buf = await readIfThere(path.join(dir, rel));
+    const got = buf ? sha256(buf) : 'missing';
     if (got !== sha) throw new ArtifactIntegrityError(`${ref.uri}/${rel}`, sha, got);
   }
   return dir;

@@ -4,23 +4,48 @@
  * checkpoint that does, by the sha256 its step records hold and each checkpoint's own MANIFEST.sha256.
  * The steps after it are trained again, once each: the fallback opens a new epoch, whose record voids
  * the later steps' records of earlier epochs (./winners.ts), and a state of the new epoch, which wins
- * over every earlier state, points at the good checkpoint. Used by the trainer-load path inside
+ * over every earlier state, points at the good checkpoint. Only proven corruption falls back: a checkpoint
+ * that cannot be read now (verifyDir) stops the plan, and nothing is written. Used by the trainer-load path inside
  * TrainRun (src/activities/checkpointFallback.ts) and by `ratchet restart`.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { ArtifactStore } from '../artifacts/store';
+import { diskFullFrom, StoreConfigError, StoreUnavailableError } from '../artifacts/errors';
+import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
 import type { FallbackRecord, RunStateFile, StepRecord } from '../contracts/records';
 import { appendFallback, appendState, readRunRecords } from './runRecords';
 
-/** Whether a directory artifact (a checkpoint, an adapter) verifies: its manifest's sha256 and every file it lists. */
+/**
+ * Whether a directory artifact (a checkpoint, an adapter) verifies: its manifest's sha256 and every file it
+ * lists. Only proven corruption is an answer (ArtifactIntegrityError: bytes that do not match their sha256, a
+ * manifest or file the store says is not there). Any other error is the store or this host failing now (a
+ * 5xx, credentials refused, ENOSPC in the S3 cache, EMFILE, a failed allocation): it is thrown, typed so the
+ * run waits (storeWait.ts), and no fallback is planned on it.
+ */
 export async function verifyDir(store: ArtifactStore, ref: ArtifactRef | undefined): Promise<string | undefined> {
   if (!ref) return undefined;
   try {
     await store.localDir(ref);
     return undefined;
   } catch (err) {
-    return (err as Error).message;
+    if (err instanceof ArtifactIntegrityError) return err.message;
+    throw transientVerifyError(store, ref, err);
   }
+}
+
+/**
+ * A verification error that proves nothing about the bytes, as the store error the run waits on: DiskFull
+ * and the store's own errors as they are; an errno (EMFILE, EIO, ENOMEM...) or a failed allocation as
+ * StoreUnavailable, since the store cannot be read from this host now. Anything else (a bug) as it is.
+ */
+function transientVerifyError(store: ArtifactStore, ref: ArtifactRef, err: unknown): unknown {
+  if (err instanceof StoreUnavailableError || err instanceof StoreConfigError) return err;
+  const full = diskFullFrom(err);
+  if (full) return full;
+  const e = err as NodeJS.ErrnoException;
+  if (typeof e?.code === 'string' || err instanceof RangeError) {
+    return new StoreUnavailableError(store.url, `verifying ${ref.uri}: ${e.code ?? e.name}: ${e.message}`);
+  }
+  return err;
 }
 
 /** Why a state's checkpoint (or its adapter) does not verify; undefined when both do (or there is none). */
