@@ -232,6 +232,13 @@ const OrchestratorConfig = z.object({
     std_normalize: z.boolean().default(true),
     drop_uniform_groups: z.boolean().default(false),
   }).strict().default({}),
+  /**
+   * Episodes the agent loop ended at a limit (stop_reason max_turns, max_tool_calls, context_length,
+   * max_tokens): "score" trains on them with their reward like any episode; "mask" leaves them out of
+   * the loss (no trainable token) and out of their group's baseline, so running out of turns is not
+   * taught as a failure. The step's mean reward counts them either way.
+   */
+  limit_ended: z.enum(['score', 'mask']).default('score'),
   /** What to do when a chat template breaks multi-turn prefixes: one sample per turn, or fail. */
   non_prefix_policy: z.enum(['split', 'fail']).default('split'),
   allow_retokenize: z.boolean().default(false),

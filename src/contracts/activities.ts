@@ -118,6 +118,8 @@ const BuilderOrchestratorConfig = z.object({
   }),
   non_prefix_policy: z.enum(['split', 'fail']),
   allow_retokenize: z.boolean(),
+  /** Absent in workflows from before it: "score", as then. */
+  limit_ended: z.enum(['score', 'mask']).default('score'),
 });
 
 export const BuildBatchInput = z.object({

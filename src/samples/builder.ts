@@ -1,7 +1,8 @@
-import { isInfrastructureFailure, isSetupFailure, type SamplingRecord, type Trajectory } from '../contracts/trajectory';
+import type { SamplingRecord, Trajectory } from '../contracts/trajectory';
 import { advantageRecipe, groupAdvantages, type AdvantageConfig, type LossRecipe } from './advantages';
 import { assembleTrajectory, type NonPrefixCause, type NonPrefixPolicy } from './assemble';
 import { BatchBuildError } from './errors';
+import { groupSignal, outOfBaseline, type LimitEnded } from './groupSignal';
 import { fitToSeqLen } from './mask';
 import { packSamples, type PackedSample } from './pack';
 import { completeTurns } from './retokenize';
@@ -23,6 +24,8 @@ export type BuilderConfig = {
   advantage: AdvantageConfig;
   non_prefix_policy: NonPrefixPolicy;
   allow_retokenize: boolean;
+  /** Episodes that ended at a turn, tool-call, context or token limit: scored like any (default), or masked out of the loss and the baseline. */
+  limit_ended?: LimitEnded;
   /** The trainer's loss, for the manifest's length normalizer; absent: recorded as "unrecorded". */
   loss?: LossRecipe;
 };
@@ -45,10 +48,11 @@ export interface BuildContext {
 
 /**
  * `infrastructure`: the rollout ended on an infrastructure failure (stop_reason infra_error);
- * `task_setup`: its task could not be set up (stop_reason setup_error). Both counted per rollout.
+ * `task_setup`: its task could not be set up (stop_reason setup_error); `limit_ended`: the episode ended at
+ * a limit and `limit_ended = "mask"` leaves it out. All three counted per rollout.
  */
-export type DropCause = 'missing_reward' | 'uniform_group' | 'stale' | 'truncated_masked' | 'no_trainable_tokens' | 'infrastructure' | 'task_setup';
-export const DROP_CAUSES: readonly DropCause[] = ['missing_reward', 'uniform_group', 'stale', 'truncated_masked', 'no_trainable_tokens', 'infrastructure', 'task_setup'];
+export type DropCause = 'missing_reward' | 'uniform_group' | 'stale' | 'truncated_masked' | 'no_trainable_tokens' | 'infrastructure' | 'task_setup' | 'limit_ended';
+export const DROP_CAUSES: readonly DropCause[] = ['missing_reward', 'uniform_group', 'stale', 'truncated_masked', 'no_trainable_tokens', 'infrastructure', 'task_setup', 'limit_ended'];
 
 export interface ManifestSample {
   index: number;
@@ -77,6 +81,8 @@ export interface ManifestSample {
 export type BatchCounts = {
   rollouts: number;
   uniform_groups: number;
+  /** Groups with at least two baseline members whose rewards differ: the only ones with a non-zero advantage. */
+  informative_groups: number;
   dropped: Record<DropCause, number>;
   non_prefix_breaks: Record<NonPrefixCause, number>;
   retokenized_rollouts: number;
@@ -104,6 +110,8 @@ export interface BatchManifest extends BatchCounts {
   mask_truncated_completions: boolean;
   async_level: number;
   non_prefix_policy: NonPrefixPolicy;
+  /** Limit-ended episodes scored ("score") or left out of the loss and the baseline ("mask"). */
+  limit_ended: LimitEnded;
   groups: number;
   samples: ManifestSample[];
 }
@@ -149,10 +157,11 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
   const breaks = zeroCounts<NonPrefixCause>(['template_rewrote_history', 'assistant_retokenized', 'stop_token_not_rendered']);
 
   // Rewards and group advantages, per rollout. An infrastructure failure or a task that could
-  // not be set up has no reward: it never enters a group's baseline.
-  const infra = sorted.map((x) => isInfrastructureFailure(x.trajectory));
-  const setupFailed = sorted.map((x) => isSetupFailure(x.trajectory));
-  const rewardOf = sorted.map((x, i) => (infra[i] || setupFailed[i] ? undefined : x.reward ?? x.trajectory.reward));
+  // not be set up has no reward: it never enters a group's baseline. Nor, under limit_ended = "mask",
+  // does an episode cut off at a limit: its score says where the limit was, not how good the policy is.
+  const out = sorted.map((x) => outOfBaseline(x.trajectory.stop_reason, cfg.limit_ended));
+  const scoreOf = (x: BuilderInput) => x.reward ?? x.trajectory.reward;
+  const rewardOf = sorted.map((x, i) => (out[i] ? undefined : scoreOf(x)));
   const groups = new Map<string, number[]>();
   sorted.forEach((x, i) => {
     if (rewardOf[i] === undefined) return;
@@ -179,8 +188,7 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
   const staleness: number[] = [];
   sorted.forEach((x, i) => {
     const traj = x.trajectory;
-    if (infra[i]) { dropped.infrastructure++; return; }
-    if (setupFailed[i]) { dropped.task_setup++; return; }
+    if (out[i]) { dropped[out[i]]++; return; }
     const label = `trajectory ${x.label} (task ${traj.task_id}, rollout ${traj.rollout_index})`;
     const { turns, retokenized } = completeTurns(traj, tok, cfg.allow_retokenize, label);
     if (retokenized) retokenizedRollouts++;
@@ -228,7 +236,12 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     index: j, offset: packed.offsets[j]!, tokens: s.ids.length, trainable_tokens: s.trainable, ...s.meta,
   }));
 
-  const rewarded = rewardOf.filter((r): r is NonNullable<typeof r> => r !== undefined);
+  // The step's score counts masked limit-ended episodes too: they were scored, only not trained on.
+  const rewarded = sorted.filter((x, i) => out[i] !== 'infrastructure' && out[i] !== 'task_setup').map(scoreOf)
+    .filter((r): r is NonNullable<typeof r> => r !== undefined);
+  const informativeGroups = groupSignal(sorted.map((x, i) => ({
+    group_id: x.trajectory.group_id, stop_reason: x.trajectory.stop_reason, reward: rewardOf[i]?.total ?? 0,
+  })), cfg.limit_ended).informative.length;
   const componentsMean: Record<string, number> = {};
   const componentKeys = [...new Set(rewarded.flatMap((r) => Object.keys(r.components)))].sort();
   for (const k of componentKeys) {
@@ -243,6 +256,7 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     dropped,
     non_prefix_breaks: breaks,
     uniform_groups: uniformGroups,
+    informative_groups: informativeGroups,
     retokenized_rollouts: retokenizedRollouts,
     truncated_samples: truncatedSamples,
     mean_reward: rewarded.length ? rewarded.reduce((a, r) => a + r.total, 0) / rewarded.length : 0,
@@ -274,6 +288,8 @@ export function buildBatchFromTrajectories(inputs: readonly BuilderInput[], cfg:
     rollouts: sorted.length,
     groups: groups.size,
     uniform_groups: uniformGroups,
+    informative_groups: informativeGroups,
+    limit_ended: cfg.limit_ended ?? 'score',
     dropped,
     non_prefix_breaks: breaks,
     retokenized_rollouts: retokenizedRollouts,

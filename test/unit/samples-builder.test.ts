@@ -87,6 +87,47 @@ describe('batch builder (Qwen3 tokenizer, single-turn episodes)', () => {
     expect(with_.manifest.num_trajectories).toBe(2);
   });
 
+  test('limit_ended = "mask" zeroes exactly the limit-ended episodes\' tokens and leaves them out of the baseline', () => {
+    const ts = [
+      single(tok, { group: 'g0', idx: 0, reward: 1 }),
+      single(tok, { group: 'g0', idx: 1, reward: 0, reply: 'Probably cli.py.' }),
+      { ...single(tok, { group: 'g0', idx: 2, reward: -0.5, reply: 'Still searching the tree.' }), stop_reason: 'max_turns' as const },
+      { ...single(tok, { group: 'g0', idx: 3, reward: -0.5, reply: 'Out of room.' }), stop_reason: 'context_length' as const },
+      single(tok, { group: 'g1', idx: 0, reward: 1 }),
+      { ...single(tok, { group: 'g1', idx: 1, reward: 0 }), stop_reason: 'max_tool_calls' as const },
+    ];
+    const limitEnded = new Set(['g0/2', 'g0/3', 'g1/1']);
+    const key = (s: { group_id: string; rollout_index: number }) => `${s.group_id}/${s.rollout_index}`;
+    const scored = buildBatchFromTrajectories(ts.map((t) => inp(t)), CFG, tok, CTX);
+    const masked = buildBatchFromTrajectories(ts.map((t) => inp(t)), { ...CFG, limit_ended: 'mask' }, tok, CTX);
+
+    // Scored: every episode trains; the group mean of g0 is (1 + 0 - 0.5 - 0.5) / 4 = 0.
+    expect(scored.manifest.samples.map((s) => [key(s), s.advantage])).toEqual([['g0/0', 1], ['g0/1', 0], ['g0/2', -0.5], ['g0/3', -0.5], ['g1/0', 0.5], ['g1/1', -0.5]]);
+    // Masked: the limit-ended episodes have no sample; g0's baseline is the mean of its two finished ones,
+    // and g1 is left with one member, which carries no signal.
+    expect(masked.manifest.samples.map((s) => [key(s), s.advantage])).toEqual([['g0/0', 0.5], ['g0/1', -0.5], ['g1/0', 0]]);
+    expect(masked.stats.dropped.limit_ended).toBe(3);
+    expect(scored.stats.dropped.limit_ended).toBe(0);
+    expect(masked.manifest.limit_ended).toBe('mask');
+    expect(masked.stats.informative_groups).toBe(1);
+    expect(scored.stats.informative_groups).toBe(2);
+
+    // Exactly their tokens: the trainable tokens lost are the limit-ended episodes' completions, counted from the trajectories.
+    const completion = (t: Trajectory) => t.turns.reduce((a, turn) => a + turn.completion_token_ids!.length, 0);
+    const lost = ts.filter((t) => limitEnded.has(key(t))).reduce((a, t) => a + completion(t), 0);
+    expect(scored.stats.trainable_tokens - masked.stats.trainable_tokens).toBe(lost);
+    // Every other episode keeps its tokens and its loss mask bit for bit.
+    const maskOf = (b: typeof scored, k: string) => {
+      const j = b.manifest.samples.findIndex((s) => key(s) === k);
+      const s = b.manifest.samples[j]!;
+      return Array.from((b.tensors.loss_mask!.data as Uint8Array).subarray(s.offset, s.offset + s.tokens));
+    };
+    for (const t of ts.filter((t) => !limitEnded.has(key(t)))) expect(maskOf(masked, key(t))).toEqual(maskOf(scored, key(t)));
+    // The step's score still counts them: they were scored, only not trained on.
+    expect(masked.stats.mean_reward).toBeCloseTo(scored.stats.mean_reward, 12);
+    expect(masked.stats.mean_reward).toBeCloseTo((1 + 0 - 0.5 - 0.5 + 1 + 0) / 6, 12);
+  });
+
   test('same trajectories in any order give the same bytes', () => {
     const ts = [0, 1, 2, 3].map((i) => single(tok, { group: `g${i % 2}`, idx: i, reward: i * 0.25 }));
     const a = buildBatchFromTrajectories(ts.map((t) => inp(t)), CFG, tok, CTX);
