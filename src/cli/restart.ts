@@ -3,11 +3,13 @@
  * out starts again under the same run id, from its last completed step (the
  * run-state file; TrainRun's openRun reads it). The trainer reloads that step's
  * checkpoint, so no step is applied twice, and the step that was in flight is
- * redone from its rollouts (docs/contracts.md: checkpoints keyed by batch).
+ * redone from its rollouts (docs/contracts.md: checkpoints keyed by batch). It reads the run's status
+ * first: a running or completed run is refused before its store is read, so nothing is written into it.
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Command } from 'commander';
 import type { StoreSettings } from '../artifacts/settings';
+import { DiskFullError, StoreUnavailableError } from '../artifacts/errors';
 import { type ArtifactStore, uriToPath } from '../artifacts/store';
 import { runKeys } from '../artifacts/keys';
 import { defaultStore, storeFor } from '../artifacts/stores';
@@ -24,18 +26,26 @@ import { c } from './term';
 const RESTARTABLE = ['FAILED', 'TERMINATED', 'CANCELLED', 'TIMED_OUT'];
 
 /**
+ * Refuses a run in `status` that may not restart (running, completed): checked before anything reads or
+ * writes the run's store, so a mistaken restart never writes into a live or finished run.
+ */
+export function checkRestartable(run: string, status: string): void {
+  if (status === 'RUNNING' || status === 'CONTINUED_AS_NEW') {
+    throw new CliError(`run "${run}" is running; nothing to restart, nothing written. Follow it: ratchet status ${run}`, EXIT.failure);
+  }
+  if (!RESTARTABLE.includes(status)) {
+    throw new CliError(`run "${run}" is ${status.toLowerCase()}, not failed or terminated; nothing to restart, nothing written. ` +
+      `To train further, start a new run: ratchet train <config>`, EXIT.failure);
+  }
+}
+
+/**
  * Whether a run in `status` may restart, and from where; a CliError that says what to do otherwise.
  * `artifacts`: the run's own store when it is not the default one (its memo or --config names it).
  */
 export function restartPlan(run: string, status: string, state: RunStateFile | undefined, configPath: string | undefined,
   artifacts?: StoreSettings): { input: TrainRunInput; from: string } {
-  if (status === 'RUNNING' || status === 'CONTINUED_AS_NEW') {
-    throw new CliError(`run "${run}" is running; nothing to restart. Follow it: ratchet status ${run}`, EXIT.failure);
-  }
-  if (!RESTARTABLE.includes(status)) {
-    throw new CliError(`run "${run}" is ${status.toLowerCase()}, not failed or terminated; nothing to restart. ` +
-      `To train further, start a new run: ratchet train <config>`, EXIT.failure);
-  }
+  checkRestartable(run, status);
   if (state) {
     const from = `step ${state.nextStep} (policy v${state.policyVersion})`;
     if (artifacts) {
@@ -58,17 +68,40 @@ export async function readRunState(run: string, store: ArtifactStore): Promise<R
   return readRecordedState(store, run);
 }
 
+/** How long `ratchet restart` waits for a store it cannot read (or a full disk) before it gives up, writing nothing. */
+export const RESTART_STORE_WAIT_S = 120;
+
 /**
  * The state to restart from: `state` when its checkpoint and adapter verify; else the run falls back to
  * the newest checkpoint that does (src/records/fallback.ts), recorded in the run's store before it starts,
  * so the steps after it are retrained once each. Returns the state and, on a fallback, its record.
+ * Only proven corruption falls back: while the store cannot be read (StoreUnavailable, a refusal, a full
+ * disk, EMFILE) it tries again, pausing 2 s doubling to 30 s, for `waitS` seconds, then gives up with
+ * nothing written.
  */
-export async function verifiedRestartState(store: ArtifactStore, state: RunStateFile, now = new Date()): Promise<{ state: RunStateFile; fallback?: FallbackRecord }> {
-  const problem = await checkpointProblem(store, state);
-  if (problem === undefined) return { state };
-  const plan = await planFallback(store, state, problem, 'restart', now.toISOString());
-  await commitFallback(store, plan);
-  return { state: plan.state, fallback: plan.record };
+export async function verifiedRestartState(store: ArtifactStore, state: RunStateFile, now = new Date(),
+  opts: { waitS?: number; onWait?: (reason: string, error: string, pauseS: number) => void; sleep?: (ms: number) => Promise<void> } = {}): Promise<{ state: RunStateFile; fallback?: FallbackRecord }> {
+  const sleep = opts.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  const deadline = Date.now() + (opts.waitS ?? RESTART_STORE_WAIT_S) * 1000;
+  for (let pause = 2; ; pause = Math.min(pause * 2, 30)) {
+    try {
+      const problem = await checkpointProblem(store, state);
+      if (problem === undefined) return { state };
+      const plan = await planFallback(store, state, problem, 'restart', now.toISOString());
+      await commitFallback(store, plan);
+      return { state: plan.state, fallback: plan.record };
+    } catch (err) {
+      const reason = err instanceof StoreUnavailableError ? 'waiting-for-store' : err instanceof DiskFullError ? 'waiting-for-disk' : undefined;
+      if (!reason) throw err;
+      if (Date.now() + pause * 1000 > deadline) {
+        throw new CliError(`could not verify the checkpoints of run "${state.runId}" in ${store.url}: ${(err as Error).message}\n` +
+          `This is not corruption: nothing was written and the run was not restarted. Fix: when the store answers again (or the disk has space), rerun ratchet restart ${state.runId}` +
+          ` (--store-wait <seconds> waits longer)`, EXIT.notReady);
+      }
+      opts.onWait?.(reason, (err as Error).message, pause);
+      await sleep(pause * 1000);
+    }
+  }
 }
 
 export function register(program: Command): void {
@@ -77,8 +110,11 @@ export function register(program: Command): void {
     .argument('<run>', 'run id')
     .option('--config <path>', 'run config, needed only for a run that never completed a step')
     .option('--wait', 'follow the restarted run')
+    .option('--store-wait <seconds>', 'how long to wait for a store that cannot be read (or a full disk) while verifying checkpoints', String(RESTART_STORE_WAIT_S))
     .addHelpText('after', '\nExamples:\n  $ ratchet restart smoke-1\n  $ ratchet restart smoke-1 --wait')
-    .action(async (run: string, opts: { config?: string; wait?: boolean }, cmd: Command) => {
+    .action(async (run: string, opts: { config?: string; wait?: boolean; storeWait: string }, cmd: Command) => {
+      const waitS = Number(opts.storeWait);
+      if (!Number.isFinite(waitS) || waitS < 0) throw new CliError(`--store-wait: "${opts.storeWait}" is not a number of seconds >= 0. Fix: --store-wait 300`, EXIT.usage);
       const { client, close } = await connectClient(cmd.optsWithGlobals());
       try {
         let status: string;
@@ -91,11 +127,16 @@ export function register(program: Command): void {
         } catch (err) {
           notFound(err, `run "${run}"`);
         }
+        // Before the store is read or written: a running or completed run is left as it is.
+        checkRestartable(run, status);
         // The run's own store: --config's [artifacts], else the settings the run recorded in its memo, else the default.
         const artifacts = await runArtifacts(run, { config: opts.config, client: async () => client });
         const runStore = storeFor(artifacts, defaultStore());
         const recorded = await readRunState(run, runStore);
-        const checked = recorded && await verifiedRestartState(runStore, recorded);
+        const checked = recorded && await verifiedRestartState(runStore, recorded, new Date(), {
+          waitS,
+          onWait: (reason, error, pauseS) => console.log(`${c.yellow(reason)}: ${error}; trying again in ${pauseS} s`),
+        });
         if (checked?.fallback) {
           const f = checked.fallback;
           console.log(`${c.yellow('checkpoint fallback')}: the checkpoint of step ${f.bad.step} does not verify (${f.bad.error}); ` +

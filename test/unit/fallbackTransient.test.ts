@@ -14,6 +14,8 @@ import type { ArtifactRef } from '../../src/artifacts/ref';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { createCheckpointFallbackActivities } from '../../src/activities/checkpointFallback';
 import { createMetricsActivities } from '../../src/activities/metrics';
+import { verifiedRestartState } from '../../src/cli/restart';
+import { CliError, EXIT } from '../../src/cli/exit';
 import type { RunStateFile, StepRecord } from '../../src/contracts';
 import { checkpointProblem, planFallback } from '../../src/records/fallback';
 import { ref } from './workflowFakes';
@@ -122,5 +124,29 @@ describe('a verification error that is not corruption (issue 39, item 1)', () =>
     const res = await fallBackToVerifiedCheckpoint({ state, error: 'ArtifactError: corrupt', time: '2026-01-01T03:00:00.000Z' });
     expect(res).toMatchObject({ fellBack: true, record: { used: { step: 1 }, retrained_steps: [2] } });
     expect(await fallbacks()).toHaveLength(1);
+  });
+
+  it('ratchet restart waits (waiting-for-store) while the store cannot be read, then verifies: no fallback', async () => {
+    let failures = 2;
+    const { store, ckpts, state, fallbacks } = await run(() => new StoreUnavailableError('s3://b/p', 'ECONNREFUSED'));
+    store.failing.add(ckpts[2]!.checkpoint.uri);
+    const waits: string[] = [];
+    const res = await verifiedRestartState(store, state, new Date(), {
+      waitS: 60, sleep: async () => { if (--failures === 0) store.failing.clear(); },
+      onWait: (reason) => waits.push(reason),
+    });
+    expect(waits).toEqual(['waiting-for-store', 'waiting-for-store']);
+    expect(res).toEqual({ state });
+    expect(await fallbacks()).toEqual([]);
+  });
+
+  it('ratchet restart gives up after --store-wait with nothing written (waiting-for-disk on ENOSPC)', async () => {
+    const { store, ckpts, state, fallbacks } = await run(() => errno('ENOSPC'));
+    store.failing.add(ckpts[2]!.checkpoint.uri);
+    const waits: string[] = [];
+    const err = await verifiedRestartState(store, state, new Date(), { waitS: 0, sleep: async () => undefined, onWait: (r) => waits.push(r) }).then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(CliError);
+    expect(err).toMatchObject({ code: EXIT.notReady, message: expect.stringMatching(/disk full.*not corruption: nothing was written.*Fix:/s) });
+    expect(await fallbacks()).toEqual([]);
   });
 });
