@@ -41,7 +41,7 @@ export function createRolloutSummaryActivities({ store }: { store: ArtifactStore
     async rolloutStatsOf(input: RolloutStatsInput): Promise<RolloutStats & { rollouts: number }> {
       return withStoreErrors(async () => {
         const all = await readRolloutSummaries(store, input.summaries, input.artifacts);
-        return { ...rolloutStats(all, input.trainerPolicyVersion), rollouts: all.length };
+        return { ...rolloutStats(all, input.trainerPolicyVersion, input.limitEnded), rollouts: all.length };
       });
     },
   } satisfies RolloutSummaryActivities;

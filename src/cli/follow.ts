@@ -17,7 +17,15 @@ export function stepLine(r: ReportStep): string {
   const comps = Object.entries(r.components).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(' · ');
   const wall = Date.parse(r.finished_at) - Date.parse(r.started_at);
   return `${c.bold(`step ${String(r.step).padStart(4)}`)}  v${String(r.policy_version).padEnd(3)} reward ${c.cyan(fmtReward(r.reward.mean))} ±${r.reward.std.toFixed(3)}` +
-    `  ${c.dim(comps ? `[${comps}]` : '')}  ${r.episodes ?? r.rollouts} eps  ${fmtMs(wall)}`;
+    `  ${c.dim(comps ? `[${comps}]` : '')}  ${r.episodes ?? r.rollouts} eps${signalText(r)}  ${fmtMs(wall)}`;
+}
+
+/** Informative groups (of those rolled out), the version that sampled the step, refill rounds: absent from older records. */
+function signalText(r: ReportStep): string {
+  if (r.informative_groups === undefined) return '';
+  const refill = r.refill_rounds ? ` in ${r.refill_rounds + 1} rounds` : '';
+  const by = r.sampling_policy_version !== undefined ? ` · sampled by v${r.sampling_policy_version}` : '';
+  return `  ${r.informative_groups}/${r.groups ?? '?'} informative groups${refill}${by}`;
 }
 
 /** One control action as `ratchet status` shows it: what, who, why. */

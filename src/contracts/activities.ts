@@ -97,6 +97,8 @@ export interface RolloutStatsInput {
   summaries: ArtifactRef;
   trainerPolicyVersion: number;
   artifacts?: StoreSettings;
+  /** [orchestrator] limit_ended, for the informative-group count (absent: "score"). */
+  limitEnded?: 'score' | 'mask';
 }
 
 export interface RolloutSummaryActivities {

@@ -160,6 +160,28 @@ export const StepRecord = z.object({
   shell_commands: Counts.optional(),
   /** Policy-version lag of this step's rollouts -> count. */
   staleness_histogram: Counts.optional(),
+  /**
+   * Groups (tasks) the step rolled out, and the informative ones: their baseline rewards differ, so
+   * they carry a learning signal (src/samples/groupSignal.ts). Absent in records from before them.
+   */
+  groups: z.number().int().nonnegative().optional(),
+  informative_groups: z.number().int().nonnegative().optional(),
+  /** The policy version the step's rollouts were started on (with async_level >= 1, older than the trainer's). */
+  sampling_policy_version: z.number().int().nonnegative().optional(),
+  /**
+   * Online difficulty filtering ([orchestrator] difficulty_filter): the rounds of groups sampled to reach
+   * batch_size informative groups, each with the policy version that sampled it; only informative groups
+   * were trained on. Absent when the filter is off.
+   */
+  refill: z.object({
+    target: z.number().int().nonnegative(),
+    rounds: z.array(z.object({
+      round: z.number().int().nonnegative(),
+      groups: z.number().int().nonnegative(),
+      informative_groups: z.number().int().nonnegative(),
+      policy_version: z.number().int().nonnegative(),
+    })),
+  }).optional(),
   /** The trainer's step metrics (TrainerStepMetrics) and `restarts`, or `{ skipped: true }`. */
   trainer: z.record(z.string(), z.unknown()).default({}),
   /** Set when the step trained on nothing (e.g. EmptyBatch: no trainable token), with the cause. */

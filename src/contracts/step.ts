@@ -51,6 +51,9 @@ export interface RolloutStats {
   /** Distinct sandbox image ids and environments of the rollouts (their summaries' provenance), sorted; absent when none reported them. */
   sandboxImageDigests?: string[];
   envModules?: { id: string; version: string; sha256: string }[];
+  /** Groups (tasks) among the rollouts, and those whose baseline rewards differ: the only ones with a learning signal. */
+  groups?: number;
+  informativeGroups?: number;
   /** The step's sandboxes, summed over its rollouts' summaries (absent when none carries figures: older workers). */
   sandbox?: { containers: number; container_s: number; cpu_s: number };
 }

@@ -57,6 +57,8 @@ export interface ReportData {
   evalSweeps: EvalSweepRow[];
   /** Per step with a recorded lineage: its build and the first 12 hex of its batch and adapter sha256. */
   lineage: { step: number; build?: string; batch?: string; adapter?: string }[];
+  /** Per step that recorded them: groups rolled out, informative groups, refill rounds and the version that sampled it. */
+  signal: { step: number; groups?: number; informative: number; refillRounds: number; sampledBy?: number }[];
   /**
    * The cost ledger: per figure, its total over the report's steps that recorded one, its mean per such
    * step and the last step's; `perStep` for the plot (null where a step has no cost, older records).
@@ -219,6 +221,11 @@ export function buildReportData(runId: string, records: ReportStep[], evals: Eva
       ...(r.lineage!.build ? { build: `${r.lineage!.build.deployment}.${r.lineage!.build.build_id}` } : {}),
       ...(r.lineage!.batch_sha256 ? { batch: r.lineage!.batch_sha256.slice(0, 12) } : {}),
       ...(r.lineage!.trainer.adapter_sha256 ? { adapter: r.lineage!.trainer.adapter_sha256.slice(0, 12) } : {}),
+    })),
+    signal: sorted.filter((r) => r.informative_groups !== undefined).map((r) => ({
+      step: r.step, informative: r.informative_groups!, refillRounds: r.refill_rounds ?? 0,
+      ...(r.groups !== undefined ? { groups: r.groups } : {}),
+      ...(r.sampling_policy_version !== undefined ? { sampledBy: r.sampling_policy_version } : {}),
     })),
     cost: buildCostData(sorted),
     ...(baseline ? { baseline: buildBaselineSeries(baseline.runId, baseline.records, sorted.map((r) => r.step)) } : {}),

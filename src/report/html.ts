@@ -240,6 +240,13 @@ function lineageTable(data: ReportData): string {
   return `<table><thead><tr><th class="num">step</th><th>build</th><th>batch sha256</th><th>adapter sha256</th><th>all of it</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
+function signalTable(data: ReportData): string {
+  if (!data.signal.length) return '<p class="empty">No informative-group counts recorded in this run (steps from before them).</p>';
+  const rows = data.signal.map((s) => `<tr><td class="num">${s.step}</td><td class="num">${s.sampledBy !== undefined ? `v${s.sampledBy}` : '-'}</td>` +
+    `<td class="num">${s.groups ?? '-'}</td><td class="num">${s.informative}</td><td class="num">${s.refillRounds}</td></tr>`).join('');
+  return `<table><thead><tr><th class="num">step</th><th class="num">sampled by</th><th class="num">groups</th><th class="num">informative</th><th class="num">refill rounds</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
 function controlTable(data: ReportData): string {
   if (!data.controls.length) return '<p class="empty">No control actions recorded in this run.</p>';
   const rows = data.controls.map((a) => {
@@ -308,6 +315,7 @@ ${section('staleness', 'Staleness', 'Samples by how many policy versions their r
 </div>
 ${section('cost', 'What the run cost', 'The cost ledger, per step: sandbox containers and their Docker container-seconds and CPU-seconds, trainer CPU and GPU seconds, tokens generated and trained, TrainRun\'s history events. Budgets ([budget], <code>ratchet set --budget</code>) bound the run\'s totals.',
     `${costTable(data)}${data.cost ? canvas('chart-cost', 220) : ''}`, true)}
+${section('signal', 'Learning signal per step', 'Groups rolled out, and the informative ones: their rewards were not all alike, so only they had a non-zero advantage. With [orchestrator] difficulty_filter, uniform groups are dropped and refill rounds sample more; "sampled by" is the policy version the step\'s rollouts started on.', signalTable(data), true)}
 ${section('lineage', 'Lineage', `Where each step came from: the worker build, the batch and the adapter it produced. Everything recorded (task rows, env and sampling settings, rollout policy versions, seeds, checkpoints): <code>ratchet lineage ${escapeHtml(data.runId)} &lt;step&gt;</code>.`, lineageTable(data), true)}
 ${section('controls', 'Control actions', 'Every pause, resume, stop and settings change the run accepted: who sent it, why, and the step whose record holds it (`ratchet pause|resume|stop|set --reason`). Changes take effect at the next step boundary.', controlTable(data), true)}
 ${section('evals', 'Evaluation across policy versions', 'EvalSweep results on held-out task sets: unbiased pass@k where tests decide, localization F1, reward.', `${evalCharts}${evalTable(data)}${evalSweepTable(data)}`, data.evals.length > 0 || data.evalSweeps.length > 0)}

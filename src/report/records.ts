@@ -50,6 +50,11 @@ export interface ReportStep {
   cost?: Cost;
   /** The eval sweep started on this step's checkpoint ([eval] every_steps). */
   eval_sweep?: EvalSweepStarted;
+  /** Groups rolled out and the informative ones (rewards not all alike); the policy version that sampled the step; refill rounds. */
+  groups?: number;
+  informative_groups?: number;
+  sampling_policy_version?: number;
+  refill_rounds?: number;
 }
 
 /**
@@ -100,6 +105,10 @@ export function reportStep(r: StepRecord): ReportStep {
     ...(r.lineage ? { lineage: r.lineage } : {}),
     ...(r.cost ? { cost: r.cost } : {}),
     ...(r.eval_sweep ? { eval_sweep: r.eval_sweep } : {}),
+    ...(r.groups !== undefined ? { groups: r.groups } : {}),
+    ...(r.informative_groups !== undefined ? { informative_groups: r.informative_groups } : {}),
+    ...(r.sampling_policy_version !== undefined ? { sampling_policy_version: r.sampling_policy_version } : {}),
+    ...(r.refill ? { refill_rounds: r.refill.rounds.length - 1 } : {}),
   };
 }
 

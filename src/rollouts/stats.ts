@@ -5,8 +5,10 @@
  */
 import type { RolloutStats } from '../contracts/step';
 import type { RolloutSummary } from '../contracts/trajectory';
+import { groupSignal, type LimitEnded } from '../samples/groupSignal';
 
-export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: number): RolloutStats {
+/** `limitEnded`: the run's [orchestrator] limit_ended, which decides which rollouts are in a group's baseline. */
+export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: number, limitEnded?: LimitEnded): RolloutStats {
   // Infrastructure failures and tasks that could not be set up carry no reward: they are
   // counted (stopReasons) but never scored. (Inline, not isUnscored: workflow code imports little.)
   const scored = rollouts.filter((r) => r.stop_reason !== 'infra_error' && r.stop_reason !== 'setup_error');
@@ -52,6 +54,7 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     }
   }
   const components = Object.fromEntries(Object.keys(sums).sort().map((k) => [k, round(sums[k]! / ns)]));
+  const signal = groupSignal(rollouts, limitEnded);
   return {
     meanReward: round(mean),
     rewardStd: round(Math.sqrt(variance)),
@@ -64,6 +67,8 @@ export function rolloutStats(rollouts: RolloutSummary[], trainerPolicyVersion: n
     stalenessHistogram,
     toolsUsed,
     shellCommands,
+    groups: signal.groups.length,
+    informativeGroups: signal.informative.length,
     ...(images.size ? { sandboxImageDigests: [...images].sort() } : {}),
     ...(envs.size ? { envModules: [...envs.keys()].sort().map((k) => envs.get(k)!) } : {}),
     ...(sandbox ? { sandbox: { containers: sandbox.containers, container_s: round3(sandbox.container_s), cpu_s: round3(sandbox.cpu_s) } } : {}),

@@ -47,6 +47,10 @@ export interface FinishedStep {
   epoch?: number;
   /** The eval sweep this step's checkpoint gets (the in-run eval cadence), started right after the record. */
   evalSweep?: EvalSweepStarted;
+  /** The policy version the step's rollouts were started on. */
+  samplingPolicyVersion?: number;
+  /** The rounds of online difficulty filtering, when it is on. */
+  refill?: StepRecord['refill'];
   /** The cost ledger: TrainRun's history events over the step, and the run's cost before it (absent: nothing recorded). */
   temporalEvents?: number;
   /** StepRollouts' and its shards' history events (StepRolloutsResult.events). */
@@ -96,6 +100,10 @@ export function stepRecord(f: FinishedStep): StepRecord {
     tool_calls_by_tool: stats.toolsUsed,
     shell_commands: stats.shellCommands,
     staleness_histogram: stats.stalenessHistogram,
+    ...(stats.groups !== undefined ? { groups: stats.groups } : {}),
+    ...(stats.informativeGroups !== undefined ? { informative_groups: stats.informativeGroups } : {}),
+    ...(f.samplingPolicyVersion !== undefined ? { sampling_policy_version: f.samplingPolicyVersion } : {}),
+    ...(f.refill ? { refill: f.refill } : {}),
     trainer: f.trained ? { ...f.trained.metrics, restarts: f.trained.restarts } : { skipped: true },
     ...(f.error ? { error: f.error } : {}),
     timing_ms: {

@@ -387,8 +387,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
 
       run.phase = 'metrics';
       const stats = rollouts
-        ? { ...rolloutStats(rollouts, versionBefore), rollouts: rollouts.length }
-        : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts });
+        ? { ...rolloutStats(rollouts, versionBefore, orch.limit_ended), rollouts: rollouts.length }
+        : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts, limitEnded: orch.limit_ended });
       const record = stepRecord({
         lineage: stepLineage({
           build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.inlineTasks ?? current.tasks, ...(current.manifest ? { stepManifest: current.manifest } : {}), versionBefore,
@@ -397,7 +397,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
           sandboxImageDigests: stats.sandboxImageDigests, envModules: stats.envModules,
         }),
         build: buildOf(), control: run.takeControls(), overrides: Object.keys(run.overrides).length ? { ...run.overrides } : undefined,
-        runId, step, versionBefore, policyVersion: run.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
+        runId, step, versionBefore, policyVersion: run.policyVersion, samplingPolicyVersion: current.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync }, epoch,
         temporalEvents: workflowInfo().historyLength - events0, runCostBefore: run.cost,
         ...(!Array.isArray(childResult) && childResult.events !== undefined ? { temporalChildEvents: childResult.events } : {}),
