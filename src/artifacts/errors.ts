@@ -13,7 +13,22 @@ export class StoreUnavailableError extends Error {
   }
 }
 
-/** A setting is wrong (no such bucket, credentials missing or refused): retrying cannot help. */
+/**
+ * The store answered but refused this host (credentials refused, rotated or expired, a token expired,
+ * the host's clock too far off, the bucket gone). Mid-run an operator fixes these (new keys, the
+ * clock, the bucket recreated), so the run waits like for an unreachable store (its type is
+ * StoreUnavailable), with the store's error named. Before a run starts (checkStore, in openRun) it is
+ * a StoreConfigError with `configMessage`.
+ */
+export class StoreRefusedError extends StoreUnavailableError {
+  constructor(storeUrl: string, readonly storeError: string, readonly configMessage: string, fix: string) {
+    super(storeUrl, `the store refused the request (${storeError})`);
+    this.message = `artifact store ${storeUrl} refused the request (${storeError}). The run waits (status waiting-for-store) and resumes when it is accepted again. Fix: ${fix}`;
+    this.name = 'StoreRefusedError';
+  }
+}
+
+/** A setting is wrong (no such bucket, credentials missing or refused, at the start): retrying cannot help. */
 export class StoreConfigError extends Error {
   static readonly type = 'StoreConfigError';
   constructor(message: string) {

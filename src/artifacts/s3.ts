@@ -11,7 +11,7 @@ import {
   S3ServiceException,
 } from '@aws-sdk/client-s3';
 import { paths } from '../shared/paths';
-import { StoreConfigError, StoreUnavailableError } from './errors';
+import { StoreConfigError, StoreRefusedError, StoreUnavailableError } from './errors';
 import type { ArtifactRef } from './ref';
 import {
   ArtifactIntegrityError,
@@ -220,7 +220,7 @@ export class S3ArtifactStore implements ArtifactStore {
     return dest;
   }
 
-  /** Checks the bucket answers with these credentials: the preflight before a run starts. */
+  /** Checks the bucket answers with these credentials: the preflight before a run starts (checkStore makes a refusal a config error). */
   async check(): Promise<void> {
     await this.send(() => this.client.send(new HeadBucketCommand({ Bucket: this.bucket })), '');
   }
@@ -250,15 +250,27 @@ export class S3ArtifactStore implements ArtifactStore {
     const status = e.$metadata?.httpStatusCode;
     const name = e.name ?? '';
     const where = this.settings.endpoint ? ` at ${this.settings.endpoint}` : '';
+    // The store answered but refused: at the start (checkStore) a config error, mid-run a wait naming the store's error.
     if (name === 'NoSuchBucket' || (status === 404 && objectKey === '')) {
-      return new StoreConfigError(`[artifacts] url: bucket "${this.bucket}" does not exist${where}. Fix: create it (e.g. \`aws s3 mb s3://${this.bucket}\`), or correct the bucket in [artifacts] url`);
+      return new StoreRefusedError(this.url + where, name || 'HTTP 404: no such bucket',
+        `[artifacts] url: bucket "${this.bucket}" does not exist${where}. Fix: create it (e.g. \`aws s3 mb s3://${this.bucket}\`), or correct the bucket in [artifacts] url`,
+        `the bucket "${this.bucket}" is gone: restore it, or recreate it and put back the run's objects (runs/<run>/) from a backup`);
     }
     if (name === 'CredentialsProviderError' || /Could not load credentials/i.test(e.message)) {
-      return new StoreConfigError(`[artifacts] url ${this.url}: no AWS credentials on this host. Fix: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for the worker; they never go in the run config`);
+      return new StoreRefusedError(this.url + where, `${name || 'CredentialsProviderError'}: ${e.message}`,
+        `[artifacts] url ${this.url}: no AWS credentials on this host. Fix: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for the worker; they never go in the run config`,
+        'give this host credentials again (AWS_PROFILE\'s file, the instance role or the token file the SDK reads)');
     }
-    if (['InvalidAccessKeyId', 'SignatureDoesNotMatch', 'AccessDenied', 'Forbidden'].includes(name) || status === 403) {
-      return new StoreConfigError(`[artifacts] url ${this.url}: the store refused this host's credentials (${name || `HTTP ${status}`})${where}. ` +
-        'Fix: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and that they may read and write the bucket');
+    if (name === 'RequestTimeTooSkewed') {
+      return new StoreRefusedError(this.url + where, `${name}: ${e.message}`,
+        `[artifacts] url ${this.url}: the store refused this host's clock (${name})${where}. Fix: sync the clock (chrony or systemd-timesyncd)`,
+        'sync this host\'s clock (chronyc makestep, or systemd-timesyncd)');
+    }
+    if (REFUSED.includes(name) || status === 403) {
+      return new StoreRefusedError(this.url + where, `${name || `HTTP ${status}`}: ${e.message}`,
+        `[artifacts] url ${this.url}: the store refused this host's credentials (${name || `HTTP ${status}`})${where}. ` +
+          'Fix: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and that they may read and write the bucket',
+        'give this host valid keys again (rotated or expired keys or token: update them where the SDK reads them; a worker that reads them from its environment needs a restart) and check they may read and write the bucket');
     }
     if (isNotFound(err)) return err;
     if (name === 'PermanentRedirect' || name === 'AuthorizationHeaderMalformed') {
@@ -269,6 +281,10 @@ export class S3ArtifactStore implements ArtifactStore {
     return new StoreUnavailableError(this.url + where, `${name || 'error'}: ${e.message}`);
   }
 }
+
+/** Errors of a store that answered but refused these credentials or this request's signature, token or clock. */
+const REFUSED = ['InvalidAccessKeyId', 'SignatureDoesNotMatch', 'AccessDenied', 'Forbidden', 'ExpiredToken', 'ExpiredTokenException',
+  'InvalidToken', 'TokenRefreshRequired', 'InvalidClientTokenId'];
 
 function isNotFound(err: unknown): boolean {
   const e = err as { name?: string; $metadata?: { httpStatusCode?: number } };

@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ApplicationFailure } from '@temporalio/common';
 import { paths } from '../shared/paths';
-import { DiskFullError, diskFullFrom, StoreConfigError, StoreUnavailableError } from './errors';
+import { DiskFullError, diskFullFrom, StoreConfigError, StoreRefusedError, StoreUnavailableError } from './errors';
 import type { ArtifactRef } from './ref';
 import type { StoreSettings } from './settings';
 import { S3ArtifactStore } from './s3';
@@ -57,14 +57,20 @@ export function storeForRef(ref: ArtifactRef, settings: StoreSettings | undefine
 
 /**
  * Before a run starts: the store answers, the bucket exists, the credentials work.
- * Throws StoreConfigError / StoreUnavailableError whose messages name the setting and the fix.
+ * Throws StoreConfigError / StoreUnavailableError whose messages name the setting and the fix
+ * (a refusal, which mid-run is a wait, is a StoreConfigError here).
  */
 export async function checkStore(store: ArtifactStore): Promise<void> {
-  if (store instanceof S3ArtifactStore) {
+  if (!(store instanceof S3ArtifactStore)) return;
+  try {
     await store.check();
     // Reading the bucket is not writing it: a probe object proves both.
     const probe = await store.put('.ratchet-probe', `checked ${new Date().toISOString()}`);
     await store.get(probe);
+  } catch (err) {
+    // Before a run starts, a refusal (credentials, clock, no bucket) is the config to fix; mid-run the run waits on it.
+    if (err instanceof StoreRefusedError) throw new StoreConfigError(err.configMessage);
+    throw err;
   }
 }
 

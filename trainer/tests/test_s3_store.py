@@ -14,7 +14,7 @@ import torch
 
 from ratchet_trainer.core import Trainer, load_batch, restore_checkpoint, save_checkpoint
 from ratchet_trainer.core.artifacts import ArtifactError
-from ratchet_trainer.core.store import S3Store, StoreConfigError, StoreUnavailable, store_for
+from ratchet_trainer.core.store import S3Store, StoreUnavailable, store_for
 from helpers import make_cfg, make_samples, on_policy_batch, snapshot
 
 PORT = int(os.environ.get("RATCHET_MINIO_PORT", "9100"))
@@ -85,10 +85,16 @@ def test_batch_read_from_s3_and_a_damaged_object_is_refused(tmp_path, settings):
         load_batch(refs[0], refs[1], store)
 
 
-def test_wrong_bucket_and_store_down_are_typed(tmp_path):
+def test_wrong_bucket_refused_keys_and_store_down_are_waits(tmp_path, monkeypatch):
+    """The trainer works mid-run only (openRun checked the store first): a bucket gone or keys refused
+    (rotated, expired) is a wait naming the store's error (issue 39, item 4), like a store that is down."""
     wrong = S3Store({"url": "s3://no-such-bucket-ratchet/p", "endpoint": ENDPOINT}, tmp_path)
-    with pytest.raises(StoreConfigError, match=r'bucket .no-such-bucket-ratchet. does not exist.*Fix'):
+    with pytest.raises(StoreUnavailable, match=r"refused the request \(NoSuchBucket.*waiting-for-store.*Fix: the bucket is gone"):
         wrong.put_bytes("k", b"v")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "rotated-away")
+    refused = S3Store({"url": f"s3://{BUCKET}/p", "endpoint": ENDPOINT}, tmp_path)
+    with pytest.raises(StoreUnavailable, match=r"refused the request \(SignatureDoesNotMatch.*Fix: give the trainer host valid keys"):
+        refused.put_bytes("k", b"v")
     down = S3Store({"url": f"s3://{BUCKET}/p", "endpoint": "http://127.0.0.1:9"}, tmp_path)
     with pytest.raises(StoreUnavailable, match="unreachable"):
         down.put_bytes("k", b"v")

@@ -44,6 +44,16 @@ class StoreConfigError(ValueError):
     """A wrong setting (bucket, credentials): retrying cannot help."""
 
 
+_KEYS_FIX = ("give the trainer host valid keys again (rotated or expired keys or token: update them where the SDK "
+             "reads them; a worker that reads them from its environment needs a restart), allowed to read and write the bucket")
+# A store that answered but refused: mid-run an operator fixes it (keys, clock, bucket), so the run waits.
+_REFUSED = {
+    "NoSuchBucket": "the bucket is gone: restore it, or recreate it and put back the run's objects (runs/<run>/) from a backup",
+    "RequestTimeTooSkewed": "sync this host's clock (chronyc makestep, or systemd-timesyncd)",
+    **{c: _KEYS_FIX for c in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Forbidden", "403", "ExpiredToken",
+                              "ExpiredTokenException", "InvalidToken", "TokenRefreshRequired", "InvalidClientTokenId")},
+}
+
 # "No space left on device" and "Disk quota exceeded": an operator frees space, the run resumes.
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -131,18 +141,19 @@ class S3Store:
         try:
             return fn(*args, **kwargs)
         except NoCredentialsError as e:
-            raise StoreConfigError(f"[artifacts] url {self.url}: no AWS credentials on the trainer host. "
-                                   "Fix: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for the trainer worker") from e
+            # The trainer works mid-run only (openRun checked the store before the run started): a refusal is a wait.
+            raise StoreUnavailable(f"artifact store {self.url}{where} refused the request (NoCredentialsError: {e}). The run waits "
+                                   "(status waiting-for-store). Fix: give the trainer host credentials again (AWS_ACCESS_KEY_ID / "
+                                   "AWS_SECRET_ACCESS_KEY, AWS_PROFILE's file, the instance role)") from e
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise FileNotFoundError(code) from e
-            if code == "NoSuchBucket":
-                raise StoreConfigError(f"[artifacts] url: bucket {self.bucket!r} does not exist{where}. Fix: create it, or correct [artifacts] url") from e
-            if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403") or status == 403:
-                raise StoreConfigError(f"[artifacts] url {self.url}: the store refused the trainer host's credentials ({code}){where}. "
-                                       "Fix: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)") from e
+            if code in _REFUSED or status == 403:
+                raise StoreUnavailable(f"artifact store {self.url}{where} refused the request ({code or status}: "
+                                       f"{e.response.get('Error', {}).get('Message', '')}). The run waits (status waiting-for-store). "
+                                       f"Fix: {_REFUSED.get(code, _REFUSED['AccessDenied'])}") from e
             if status >= 500:
                 raise StoreUnavailable(f"artifact store {self.url}{where} answered HTTP {status} ({code}); the run waits for it") from e
             raise
