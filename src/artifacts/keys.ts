@@ -12,6 +12,7 @@
  *   records/steps/<step>-<sha16>.json            one step record, content-keyed, created once (0.6 on)
  *   records/states/<epoch>-<completed step>-<sha16>.json  one run state, content-keyed, created once
  *   records/fallbacks/<epoch>-<sha16>.json       a checkpoint fallback: the bad checkpoint, the one used, the steps retrained
+ *   records/reverts/<epoch>-<sha16>.json         `ratchet fallback revert`: a fallback undone, who and why
  *   report.html                                  `ratchet report`'s default output
  *   tensorboard/  wandb/                         local metric sinks (on an S3 store: under this host's artifacts dir)
  *   steps/<step>/rollouts/<group>/<i>-<sha16>.json  a trajectory, keyed by its content (older runs: <i>.json)
@@ -67,6 +68,9 @@ export const runKeys = {
   /** A checkpoint fallback record (epoch = the epoch it starts). */
   fallbackRecord: (runId: string, epoch: number, contentSha256: string): string =>
     `${run(runId)}/records/fallbacks/${epoch}-${contentSha256.slice(0, 16)}.json`,
+  /** A fallback revert record (epoch = the epoch it starts). */
+  revertRecord: (runId: string, epoch: number, contentSha256: string): string =>
+    `${run(runId)}/records/reverts/${epoch}-${contentSha256.slice(0, 16)}.json`,
   /** A local metrics sink's directory (TensorBoard event files, W&B's offline run). */
   sink: (runId: string, sink: 'tensorboard' | 'wandb' | (string & {})): string => `${run(runId)}/${sink}`,
 

@@ -269,3 +269,24 @@ export const FallbackRecord = z.object({
   retrained_steps: z.array(z.number().int().nonnegative()),
 });
 export type FallbackRecord = z.infer<typeof FallbackRecord>;
+
+/**
+ * A checkpoint fallback undone (`ratchet fallback revert`; runs/<run>/records/reverts/): the fallback of epoch
+ * `reverts` was wrong (committed on an error that was not corruption). It voids every record of that epoch,
+ * its own voiding no longer counts, and the run's state is the one it had before that fallback, in
+ * `epoch` (above every epoch before it, so it wins). Recorded like a control: who, why, when.
+ */
+export const FallbackRevertRecord = z.object({
+  format: z.literal('ratchet.fallback-revert/v1'),
+  run_id: z.string(),
+  /** The epoch this revert starts: one above the reverted fallback's. */
+  epoch: z.number().int().positive(),
+  /** The epoch of the fallback reverted. */
+  reverts: z.number().int().positive(),
+  time: z.string().datetime({ offset: true }),
+  identity: z.string(),
+  reason: z.string(),
+  /** The state the run has again: the fallback's bad step and checkpoint, which verify. */
+  restored: z.object({ step: z.number().int(), checkpoint: ArtifactRef.optional(), adapter: ArtifactRef.optional(), policy_version: z.number().int() }),
+});
+export type FallbackRevertRecord = z.infer<typeof FallbackRevertRecord>;

@@ -1,6 +1,6 @@
 /**
  * A run's records in its artifact store, appended and never rewritten (docs/contracts.md, "Artifact
- * layout"): one object per step record, run state and checkpoint fallback under runs/<run>/records/,
+ * layout"): one object per step record, run state, checkpoint fallback and fallback revert under runs/<run>/records/,
  * each content-keyed and created only where absent (ArtifactStore.putIfAbsent: a hard link locally,
  * If-None-Match on S3). A stale attempt can add an object but never replace or roll back one; readers
  * pick the winners (./winners.ts). Runs written before 0.6 have metrics.jsonl and state.json instead:
@@ -8,7 +8,7 @@
  */
 import { runKeys } from '../artifacts/keys';
 import { type ArtifactStore, sha256 } from '../artifacts/store';
-import { FallbackRecord, RunStateFile, StepRecord } from '../contracts/records';
+import { FallbackRecord, FallbackRevertRecord, RunStateFile, StepRecord } from '../contracts/records';
 import { winningState, winningSteps } from './winners';
 
 export interface RunRecords {
@@ -17,6 +17,8 @@ export interface RunRecords {
   /** Every step record there is (appended objects, then legacy metrics.jsonl lines not superseded). */
   all: StepRecord[];
   fallbacks: FallbackRecord[];
+  /** Fallbacks undone (`ratchet fallback revert`). */
+  reverts: FallbackRevertRecord[];
 }
 
 /** Appends a step record; a retry of the same record finds its own object. `created`: this call wrote it. */
@@ -47,6 +49,17 @@ export async function appendFallback(store: ArtifactStore, fallback: FallbackRec
   await store.putIfAbsent(runKeys.fallbackRecord(fallback.run_id, fallback.epoch, sha256(text)), text);
 }
 
+/** Appends a fallback revert record (before the state it restores: a reader must know the voided epoch first). */
+export async function appendRevert(store: ArtifactStore, revert: FallbackRevertRecord): Promise<void> {
+  const text = JSON.stringify(revert);
+  await store.putIfAbsent(runKeys.revertRecord(revert.run_id, revert.epoch, sha256(text)), text);
+}
+
+/** Every run state record (not state.json's copy): a revert restores the one before a fallback. */
+export async function readStateRecords(store: ArtifactStore, runId: string): Promise<RunStateFile[]> {
+  return readObjects(store, `${runKeys.records(runId)}/states`, RunStateFile);
+}
+
 /**
  * Every record of the run and the winning step records. A record object that does not parse fails loudly.
  * `legacy: false`: the appended records only (a reader with its own parser for metrics.jsonl: the report).
@@ -54,16 +67,17 @@ export async function appendFallback(store: ArtifactStore, fallback: FallbackRec
 export async function readRunRecords(store: ArtifactStore, runId: string, opts: { legacy?: boolean } = {}): Promise<RunRecords> {
   const appended = await readObjects(store, `${runKeys.records(runId)}/steps`, StepRecord);
   const fallbacks = await readObjects(store, `${runKeys.records(runId)}/fallbacks`, FallbackRecord);
+  const reverts = await readObjects(store, `${runKeys.records(runId)}/reverts`, FallbackRevertRecord);
   const recorded = new Set(appended.map((r) => r.step));
   // A run started on 0.5 and carried on by 0.6 workers has both: an appended record wins over the line.
   const legacy = (opts.legacy === false ? [] : await readLegacyLines(store, runId)).filter((r) => !recorded.has(r.step));
   const all = [...legacy, ...appended];
-  return { steps: winningSteps(all, fallbacks), all, fallbacks };
+  return { steps: winningSteps(all, fallbacks, reverts), all, fallbacks, reverts };
 }
 
 /** The run's current state: the winning state record, or (runs from before 0.6) state.json. */
 export async function readRunState(store: ArtifactStore, runId: string): Promise<RunStateFile | undefined> {
-  const states = await readObjects(store, `${runKeys.records(runId)}/states`, RunStateFile);
+  const states = await readStateRecords(store, runId);
   const copy = await readJsonObject(store, runKeys.state(runId), RunStateFile);
   return winningState(copy ? [...states, copy] : states);
 }

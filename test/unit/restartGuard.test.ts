@@ -3,6 +3,8 @@
  * RUNNING or COMPLETED, even when that run's newest checkpoint is corrupt (the old order verified, and
  * committed a fallback, before it looked). The command itself (commander), a real Temporal dev server
  * with a running and a completed `TrainRun`, and the run's real local store, compared byte for byte.
+ * `ratchet fallback revert` the same way: refused on a running run with nothing written; on a terminated
+ * run it undoes the fallback, recorded with identity and reason.
  */
 import { createHash } from 'node:crypto';
 import { promises as fs, mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -18,6 +20,8 @@ import { EXIT } from '../../src/cli/exit';
 import * as temporalCli from '../../src/cli/temporal';
 import type { RunStateFile, StepRecord } from '../../src/contracts';
 import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { commitFallback, planFallback } from '../../src/records/fallback';
+import { readRunRecords, readRunState } from '../../src/records/runRecords';
 import { ref } from './workflowFakes';
 
 jest.setTimeout(120_000);
@@ -96,6 +100,46 @@ describeWithStack('ratchet restart on a running or completed run (real dev serve
     const before = await snapshot(root);
     const err = await restart('rg-done');
     expect(err).toMatchObject({ code: EXIT.failure, message: expect.stringMatching(/is completed/) });
+    expect(await snapshot(root)).toEqual(before);
+  });
+
+  const revert = (run: string, ...args: string[]) => buildProgram().parseAsync(['node', 'ratchet', 'fallback', 'revert', run, ...args]).then(() => undefined, (e: unknown) => e);
+
+  /** A fallback committed on an error that was not corruption (what older code did on a store outage). */
+  async function wrongFallback(runId: string): Promise<void> {
+    await runWithCorruptNewest(root, runId);
+    const bad = path.join(root, 'runs', runId, 'checkpoints', 'step-1', 'adapter', 'adapter_model.safetensors');
+    const buf = readFileSync(bad);
+    buf[0] = buf[0]! ^ 0xff; // sound again: the fallback below had no reason
+    writeFileSync(bad, buf);
+    const store = new LocalArtifactStore(root);
+    const state = (await readRunState(store, runId))!;
+    await commitFallback(store, await planFallback(store, state, 'StoreUnavailableError: 503 Slow Down', 'restart', '2026-01-01T01:00:00.000Z'));
+  }
+
+  it('fallback revert on a RUNNING run: refused, the store byte-equal', async () => {
+    await wrongFallback('rv-running');
+    await env.client.workflow.start('TrainRun', { taskQueue: 'nobody-polls-this', workflowId: 'rv-running', memo: { artifacts: { root } } });
+    const before = await snapshot(root);
+    const err = await revert('rv-running', '--reason', 'the store was down');
+    expect(err).toMatchObject({ code: EXIT.failure, message: expect.stringMatching(/is running; nothing written.*ratchet stop/s) });
+    expect(await snapshot(root)).toEqual(before);
+  });
+
+  it('fallback revert on a TERMINATED run: the state before the fallback is back, recorded with identity and reason; a second revert is refused', async () => {
+    await wrongFallback('rv-term');
+    const handle = await env.client.workflow.start('TrainRun', { taskQueue: 'nobody-polls-this', workflowId: 'rv-term', memo: { artifacts: { root } } });
+    await handle.terminate('test');
+    const store = new LocalArtifactStore(root);
+    expect(await readRunState(store, 'rv-term')).toMatchObject({ completedStep: 0, epoch: 1 });
+    expect(await revert('rv-term', '--reason', 'the store was down, not corrupt')).toBeUndefined();
+    const state = (await readRunState(store, 'rv-term'))!;
+    expect(state).toMatchObject({ completedStep: 1, nextStep: 2, policyVersion: 2, epoch: 2 });
+    const records = await readRunRecords(store, 'rv-term');
+    expect(records.steps.map((r) => [r.step, r.epoch ?? 0])).toEqual([[0, 0], [1, 0]]);
+    expect(records.reverts).toEqual([expect.objectContaining({ reverts: 1, epoch: 2, reason: 'the store was down, not corrupt', identity: expect.stringMatching(/.+@.+/), restored: expect.objectContaining({ step: 1 }) })]);
+    const before = await snapshot(root);
+    expect(await revert('rv-term', '--reason', 'again')).toMatchObject({ code: EXIT.failure, message: expect.stringMatching(/reverted already.*nothing written/s) });
     expect(await snapshot(root)).toEqual(before);
   });
 });
