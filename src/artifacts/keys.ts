@@ -13,6 +13,7 @@
  *   records/states/<epoch>-<completed step>-<sha16>.json  one run state, content-keyed, created once
  *   records/fallbacks/<epoch>-<sha16>.json       a checkpoint fallback: the bad checkpoint, the one used, the steps retrained
  *   records/reverts/<epoch>-<sha16>.json         `ratchet fallback revert`: a fallback undone, who and why
+ *   records/releases/<time>.json                 `ratchet release`: the trainer and adapters an ended run still held, freed by hand
  *   report.html                                  `ratchet report`'s default output
  *   tensorboard/  wandb/                         local metric sinks (on an S3 store: under this host's artifacts dir)
  *   steps/<step>/rollouts/<group>/<i>-<sha16>.json  a trajectory, keyed by its content (older runs: <i>.json)
@@ -22,6 +23,8 @@
  *   steps/<step>/manifest-<sha16>.json           the step manifest: tasks and rollout settings (writeStepManifest)
  *   steps/<step>/rollouts/chunks/<start>-<sha16>.json  one chunk's rollout summaries (rolloutChunk)
  *   steps/<step>/rollouts/summaries-shard-<k>.json   one shard's rollout summaries (RolloutShard)
+ *   steps/<step>/rollouts/summaries-r<round>[-shard-<k>|-part-<p>].json  a refill round's (difficulty filtering)
+ *   steps/<step>/rollouts/filtered-{all,kept}-<sha16>.json  every round's summaries / the informative groups' only
  *   steps/<step>/batch.safetensors, batch.json   the training batch and its manifest
  *   sft/data.jsonl                               an SftRun's trajectories, checked and frozen when it opens
  *   checkpoints/step-<n>[-<batch sha256, 16 hex>]/   written by the Python trainer
@@ -65,6 +68,8 @@ export const runKeys = {
   /** One run state (RunStateFile), keyed like a step record; the winner is the highest (epoch, completed step). */
   stateRecord: (runId: string, epoch: number, completedStep: number, contentSha256: string): string =>
     `${run(runId)}/records/states/${epoch}-${completedStep}-${contentSha256.slice(0, 16)}.json`,
+  /** `ratchet release <run>`: who released what the ended run held, and why (time: ISO, ':' as '-'). */
+  releaseRecord: (runId: string, time: string): string => `${run(runId)}/records/releases/${time.replaceAll(':', '-')}.json`,
   /** A checkpoint fallback record (epoch = the epoch it starts). */
   fallbackRecord: (runId: string, epoch: number, contentSha256: string): string =>
     `${run(runId)}/records/fallbacks/${epoch}-${contentSha256.slice(0, 16)}.json`,
@@ -105,9 +110,9 @@ export const runKeys = {
   /** Attempt `attempt` replayed turn `turn` and got another tool output: that turn's part is not replayed again. */
   rolloutJournalDiverged: (runId: string, step: number, groupId: string, rolloutIndex: number, attempt: string, turn: number): string =>
     `${journalDir(runId, step, groupId, rolloutIndex)}/diverged-${attempt}-${turn}.json`,
-  /** A step's rollout summaries as one artifact, or one part of them. */
-  rolloutSummaries: (runId: string, step: number, part?: number): string =>
-    `${rolloutsDir(runId, step)}/summaries${part === undefined ? '' : `-part-${part}`}.json`,
+  /** A step's rollout summaries as one artifact, or one part of them; `round` > 0: a refill round's (difficulty filtering). */
+  rolloutSummaries: (runId: string, step: number, part?: number, round?: number): string =>
+    `${rolloutsDir(runId, step)}/summaries${round ? `-r${round}` : ''}${part === undefined ? '' : `-part-${part}`}.json`,
   /**
    * The step manifest (src/contracts/manifest.ts), keyed by its content: a re-sampled step (another
    * policy version after a restart) writes its own object and never changes one a chunk reads.
@@ -117,7 +122,14 @@ export const runKeys = {
   rolloutChunk: (runId: string, step: number, start: number, contentSha256: string): string =>
     `${rolloutsDir(runId, step)}/chunks/${start}-${contentSha256.slice(0, 16)}.json`,
   /** One shard's rollout summaries, joined from its chunks'. */
-  rolloutSummariesShard: (runId: string, step: number, shard: number): string => `${rolloutsDir(runId, step)}/summaries-shard-${shard}.json`,
+  rolloutSummariesShard: (runId: string, step: number, shard: number, round?: number): string =>
+    `${rolloutsDir(runId, step)}/summaries${round ? `-r${round}` : ''}-shard-${shard}.json`,
+  /**
+   * Difficulty filtering: the summaries of every round of a step (`all`), or of its informative groups
+   * only (`kept`, what the batch is built from); keyed by content, as each round writes them anew.
+   */
+  rolloutSummariesFiltered: (runId: string, step: number, which: 'all' | 'kept', contentSha256: string): string =>
+    `${rolloutsDir(runId, step)}/filtered-${which}-${contentSha256.slice(0, 16)}.json`,
   /** The training batch of a step and its manifest. */
   batch: (runId: string, step: number): { batch: string; manifest: string } =>
     ({ batch: `${stepDir(runId, step)}/batch.safetensors`, manifest: `${stepDir(runId, step)}/batch.json` }),

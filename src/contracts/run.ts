@@ -54,6 +54,22 @@ export interface ControlRequest {
   identity?: string;
 }
 
+/** `ratchet release <run>` (the ReleaseRun workflow): who asked, why, and where the run's trainer and adapters are. */
+export interface ReleaseRunInput extends ControlRequest {
+  runId: string;
+  /** The trainer queue the run last called (its history); absent: the run never held a trainer. */
+  trainerQueue?: string;
+  /** The inference replicas that may serve the run's adapters. */
+  baseUrls: string[];
+}
+
+export interface ReleaseRunResult {
+  runId: string;
+  /** released: the trainer held the run and let it go; not-held: another run has it already; gone: no trainer polls that queue. */
+  trainer: { state: 'released' | 'not-held' | 'gone' | 'none-recorded'; queue?: string; worker_id?: string; error?: string };
+  adapters: { unloaded: string[]; down: string[] };
+}
+
 /** The `set` update: settings to change at the next step boundary, with the request's reason and identity. */
 export interface SettingsChange extends ControlRequest, RunOverrides {}
 

@@ -6,3 +6,4 @@ export { EvalSweep } from './evalSweep';
 export { OutageWait } from './outageWait';
 export { InferenceWait } from './serveWait';
 export { RolloutShard } from './stepChunks';
+export { ReleaseRun } from './releaseRun';
