@@ -15,10 +15,14 @@ ensure_docker_installed() {
 }
 
 ensure_dockerd_running() {
+  # One start at a time: after a crash the stack's supervisor and a person may both start it.
+  mkdir -p "$RATCHET_HOME/run"
+  exec 9>"$RATCHET_HOME/run/dockerd.start-lock"
+  flock 9
   if docker info >/dev/null 2>&1; then return 0; fi
   log "starting dockerd (log: $RATCHET_LOGS/dockerd.log)"
   # Started detached so it outlives this script; `ratchet down` leaves it running on purpose.
-  setsid nohup dockerd >"$RATCHET_LOGS/dockerd.log" 2>&1 </dev/null &
+  setsid nohup dockerd >>"$RATCHET_LOGS/dockerd.log" 2>&1 </dev/null 9>&- &
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && return 0
     sleep 1

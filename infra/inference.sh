@@ -122,6 +122,10 @@ our_pid() {
 }
 
 start() {
+  # One start at a time: after a crash the stack's supervisor and a person (or a test) may both start it.
+  mkdir -p "$RUN_DIR"
+  exec 9>"$RUN_DIR/vllm.start.lock"
+  flock 9
   if pid=$(our_pid); then
     local running_port; running_port=$(cat "$PORT_FILE" 2>/dev/null || echo "?")
     [ "$running_port" = "$PORT" ] || die "vLLM from this state dir already runs (pid $pid) on port $running_port, not $PORT. Fix: infra/inference.sh stop first, or use another RATCHET_HOME."
@@ -156,7 +160,7 @@ start() {
         --enable-auto-tool-choice --tool-call-parser hermes \
         --enable-lora --max-loras "${RATCHET_VLLM_MAX_LORAS:-4}" \
         --max-lora-rank "${RATCHET_VLLM_MAX_LORA_RANK:-64}" \
-        ${RATCHET_VLLM_EXTRA_ARGS:-} >>"$LOG_FILE" 2>&1 </dev/null &
+        ${RATCHET_VLLM_EXTRA_ARGS:-} >>"$LOG_FILE" 2>&1 </dev/null 9>&- &
     echo $! >"$PID_FILE"
     echo "$PORT" >"$PORT_FILE"
   fi

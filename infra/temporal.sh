@@ -60,6 +60,10 @@ port_in_use() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 start() {
   setup
+  # One start at a time: after a crash the stack's supervisor and a person (or a test) may both start it.
+  mkdir -p "$(dirname "$PIDFILE")"
+  exec 9>"$PIDFILE.start-lock"
+  flock 9
   if running; then log "temporal dev server already running (pid $(cat "$PIDFILE"))"; register_search_attributes; return 0; fi
   for hp in "$LOCAL_IP:$PORT" "$LOCAL_UI_IP:$UI_PORT"; do
     port_in_use "${hp%:*}" "${hp##*:}" && die "$hp is already taken by another process, so the Temporal dev server cannot start. Fix: stop that process (ss -ltnp 'sport = :${hp##*:}'), or set RATCHET_TEMPORAL_PORT / RATCHET_TEMPORAL_UI_PORT"
@@ -67,7 +71,7 @@ start() {
   mkdir -p "$(dirname "$DB")" "$(dirname "$PIDFILE")"
   log "starting temporal dev server on $IP:$PORT (UI http://$LOCAL_UI_IP:$UI_PORT, db $DB, log $LOGFILE)"
   setsid nohup "$TEMPORAL" server start-dev --ip "$IP" --ui-ip "$UI_IP" --port "$PORT" --ui-port "$UI_PORT" "${UI_CODEC_ARGS[@]}" \
-    "${TEMPORAL_DYNAMIC_CONFIG[@]}" --db-filename "$DB" --log-level warn >>"$LOGFILE" 2>&1 </dev/null &
+    "${TEMPORAL_DYNAMIC_CONFIG[@]}" --db-filename "$DB" --log-level warn >>"$LOGFILE" 2>&1 </dev/null 9>&- &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 60); do
     if "$TEMPORAL" operator cluster health --address "$LOCAL_IP:$PORT" >/dev/null 2>&1; then

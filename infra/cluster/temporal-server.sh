@@ -233,6 +233,7 @@ case "${1:-setup}" in
             die "the Temporal server at $ADDRESS did not become healthy in 90 s" ;;
   stop) stop ;;
   down) stop; bash "$RATCHET_ROOT/infra/cluster/postgres.sh" stop ;;
+  health) timeout 10 "$TEMPORAL_CLI" operator cluster health --address "$ADDRESS" >/dev/null ;;
   status) pid_running "$PIDFILE" && healthy && echo "running pid $(cat "$PIDFILE") at $ADDRESS" || { echo "stopped"; exit 1; } ;;
   address) echo "$ADDRESS" ;;
   *) die "usage: infra/cluster/temporal-server.sh [setup|start|stop|down|status|address]" ;;

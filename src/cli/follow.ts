@@ -5,6 +5,7 @@ import type { EvalResult } from '../contracts/eval';
 import type { EvalSweepStarted } from '../contracts/records';
 import type { LastEval } from '../contracts/run';
 import type { ReportStep } from '../report/records';
+import { readRestarting, restartingNote } from '../stack/supervisor';
 import { progressQuery } from '../workflows/messages';
 import type { ControlAction, Progress } from '../contracts';
 import type { Cost, CostKey } from '../contracts/cost';
@@ -221,9 +222,11 @@ export async function followRun(client: Client, workflowId: string, opts: { once
           console.log(`${c.bold(`step ${String(p.lastStep.step).padStart(4)}`)}  v${p.lastStep.policyVersion} reward ${c.cyan(fmtReward(p.lastStep.meanReward))}  ${p.lastStep.rollouts} rollouts`);
         }
         const beat = p.phase === 'training' || p.phase === 'saving' ? trainerBeat(desc) : undefined;
-        const line = phaseLine(p, beat);
+        // What the run waits for, when the local stack's supervisor is bringing a service back (issue 42).
+        const back = restartingNote(readRestarting());
+        const line = `${phaseLine(p, beat)}${back ? ` · ${back}` : ''}`;
         // A line per phase (and per micro-batch): the log of a step as it happens, also in a non-TTY log.
-        const key = `${p.step}:${p.phase}:${beat?.microBatch ?? ''}:${beat?.attempt ?? ''}:${p.status}`;
+        const key = `${p.step}:${p.phase}:${beat?.microBatch ?? ''}:${beat?.attempt ?? ''}:${p.status}:${back.replace(/\d+ s ago/g, '')}`;
         if (key !== lastPhaseKey && !opts.once) {
           bar.clear();
           console.log(c.dim(`  ${line}`));
@@ -235,6 +238,8 @@ export async function followRun(client: Client, workflowId: string, opts: { once
       if (opts.once) {
         bar.clear();
         if (p) console.log(`${c.bold(desc.workflowId)} ${c.green(p.status)}: ${phaseLine(p, p.phase === 'training' || p.phase === 'saving' ? trainerBeat(desc) : undefined)}, policy v${p.policyVersion}`);
+        const back = restartingNote(readRestarting());
+        if (back) console.log(c.yellow(`  ${back}`));
         if (p?.cost) console.log(c.dim(`  ${costLine(p.cost)}`));
         else console.log(`${c.bold(desc.workflowId)} running (no worker answered the progress query: is \`ratchet up\` running the workers?)`);
         if (p?.lastEval) console.log(lastEvalLine(p.lastEval));

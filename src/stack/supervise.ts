@@ -1,15 +1,24 @@
 /**
  * The local stack's supervisor process (`ratchet up` starts it last, `ratchet down`
- * stops it first): every few seconds, restarts a worker that died and kill -9s and
- * restarts one whose liveness file went stale (src/stack/supervisor.ts).
+ * stops it first): every few seconds, restarts a worker or service that died and
+ * kill -9s and restarts one whose liveness went stale (src/stack/supervisor.ts): the
+ * workers by their liveness files, vLLM, the Temporal dev server and dockerd by a
+ * health probe each (docs/liveness.md).
  *   node dist/stack/supervise.js
- * RATCHET_SUPERVISOR_STALE_S (default 60, 15-3600): how old a liveness file may get.
+ * RATCHET_SUPERVISOR_STALE_S (default 60, 15-3600): how old a liveness file may get,
+ * and how long a service may leave its probe unanswered.
  */
-import { statSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { readFileSync, statSync } from 'node:fs';
+import * as path from 'node:path';
+import { promisify } from 'node:util';
 import { componentLogger } from '../shared/logger';
+import { paths, REPO_ROOT } from '../shared/paths';
 import { workerSpecs } from './index';
 import { pidFile, readPid, startService, type ServiceSpec } from './processes';
-import { livenessFileOf, STALE_ENV, Supervisor, type Supervised } from './supervisor';
+import { livenessFileOf, restartingFile, STALE_ENV, Supervisor, type Supervised } from './supervisor';
+
+const run = promisify(execFile);
 
 const log = componentLogger('supervisor');
 
@@ -41,11 +50,78 @@ export function supervised(spec: ServiceSpec, staleMs: number): Supervised {
   };
 }
 
+function pidIn(file: string): number | undefined {
+  try {
+    const pid = Number(readFileSync(file, 'utf8').trim());
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function mtimeOf(file: string): number | undefined {
+  try {
+    return statSync(file).mtimeMs;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A command that exits 0 within timeoutMs. */
+async function succeeds(cmd: string, args: string[], timeoutMs: number): Promise<boolean> {
+  try {
+    await run(cmd, args, { timeout: timeoutMs, killSignal: 'SIGKILL' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Starts a service through its infra script (which owns its flags, pid file and health wait). */
+async function infraStart(script: string): Promise<void> {
+  await run('bash', [path.join(REPO_ROOT, 'infra', script), 'start'], { cwd: REPO_ROOT, timeout: 15 * 60_000 });
+}
+
+/**
+ * The services the workers need, watched like the workers: a pid file says it should run (the infra
+ * scripts' `stop` removes it: stopped on purpose) and a probe stands in for the liveness file.
+ */
+export function serviceSupervised(staleMs: number, env: NodeJS.ProcessEnv = process.env): Supervised[] {
+  const vllmPid = path.join(env.RATCHET_RUN_DIR ?? paths.run(), 'vllm.pid');
+  const vllmHealth = `http://${env.RATCHET_VLLM_HOST ?? '127.0.0.1'}:${env.RATCHET_VLLM_PORT ?? '8000'}/health`;
+  const temporalPid = path.join(paths.run(), 'temporal.pid');
+  const temporalAddress = `127.0.0.1:${env.RATCHET_TEMPORAL_PORT ?? '7233'}`;
+  // dockerd writes its own pid file and removes it when it stops cleanly.
+  const dockerPid = env.RATCHET_DOCKERD_PIDFILE ?? '/var/run/docker.pid';
+  return [
+    {
+      name: 'inference', pid: () => pidIn(vllmPid), startedAt: () => mtimeOf(vllmPid), livenessFile: livenessFileOf('inference'),
+      staleAfterMs: staleMs, startGraceMs: Number(env.RATCHET_VLLM_START_TIMEOUT ?? 300) * 1000,
+      probe: async () => (await fetch(vllmHealth, { signal: AbortSignal.timeout(10_000) })).ok,
+      restart: () => infraStart('inference.sh'),
+    },
+    {
+      name: 'temporal', pid: () => pidIn(temporalPid), startedAt: () => mtimeOf(temporalPid), livenessFile: livenessFileOf('temporal'),
+      staleAfterMs: staleMs, startGraceMs: 60_000,
+      probe: () => succeeds(paths.temporalBin(), ['operator', 'cluster', 'health', '--address', temporalAddress], 10_000),
+      restart: () => infraStart('temporal.sh'),
+    },
+    {
+      name: 'dockerd', pid: () => pidIn(dockerPid), startedAt: () => mtimeOf(dockerPid), livenessFile: livenessFileOf('dockerd'),
+      staleAfterMs: staleMs, startGraceMs: 60_000,
+      probe: () => succeeds('docker', ['info', '--format', '{{.ID}}'], 15_000),
+      restart: () => infraStart('docker.sh'),
+    },
+  ];
+}
+
 if (require.main === module) {
   try {
     const staleMs = staleAfterMs();
-    const sup = new Supervisor(workerSpecs().map((s) => supervised(s, staleMs)), { log }).start();
-    log.info({ services: workerSpecs().map((s) => s.name), stale_after_s: staleMs / 1000 }, 'supervisor started');
+    // The services first: a worker restarted while its service is down only waits for it.
+    const entries = [...serviceSupervised(staleMs), ...workerSpecs().map((s) => supervised(s, staleMs))];
+    const sup = new Supervisor(entries, { log, stateFile: restartingFile() }).start();
+    log.info({ services: entries.map((s) => s.name), stale_after_s: staleMs / 1000 }, 'supervisor started');
     const stop = () => { sup.stop(); process.exit(0); };
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);

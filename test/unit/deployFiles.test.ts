@@ -45,6 +45,11 @@ describe('deployment files: what they promise', () => {
     expect(check).toContain('unit="ratchet-$name.service"');
   });
 
+  test.each(['inference', 'temporal'])('ratchet-%s (no liveness file of its own) is probed by its liveness timer', (name) => {
+    expect(unit(`ratchet-${name}.service`)).toMatch(new RegExp(`^Wants=.*ratchet-liveness@${name}\\.timer`, 'm'));
+    expect(readFileSync(path.join(UNITS, 'liveness-check.sh'), 'utf8')).toMatch(new RegExp(`^ {2}${name}\\) probe\\(\\)`, 'm'));
+  });
+
   test('every worker container has a liveness probe on its liveness file; every other workload has a probe', () => {
     const workloads = readdirSync(K8S).filter((f) => f.endsWith('.yaml'))
       .flatMap((f) => readFileSync(path.join(K8S, f), 'utf8').split(/^---$/m))
@@ -67,8 +72,12 @@ describe('deployment files: what they promise', () => {
 });
 
 describe('infra/systemd/liveness-check.sh (with a fake systemctl)', () => {
-  /** Runs the check for `trainer` with its liveness file `ageS` old (undefined: no file), the process started `startedS` ago. */
-  function check(opts: { ageS?: number; startedS: number; active?: boolean }): string[] {
+  /**
+   * Runs the check for `name` (trainer unless given) with its liveness file `ageS` old (undefined: no file),
+   * the process started `startedS` ago; `healthy`: what a fake curl answers (the inference probe).
+   */
+  function check(opts: { ageS?: number; startedS: number; active?: boolean; name?: string; healthy?: boolean }): string[] {
+    const name = opts.name ?? 'trainer';
     const dir = mkdtempSync(path.join(tmpdir(), 'ratchet-liveness-'));
     try {
       const now = Math.floor(Date.now() / 1000);
@@ -83,14 +92,15 @@ describe('infra/systemd/liveness-check.sh (with a fake systemctl)', () => {
         `  *ExecMainStartTimestamp*) echo '${started}' ;;`,
         'esac',
       ].join('\n'), { mode: 0o755 });
+      writeFileSync(path.join(dir, 'curl'), `#!/usr/bin/env bash\necho "$*" >> '${calls}'\nexit ${opts.healthy ? 0 : 7}\n`, { mode: 0o755 });
       const run = path.join(dir, 'run');
-      execFileSync('mkdir', ['-p', path.join(run, 'trainer')]);
+      execFileSync('mkdir', ['-p', path.join(run, name)]);
       if (opts.ageS !== undefined) {
-        const file = path.join(run, 'trainer', 'alive');
+        const file = path.join(run, name, 'alive');
         writeFileSync(file, '');
         execFileSync('touch', ['-d', `@${now - opts.ageS}`, file]);
       }
-      spawnSync('bash', [path.join(UNITS, 'liveness-check.sh'), 'trainer'], {
+      spawnSync('bash', [path.join(UNITS, 'liveness-check.sh'), name], {
         env: { ...process.env, PATH: `${dir}:${process.env.PATH}`, RATCHET_LIVENESS_DIR: run }, encoding: 'utf8',
       });
       return readFileSync(calls, 'utf8').split('\n').filter((l) => l.startsWith('kill'));
@@ -109,6 +119,13 @@ describe('infra/systemd/liveness-check.sh (with a fake systemctl)', () => {
     expect(check({ ageS: 900, startedS: 30 })).toEqual([]);
     expect(check({ startedS: 100 })).toEqual([]);
     expect(check({ startedS: 400 })).toEqual(['kill -s KILL ratchet-trainer.service']);
+  });
+
+  test('vLLM touches no file: its /health answer touches it for it; a hung one (no answer for the limit) is killed', () => {
+    expect(check({ name: 'inference', ageS: 90, startedS: 600, healthy: true })).toEqual([]);
+    expect(check({ name: 'inference', ageS: 90, startedS: 600, healthy: false })).toEqual(['kill -s KILL ratchet-inference.service']);
+    expect(check({ name: 'inference', ageS: 30, startedS: 600, healthy: false })).toEqual([]); // not yet
+    expect(check({ name: 'inference', startedS: 100, healthy: false })).toEqual([]); // start grace
   });
 });
 

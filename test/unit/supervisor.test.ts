@@ -9,7 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { isAlive } from '../../src/stack/processes';
 import { staleAfterMs } from '../../src/stack/supervise';
-import { Supervisor, type Supervised } from '../../src/stack/supervisor';
+import { readRestarting, restartingNote, Supervisor, type Supervised } from '../../src/stack/supervisor';
 import { logger } from '../../src/shared/logger';
 
 const quiet = logger.child({ component: 'test' });
@@ -103,6 +103,64 @@ describe('Supervisor', () => {
     const e2 = { ...e, startedAt: () => Date.now() - 2_000 };
     expect(await new Supervisor([e2], { log: quiet }).checkOnce()).toEqual([expect.objectContaining({ reason: 'stale' })]);
     expect(restarts).toBe(1);
+  });
+
+  test('a service with no liveness file of its own is live while its probe answers; one that stops answering (hung) is killed -9 and restarted, and the state file says so meanwhile', async () => {
+    const file = path.join(dir, 'probed.alive');
+    let child = spawn('sleep', ['60'], { detached: true, stdio: 'ignore' });
+    children.push(child);
+    const hung = child;
+    let healthy = true;
+    let seenDuringRestart: unknown;
+    const stateFile = path.join(dir, 'restarting.json');
+    const e: Supervised = {
+      name: 'probed', pid: () => child.pid, startedAt: () => Date.now() - 10_000, livenessFile: file,
+      staleAfterMs: 700, startGraceMs: 300,
+      probe: async () => healthy,
+      restart: async () => {
+        seenDuringRestart = readRestarting(stateFile);
+        child = spawn('sleep', ['60'], { detached: true, stdio: 'ignore' });
+        children.push(child);
+        healthy = true;
+      },
+    };
+    const sup = new Supervisor([e], { log: quiet, stateFile });
+    // The process never touches its file: only the probe's answers keep it live.
+    for (let i = 0; i < 4; i++) {
+      expect(await sup.checkOnce()).toEqual([]);
+      await sleep(300);
+    }
+    healthy = false; // alive, but /health no longer answers
+    const actions: unknown[] = [];
+    for (let i = 0; i < 8 && actions.length === 0; i++) {
+      await sleep(200);
+      actions.push(...await sup.checkOnce());
+    }
+    expect(actions).toEqual([expect.objectContaining({ name: 'probed', action: 'restarted', reason: 'stale' })]);
+    expect(isAlive(hung.pid)).toBe(false);
+    expect(seenDuringRestart).toEqual({ probed: { reason: 'stale', since: expect.any(String) } });
+    expect(readRestarting(stateFile)).toEqual({}); // back
+  });
+
+  test('a probe that throws (connection refused) counts as no answer', async () => {
+    const child = spawn('sleep', ['60'], { detached: true, stdio: 'ignore' });
+    children.push(child);
+    let restarts = 0;
+    const e: Supervised = {
+      name: 'throws', pid: () => child.pid, startedAt: () => Date.now() - 10_000, livenessFile: path.join(dir, 'throws.alive'),
+      staleAfterMs: 700, startGraceMs: 300, probe: async () => { throw new Error('connect ECONNREFUSED'); }, restart: async () => { restarts++; },
+    };
+    expect(await new Supervisor([e], { log: quiet }).checkOnce()).toEqual([expect.objectContaining({ name: 'throws', reason: 'stale' })]);
+    expect(restarts).toBe(1);
+  });
+});
+
+describe('restartingNote (ratchet status)', () => {
+  test('names each service being restarted, why and since when; nothing when none', () => {
+    const now = Date.parse('2026-01-01T00:01:00Z');
+    expect(restartingNote({}, now)).toBe('');
+    expect(restartingNote({ inference: { reason: 'died', since: '2026-01-01T00:00:20Z' }, temporal: { reason: 'stale', since: '2026-01-01T00:00:58Z', error: 'infra/temporal.sh start failed:\nport taken' } }, now))
+      .toBe("the stack's supervisor is restarting inference (died 40 s ago), temporal (hung 2 s ago; last try failed: infra/temporal.sh start failed:)");
   });
 });
 
