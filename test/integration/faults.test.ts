@@ -17,7 +17,9 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
-import { adapterName } from '../../src/shared/adapters';
+import { isAlive, serviceStatus } from '../../src/stack/processes';
+import { readRestarting } from '../../src/stack/supervisor';
+import { adapterName, adapterVersion } from '../../src/shared/adapters';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
@@ -227,5 +229,45 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { stdio: 'inherit', env: { ...process.env, RATCHET_HOME: STATE } });
 
     await expectInvariants(runId, await result(handle));
+  }, 1_200_000);
+
+  test('a run terminated mid-training: the next run gets its trainer at once and its adapters leave vLLM (issue 42)', async () => {
+    const a = await startRun('terminated', { asyncLevel: 0 });
+    // Step 1, with the run's policy-v1 adapter loaded in vLLM: what a terminated run leaves behind.
+    await waitForServed(adapterName(a.runId, 1));
+    await waitFor(a.handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
+    await a.handle.terminate('test: terminated mid-training (issue 42)');
+    const served = async () => ((await (await fetch(`${INFERENCE}/models`)).json()) as { data: { id: string }[] }).data.map((m) => m.id);
+    expect(await served()).toContain(adapterName(a.runId, 1));
+
+    const b = await startRun('after-terminated');
+    // Until b asks for a trainer (its step 0's rollouts first), then at most a minute until it trained step 0.
+    await waitFor(b.handle, 'step 0 training', (p) => p.step === 0 && p.phase === 'training');
+    const asked = Date.now();
+    await waitFor(b.handle, 'step 0 trained', (p) => p.policyVersion >= 1 || p.step >= 1, 60_000);
+    expect(Date.now() - asked).toBeLessThan(60_000);
+    expect((await served()).filter((m) => adapterVersion(a.runId, m) !== undefined)).toEqual([]); // b unloaded them
+    await expectInvariants(b.runId, await result(b.handle));
+  }, 1_200_000);
+
+  test('kill -9 vLLM mid-step and nobody acts: the stack\'s supervisor brings it back, the run completes (issue 42)', async () => {
+    if (!serviceStatus('supervisor').running) throw new Error('the stack\'s supervisor is not running. Fix: npm run build && bin/ratchet up');
+    const { runId, handle } = await startRun('vllm-unattended', { asyncLevel: 0 });
+    await waitForServed(adapterName(runId, 1));
+    await waitForSandbox(runId, 1);
+    const pid = Number(readFileSync(path.join(STATE, 'run', 'vllm.pid'), 'utf8').trim());
+    try { process.kill(-pid, 'SIGKILL'); } catch { process.kill(pid, 'SIGKILL'); }
+    // What `ratchet status` shows meanwhile: the supervisor names inference while it restarts it.
+    let named = false;
+    const deadline = Date.now() + 120_000;
+    while (!named && Date.now() < deadline) {
+      named = 'inference' in readRestarting();
+      if (!named) await sleep(200);
+    }
+    expect(named).toBe(true);
+    await expectInvariants(runId, await result(handle));
+    const now = Number(readFileSync(path.join(STATE, 'run', 'vllm.pid'), 'utf8').trim());
+    expect(now).not.toBe(pid);
+    expect(isAlive(now)).toBe(true);
   }, 1_200_000);
 });
