@@ -119,7 +119,8 @@ export function createBatchActivities(deps: BatchActivityDeps) {
       fail('EmptyBatch', `step ${input.step} of run ${input.runId}: no sample has a trainable token, so there is nothing to train on ` +
         `(${listed.length} rollouts; dropped samples by cause: ${causes}). ` +
         'Fix: look at the causes: stale -> raise orchestrator.async_level; truncated_masked -> raise seq_len or sampling.max_tokens; ' +
-        'uniform_group -> set advantage.drop_uniform_groups = false or make the tasks less uniform');
+        'uniform_group -> set advantage.drop_uniform_groups = false or make the tasks less uniform; ' +
+        'limit_ended -> raise the env\'s max_turns / max_tool_calls / max_tokens, or set orchestrator.limit_ended = "score"');
     }
 
     const keys = runKeys.batch(input.runId, input.step);

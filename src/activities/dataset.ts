@@ -55,7 +55,8 @@ export function seededPermutation(n: number, key: string): number[] {
 export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], datasetPaths: string[]): SampledTask[] {
   const weights = input.envs.map((e) => e.weight);
   const total = weights.reduce((a, b) => a + b, 0);
-  const pickEnv = seededInts(`env:${input.seed}:${input.step}`);
+  const round = input.round ?? 0;
+  const pickEnv = seededInts(round ? `env:${input.seed}:${input.step}:r${round}` : `env:${input.seed}:${input.step}`);
   const out: SampledTask[] = [];
   // One permutation per (env, epoch), not per slot: a batch of B tasks from N ids cost B permutations of N
   // (a 512-task step over 65,536 ids took 13 s of the step's wall time; issue 24).
@@ -67,9 +68,10 @@ export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], dat
       while (envIndex < weights.length - 1 && r >= weights[envIndex]!) r -= weights[envIndex++]!;
     }
     const ids = idsByEnv[envIndex]!;
-    const pos = input.step * input.batchSize + slot;
+    // A refill round draws from a permutation of its own (not the epoch walk, which the step's first round keeps).
+    const pos = round ? slot : input.step * input.batchSize + slot;
     const epoch = Math.floor(pos / ids.length);
-    const permKey = `tasks:${input.seed}:${input.envs[envIndex]!.id}:${epoch}`;
+    const permKey = round ? `refill:${input.seed}:${input.envs[envIndex]!.id}:${input.step}:${round}:${epoch}` : `tasks:${input.seed}:${input.envs[envIndex]!.id}:${epoch}`;
     let perm = perms.get(`${envIndex}/${permKey}`);
     if (!perm) perms.set(`${envIndex}/${permKey}`, (perm = seededPermutation(ids.length, permKey)));
     const instanceId = ids[perm[pos % ids.length]!]!;
@@ -78,7 +80,7 @@ export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], dat
       envIndex,
       datasetPath: datasetPaths[envIndex]!,
       instanceId,
-      groupId: `s${input.step}-g${slot}-${instanceId}`,
+      groupId: round ? `s${input.step}-r${round}-g${slot}-${instanceId}` : `s${input.step}-g${slot}-${instanceId}`,
     });
   }
   return out;
@@ -135,7 +137,10 @@ export function createDatasetActivities({ logger, store, listInstanceIds = taskF
      */
     async writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number; files?: TaskFileDigest[] }> {
       if (!store) throw ApplicationFailure.nonRetryable('writeStepManifest needs an artifact store (createDatasetActivities({ store }))', 'ConfigError');
-      const sampled = await activities.sampleTasks({ runId: input.runId, step: input.step, seed: input.seed, batchSize: input.batchSize, taskSetDir: input.taskSetDir, envs: input.envs.map(({ id, dataset, weight }) => ({ id, dataset, weight })) });
+      const sampled = await activities.sampleTasks({
+        runId: input.runId, step: input.step, seed: input.seed, batchSize: input.batchSize, taskSetDir: input.taskSetDir,
+        envs: input.envs.map(({ id, dataset, weight }) => ({ id, dataset, weight })), ...(input.round ? { round: input.round } : {}),
+      });
       const manifest: StepManifest = StepManifest.parse({
         version: 1, runId: input.runId, step: input.step, policyVersion: input.policyVersion, modelName: input.modelName,
         taskSetDir: sampled.taskSetDir, seed: input.seed, rolloutsPerExample: input.rolloutsPerExample, tasks: sampled.tasks,

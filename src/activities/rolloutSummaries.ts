@@ -4,6 +4,7 @@
  * carries only the joined ref. Inline, the summaries crossed the 2 MB payload
  * limit near 2,600 rollouts per step.
  */
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { runKeys } from '../artifacts/keys';
 import { ArtifactRef } from '../artifacts/ref';
@@ -12,7 +13,10 @@ import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { ArtifactsFields } from '../config/schema';
 import { RolloutSummary } from '../contracts/trajectory';
 import { rolloutStats } from '../rollouts/stats';
-import { StoreRolloutSummariesInput, type RolloutStats, type RolloutStatsInput, type RolloutSummaryActivities } from '../contracts';
+import { groupSignal } from '../samples/groupSignal';
+import {
+  StoreRolloutSummariesInput, type FilterGroupsInput, type FilterGroupsResult, type RolloutStats, type RolloutStatsInput, type RolloutSummaryActivities,
+} from '../contracts';
 
 /** Summaries per stored part: ~0.8 KB each, so a part's activity input stays far below 2 MB. */
 export const SUMMARIES_PER_PART = 1000;
@@ -30,10 +34,33 @@ export function createRolloutSummaryActivities({ store }: { store: ArtifactStore
         if (input.parts) {
           const all: RolloutSummary[] = [];
           for (const p of input.parts) all.push(...await readRolloutSummaries(store, p, input.artifacts));
-          const key = input.shard === undefined ? runKeys.rolloutSummaries(input.runId, input.step) : runKeys.rolloutSummariesShard(input.runId, input.step, input.shard);
+          const key = input.shard === undefined ? runKeys.rolloutSummaries(input.runId, input.step, undefined, input.round)
+            : runKeys.rolloutSummariesShard(input.runId, input.step, input.shard, input.round);
           return runStore.putJson(key, all);
         }
-        return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step, input.part), input.summaries ?? []);
+        return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step, input.part, input.round), input.summaries ?? []);
+      });
+    },
+
+    async filterGroups(input: FilterGroupsInput): Promise<FilterGroupsResult> {
+      return withStoreErrors(async () => {
+        const runStore = storeFor(input.artifacts, store);
+        const all: RolloutSummary[] = [];
+        const rounds: FilterGroupsResult['rounds'] = [];
+        const informative = new Set<string>();
+        for (const ref of input.rounds) {
+          const summaries = await readRolloutSummaries(store, ref, input.artifacts);
+          const signal = groupSignal(summaries, input.limitEnded);
+          rounds.push({ groups: signal.groups.length, informative: signal.informative.length });
+          for (const g of signal.informative) informative.add(g);
+          all.push(...summaries);
+        }
+        const kept = all.filter((s) => informative.has(s.group_id));
+        const put = (which: 'all' | 'kept', xs: RolloutSummary[]) => {
+          const text = JSON.stringify(xs);
+          return runStore.putJson(runKeys.rolloutSummariesFiltered(input.runId, input.step, which, createHash('sha256').update(text).digest('hex')), xs);
+        };
+        return { all: await put('all', all), kept: await put('kept', kept), rounds, informative: informative.size };
       });
     },
 

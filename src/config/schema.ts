@@ -239,6 +239,16 @@ const OrchestratorConfig = z.object({
    * taught as a failure. The step's mean reward counts them either way.
    */
   limit_ended: z.enum(['score', 'mask']).default('score'),
+  /**
+   * Online difficulty filtering: a group whose rollouts all score alike has every advantage 0 and
+   * teaches nothing. When enabled, such groups are dropped and the step samples more tasks, in up to
+   * `max_refill_rounds` further rounds, until it has batch_size informative groups; the batch holds
+   * the informative groups only. Off by default: every refill round costs a round of rollouts.
+   */
+  difficulty_filter: z.object({
+    enabled: z.boolean().default(false),
+    max_refill_rounds: z.number().int().min(1).max(16).default(2),
+  }).strict().default({}),
   /** What to do when a chat template breaks multi-turn prefixes: one sample per turn, or fail. */
   non_prefix_policy: z.enum(['split', 'fail']).default('split'),
   allow_retokenize: z.boolean().default(false),

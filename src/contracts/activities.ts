@@ -37,6 +37,8 @@ export interface SampleTasksInput {
   batchSize: number;
   taskSetDir: string;
   envs: { id: string; dataset: string; weight: number }[];
+  /** A refill round of difficulty filtering (> 0): fresh tasks, group ids of their own (absent: the step's first round). */
+  round?: number;
 }
 
 /**
@@ -89,6 +91,8 @@ export const StoreRolloutSummariesInput = z.object({
   parts: z.array(ArtifactRef).optional(),
   /** With `parts`: join them into this shard's artifact (runKeys.rolloutSummariesShard), not the step's. */
   shard: z.number().int().nonnegative().optional(),
+  /** A refill round of difficulty filtering (> 0): its own keys beside the step's first round. */
+  round: z.number().int().nonnegative().optional(),
   artifacts: ArtifactsFields.optional(),
 });
 export type StoreRolloutSummariesInput = z.input<typeof StoreRolloutSummariesInput>;
@@ -101,8 +105,29 @@ export interface RolloutStatsInput {
   limitEnded?: 'score' | 'mask';
 }
 
+/** Difficulty filtering: the step's rounds of summaries so far, joined, and their informative groups. */
+export interface FilterGroupsInput {
+  runId: string;
+  step: number;
+  /** Each round's summaries (StepRollouts' result), round 0 first. */
+  rounds: ArtifactRef[];
+  limitEnded?: 'score' | 'mask';
+  artifacts?: StoreSettings;
+}
+
+export interface FilterGroupsResult {
+  /** Every round's summaries joined (the step's statistics), and only the informative groups' (its batch). */
+  all: ArtifactRef;
+  kept: ArtifactRef;
+  /** Per round: groups rolled out and informative ones. */
+  rounds: { groups: number; informative: number }[];
+  informative: number;
+}
+
 export interface RolloutSummaryActivities {
   storeRolloutSummaries(input: StoreRolloutSummariesInput): Promise<ArtifactRef>;
+  /** Difficulty filtering: joins a step's rounds of summaries and keeps the informative groups (src/activities/rolloutSummaries.ts). */
+  filterGroups(input: FilterGroupsInput): Promise<FilterGroupsResult>;
   /** The step's statistics for its record, computed beside the data instead of in the workflow. */
   rolloutStatsOf(input: RolloutStatsInput): Promise<RolloutStats & { rollouts: number }>;
 }

@@ -121,6 +121,8 @@ export interface StepChunksContext {
   artifacts?: StoreSettings;
   outageWaits?: OutageWaitLimits;
   rolloutWorkersWatchS?: number;
+  /** A refill round of difficulty filtering (> 0): its summaries get their own keys. */
+  round?: number;
 }
 
 /** A RolloutShard child's input: chunks [firstChunk, endChunk) of the step, and where it stands (continue-as-new). */

@@ -86,6 +86,8 @@ export interface StepRolloutsInput {
   outageWaits?: OutageWaitLimits;
   /** TrainRunInput.rolloutWorkersWatchS. */
   rolloutWorkersWatchS?: number;
+  /** A refill round of difficulty filtering (> 0; absent: the step's first round): its summaries get their own keys. */
+  round?: number;
 }
 
 /**

@@ -127,6 +127,14 @@ export const PATCHES = {
    * from inference. Checked only when an announce names one: histories before it never reach patched().
    */
   endedRunAdaptersUnloaded: 'v0.8-ended-run-adapters-unloaded',
+  /**
+   * Online difficulty filtering ([orchestrator.difficulty_filter] enabled): after a step's rollouts, TrainRun
+   * asks filterGroups how many groups are informative (rewards not all alike) and, while fewer than
+   * batch_size and refill rounds remain, starts another StepRollouts child (`-rollouts-r<round>`) for the
+   * missing groups; the batch is built from the informative groups only. Checked only when the filter is
+   * on: runs without it (every history before it) make no new command.
+   */
+  difficultyFilter: 'v0.8-difficulty-filter',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

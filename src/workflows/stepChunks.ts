@@ -250,7 +250,10 @@ async function runChunks(
 
 /** The step's summaries joined from parts (chunks' or shards'), into the step's artifact or a shard's. */
 function joinSummaries(ctx: StepChunksContext, waiter: OutageWaiter, parts: ArtifactRef[], shard?: number): Promise<ArtifactRef> {
-  const req = { runId: ctx.runId, step: ctx.step, parts, ...(shard !== undefined ? { shard } : {}), ...(ctx.artifacts ? { artifacts: ctx.artifacts } : {}) };
+  const req = {
+    runId: ctx.runId, step: ctx.step, parts, ...(shard !== undefined ? { shard } : {}), ...(ctx.round ? { round: ctx.round } : {}),
+    ...(ctx.artifacts ? { artifacts: ctx.artifacts } : {}),
+  };
   return waitForStore(waiter, () => storeRolloutSummaries(req), callOf<MainActivities, 'storeRolloutSummaries'>(SUMMARIES_OPTIONS, 'storeRolloutSummaries', req));
 }
 
@@ -306,6 +309,7 @@ export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest:
     ...(input.artifacts ? { artifacts: input.artifacts } : {}),
     ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
     ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
+    ...(input.round ? { round: input.round } : {}),
   };
   const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
   let shown: Waits = { ...NO_WAITS };

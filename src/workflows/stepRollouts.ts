@@ -391,7 +391,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   const all = results as RolloutSummary[];
   if (!patched(SUMMARIES_BY_REF_PATCH)) return all;
   // One artifact, written in parts that each fit a payload: the parent never holds the summaries.
-  const common = { runId: input.runId, step: input.step, ...(input.artifacts ? { artifacts: input.artifacts } : {}) };
+  const common = { runId: input.runId, step: input.step, ...(input.round ? { round: input.round } : {}), ...(input.artifacts ? { artifacts: input.artifacts } : {}) };
   // A store down or a disk full here waits (the parent shows it) instead of failing the step.
   // patched() only here: an older history called it directly, and replays so.
   const storeSummaries = (req: Parameters<typeof storeRolloutSummaries>[0]): Promise<ArtifactRef> => (patched(PATCHES.stepSummariesStoreWait)

@@ -218,14 +218,17 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     }
   }
 
-  async function startRollouts(s: number): Promise<PendingRollouts> {
+  /** `refill`: a refill round of difficulty filtering, its own tasks (batchSize of them), keys and child. */
+  async function startRollouts(s: number, refill?: { round: number; batchSize: number }): Promise<PendingRollouts> {
     run.phase = s === run.step ? 'sampling' : run.phase;
+    const batchSize = refill?.batchSize ?? orch.batch_size;
+    const round = refill ? { round: refill.round } : {};
     const envs = config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight }));
     const policyVersion = run.policyVersion;
     const common = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter: servedAdapter(), keepFromVersion: keepFrom(),
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orchNow(), liveness: windows },
-      seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}),
+      seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}), ...round,
       ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
       ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
       ...(input.shardEventsBeforeContinue !== undefined ? { shardEventsBeforeContinue: input.shardEventsBeforeContinue } : {}),
@@ -237,7 +240,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     // config from before rollouts_per_chunk gets its default (16) on parsing; 0 keeps the inline path.
     if ((orch.rollouts_per_chunk ?? 16) > 0 && patched(PATCHES.stepManifest)) {
       const written = await patient.writeStepManifest({
-        runId, step: s, seed, batchSize: orch.batch_size, taskSetDir, policyVersion, modelName: modelFor(policyVersion),
+        runId, step: s, seed, batchSize, taskSetDir, policyVersion, modelName: modelFor(policyVersion), ...round,
         rolloutsPerExample: orch.rollouts_per_example, sampling: config.sampling,
         envs: config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight, args: e.args, rubric: e.rubric })),
         sandbox: config.sandbox, inferenceBaseUrls: config.inference.base_urls, liveness: forActivity(windows, 'rollout'),
@@ -250,7 +253,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       taskFiles = written.files;
       childInput = { ...common, tasks: [], manifest: written.manifest, taskCount, taskSetDir };
     } else {
-      const sampled = await light.sampleTasks({ runId, step: s, seed, batchSize: orch.batch_size, taskSetDir, envs });
+      const sampled = await light.sampleTasks({ runId, step: s, seed, batchSize, taskSetDir, envs, ...round });
       taskSetDir = sampled.taskSetDir;
       taskCount = sampled.tasks.length;
       taskFiles = sampled.files;
@@ -261,11 +264,40 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const scope = new CancellationScope();
     const handle = await scope.run(() => startChild(StepRollouts, {
       args: [childInput],
-      workflowId: `${runId}-step-${s}-rollouts`,
+      workflowId: `${runId}-step-${s}-rollouts${refill ? `-r${refill.round}` : ''}`,
       taskQueue: info.taskQueue,
       priority: trainingPriority(runId, orch.fairness_weight),
     }));
     return { step: s, policyVersion, tasks, ...(childInput.manifest ? { manifest: childInput.manifest } : { inlineTasks: childInput.tasks }), ...(taskFiles ? { taskFiles } : {}), handle, scope, startedAt: Date.now() };
+  }
+
+  /**
+   * Online difficulty filtering: while the step has fewer than batch_size informative groups (rewards not
+   * all alike), and refill rounds remain, roll out that many more tasks. Returns every round's summaries
+   * (the step's statistics), the informative groups' (its batch), and the rounds for the step record.
+   */
+  async function refillUntilInformative(s: number, first: PendingRollouts, firstSummaries: ArtifactRef) {
+    const target = orch.batch_size;
+    const refs = [firstSummaries];
+    const versions = [first.policyVersion];
+    let childEvents = 0;
+    const filter = () => patient.filterGroups({ runId, step: s, rounds: refs, limitEnded: orch.limit_ended, ...(artifacts ? { artifacts } : {}) });
+    let f = await filter();
+    for (let round = 1; f.informative < target && round <= orch.difficulty_filter.max_refill_rounds && !run.stopRequested; round++) {
+      log.info('too few informative groups: sampling more', { step: s, round, informative: f.informative, target });
+      const more = await startRollouts(s, { round, batchSize: target - f.informative });
+      run.phase = 'rollouts';
+      run.publish();
+      const res: StepRolloutsResult = await more.handle.result();
+      // A new StepRollouts always returns its summaries by reference (the summaries-by-ref patch predates this one).
+      if (Array.isArray(res)) throw ApplicationFailure.nonRetryable('a refill round returned its summaries inline; expected a reference', 'InvalidRolloutResult');
+      refs.push(res.summaries);
+      versions.push(more.policyVersion);
+      childEvents += res.events ?? 0;
+      f = await filter();
+    }
+    const refill = { target, rounds: f.rounds.map((r, round) => ({ round, groups: r.groups, informative_groups: r.informative, policy_version: versions[round]! })) };
+    return { all: f.all, kept: f.kept, refill, childEvents };
   }
 
   /** The steps from where the run stands to its end (or to continue-as-new, which throws). */
@@ -314,11 +346,15 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       // Inline summaries (histories from before the summaries-by-ref patch) or one artifact ref.
       const childResult: StepRolloutsResult = await current.handle.result();
       const rollouts = Array.isArray(childResult) ? childResult : undefined;
-      const summaries = Array.isArray(childResult) ? undefined : childResult.summaries;
+      let summaries = Array.isArray(childResult) ? undefined : childResult.summaries;
+      // Difficulty filtering: the batch is the informative groups of every round; the statistics are over all of them.
+      const filtered = summaries && orch.difficulty_filter?.enabled && patched(PATCHES.difficultyFilter)
+        ? await refillUntilInformative(step, current, summaries) : undefined;
+      if (filtered) summaries = filtered.all;
       const tRollouts = Date.now();
 
       run.phase = 'building-batch';
-      const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts, summaries);
+      const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts, filtered ? filtered.kept : summaries);
       const tBatch = Date.now();
 
       // Overlap: the next step's rollouts run on the current policy while this step trains.
@@ -400,7 +436,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         runId, step, versionBefore, policyVersion: run.policyVersion, samplingPolicyVersion: current.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync }, epoch,
         temporalEvents: workflowInfo().historyLength - events0, runCostBefore: run.cost,
-        ...(!Array.isArray(childResult) && childResult.events !== undefined ? { temporalChildEvents: childResult.events } : {}),
+        ...(!Array.isArray(childResult) && childResult.events !== undefined ? { temporalChildEvents: childResult.events + (filtered?.childEvents ?? 0) } : {}),
+        ...(filtered ? { refill: filtered.refill } : {}),
         ...(sweep ? { evalSweep: sweep } : {}),
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts, epoch);

@@ -21,6 +21,8 @@ import type { SyncWeightsInput } from '../../src/contracts';
 import type { EvalPlan, EvalSweepInput, EvalVersionSummary, RecordEvalInput } from '../../src/contracts/eval';
 import type { BuildSftBatchInput, PrepareSftDataInput } from '../../src/contracts/sft';
 import { rolloutStats } from '../../src/rollouts/stats';
+import { groupSignal } from '../../src/samples/groupSignal';
+import type { FilterGroupsInput, FilterGroupsResult } from '../../src/contracts/activities';
 import { createRolloutWorkersActivities } from '../../src/activities/rolloutWorkers';
 
 export const ref = (name: string): ArtifactRef => ({
@@ -98,6 +100,8 @@ export interface FakeOptions {
   eval?: Record<string, unknown>;
   /** evalRecord takes this long (ms): a slow sweep, which training must not wait for. */
   evalMs?: number;
+  /** A rollout's reward (default: (rollout index + step) / 10, so every group is informative). */
+  rewardOf?: (input: RolloutInput) => number;
 }
 
 /** What openRun stores as config.model.init for FakeOptions.initFrom. */
@@ -166,7 +170,7 @@ export function makeFakes(opts: FakeOptions = {}) {
   const main = {
     // The real one: it asks the dev server whether rollout workers run or poll.
     ...createRolloutWorkersActivities(),
-    async storeRolloutSummaries(input: { runId: string; step: number; part?: number; shard?: number; summaries?: RolloutSummary[]; parts?: ArtifactRef[] }): Promise<ArtifactRef> {
+    async storeRolloutSummaries(input: { runId: string; step: number; part?: number; shard?: number; round?: number; summaries?: RolloutSummary[]; parts?: ArtifactRef[] }): Promise<ArtifactRef> {
       if (summariesStoreDownLeft > 0) {
         summariesStoreDownLeft--;
         events.push({ t: now(), what: 'summaries-store-down', step: input.step });
@@ -176,9 +180,29 @@ export function makeFakes(opts: FakeOptions = {}) {
       events.push({ t: now(), what: 'summaries-stored', step: input.step });
       // A chunk's summaries are in the real store (rolloutChunk writes them); the rest in memory.
       const all = input.parts ? input.parts.flatMap((p) => summaryArtifacts.get(p.uri) ?? JSON.parse(readFileSync(fileURLToPath(p.uri), 'utf8')) as RolloutSummary[]) : input.summaries!;
-      const r = ref(`summaries-${input.runId}-${input.step}${input.part === undefined ? '' : `-part-${input.part}`}${input.shard === undefined ? '' : `-shard-${input.shard}`}`);
+      const r = ref(`summaries-${input.runId}-${input.step}${input.round ? `-r${input.round}` : ''}${input.part === undefined ? '' : `-part-${input.part}`}${input.shard === undefined ? '' : `-shard-${input.shard}`}`);
       summaryArtifacts.set(r.uri, all);
       return r;
+    },
+    /** As the real filterGroups (src/activities/rolloutSummaries.ts), over the summaries in memory. */
+    async filterGroups(input: FilterGroupsInput): Promise<FilterGroupsResult> {
+      events.push({ t: now(), what: 'filterGroups', step: input.step });
+      const all: RolloutSummary[] = [];
+      const rounds: FilterGroupsResult['rounds'] = [];
+      const informative = new Set<string>();
+      for (const r of input.rounds) {
+        const xs = summaryArtifacts.get(r.uri)!;
+        const signal = groupSignal(xs, input.limitEnded);
+        rounds.push({ groups: signal.groups.length, informative: signal.informative.length });
+        for (const g of signal.informative) informative.add(g);
+        all.push(...xs);
+      }
+      const n = input.rounds.length;
+      const allRef = ref(`filtered-all-${input.runId}-${input.step}-${n}`);
+      const keptRef = ref(`filtered-kept-${input.runId}-${input.step}-${n}`);
+      summaryArtifacts.set(allRef.uri, all);
+      summaryArtifacts.set(keptRef.uri, all.filter((s) => informative.has(s.group_id)));
+      return { all: allRef, kept: keptRef, rounds, informative: informative.size };
     },
     async rolloutStatsOf(input: { summaries: ArtifactRef; trainerPolicyVersion: number }) {
       const all = summaryArtifacts.get(input.summaries.uri)!;
@@ -201,11 +225,13 @@ export function makeFakes(opts: FakeOptions = {}) {
         seed: input.seed, rolloutsPerExample: input.rolloutsPerExample, tasks, sampling: input.sampling,
         envs: input.envs.map((e) => ({ args: e.args, rubric: e.rubric })), sandbox: input.sandbox, inferenceBaseUrls: input.inferenceBaseUrls, liveness: input.liveness,
       });
-      return { taskSetDir: '/fake', manifest: await store.putJson(`runs/${input.runId}/steps/${input.step}/manifest.json`, manifest), tasks: tasks.length };
+      const key = `runs/${input.runId}/steps/${input.step}/manifest${input.round ? `-r${input.round}` : ''}.json`;
+      return { taskSetDir: '/fake', manifest: await store.putJson(key, manifest), tasks: tasks.length };
     },
-    async sampleTasks(input: { step: number; batchSize: number }): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
+    async sampleTasks(input: { step: number; batchSize: number; round?: number }): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
+      const r = input.round ? `-r${input.round}` : '';
       const tasks = Array.from({ length: input.batchSize }, (_, g) => ({
-        envId: 'swe-grep', envIndex: 0, datasetPath: '/fake/train.jsonl', instanceId: `task-${input.step}-${g}`, groupId: `s${input.step}-g${g}`,
+        envId: 'swe-grep', envIndex: 0, datasetPath: '/fake/train.jsonl', instanceId: `task-${input.step}${r}-${g}`, groupId: `s${input.step}${r}-g${g}`,
       }));
       return { taskSetDir: '/fake', tasks };
     },
@@ -350,7 +376,7 @@ export function makeFakes(opts: FakeOptions = {}) {
         events.push({ t: now(), what: 'rollout-inference-down', step: input.step });
         throw new Error('connect ECONNREFUSED 127.0.0.1:8000 (fake model server)');
       }
-      const reward = (input.rolloutIndex + input.step) / 10;
+      const reward = opts.rewardOf ? opts.rewardOf(input) : (input.rolloutIndex + input.step) / 10;
       return {
         task_id: taskIdOf(input.task), group_id: input.groupId, rollout_index: input.rolloutIndex,
         trajectory: ref(`traj-${input.step}-${input.groupId}-${input.rolloutIndex}`),
