@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ratchet_trainer.commands import TrainerCommands
-from ratchet_trainer.core import CheckpointError, Trainer, load_batch, save_checkpoint
+from ratchet_trainer.core import CheckpointError, Trainer, load_batch, restore_checkpoint, save_checkpoint
 from ratchet_trainer.core.artifacts import ArtifactError
 from ratchet_trainer.core.init_adapter import load_init_adapter, prepare_init
 from ratchet_trainer.core.model import build_base
@@ -26,9 +26,9 @@ def kind(request):
     return request.param
 
 
-def trained_origin(kind: str, tmp: Path, steps: int = 2):
+def trained_origin(kind: str, tmp: Path, steps: int = 2, **over):
     """An origin run ("sft-1") trained `steps` steps, its last checkpoint saved."""
-    a = Trainer("sft-1", make_cfg(kind))
+    a = Trainer("sft-1", make_cfg(kind, **over))
     samples = make_samples(a.vocab_size)
     for s in range(steps):
         a.step(s, load_batch(*on_policy_batch(a, tmp, samples, s, run_id="sft-1")))
@@ -145,3 +145,48 @@ def test_an_lr_0_step_from_init_leaves_its_adapter_byte_for_byte(tmp_path):
         assert m["applied"] and m["grad_norm"] > 0
         moved = [k for k, v in snapshot(b).items() if not torch.equal(origin[k], v)]
         assert bool(moved) is moves, (lr, moved[:3])
+
+
+# -- the KL reference of a warm-started run -------------------------------------------------------
+
+KL = {"loss": {"normalization": "token", "kl_coef": 0.1}}
+
+
+def _k3_against_base(trainer: Trainer, batch) -> float:
+    """Mean k3 of the policy's trained tokens against the base model (adapter disabled), computed here."""
+    m = batch.loss_mask.bool()
+    pol = torch.cat(trainer.sample_logprobs(batch))[m].double()
+    with trainer.model.disable_adapter():
+        base = torch.cat(trainer.sample_logprobs(batch))[m].double()
+    d = base - pol
+    return float((d.exp() - d - 1).mean())
+
+
+def test_a_warm_started_runs_kl_reference_is_the_warm_start(tmp_path):
+    # An origin trained hard enough that it is far from the base model.
+    _, samples, _, init = trained_origin("tiny", tmp_path, steps=3, optim={"lr": 0.05})
+    b = Trainer("rl-1", make_cfg("tiny", **KL))
+    load_init_adapter(b, prepare_init(init, b.cfg, None))
+    batch = load_batch(*on_policy_batch(b, tmp_path, samples, 0, run_id="rl-1"))
+    # Against the base model (the reference before the fix) step 0's KL is far from 0...
+    assert _k3_against_base(b, batch) > 1e-3
+    # ...against the warm start, the policy at step 0, it is 0 up to fp32 noise.
+    assert b.step(0, batch)["kl_ref"] < 1e-7
+
+
+def test_the_warm_start_stays_the_kl_reference_after_a_resume_from_the_runs_checkpoint(tmp_path):
+    _, samples, _, init = trained_origin("tiny", tmp_path, steps=3, optim={"lr": 0.05})
+    cfg = make_cfg("tiny", **KL)
+    b = Trainer("rl-1", cfg)
+    load_init_adapter(b, prepare_init(init, cfg, None))
+    b.step(0, load_batch(*on_policy_batch(b, tmp_path, samples, 0, run_id="rl-1")))
+    saved = save_checkpoint(b, tmp_path / "art", 0)
+    # A fresh trainer resumed from step 0's checkpoint (trainer.load sends no init then).
+    c = Trainer("rl-1", cfg)
+    restore_checkpoint(c, saved["checkpoint"])
+    batch = load_batch(*on_policy_batch(b, tmp_path, samples, 1, run_id="rl-1"))
+    against_base = _k3_against_base(c, batch)
+    want, got = b.step(1, batch), c.step(1, batch)
+    assert want["kl_ref"] > 1e-7  # the policy moved from the warm start at step 0
+    assert got["kl_ref"] == pytest.approx(want["kl_ref"], rel=1e-5)
+    assert got["kl_ref"] < 0.5 * against_base  # and its reference is not the base model

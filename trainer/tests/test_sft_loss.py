@@ -131,6 +131,53 @@ def test_sft_stats_report_the_mean_nll():
     assert stats.metrics("sft")["nll"] == pytest.approx(_expected(batch, logits, "token"), rel=1e-5)
 
 
+# -- the step's nll metric: several updates, several ranks ----------------------------------------
+
+# lr 0: every update sees the same weights, so each setting's nll must be the batch's one nll.
+SFT = {"loss": {"kind": "sft"}, "optim": {"lr": 0.0, "weight_decay": 0.0}}
+
+
+def _sft_batch(tmp_path):
+    from helpers import make_samples
+    from ratchet_trainer.core import write_batch
+
+    samples = make_samples(256, lengths=(16, 20, 12, 18, 14), advantages=(0.0,) * 5)
+    return write_batch(tmp_path, "sft", samples, {"run_id": "run", "step": 0, "vocab_size": 256})
+
+
+def _independent_nll(refs) -> float:
+    """Mean -log p of the masked tokens, from the trainer's plain full-logits scorer (not the loss code)."""
+    from helpers import make_cfg
+    from ratchet_trainer.core import Trainer, load_batch
+
+    batch = load_batch(*refs)
+    lp = torch.cat(Trainer("run", make_cfg("tiny", **SFT)).sample_logprobs(batch))
+    m = batch.loss_mask.bool()
+    return -float(lp[m].double().sum()) / int(m.sum())
+
+
+@pytest.mark.parametrize("over", [{}, {"minibatches": 2}, {"minibatches": 2, "epochs": 2}])
+def test_sft_step_nll_is_the_batch_nll_whatever_the_updates(over, tmp_path):
+    from helpers import make_cfg
+    from ratchet_trainer.core import Trainer, load_batch
+
+    refs = _sft_batch(tmp_path)
+    m = Trainer("run", make_cfg("tiny", **SFT, **over)).step(0, load_batch(*refs))
+    assert m["updates"] == over.get("minibatches", 1) * over.get("epochs", 1)
+    assert m["nll"] == pytest.approx(_independent_nll(refs), rel=1e-5)
+
+
+def test_sft_step_nll_on_two_ranks_is_the_one_process_value(tmp_path):
+    import dist_worker
+
+    refs = _sft_batch(tmp_path)
+    cases = [("one", SFT, refs), ("minibatches", {**SFT, "minibatches": 2}, refs)]
+    got = dist_worker.spawn(dist_worker.run_cases, 2, tmp_path, cases)
+    want = _independent_nll(refs)
+    for name, _, _ in cases:
+        assert got[name]["metrics"]["nll"] == pytest.approx(want, rel=1e-5), name
+
+
 def test_config_accepts_sft_and_names_the_choices_on_a_typo():
     assert parse_trainer_config({"loss": {"kind": "sft"}, "model": {"path": "x"}, "seq_len": 64}).loss.kind == "sft"
     with pytest.raises(ConfigError, match="sft"):

@@ -103,8 +103,36 @@ def test_gspo_icepop_weight_is_the_sequence_mean_of_kept_tokens():
     batch = _one_sample_batch(n, behaviour=prox - lw, proximal=prox)
     logits = _logits_with_logprobs(batch.input_ids, prox)
     loss, stats = _loss(batch, logits, LossConfig(kind="gspo", correction="icepop"))
-    assert float(loss.detach()) == pytest.approx(-math.exp((0.2 - 0.2 + 0.4) / 4), rel=1e-5)
+    # 4 trainable tokens, 3 kept: the dropped one's weight is not in the mean (nor is its count).
+    assert float(loss.detach()) == pytest.approx(-math.exp((0.2 - 0.2 + 0.4) / 3), rel=1e-5)
     assert stats.masked == 1
+
+
+@pytest.mark.parametrize("correction", ["mask", "icepop"])
+def test_gspo_sequence_ratio_and_weight_are_means_over_the_kept_tokens(correction):
+    # Several updates: current moved from proximal by `step` per token; proximal differs from
+    # behaviour by `gap`, and one token's gap is past both modes' bounds (dropped).
+    n = 7
+    prox = torch.full((n,), -1.2)
+    step = torch.tensor([0.0, 0.01, 0.03, 0.5, -0.02, 0.04, 0.02])
+    gap = torch.tensor([0.0, 0.05, -0.1, 1.5, 0.2, 0.0, -0.05])  # log pi_prox - log pi_vllm; 1.5 dropped
+    batch = _one_sample_batch(n, adv=-1.0, behaviour=prox - gap, proximal=prox)
+    logits = _logits_with_logprobs(batch.input_ids, prox + step)
+    loss, stats = _loss(batch, logits, LossConfig(kind="gspo", correction=correction))
+    # Independently: the kept tokens, the ratio's log per token against the clip's reference
+    # (mask: behaviour, icepop: proximal), their mean, and (icepop) the weight's mean.
+    kept = [t for t in range(1, n) if abs(float(gap[t])) <= 1.0]
+    assert len(kept) == 5 and stats.masked == 1
+    if correction == "mask":
+        s = math.exp(sum(float(step[t] + gap[t]) for t in kept) / len(kept))
+        w = 1.0
+    else:
+        s = math.exp(sum(float(step[t]) for t in kept) / len(kept))
+        w = math.exp(sum(float(gap[t]) for t in kept) / len(kept))
+    # A = -1 and s > 1 + eps_high: min(s * A, clip(s) * A) = -s, unclipped (and below the dual clip's 3).
+    assert 1.001 < s < 3
+    assert float(loss.detach()) == pytest.approx(s * w, rel=1e-5)
+    assert stats.metrics("gspo")["policy_ratio_abs_dev"] == pytest.approx((s - 1) * len(kept) / (n - 1), rel=1e-4)
 
 
 def test_dual_clip_acts_between_current_and_proximal_and_is_reported():

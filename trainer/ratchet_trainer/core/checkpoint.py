@@ -3,6 +3,8 @@
 runs/<run_id>/checkpoints/step-<n>-<batch sha256, first 16 hex>/
   adapter/            LoRA: peft adapter_model.safetensors + adapter_config.json (+ MANIFEST.sha256)
   model/              full fine-tuning: model.safetensors + config.json (+ MANIFEST.sha256)
+  kl_reference/       a warm-started run with kl_coef > 0: the adapter the KL term pulls towards
+                      (adapter_model.safetensors, peft keys); absent: the reference is the base model
   optimizer.pt  rng.pt  ledger.json  trainer_state.json  MANIFEST.sha256
 
 Saved by several ranks (a torch.distributed job), the trainable and optimiser state are
@@ -46,6 +48,7 @@ from .trainer import Trainer
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "ratchet.trainer_state/v1"
+KL_REFERENCE = Path("kl_reference") / "adapter_model.safetensors"
 
 
 def checkpoint_dir(artifacts_root: Path, run_id: str, step: int, batch_sha256: str | None = None) -> Path:
@@ -281,6 +284,9 @@ def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] 
         save_file(state, str(d / "model" / "model.safetensors"))
         model.config.save_pretrained(str(d / "model"))
         write_manifest(d / "model")
+    if trainer.kl_reference is not None:  # the reference is the run's, not in its init: a resume gets no init
+        (d / KL_REFERENCE).parent.mkdir()
+        save_file({k: v.contiguous() for k, v in trainer.kl_reference.items()}, str(d / KL_REFERENCE))
     if whole is None:
         torch.save(trainer.optimizer.state_dict(), d / "optimizer.pt")
     torch.save(_rng_state(), d / "rng.pt")
@@ -331,6 +337,10 @@ def restore_checkpoint(trainer: Trainer, ref: ArtifactRef, store: S3Store | None
     root, state = read_checkpoint_state(ref, trainer.run_id, trainer.cfg.model_fingerprint(), store)
     rng = torch.load(root / "rng.pt", map_location="cpu", weights_only=False)
     ledger = {int(k): v for k, v in json.loads((root / "ledger.json").read_text()).items()}
+    reference = load_file(str(root / KL_REFERENCE)) if (root / KL_REFERENCE).is_file() else None
+    if reference is not None and set(reference) != set(trainer.trainable_state()):
+        raise CheckpointError(f"checkpoint {ref['uri']}: its KL reference's tensors are not this model's adapter's. "
+                              "Fix: load it with the trainer_config it was written with")
     if state.get("sharded"):
         check_sharded_fits(trainer, root, ref["uri"])
         load_sharded(trainer, root)
@@ -340,6 +350,7 @@ def restore_checkpoint(trainer: Trainer, ref: ArtifactRef, store: S3Store | None
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
     trainer.ledger = ledger
+    trainer.set_kl_reference(reference)
     log.info("checkpoint restored", extra={"run_id": trainer.run_id, "step": state["step"], "path": str(root),
                                            "sharded": bool(state.get("sharded")), "world_size": world()[1]})
     return state

@@ -108,5 +108,7 @@ def load_init_adapter(trainer: Trainer, prepared: dict[str, Any]) -> None:
             with trainer.master_weights():  # into the fp32 masters; bf16 copies re-rounded on exit
                 set_peft_model_state_dict(trainer.model, weights)
     trainer.init_from = {k: prepared[k] for k in ("from", "run_id", "step", "adapter_sha256")}
+    if trainer.cfg.loss.kl_coef > 0:  # the KL term pulls towards the warm start, not the base model
+        trainer.set_kl_reference(weights)
     log.info("run starts from another run's adapter", extra={"run_id": trainer.run_id, "init_from": prepared["from"],
                                                              "origin_step": prepared["step"], "path": str(path)})

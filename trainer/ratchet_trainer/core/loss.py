@@ -231,9 +231,11 @@ def micro_batch_loss(
     capped = torch.zeros_like(keep)
 
     if cfg.kind == "gspo":
-        # Sequence-level ratio over the whole trajectory: exp of its mean token log-ratio.
-        seq_lr = torch.zeros(B, device=sel.device, dtype=logp.dtype).index_add(0, local, log_ratio / n_i)
-        seq_adv = torch.zeros(B, device=sel.device).index_add(0, local, adv / n_i)
+        # Sequence-level ratio over the whole trajectory: exp of the mean log-ratio of its kept tokens
+        # (a trajectory's segments share this micro-batch, so the counts here are the trajectory's).
+        n_kept = torch.zeros(B, device=sel.device).index_add(0, local, keepf)[local].clamp(min=1.0)
+        seq_lr = torch.zeros(B, device=sel.device, dtype=logp.dtype).index_add(0, local, log_ratio / n_kept)
+        seq_adv = torch.zeros(B, device=sel.device).index_add(0, local, adv * keepf / n_kept)
         s = torch.exp(seq_lr)
         a = seq_adv
         unclipped, clipped = s * a, torch.clamp(s, lo, hi) * a
@@ -241,7 +243,7 @@ def micro_batch_loss(
         seq_dual = _dual_clipped(torch.minimum(unclipped, clipped).detach(), a, cfg.dual_clip)
         seq_w = torch.ones(B, device=sel.device)
         if decoupled:
-            seq_delta = torch.zeros(B, device=sel.device).index_add(0, local, delta * keepf / n_i)
+            seq_delta = torch.zeros(B, device=sel.device).index_add(0, local, delta * keepf / n_kept)
             if cfg.correction == "tis":
                 seq_w = torch.exp(seq_delta.clamp(max=math.log(cfg.tis_cap)))
                 capped = (seq_delta > math.log(cfg.tis_cap))[local] & keep

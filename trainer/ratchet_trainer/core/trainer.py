@@ -16,6 +16,7 @@ and, across ranks, a batch the ranks could not agree on a plan for
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import logging
@@ -79,7 +80,10 @@ def _merge_stats(into: LossStats, s: LossStats) -> None:
     for f in dataclasses.fields(LossStats):
         if f.name in ("ratio_max", "abs_delta_max"):
             setattr(into, f.name, max(getattr(into, f.name), getattr(s, f.name)))
-        elif f.name != "extra":
+        elif f.name == "extra":  # sums too (sft's nll_sum)
+            for k, v in s.extra.items():
+                into.extra[k] = into.extra.get(k, 0.0) + v
+        else:
             setattr(into, f.name, getattr(into, f.name) + getattr(s, f.name))
 
 
@@ -146,6 +150,10 @@ class Trainer:
         self.ledger: dict[int, dict[str, Any]] = {}
         # [model] init_from: the adapter this run started from (init_adapter.py), None from the base model.
         self.init_from: dict[str, Any] | None = None
+        # The KL reference's LoRA weights where it is not the base model: a warm start's adapter (peft
+        # keys, whole, on CPU), kept in the run's checkpoints. None: the reference is the adapter disabled.
+        self.kl_reference: dict[str, torch.Tensor] | None = None
+        self._kl_reference_pairs: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.vocab_size = vocab_size(self.model)
 
     # -- state -----------------------------------------------------------------
@@ -334,6 +342,8 @@ class Trainer:
                 [stats.mismatch_tokens, stats.abs_delta_sum, stats.masked, stats.floor, stats.capped])
             stats.abs_delta_max = all_reduce_sums([stats.abs_delta_max], torch.distributed.ReduceOp.MAX)[0]
             stats.dual_clipped, stats.policy_dev_sum = all_reduce_sums([stats.dual_clipped, stats.policy_dev_sum])
+            if self.cfg.loss.kind == "sft":  # a rank with no tokens has none: 0
+                stats.extra["nll_sum"] = all_reduce_sums([stats.extra.get("nll_sum", 0.0)])[0]
         return stats, passes, forward_tokens
 
     def _plan(self, step: int, batch: Batch, budget: int) -> tuple[list[list[int]], int]:
@@ -502,12 +512,43 @@ class Trainer:
         head = causal.get_output_embeddings()
         return HeadInput(hidden, head.weight, head.bias, chunk_tokens=self.logprob_chunk_tokens)
 
+    def set_kl_reference(self, weights: dict[str, torch.Tensor] | None) -> None:
+        """The adapter the KL term pulls towards (None: the base model, the adapter disabled)."""
+        self.kl_reference = weights
+        self._kl_reference_pairs = None
+
     def _ref_output(self, mb: MicroBatch) -> torch.Tensor | HeadInput:
         with torch.no_grad():
             if self.ref_model is not None:
                 return self._policy_output(self.ref_model, mb)
+            if self.kl_reference is not None:
+                with self._reference_adapter():
+                    return self._policy_output(self.model, mb)
             with self.model.disable_adapter():
                 return self._policy_output(self.model, mb)
+
+    @contextlib.contextmanager
+    def _reference_adapter(self):
+        """(Under no_grad) the model's adapter weights are the KL reference's: it is copied into the
+        model's own adapter tensors (their dtype, each rank's shards) and the policy's values are put
+        back on exit. A second peft adapter could not join a model already sharded."""
+        if self._kl_reference_pairs is None:
+            from peft import get_peft_model_state_dict
+
+            from .sharded import distribute_like
+
+            assert self.kl_reference is not None
+            targets = get_peft_model_state_dict(self.model, state_dict=self.model.state_dict(keep_vars=True))
+            self._kl_reference_pairs = [(p, distribute_like(self.kl_reference[k], p)) for k, p in targets.items()]
+        pairs = self._kl_reference_pairs
+        policy = [p.detach().clone() for p, _ in pairs]
+        try:
+            for p, ref in pairs:
+                p.copy_(ref)
+            yield
+        finally:
+            for (p, _), v in zip(pairs, policy):
+                p.copy_(v)
 
     def _clip_grads(self) -> float:
         max_norm = self.cfg.optim.max_grad_norm
