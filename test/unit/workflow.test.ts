@@ -10,7 +10,7 @@ import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@tem
 import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
 import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { TrainRunInput } from '../../src/contracts';
+import type { ReleaseRunInput, ReleaseRunResult, TrainRunInput } from '../../src/contracts';
 import { makeFakes, type FakeOptions } from './workflowFakes';
 import { recordHistory } from '../helpers/histories';
 import { TRAINING_PRIORITY } from '../../src/shared/fairness';
@@ -319,6 +319,22 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.releases).toEqual([{ worker: 'w1', runId: b.workflowId }]);
       expect(f.unloads).toEqual([a.workflowId, b.workflowId]);
       await record(b, 'trainrun-took-trainer-from-ended-run');
+    });
+  });
+
+  test('ReleaseRun (ratchet release) gives back a terminated run\'s trainer and unloads its adapters; a second release finds it no longer held', async () => {
+    await withWorkers({ leases: 1, trainMs: 2_000 }, async (f) => {
+      const a = await start();
+      await waitFor(async () => f.leased.get('w1') === a.workflowId);
+      await a.terminate('test: terminated, so it never releases its trainer');
+      const input: ReleaseRunInput = { runId: a.workflowId, trainerQueue: 'trainer-w1', baseUrls: ['http://r1/v1'], identity: 'me@host', reason: 'test' };
+      const released = await env.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-1`, args: [input] }) as ReleaseRunResult;
+      expect(released).toMatchObject({ runId: a.workflowId, trainer: { state: 'released', worker_id: 'w1' } });
+      expect(f.leased.size).toBe(0);
+      expect(f.unloads).toEqual([a.workflowId]);
+      // Again: the trainer no longer holds the run.
+      const again = await env.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-2`, args: [input] }) as ReleaseRunResult;
+      expect(again.trainer.state).toBe('not-held');
     });
   });
 
