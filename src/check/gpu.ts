@@ -106,8 +106,12 @@ export function layerActivationBytesPerToken(s: ModelShape): number {
   return 2 * (6 * s.hidden + 5 * q + 6 * kv + 4 * s.intermediate);
 }
 
+export type Parallelism = 'single' | 'replicate' | 'fsdp';
+
 export interface MemoryEstimate {
   ranks: number;
+  /** How the ranks hold the model: each a whole copy (replicate), or shards of it (fsdp). */
+  parallelism: Parallelism;
   /** Tokens in the largest forward: a packed row of micro_batch_tokens, or one sample of seq_len. */
   tokens: number;
   params: number;
@@ -121,7 +125,7 @@ export interface MemoryEstimate {
 
 /**
  * Per GPU, one trainer rank:
- * - weights: bf16, 2 bytes a parameter (sharded over the ranks when there are several);
+ * - weights: bf16, 2 bytes a parameter (sharded over the ranks under fsdp);
  * - trainable state: LoRA keeps a bf16 compute copy, fp32 masters, fp32 gradients and AdamW's
  *   two fp32 moments (2 + 4 + 4 + 8 = 18 bytes a parameter); full fine-tuning on one GPU is
  *   bf16 AdamW (gradient + two moments, 6 bytes beyond the weights), across ranks fp32 shards
@@ -131,17 +135,18 @@ export interface MemoryEstimate {
  * - logprobs: one chunk of fp32 logits, its softmax, its gradient and a spare (4 x 4 bytes x vocab
  *   per chunk token; measured 2.37-2.43 GiB for Qwen3's vocabulary at 1,024 tokens a chunk).
  */
-export function estimateTrainerMemory(c: RunConfig, s: ModelShape): MemoryEstimate {
+export function estimateTrainerMemory(c: RunConfig, s: ModelShape, parallelism: Parallelism = chooseParallelism(c, s)): MemoryEstimate {
   const t = c.trainer;
   const ranks = t.gpu.count;
+  const shards = parallelism === 'fsdp' ? ranks : 1;
   const tokens = Math.max(t.micro_batch_tokens, c.orchestrator.seq_len);
   const params = totalParams(s);
   const lora = t.mode === 'lora';
   const trainableParams = lora ? loraParams(s, t.lora.rank, t.lora.target_modules) : params;
-  const weights = (2 * params) / ranks;
+  const weights = (2 * params) / shards;
   let trainable: number;
-  if (lora) trainable = (18 * trainableParams) / ranks;
-  else trainable = ranks === 1 ? 6 * params : (16 * params) / ranks + (2 * layerParams(s));
+  if (lora) trainable = (18 * trainableParams) / shards;
+  else trainable = shards === 1 ? 6 * params : (16 * params) / shards + (2 * layerParams(s));
   const freq = t.ac.freq;
   const checkpointed = freq > 0 ? Math.ceil(s.layers / freq) : 0;
   const perLayer = layerActivationBytesPerToken(s);
@@ -149,7 +154,7 @@ export function estimateTrainerMemory(c: RunConfig, s: ModelShape): MemoryEstima
   const logprobs = Math.min(LOGPROB_CHUNK_TOKENS, tokens) * s.vocab * 16;
   const allocated = weights + trainable + activations + logprobs;
   return {
-    ranks, tokens, params, trainableParams,
+    ranks, parallelism, tokens, params, trainableParams,
     parts: { weights, trainable, activations, logprobs },
     allocated,
     total: allocated * (1 + FRAGMENTATION) + CONTEXT_BYTES,
@@ -157,6 +162,29 @@ export function estimateTrainerMemory(c: RunConfig, s: ModelShape): MemoryEstima
 }
 
 const gib = (b: number) => (b / GiB).toFixed(1);
+
+/** The trainer's share of one GPU: trainer.gpu.memory_gib, less vLLM's share when it runs beside it. */
+function trainerShare(c: RunConfig): number | undefined {
+  const gpu = c.trainer.gpu;
+  if (gpu.memory_gib === undefined) return undefined;
+  const util = c.inference.gpu_memory_utilization;
+  return gpu.memory_gib * GiB * (util === undefined ? 1 : 1 - util);
+}
+
+/**
+ * What the trainer will do over trainer.gpu.count ranks (trainer/ratchet_trainer/core/parallelism.py):
+ * `trainer.parallelism` when set; under `auto`, replicate when one rank's whole-model estimate fits the
+ * trainer's share of a GPU, else fsdp. Without memory_gib the trainer decides from its GPUs' free
+ * memory; this assumes replicate for LoRA and fsdp for full fine-tuning.
+ */
+export function chooseParallelism(c: RunConfig, s: ModelShape): Parallelism {
+  const t = c.trainer;
+  if (t.gpu.count === 1) return 'single';
+  if (t.parallelism !== 'auto') return t.parallelism;
+  const share = trainerShare(c);
+  if (share === undefined) return t.mode === 'lora' ? 'replicate' : 'fsdp';
+  return estimateTrainerMemory(c, s, 'replicate').total <= share ? 'replicate' : 'fsdp';
+}
 
 /** `ratchet check`'s GPU section: the estimate, and whether trainer and vLLM fit one GPU together. */
 export function checkGpuMemory(c: RunConfig, found: { shape?: ModelShape; source: string } = modelShape(c)): CheckLine[] {
@@ -170,18 +198,21 @@ export function checkGpuMemory(c: RunConfig, found: { shape?: ModelShape; source
   const detail = `weights ${gib(p.weights)} + ${c.trainer.mode === 'lora' ? 'LoRA' : 'trainable'} state ${gib(p.trainable)} + ` +
     `activations ${gib(p.activations)} (${e.tokens} tokens, trainer.ac.freq = ${c.trainer.ac.freq}) + logprob chunk ${gib(p.logprobs)} = ` +
     `${gib(e.allocated)} GiB allocated, ${gib(e.total)} GiB with fragmentation and the CUDA context` +
-    (e.ranks > 1 ? `, per GPU over ${e.ranks} ranks` : '') + `; shape from ${found.source}`;
+    (e.ranks > 1 ? `, per GPU over ${e.ranks} ranks (${e.parallelism === 'fsdp' ? 'FSDP2 shards' : 'the model replicated on each'}, ` +
+      `trainer.parallelism = "${c.trainer.parallelism}")` : '') + `; shape from ${found.source}`;
   const gpu = c.trainer.gpu;
-  if (gpu.memory_gib === undefined) return [ok('gpu', `trainer peak estimate: ${detail}. Set trainer.gpu.memory_gib to check that it fits`)];
+  const share = trainerShare(c);
+  if (gpu.memory_gib === undefined || share === undefined) {
+    return [ok('gpu', `trainer peak estimate: ${detail}. Set trainer.gpu.memory_gib to check that it fits`)];
+  }
   const util = c.inference.gpu_memory_utilization;
-  const gpuBytes = gpu.memory_gib * GiB;
-  const share = util === undefined ? gpuBytes : gpuBytes * (1 - util);
   const who = util === undefined ? `trainer.gpu.memory_gib = ${gpu.memory_gib}`
     : `trainer.gpu.memory_gib = ${gpu.memory_gib} x (1 - inference.gpu_memory_utilization = ${util}) = ${gib(share)} GiB left by vLLM`;
   if (e.total > share) {
     return [fail('gpu', `the trainer needs about ${gib(e.total)} GiB per GPU but ${who}. Estimate: ${detail}. ` +
       'Fix: lower orchestrator.seq_len or trainer.micro_batch_tokens, set trainer.ac.freq = 1, use trainer.mode = "lora" ' +
-      `or a smaller trainer.lora.rank, lower inference.gpu_memory_utilization, or add GPUs (trainer.gpu.count)`)];
+      `or a smaller trainer.lora.rank, lower inference.gpu_memory_utilization, or add GPUs (trainer.gpu.count` +
+      `${e.parallelism === 'replicate' ? ' with trainer.parallelism = "fsdp"' : ''})`)];
   }
   return [ok('gpu', `trainer fits: about ${gib(e.total)} GiB of ${gib(share)} GiB (${who}). Estimate: ${detail}`)];
 }

@@ -2,7 +2,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import * as path from 'node:path';
 import { parseRunConfig } from '../../src/config/load';
 import {
-  CONTEXT_BYTES, GiB, KNOWN_SHAPES, checkGpuMemory, estimateTrainerMemory, layerActivationBytesPerToken, layerParams, loraParams, totalParams,
+  CONTEXT_BYTES, GiB, KNOWN_SHAPES, checkGpuMemory, chooseParallelism, estimateTrainerMemory, layerActivationBytesPerToken, layerParams, loraParams, totalParams,
 } from '../../src/check/gpu';
 import { toTrainerConfig } from '../../src/workflows/trainerConfig';
 
@@ -62,8 +62,33 @@ describe('trainer GPU memory estimate', () => {
     const c = parseRunConfig(readFileSync(path.join(seedDir, 'qwen3-8b-4gpu.toml'), 'utf8'), 'x.toml');
     const e = estimateTrainerMemory(c, q8);
     expect(e.ranks).toBe(4);
+    expect(e.parallelism).toBe('fsdp');
     expect(e.parts.weights).toBe((2 * 8_190_735_360) / 4);
     expect(e.parts.trainable).toBe((16 * 8_190_735_360) / 4 + 2 * 192_946_432);
+  });
+
+  test('LoRA over 4 GPUs that fits one: auto replicates the whole model on each rank; fsdp, named, shards it', () => {
+    const text = readFileSync(path.join(seedDir, 'qwen3-14b-4gpu.toml'), 'utf8');
+    const q14 = KNOWN_SHAPES['Qwen3-14B']!;
+    const auto = estimateTrainerMemory(parseRunConfig(text, 'x.toml'), q14);
+    expect(auto.parallelism).toBe('replicate');
+    expect(auto.parts.weights).toBe(2 * totalParams(q14));
+    // fits 79 x (1 - 0.4) = 47.4 GiB: 27.5 GiB of weights, the rest well under 20
+    expect(auto.total / GiB).toBeLessThan(47.4);
+    const fsdp = estimateTrainerMemory(parseRunConfig(text.replace('[trainer]\n', '[trainer]\nparallelism = "fsdp"\n'), 'x.toml'), q14);
+    expect(fsdp.parallelism).toBe('fsdp');
+    expect(fsdp.parts.weights).toBe((2 * totalParams(q14)) / 4);
+    const [line] = checkGpuMemory(parseRunConfig(text, 'x.toml'), { shape: q14, source: 'test' });
+    expect(line!.message).toMatch(/over 4 ranks \(the model replicated on each, trainer\.parallelism = "auto"\)/);
+  });
+
+  test('auto falls back to fsdp when one rank cannot hold the whole model beside vLLM', () => {
+    // Full fine-tuning of 8B: 2 + 6 bytes a parameter is 61 GiB before activations, over 47.4 GiB
+    const c = parseRunConfig(readFileSync(path.join(seedDir, 'qwen3-8b-4gpu.toml'), 'utf8'), 'x.toml');
+    expect(estimateTrainerMemory(c, q8, 'replicate').total / GiB).toBeGreaterThan(47.4);
+    expect(chooseParallelism(c, q8)).toBe('fsdp');
+    const one = parseRunConfig('[[env]]\nid = "swe-grep"\n[trainer]\nparallelism = "fsdp"\n', 'x.toml');
+    expect(chooseParallelism(one, q8)).toBe('single'); // one rank: nothing to replicate or shard
   });
 
   test('no GPU size: the estimate is printed, the fit is not checked; CPU runs are skipped', () => {

@@ -1,4 +1,5 @@
-"""Multi-GPU benchmark of the training core: the FSDP2 path on 1..N GPUs of one host.
+"""Multi-GPU benchmark of the training core on 1..N GPUs of one host: the replicated path or FSDP2
+(`--parallelism`, as `trainer.parallelism`; auto picks as the trainer does, parallelism.py).
 
 Two modes in one file:
 - the driver (run directly): starts one `torchrun` per configuration, collects each
@@ -7,14 +8,20 @@ Two modes in one file:
 - the rank (started by torchrun, RANK set): builds the model with the trainer's own
   code, trains `--steps` timed steps after one warm-up, and rank 0 writes a JSON result.
 
-Scaling efficiency = tokens/s on N GPUs / (N x tokens/s on 1 GPU). Random init of the
-named architecture (nothing downloads). Each model is built whole on every GPU before
-sharding, so the largest model tried is bounded by one GPU's memory for bf16 weights.
+Scaling efficiency = tokens/s on N GPUs / (N x tokens/s on 1 GPU). With `--baseline` (a
+bench_train.py result of the same model, seq and checkpointing), each run's tokens/s is also
+divided by that single-process figure (`speedup_vs_baseline`). Random init of the named
+architecture (nothing downloads). Each model is built whole on every GPU before sharding, so
+the largest model tried is bounded by one GPU's memory for bf16 weights. Compile, padding and
+micro-batches are bench_train.py's: `torch.compile` on CUDA (`--no-compile` for eager), one
+sample of `--seq` tokens per micro-batch.
 
 Usage (on the GPU box):
   python3 trainer/bench/bench_dist.py --gpus 1,2 --models qwen3-8b,qwen3-32b --out $OUT/dist.json
   python3 trainer/bench/bench_dist.py --tiny --gpus 1,2 --out /tmp/dist.json   # CPU (gloo) check of the script
   python3 trainer/bench/bench_dist.py --gpus 2 --via-worker --out $OUT/worker.json
+  python3 trainer/bench/bench_dist.py --gpus 2,4 --ac 1,0 --parallelism replicate --baseline $OUT/train.json --out $OUT/rep.json
+  python3 trainer/bench/bench_dist.py --gpus 4 --method full --seq 8192 --samples 1 --parallelism fsdp --models qwen3-4b,qwen3-8b
     # also through the worker's rank-0 control plane (ratchet_trainer/ranks.py, commands.py) in the same
     # job: load, steps, a sharded save and a reload from it, against the direct Trainer.step's time
 """
@@ -34,6 +41,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 ARCHS = {
+    "qwen3-4b": {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
+                 "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                 "rope_theta": 1_000_000.0, "max_position_embeddings": 40960, "tie_word_embeddings": True,
+                 "rms_norm_eps": 1e-6},
     "qwen3-8b": {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288,
                  "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                  "rope_theta": 1_000_000.0, "max_position_embeddings": 40960, "tie_word_embeddings": False,
@@ -67,18 +78,20 @@ def rank_main(args) -> None:
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     conf = TINY if args.tiny else ARCHS[args.model]
-    rec = {"model": "tiny" if args.tiny else args.model, "gpus": world, "seq_len": args.seq, "lora_rank": args.rank,
-           "ac": bool(args.ac), "samples_per_gpu": args.samples, "compile": args.compile}
+    lora = args.method == "lora"
+    rec = {"model": "tiny" if args.tiny else args.model, "gpus": world, "method": args.method, "seq_len": args.seq,
+           "lora_rank": args.rank if lora else None, "ac": bool(int(args.ac)), "samples_per_gpu": args.samples}
     try:
         cfg = parse_trainer_config({
-            "model": {"config": conf, "compile": args.compile},
-            "lora": {"rank": args.rank, "alpha": 2 * args.rank, "dropout": 0.0}, "ac": {"freq": 1 if args.ac else 0},
-            "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": args.seq, "micro_batch_tokens": args.seq,
-            "packing": False, "device": "cuda" if cuda else "cpu",
+            "model": {"config": conf, "compile": False if args.no_compile else "auto"},
+            "mode": args.method, "lora": {"rank": args.rank, "alpha": 2 * args.rank, "dropout": 0.0},
+            "ac": {"freq": int(args.ac)}, "optim": {"lr": 1e-5, "weight_decay": 0.0}, "seq_len": args.seq,
+            "micro_batch_tokens": max(4096, args.seq), "packing": False, "device": "cuda" if cuda else "cpu",
+            "parallelism": args.parallelism,
         })
         t0 = time.perf_counter()
         trainer = Trainer("bench", cfg)
-        rec["build_s"] = time.perf_counter() - t0
+        rec.update(build_s=time.perf_counter() - t0, parallelism=trainer.parallelism, compile=trainer.compiled)
         samples = args.samples * world
         batch = make_batch(samples, args.seq, conf["vocab_size"], torch.Generator().manual_seed(0))
         times = []
@@ -99,14 +112,16 @@ def rank_main(args) -> None:
         n_all = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n)
         n_lora = sum(p.numel() for p in trainer.params)
         tokens = samples * args.seq
-        flops = flops_per_step(conf, n_all - n_embed, n_lora, tokens, args.seq, True)
+        flops = flops_per_step(conf, n_all - n_embed, n_lora if lora else 0, tokens, args.seq, lora)
         gpu = torch.cuda.get_device_name(local) if cuda else "cpu"
         peak_flops = next((v for k, v in PEAK_BF16.items() if k in gpu), 989e12)
-        mem = torch.tensor([torch.cuda.max_memory_allocated(local) / 2**30 if cuda else 0.0],
+        mem = torch.tensor([torch.cuda.max_memory_allocated(local) / 2**30 if cuda else 0.0,
+                            torch.cuda.max_memory_reserved(local) / 2**30 if cuda else 0.0],
                            device="cuda" if cuda else "cpu")
         dist.all_reduce(mem, op=dist.ReduceOp.MAX)
         rec.update(status="ok", gpu=gpu, params=n_all, step_s=dt, step_times_s=times, tokens_per_step=tokens,
                    tokens_per_s=tokens / dt, mfu=flops / dt / (peak_flops * world), peak_gib_max_rank=float(mem[0]),
+                   peak_reserved_gib_max_rank=float(mem[1]),
                    loss=m["loss"], micro_batches=m["micro_batches"])
     except Exception as e:  # an OOM or a failed kernel is a result too
         rec.update(status="oom" if "out of memory" in str(e).lower() else "error",
@@ -183,49 +198,61 @@ def driver(args) -> None:
     import torch
 
     gpus = [int(g) for g in args.gpus.split(",")]
+    acs = [a for a in args.ac.split(",")]
     models = ["tiny"] if args.tiny else args.models.split(",")
     if not args.tiny and max(gpus) > torch.cuda.device_count():
         raise SystemExit(f"--gpus asks for {max(gpus)} GPUs and this machine has {torch.cuda.device_count()}. "
                          "Fix: pass --gpus up to the GPU count")
     out = Path(args.out)
     results = {"argv": sys.argv, "torch": torch.__version__, "runs": []}
-    for model in models:
-        for n in gpus:
-            if n == 1 and model != models[0] and args.scaling_model_only:
-                continue
-            res = out.with_suffix(f".{model}.{n}.json")
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-                   str(Path(__file__).resolve()), "--rank-mode", "--result", str(res), "--model", model,
-                   "--seq", str(args.seq), "--samples", str(args.samples), "--steps", str(args.steps),
-                   "--rank", str(args.rank), "--ac", str(args.ac)] + (["--tiny"] if args.tiny else []) + \
-                  (["--compile"] if args.compile else []) + (["--via-worker"] if args.via_worker else [])
-            print("$", " ".join(cmd), flush=True)
-            t0 = time.perf_counter()
-            try:
-                proc = subprocess.run(cmd, timeout=args.timeout, capture_output=True, text=True)
-                rec = json.loads(res.read_text()) if res.exists() else {
-                    "model": model, "gpus": n, "status": "crashed", "error": proc.stderr[-1500:]}
-            except subprocess.TimeoutExpired:
-                rec = {"model": model, "gpus": n, "status": "timeout", "error": f"over {args.timeout}s"}
-            rec["wall_s"] = time.perf_counter() - t0
-            results["runs"].append(rec)
-            print(json.dumps(rec), flush=True)
-            out.write_text(json.dumps(results, indent=1))
-    # Weak scaling against the 1-GPU run of the same model.
+    for model, ac, n in [(m, a, n) for m in models for a in acs for n in gpus]:
+        if n == 1 and model != models[0] and args.scaling_model_only:
+            continue
+        res = out.with_suffix(f".{model}.ac{ac}.{n}.json")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+               str(Path(__file__).resolve()), "--rank-mode", "--result", str(res), "--model", model,
+               "--seq", str(args.seq), "--samples", str(args.samples), "--steps", str(args.steps),
+               "--rank", str(args.rank), "--ac", ac, "--method", args.method, "--parallelism", args.parallelism] + \
+              (["--tiny"] if args.tiny else []) + (["--no-compile"] if args.no_compile else []) + \
+              (["--via-worker"] if args.via_worker else [])
+        print("$", " ".join(cmd), flush=True)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, timeout=args.timeout, capture_output=True, text=True)
+            rec = json.loads(res.read_text()) if res.exists() else {
+                "model": model, "gpus": n, "ac": bool(int(ac)), "status": "crashed", "error": proc.stderr[-1500:]}
+        except subprocess.TimeoutExpired:
+            rec = {"model": model, "gpus": n, "ac": bool(int(ac)), "status": "timeout", "error": f"over {args.timeout}s"}
+        rec["wall_s"] = time.perf_counter() - t0
+        results["runs"].append(rec)
+        print(json.dumps(rec), flush=True)
+        out.write_text(json.dumps(results, indent=1))
+    # Weak scaling against the 1-GPU run of the same model and checkpointing.
+    base = json.loads(Path(args.baseline).read_text()) if args.baseline else None
+    if base is not None:
+        results["baseline"] = {"file": args.baseline, "gpu": base.get("gpu"), "argv": base.get("argv")}
     for r in results["runs"]:
         one = next((b for b in results["runs"] if b["model"] == r["model"] and b["gpus"] == 1
-                    and b.get("status") == "ok"), None)
+                    and b.get("ac") == r.get("ac") and b.get("status") == "ok"), None)
         if r.get("status") == "ok" and one:
             r["scaling_efficiency"] = r["tokens_per_s"] / (r["gpus"] * one["tokens_per_s"])
+        ref = next((b for b in (base or {}).get("runs", []) if b.get("status") == "ok" and b["seq_len"] == r.get("seq_len")
+                    and b["ac"] == r.get("ac") and b["method"] == r.get("method")
+                    and (b.get("rank") == r.get("lora_rank") or r.get("method") == "full")), None)
+        if r.get("status") == "ok" and ref:
+            r["baseline_tokens_per_s"] = ref["tokens_per_s"]
+            r["speedup_vs_baseline"] = r["tokens_per_s"] / ref["tokens_per_s"]
     out.write_text(json.dumps(results, indent=1))
-    print(f"\n{'model':10} {'gpus':>4} {'status':7} {'step s':>7} {'tok/s':>8} {'MFU/GPU':>7} {'peak GiB':>8} {'scaling':>7}")
+    print(f"\n{'model':10} {'par':9} {'ac':>2} {'gpus':>4} {'status':7} {'step s':>7} {'tok/s':>8} {'MFU/GPU':>7} "
+          f"{'peak GiB':>8} {'scaling':>7} {'vs 1-proc':>9}")
     for r in results["runs"]:
         if r.get("status") == "ok":
             eff = f"{r['scaling_efficiency']:.0%}" if "scaling_efficiency" in r else "-"
-            print(f"{r['model']:10} {r['gpus']:4} {'ok':7} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} "
-                  f"{r['mfu']:7.1%} {r['peak_gib_max_rank']:8.1f} {eff:>7}")
+            sp = f"{r['speedup_vs_baseline']:.2f}x" if "speedup_vs_baseline" in r else "-"
+            print(f"{r['model']:10} {r['parallelism']:9} {int(r['ac']):2} {r['gpus']:4} {'ok':7} {r['step_s']:7.2f} "
+                  f"{r['tokens_per_s']:8.0f} {r['mfu']:7.1%} {r['peak_gib_max_rank']:8.1f} {eff:>7} {sp:>9}")
         else:
-            print(f"{r['model']:10} {r['gpus']:4} {r['status']:7} {r.get('error', '')[:150]}")
+            print(f"{r['model']:10} {'':9} {int(r.get('ac', 0)):2} {r['gpus']:4} {r['status']:7} {r.get('error', '')[:150]}")
         w = r.get("via_worker")
         if w:
             print(f"  via the worker's ranks: {json.dumps({k: v for k, v in w.items() if k != 'step_times_s'})}")
@@ -242,8 +269,11 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=4, help="samples per GPU (weak scaling)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--rank", type=int, default=16)
-    ap.add_argument("--ac", type=int, default=1)
-    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--ac", default="1", help="checkpointing, one job each: 1, 0 or 1,0")
+    ap.add_argument("--method", choices=("lora", "full"), default="lora")
+    ap.add_argument("--parallelism", choices=("auto", "replicate", "fsdp"), default="auto")
+    ap.add_argument("--no-compile", action="store_true", help="eager decoder layers (default: compiled on CUDA)")
+    ap.add_argument("--baseline", help="bench_train.py's JSON: each run's tokens/s over its single-process figure")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--via-worker", action="store_true", help="also time the steps through the worker's rank-0 control plane")

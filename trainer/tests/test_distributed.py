@@ -1,5 +1,6 @@
-"""FSDP2 across 2 and 3 processes (gloo, CPU): the same step as a single process, on batches shaped
-like real RL ones (odd sample counts, dropped rollouts, split trajectories, fewer samples than ranks)."""
+"""FSDP2 and the replicated path across 2 and 3 processes (gloo, CPU): the same step as a single
+process, on batches shaped like real RL ones (odd sample counts, dropped rollouts, split trajectories,
+fewer samples than ranks, several mini-batches)."""
 
 import random
 
@@ -54,15 +55,17 @@ def write_rl_batch(tmp_path, name, samples, seed=0, offset=0.1):
     return write_batch(tmp_path, name, samples, meta)
 
 
-def check_cases(tmp_path, world: int, cases) -> None:
+def check_cases(tmp_path, world: int, cases, parallelism: str = "fsdp") -> None:
     """Every case on `world` ranks (one job, a fresh trainer each) equals one process's step."""
-    results = dist_worker.spawn(dist_worker.run_cases, world, tmp_path, cases)
+    ranked = [(name, {**over, "parallelism": parallelism}, refs) for name, over, refs in cases]
+    results = dist_worker.spawn(dist_worker.run_cases, world, tmp_path, ranked)
     for name, over, refs in cases:
         single = dist_worker.run_step(Trainer("run", make_cfg("tiny", **over)), refs)
+        assert results[name]["metrics"]["parallelism"] == parallelism and single["metrics"]["parallelism"] == "single"
         try:
             dist_worker.assert_same_step(single, results[name], METRICS)
         except AssertionError as e:
-            raise AssertionError(f"case {name!r} on {world} ranks: {e}") from e
+            raise AssertionError(f"case {name!r} on {world} {parallelism} ranks: {e}") from e
 
 
 # Small micro-batches (two short rows): ranks plan different numbers of passes, so empty passes run.
@@ -74,7 +77,8 @@ SEQ_MEAN = {**GRPO, "loss": {"normalization": "sequence_mean"}}
 DR_GRPO = {**GRPO, "loss": {"normalization": "dr_grpo"}}
 
 
-def test_two_ranks_give_the_single_process_loss_and_gradients(tmp_path):
+@pytest.mark.parametrize("parallelism", ["fsdp", "replicate"])
+def test_two_ranks_give_the_single_process_loss_and_gradients(tmp_path, parallelism):
     # Trajectory 1 in two segments; the old contiguous blocks were [0,1,1,2 | 3,4,5,6] (and the ranks
     # planned 3 and 2 passes: both blocked in gloo).
     split = write_rl_batch(tmp_path, "split", rl_samples((12, 16, 14, 18, 10, 20, 12, 16), trajectories=(0, 1, 1, 2, 3, 4, 5, 6)))
@@ -86,25 +90,27 @@ def test_two_ranks_give_the_single_process_loss_and_gradients(tmp_path):
              ("odd-dr-grpo", DR_GRPO, odd),
              # Two updates per batch (mini-batches of whole trajectories): each trains on any world size.
              ("odd-minibatches", {**GRPO, "minibatches": 2}, odd)]
-    check_cases(tmp_path, 2, cases)
+    check_cases(tmp_path, 2, cases, parallelism)
 
 
-def test_three_ranks_give_the_single_process_loss_and_gradients(tmp_path):
+@pytest.mark.parametrize("parallelism", ["fsdp", "replicate"])
+def test_three_ranks_give_the_single_process_loss_and_gradients(tmp_path, parallelism):
     seven = write_rl_batch(tmp_path, "seven", rl_samples((12, 18, 16, 14, 20, 10, 16), trajectories=(0, 1, 1, 2, 3, 3, 4), masked=(3,)))
     # Fewer trajectories than ranks: one rank trains nothing and runs only empty passes.
     two = write_rl_batch(tmp_path, "two", rl_samples((16, 12, 14), trajectories=(0, 0, 1)))
     cases = [("seven-grpo", GRPO, seven), ("seven-gspo", GSPO, seven), ("two-gspo", GSPO, two)]
-    check_cases(tmp_path, 3, cases)
+    check_cases(tmp_path, 3, cases, parallelism)
 
 
-def test_several_updates_per_batch_across_ranks_give_the_single_process_updates(tmp_path):
+@pytest.mark.parametrize("parallelism", ["fsdp", "replicate"])
+def test_several_updates_per_batch_across_ranks_give_the_single_process_updates(tmp_path, parallelism):
     # Mini-batches x epochs: the proximal logprobs are scored round-robin over the ranks and summed,
     # and each mini-batch's update is partitioned like a batch. Odd counts and a split trajectory.
     split = write_rl_batch(tmp_path, "split", rl_samples((12, 16, 14, 18, 10, 20, 12), trajectories=(0, 1, 1, 2, 3, 4, 5)))
     several = {**GRPO, "minibatches": 2, "epochs": 2, "optim": {**GRPO["optim"], "lr": 1e-2}}
     cases = [("tis-grpo", several, split), ("icepop-gspo", {**several, "loss": {"kind": "gspo", "correction": "icepop"}}, split),
              ("mask-grpo", {**several, "loss": {"correction": "mask"}}, split)]
-    check_cases(tmp_path, 2, cases)
+    check_cases(tmp_path, 2, cases, parallelism)
 
 
 def test_a_pretrained_model_across_ranks_is_read_by_rank_0_alone_and_trains_as_one_process(tmp_path):

@@ -7,8 +7,8 @@ runs/<run_id>/checkpoints/step-<n>-<batch sha256, first 16 hex>/
                       (adapter_model.safetensors, peft keys); absent: the reference is the base model
   optimizer.pt  rng.pt  ledger.json  trainer_state.json  MANIFEST.sha256
 
-Saved by several ranks (a torch.distributed job), the trainable and optimiser state are
-sharded instead of optimizer.pt: every rank writes its shards into `sharded/`
+Saved by replicated ranks (parallelism.py), rank 0 writes what one process writes. Saved by
+FSDP2 ranks, the trainable and optimiser state are sharded instead of optimizer.pt: every rank writes its shards into `sharded/`
 (torch.distributed.checkpoint, see sharded.py), while rank 0 alone writes the whole
 adapter/model (gathered: vLLM and single-process readers need it), rng, ledger and
 trainer_state.json (with "sharded": true and the world size), then the manifest. A sharded
@@ -197,17 +197,20 @@ def _write_local(trainer: Trainer, artifacts_root: Path, step: int) -> Path:
         final = final.with_name(f"{final.name}.attempt-{_agreed(lambda: uuid.uuid4().hex[:8])}")
         log.warning("the checkpoint of this step and batch on disk does not verify; writing beside it",
                     extra={"run_id": trainer.run_id, "step": step, "bad": str(bad), "path": str(final)})
-    if world()[1] > 1:
+    if trainer.sharded:
         _write_local_ranks(trainer, final, step)
-    else:
-        tmp = tmp_sibling(final)
-        tmp.mkdir(parents=True)
-        try:
-            _write(trainer, tmp, step)
-            commit_dir(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+    else:  # one process, or replicated ranks (each holds the same state): rank 0 writes it as one process does
+        if world()[0] == 0:
+            tmp = tmp_sibling(final)
+            tmp.mkdir(parents=True)
+            try:
+                _write(trainer, tmp, step)
+                commit_dir(tmp, final)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+        if world()[1] > 1:
+            dist.barrier()  # the checkpoint is committed before any rank returns its refs
     log.info("checkpoint written", extra={"run_id": trainer.run_id, "step": step, "path": str(final)})
     return final
 
@@ -369,7 +372,7 @@ def _load_whole(trainer: Trainer, root: Path, uri: str) -> None:
             raise CheckpointError(f"checkpoint {uri}: tensor {k} is not in this model")
         if tuple(current[k].shape) != tuple(v.shape):
             raise CheckpointError(f"checkpoint {uri}: tensor {k} has shape {list(v.shape)}, the model has {list(current[k].shape)}")
-    if world()[1] > 1:
+    if trainer.sharded:
         _load_whole_into_shards(trainer, weights, optim, uri)
         return
     with torch.no_grad():

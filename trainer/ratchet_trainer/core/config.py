@@ -164,6 +164,10 @@ class TrainerConfig:
     device: str = "auto"
     seed: int = 0
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    # Several ranks (torchrun): replicate the model on every rank and sum the trainable gradients
+    # once per optimiser step, or shard it with FSDP2. auto: replicate when the one-GPU memory
+    # estimate fits every rank's free GPU memory (parallelism.py, docs/gpu.md). One process ignores it.
+    parallelism: str = "auto"
 
     @property
     def adapter(self) -> LoraConfig | None:
@@ -201,6 +205,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "loss.normalization": ("token", "sequence", "dr_grpo"),
     "loss.correction": ("tis", "icepop", "mask", "none"),
     "device": ("auto", "cpu", "cuda"),
+    "parallelism": ("auto", "replicate", "fsdp"),
 }
 
 # Keys the run config does not set in [trainer]: src/workflows/trainerConfig.ts fills them

@@ -1,4 +1,5 @@
-"""Past one GPU: the same step as an FSDP2 (`fully_shard`) job over torch.distributed ranks.
+"""Past one GPU: the same step over torch.distributed ranks, the model replicated on every rank
+or sharded by FSDP2 (`fully_shard`); parallelism.py chooses.
 
 Every rank holds the whole batch (it is small next to the model) and trains a
 share of its trajectories: `partition_trajectories` deals whole trajectories
@@ -8,8 +9,9 @@ sample count; a rank may get none. The loss normalisers stay batch-wide
 exactly its trajectories' terms of the single-process loss (GSPO's sequence
 ratio, advantage and TIS weight included), so the sum over ranks of their
 gradients is the single-process gradient for every loss type and normalisation.
+Replicated, `sum_grads` sums the trainable gradients once per optimiser update.
 FSDP2 averages the ranks' gradients, so each rank's loss is scaled by the world
-size. Ranks must run the same number of forward/backward passes (each is a
+size, and ranks must run the same number of forward/backward passes (each is a
 collective): `plan_passes` plans every rank's micro-batches on every rank, and a
 rank with fewer runs empty ones (all tokens masked: zero loss, zero gradient).
 
@@ -100,6 +102,34 @@ def reduce_replicated_grads(params: list[torch.nn.Parameter]) -> None:
         if p.grad is not None and not hasattr(p.grad, "full_tensor"):
             dist.all_reduce(p.grad)
             p.grad.div_(dist.get_world_size())
+
+
+def sum_grads(params: list[torch.nn.Parameter], bucket_bytes: int = 256 * 2**20) -> None:
+    """Replicated ranks: every parameter's gradient becomes the sum of the ranks' (a rank that trained
+    nothing adds zeros). A few flat all-reduces of whole buckets rather than one per tensor: LoRA's
+    hundreds of small adapter gradients go in one, a full model's in buckets of `bucket_bytes`."""
+    bucket: list[torch.nn.Parameter] = []
+
+    def flush() -> None:
+        if not bucket:
+            return
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket])
+        dist.all_reduce(flat)
+        off = 0
+        for p in bucket:
+            n = p.numel()
+            p.grad = flat[off:off + n].view_as(p)
+            off += n
+        bucket.clear()
+
+    size = 0
+    for p in params:
+        if bucket and (p.dtype != bucket[0].dtype or p.device != bucket[0].device or size + p.numel() * p.element_size() > bucket_bytes):
+            flush()
+            size = 0
+        bucket.append(p)
+        size += p.numel() * p.element_size()
+    flush()
 
 
 def collective_device() -> torch.device:

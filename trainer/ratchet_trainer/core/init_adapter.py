@@ -20,7 +20,6 @@ from safetensors.torch import load_file
 
 from .artifacts import ArtifactError, check_ref
 from .config import ConfigError, TrainerConfig, parse_trainer_config
-from .distributed import world
 from .errors import CheckpointError
 from .sharded import distribute_like
 from .store import S3Store, local_dir_ref
@@ -96,7 +95,7 @@ def load_init_adapter(trainer: Trainer, prepared: dict[str, Any]) -> None:
         if tuple(current[k].shape) != tuple(v.shape):
             raise CheckpointError(f"model.init_from: tensor {k} has shape {list(v.shape)}, this model's has {list(current[k].shape)}")
     with torch.no_grad():
-        if world()[1] > 1:
+        if trainer.sharded:
             from peft import get_peft_model_state_dict
 
             targets = get_peft_model_state_dict(trainer.model, state_dict=trainer.model.state_dict(keep_vars=True))

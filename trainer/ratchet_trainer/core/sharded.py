@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from .errors import CheckpointError
 
@@ -86,8 +85,9 @@ def check_sharded_fits(trainer: Any, root: Path, uri: str) -> None:
 
 
 def load_sharded(trainer: Any, root: Path) -> None:
-    """Load d/sharded into the trainer: resharded to this world size by DCP."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    """Load d/sharded into the trainer: resharded to this world size by DCP, or read whole by one
+process or by each replicated rank."""
+    if trainer.sharded:
         _load_sharded_ranks(trainer, root)
     else:
         _load_sharded_single(trainer, root)

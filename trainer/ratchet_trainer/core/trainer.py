@@ -29,12 +29,13 @@ from .batch import (Batch, BatchError, MicroBatch, check_batch_fits, make_micro_
                     micro_batch_token_index, plan_micro_batches, plan_packed_micro_batches)
 from .config import TrainerConfig
 from .distributed import (all_reduce_sums, collective_device, local_tensor, plan_checksum, plan_passes,
-                          reduce_replicated_grads, shard_model, world)
+                          reduce_replicated_grads, shard_model, sum_grads, world)
 from .logprobs import HeadInput, token_logprobs
 from .loss import LossStats, Normalizer, micro_batch_loss
 from .model import (build_model, check_kernel_support, chunked_head_supported, compile_layers, compile_stats, decoder_layers,
                     resolve_attn_implementation, resolve_device, resolve_dtype, set_attn_implementation,
                     set_training_mode, vocab_size)
+from .parallelism import choose_parallelism
 from .precision import MasterWeights
 from .sharded_init import build_sharded_from_rank0, upcast_trainable
 
@@ -106,17 +107,20 @@ class Trainer:
         self.attn_implementation = resolve_attn_implementation(cfg, self.device, self.packing)
         check_kernel_support(cfg, self.device, self.attn_implementation)
         self.rank, self.world_size = world()
+        # single | replicate (whole model on every rank) | fsdp (sharded): parallelism.py
+        self.parallelism = choose_parallelism(cfg, self.world_size, self.device)
+        self.sharded = self.parallelism == "fsdp"
         self.compiled = cfg.model.compile is True or (cfg.model.compile == "auto" and self.device.type == "cuda")
         compute = resolve_dtype(cfg, self.device)
 
         def prepare(m: torch.nn.Module) -> None:  # compile, then (across ranks) shard
             if self.compiled:
                 compile_layers(m)
-            if self.world_size > 1:
+            if self.sharded:
                 causal = m.get_base_model() if hasattr(m, "get_base_model") else m
                 shard_model(m, decoder_layers(m), causal.get_decoder(), compute if compute != torch.float32 else None)
 
-        if model is None and self.world_size > 1 and cfg.model.path is not None:
+        if model is None and self.sharded and cfg.model.path is not None:
             # Pretrained weights across ranks: never whole on a GPU (sharded_init.py).
             model = build_sharded_from_rank0(cfg, self.device, self.attn_implementation, compute, prepare)
         else:
@@ -124,7 +128,7 @@ class Trainer:
                 model = build_model(cfg, self.device, self.attn_implementation)
             else:
                 set_attn_implementation(model, self.attn_implementation)
-            if self.world_size > 1:
+            if self.sharded:
                 upcast_trainable(model)
             prepare(model)
         self.model = model
@@ -133,7 +137,7 @@ class Trainer:
         self.logprob_chunk_tokens = cfg.logprob_chunk_tokens if chunked_head_supported(self.model) else 0
         # bf16 LoRA: the model computes with bf16 adapters, the optimiser steps fp32 masters.
         self.master: MasterWeights | None = None
-        if (self.world_size == 1 and cfg.adapter is not None and cfg.model.lora_dtype == "auto"
+        if (not self.sharded and cfg.adapter is not None and cfg.model.lora_dtype == "auto"
                 and compute != torch.float32):
             self.master = MasterWeights(self.params, compute)
         o = cfg.optim
@@ -277,7 +281,7 @@ class Trainer:
         metrics.update(
             step=step, grad_norm=grad_norm, tokens=total, total_tokens=int(batch.input_ids.numel()),
             samples=batch.num_samples, trajectories=norm.num_trajectories, micro_batches=passes, lr=self.cfg.optim.lr,
-            updates=stats.updates,
+            updates=stats.updates, parallelism=self.parallelism,
             padding_frac=1.0 - int(batch.input_ids.numel()) / max(forward_tokens, 1),
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
@@ -315,7 +319,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if heartbeat is not None:
             heartbeat({"step": step, "micro_batch": 0, "micro_batches": passes})
-        for k in range(passes):
+        # Sharded, every pass is a collective: all ranks run the busiest rank's count. Replicated, none is.
+        for k in range(passes if self.sharded else len(groups)):
             if k < len(groups):
                 mb = self._micro_batch(batch, groups[k])
             else:  # an empty pass in lockstep with the other ranks: every token masked
@@ -326,12 +331,15 @@ class Trainer:
             out = self._policy_output(self.model, mb)
             loss = micro_batch_loss(out, mb, self.cfg.loss, norm, stats, ref_out)
             # Ranks' gradients are averaged (FSDP): scaled by the world size, the average is the sum.
-            (loss * self.world_size if self.world_size > 1 else loss).backward()
+            (loss * self.world_size if self.sharded else loss).backward()
             del out, loss, ref_out
             if heartbeat is not None:
                 heartbeat({"step": step, "micro_batch": k + 1, "micro_batches": passes})
-        if self.world_size > 1:
+        if self.sharded:
             reduce_replicated_grads(self.params)
+        elif self.world_size > 1:  # replicated: each rank's part of the gradient, summed once per update
+            sum_grads(self.master.masters if self.master else self.params)
+        if self.world_size > 1:
             sums = all_reduce_sums([stats.loss, stats.tokens, stats.entropy_sum, stats.clipped,
                                     stats.abs_ratio_dev_sum, stats.mismatch_k3_sum, stats.kl_ref_sum,
                                     stats.seq_clipped, stats.seqs, forward_tokens])
@@ -448,14 +456,14 @@ class Trainer:
         plan = plan_packed_micro_batches if self.packing else plan_micro_batches
         groups = plan(lengths, budget)
         mine = groups[self.rank::self.world_size]
-        passes = -(-len(groups) // self.world_size)
+        passes = -(-len(groups) // self.world_size) if self.sharded else len(mine)
         out = torch.zeros(batch.input_ids.numel(), dtype=torch.float32)
         for k in range(passes):
             ids = mine[k] if k < len(mine) else groups[0]
             mb = self._micro_batch(batch, ids)
             sel = mb.loss_mask[:, 1:]
-            if self.world_size == 1 and not bool(sel.any()):
-                continue  # (across ranks every pass is a collective: each rank runs every one)
+            if not self.sharded and not bool(sel.any()):
+                continue  # (sharded, every pass is a collective: each rank runs every one)
             lp, _ = token_logprobs(self._policy_output(self.model, mb), mb.input_ids, sel, self.cfg.loss.temperature)
             if k < len(mine):
                 idx = micro_batch_token_index(batch, ids, self.packing)[:, 1:][sel.cpu()]
