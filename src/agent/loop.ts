@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { ChatMessage, ResumeRecord, StopReason, ToolCall, Turn } from '../contracts/trajectory';
 import type { Logger } from '../shared/logger';
+import type { TokenContext } from '../inference/chatTokens';
 import { ContextLengthError, type Completion, type ModelClient, type TurnSampling } from './model';
 import { toolSpec, type Tool, type ToolContext, type ToolOutcome } from './tool';
 
@@ -114,6 +115,8 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
   let answer: Record<string, unknown> | undefined;
   let stop: StopReason | undefined;
   let error: string | undefined;
+  // What the next prompt extends: the last prompt and the ids sampled after it (token in, token out).
+  let context: TokenContext | undefined;
 
   while (stop === undefined) {
     input.signal?.throwIfAborted();
@@ -132,6 +135,7 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
         model: input.modelName,
         messages,
         tools: specs,
+        ...(context ? { context } : {}),
         sampling: {
           ...input.sampling,
           max_tokens: Math.min(input.sampling.max_tokens, remaining),
@@ -157,6 +161,9 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       content: completion.content ?? '',
       ...(completion.tool_calls.length > 0 ? { tool_calls: completion.tool_calls } : {}),
     });
+    context = completion.prompt_token_ids && completion.completion_token_ids
+      ? { ids: [...completion.prompt_token_ids, ...completion.completion_token_ids], messageCount: messages.length }
+      : undefined;
 
     const t1 = performance.now();
     if (completion.tool_calls.length === 0) {

@@ -1,5 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import OpenAI from 'openai';
 import type { ChatMessage, ToolCall, ToolSpec } from '../contracts/trajectory';
+import { ChatTokens, type TokenContext } from '../inference/chatTokens';
+import { HERMES_FORCED_PREFIX, parseHermesToolCalls } from '../inference/toolCalls';
 
 /** Sampling for one model turn. */
 export interface TurnSampling {
@@ -9,8 +12,19 @@ export interface TurnSampling {
   top_k?: number;
   max_tokens: number;
   seed?: number;
-  /** Default `auto`; `required` makes the server constrain the turn to a tool call. */
+  /**
+   * Default `auto`. `required`: every turn starts with the tool-call opening (`<tool_call>` and a
+   * newline) as prompt, and the policy writes the call from there; the forced tokens are no
+   * decision of the policy and are never trained.
+   */
   tool_choice?: 'auto' | 'required';
+  /**
+   * `tokens` (default): each turn's prompt is the last prompt, the sampled ids and the new
+   * messages rendered (src/inference/chatTokens.ts): one sample an episode. `template`: the
+   * chat template renders the whole conversation every turn (its own contexts, e.g. Qwen3's
+   * dropped reasoning); the batch builder splits where that rewrote a sampled turn.
+   */
+  history?: 'tokens' | 'template';
 }
 
 export interface CompletionRequest {
@@ -18,6 +32,10 @@ export interface CompletionRequest {
   messages: ChatMessage[];
   tools: ToolSpec[];
   sampling: TurnSampling;
+  /** The ids this turn's prompt extends (history "tokens"); absent on an episode's first turn. */
+  context?: TokenContext;
+  /** Extra stop strings (a harness's own). */
+  stop?: string[];
   signal?: AbortSignal;
 }
 
@@ -47,22 +65,29 @@ export interface ModelClient {
   complete(req: CompletionRequest): Promise<Completion>;
 }
 
-interface VllmChoiceExtras {
+
+/** vLLM's completion choice with `return_token_ids`. */
+interface VllmCompletionChoice {
+  text: string;
+  finish_reason: string | null;
   token_ids?: number[] | null;
   prompt_token_ids?: number[] | null;
-}
-interface VllmResponseExtras {
-  prompt_token_ids?: number[] | null;
+  logprobs?: { token_logprobs?: (number | null)[]; tokens?: string[] } | null;
 }
 
 /**
- * vLLM's OpenAI-compatible server. `return_token_ids` makes it return the exact
- * ids it tokenized and sampled, so the trainer never re-tokenizes text.
+ * vLLM, token in and token out: the prompt goes as ids to the completions endpoint and the
+ * reply comes back as the ids the server sampled, with their logprobs. The prompt is the chat
+ * template's rendering (by the server, src/inference/chatTokens.ts), extended turn by turn;
+ * tool calls are read from the sampled text (src/inference/toolCalls.ts). The trainer then
+ * scores exactly the ids the policy saw and sampled: nothing is re-rendered or re-tokenized,
+ * and no grammar narrows what the policy samples from.
  */
 export class OpenAIModelClient implements ModelClient {
   private readonly client: OpenAI;
-
   private readonly sendSeed: boolean;
+  private readonly chats = new Map<string, ChatTokens>();
+  private readonly root: OpenAI;
 
   /**
    * `sendSeed` is off by default: vLLM's CPU build (0.32) kills its engine
@@ -70,83 +95,94 @@ export class OpenAIModelClient implements ModelClient {
    * resumed, which 16 concurrent rollouts on a small KV cache trigger. Set
    * RATCHET_INFERENCE_SEED=1 on GPU servers for reproducible sampling.
    */
-  constructor(baseURL: string, opts: { timeoutMs?: number; client?: OpenAI; sendSeed?: boolean } = {}) {
+  constructor(baseURL: string, opts: { timeoutMs?: number; client?: OpenAI; root?: OpenAI; sendSeed?: boolean } = {}) {
     this.sendSeed = opts.sendSeed ?? process.env.RATCHET_INFERENCE_SEED === '1';
-    this.client = opts.client ?? new OpenAI({ baseURL, apiKey: process.env.RATCHET_INFERENCE_API_KEY ?? 'EMPTY', timeout: opts.timeoutMs ?? 300_000, maxRetries: 2 });
+    const clientOpts = { apiKey: process.env.RATCHET_INFERENCE_API_KEY ?? 'EMPTY', timeout: opts.timeoutMs ?? 300_000, maxRetries: 2 };
+    this.client = opts.client ?? new OpenAI({ baseURL, ...clientOpts });
+    // vLLM serves /tokenize at its root, beside /v1.
+    this.root = opts.root ?? new OpenAI({ baseURL: baseURL.replace(/\/v1\/?$/, ''), ...clientOpts });
   }
 
   async complete(req: CompletionRequest): Promise<Completion> {
+    const chat = this.chatTokens(req.model);
+    const s = req.sampling;
+    const forced = s.tool_choice === 'required' && req.tools.length > 0 ? HERMES_FORCED_PREFIX : '';
+    const rendered = req.context && (s.history ?? 'tokens') === 'tokens'
+      ? await chat.extend(req.context.ids, req.messages.slice(req.context.messageCount), req.tools, req.signal)
+      : await chat.render(req.messages, req.tools, req.signal);
+    const prompt = forced ? [...rendered, ...await chat.text(forced, req.signal)] : rendered;
     const body = {
       model: req.model,
-      messages: req.messages.map(toOpenAIMessage),
-      ...(req.tools.length > 0 ? { tools: req.tools, tool_choice: req.sampling.tool_choice ?? 'auto', parallel_tool_calls: true } : {}),
-      temperature: req.sampling.temperature,
-      top_p: req.sampling.top_p,
+      prompt,
+      temperature: s.temperature,
+      top_p: s.top_p,
       // vLLM extensions, always explicit: a model's generation_config.json (Qwen3: top_k 20,
       // min_p 0) would otherwise narrow the sampling distribution behind the run's back.
       // -1 is "off" in every vLLM version (0 is rejected by older ones).
-      top_k: (req.sampling.top_k ?? 0) > 0 ? req.sampling.top_k : -1,
+      top_k: (s.top_k ?? 0) > 0 ? s.top_k : -1,
       min_p: 0,
       repetition_penalty: 1,
-      max_tokens: req.sampling.max_tokens,
-      ...(this.sendSeed && req.sampling.seed !== undefined ? { seed: req.sampling.seed } : {}),
-      logprobs: true,
-      // vLLM extension, passed through in the body by the openai package.
+      max_tokens: s.max_tokens,
+      ...(req.stop && req.stop.length > 0 ? { stop: req.stop } : {}),
+      ...(this.sendSeed && s.seed !== undefined ? { seed: s.seed } : {}),
+      // The sampled token's own logprob (0 asks for no alternatives).
+      logprobs: 0,
+      // The stop token is part of what the policy sampled: keep its text and id.
+      skip_special_tokens: false,
       return_token_ids: true,
     };
-    let res: OpenAI.Chat.Completions.ChatCompletion;
+    let res: OpenAI.Completions.Completion;
     try {
-      res = await this.client.chat.completions.create(body as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming, { signal: req.signal });
+      res = await this.client.completions.create(body as unknown as OpenAI.Completions.CompletionCreateParamsNonStreaming, { signal: req.signal });
     } catch (err) {
       if (err instanceof OpenAI.BadRequestError && /context length|maximum context|too long|max_model_len/i.test(err.message)) {
         throw new ContextLengthError(err.message);
       }
       throw err;
     }
-    return parseCompletion(res);
+    return completionFromTokens(res, prompt, forced);
+  }
+
+  private chatTokens(model: string): ChatTokens {
+    let c = this.chats.get(model);
+    if (!c) {
+      c = new ChatTokens(this.root, model);
+      this.chats.set(model, c);
+    }
+    return c;
   }
 }
 
-export function parseCompletion(res: OpenAI.Chat.Completions.ChatCompletion): Completion {
-  const choice = res.choices[0];
+/**
+ * A completion response as a turn. `forced` is the text the prompt ended with that the reply
+ * continues (the tool-call opening): the calls are read from it and the sampled text together.
+ */
+export function completionFromTokens(res: OpenAI.Completions.Completion, prompt: number[], forced: string): Completion {
+  const choice = res.choices[0] as unknown as VllmCompletionChoice | undefined;
   if (!choice) throw new Error('inference server returned no choices');
-  const extras = choice as unknown as VllmChoiceExtras;
-  const top = res as unknown as VllmResponseExtras;
-  const toolCalls: ToolCall[] = (choice.message.tool_calls ?? []).map((tc, i) => ({
-    id: tc.id || `call_${i}`,
-    type: 'function',
-    function: { name: tc.function?.name ?? '', arguments: tc.function?.arguments ?? '' },
-  }));
-  const logprobs = choice.logprobs?.content?.map((c) => c.logprob) ?? null;
-  const logprobTokens = choice.logprobs?.content?.map((c) => c.token) ?? null;
-  const completionIds = extras.token_ids ?? null;
-  const finish = choice.finish_reason;
+  const ids = choice.token_ids ?? null;
+  const logprobs = choice.logprobs?.token_logprobs ?? null;
+  if (logprobs && logprobs.some((l) => typeof l !== 'number')) throw new Error('inference server returned a sampled token without its logprob');
+  const tokens = choice.logprobs?.tokens ?? null;
+  const text = choice.finish_reason === 'stop' ? stripStopToken(choice.text, tokens) : choice.text;
+  const tag = randomBytes(4).toString('hex');
+  const parsed = parseHermesToolCalls(forced + text, (i) => `call_${tag}_${i}`);
+  const finish = choice.finish_reason === 'length' ? 'length' : parsed.tool_calls.length > 0 ? 'tool_calls' : 'stop';
   return {
-    content: choice.message.content ?? null,
-    tool_calls: toolCalls,
-    finish_reason: finish === 'stop' || finish === 'length' || finish === 'tool_calls' || finish === 'content_filter' ? finish : 'stop',
-    prompt_token_ids: top.prompt_token_ids ?? extras.prompt_token_ids ?? null,
-    completion_token_ids: completionIds,
-    completion_logprobs: logprobs,
-    completion_logprob_tokens: logprobTokens,
-    prompt_tokens: res.usage?.prompt_tokens ?? 0,
-    completion_tokens: res.usage?.completion_tokens ?? completionIds?.length ?? 0,
+    content: parsed.tool_calls.length > 0 ? parsed.content : text,
+    tool_calls: parsed.tool_calls,
+    finish_reason: finish,
+    prompt_token_ids: prompt,
+    completion_token_ids: ids,
+    completion_logprobs: logprobs as number[] | null,
+    completion_logprob_tokens: tokens,
+    prompt_tokens: res.usage?.prompt_tokens ?? prompt.length,
+    completion_tokens: res.usage?.completion_tokens ?? ids?.length ?? 0,
   };
 }
 
-function toOpenAIMessage(m: ChatMessage): OpenAI.Chat.Completions.ChatCompletionMessageParam {
-  switch (m.role) {
-    case 'system':
-      return { role: 'system', content: m.content ?? '' };
-    case 'user':
-      return { role: 'user', content: m.content ?? '' };
-    case 'tool':
-      return { role: 'tool', content: m.content ?? '', tool_call_id: m.tool_call_id ?? '' };
-    case 'assistant':
-      return {
-        role: 'assistant',
-        content: m.content ?? '',
-        ...(m.tool_calls && m.tool_calls.length > 0 ? { tool_calls: m.tool_calls.map((tc) => ({ id: tc.id, type: 'function' as const, function: tc.function })) } : {}),
-      };
-  }
+/** The reply's text without the special token the policy stopped on (`<|im_end|>`): it is in the ids, not the message. */
+function stripStopToken(text: string, tokens: string[] | null): string {
+  const last = tokens?.[tokens.length - 1];
+  return last !== undefined && /^<\|[^|]+\|>$/.test(last) && text.endsWith(last) ? text.slice(0, -last.length) : text;
 }

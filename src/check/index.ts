@@ -6,6 +6,7 @@ import { checkDatasets, checkEnvironments } from './data';
 import { checkHostLimits, hostCapacity, type HostCapacity } from './host';
 import { checkGpuMemory } from './gpu';
 import { checkModel } from './model';
+import { checkSampling } from './sampling';
 import { checkSft } from './sft';
 import { checkEval } from './eval';
 import { checkStack, type StackTarget } from './stack';
@@ -59,6 +60,7 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
   const { tasksByEnv, lines: dataLines } = await checkDatasets(config, envs, opts.taskSetDir ?? paths.tasks());
   lines.push(...dataLines);
   lines.push(...checkModel(config, envs, tasksByEnv));
+  lines.push(...checkSampling(config));
   lines.push(...checkSft(config));
   lines.push(...await checkEval(config));
   lines.push(...checkGpuMemory(config));

@@ -1,5 +1,5 @@
 /** One finding of `ratchet check`: which part, how bad, what and (for a failure) the key or file to fix. */
-export type CheckSection = 'config' | 'environments' | 'datasets' | 'model' | 'gpu' | 'host' | 'stack' | 'sft' | 'eval';
+export type CheckSection = 'config' | 'environments' | 'datasets' | 'model' | 'gpu' | 'host' | 'stack' | 'sft' | 'eval' | 'sampling';
 export type CheckLevel = 'ok' | 'warn' | 'fail';
 
 export interface CheckLine {

@@ -249,6 +249,17 @@ const OrchestratorConfig = z.object({
     enabled: z.boolean().default(false),
     max_refill_rounds: z.number().int().min(1).max(16).default(2),
   }).strict().default({}),
+  /**
+   * Per-task pass-rate pools: the run counts each task's rollouts and passes (reward >= pass_reward)
+   * and samples tasks by weight 4p(1-p), so tasks it solves sometimes come first; a task never rolled
+   * out weighs 1 (explored), one always failed or always passed weighs `floor`. Off by default: the
+   * epoch walk, which sees every task once per epoch.
+   */
+  pass_rate_pool: z.object({
+    enabled: z.boolean().default(false),
+    pass_reward: z.number().min(-1e6).max(1e6).default(1),
+    floor: z.number().min(0).max(1).default(0.05),
+  }).strict().default({}),
   /** What to do when a chat template breaks multi-turn prefixes: one sample per turn, or fail. */
   non_prefix_policy: z.enum(['split', 'fail']).default('split'),
   allow_retokenize: z.boolean().default(false),

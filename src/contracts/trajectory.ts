@@ -86,12 +86,13 @@ export type StopReason = z.infer<typeof StopReason>;
  * logprobs of exactly this distribution (processed logprobs: after temperature and
  * top-k/top-p); the trainer scores the model's full distribution at the same temperature.
  * `distribution_match` says whether the two are the same distribution:
- * - "exact": tool_choice = "auto", top_p = 1 and top_k = 0: nothing narrows the vocabulary;
+ * - "exact": top_p = 1 and top_k = 0: nothing narrows the vocabulary. tool_choice = "required"
+ *   forces only the tool-call opening, as prompt: the policy samples the rest unconstrained;
  * - "truncated": top_p < 1 or top_k > 0: vLLM sampled from the renormalised nucleus / top-k set,
  *   which the trainer does not rebuild, so on sampled tokens pi_trainer <= pi_vllm;
- * - "grammar_constrained": tool_choice = "required" masked the vocabulary to a tool call's
- *   grammar, which the trainer does not apply either (it takes precedence over "truncated").
- * In both inexact cases the importance ratio sees the difference as mismatch, bounded by the
+ * - "grammar_constrained": trajectories before 0.8, when tool_choice = "required" masked the
+ *   vocabulary to a tool call's grammar that the trainer did not apply. No longer produced.
+ * Where inexact, the importance ratio sees the difference as mismatch, bounded by the
  * loss's correction (docs/training.md).
  */
 export const SamplingRecord = z.object({
@@ -100,16 +101,18 @@ export const SamplingRecord = z.object({
   top_k: z.number().int(),
   tool_choice: z.enum(['auto', 'required']),
   distribution_match: z.enum(['exact', 'truncated', 'grammar_constrained']),
+  /** How each turn's prompt was made (TurnSampling.history); absent before 0.8: the template's rendering. */
+  history: z.enum(['tokens', 'template']).optional(),
 });
 export type SamplingRecord = z.infer<typeof SamplingRecord>;
 
-export function samplingRecord(s: { temperature: number; top_p: number; top_k?: number; tool_choice?: 'auto' | 'required' }): SamplingRecord {
+export function samplingRecord(s: { temperature: number; top_p: number; top_k?: number; tool_choice?: 'auto' | 'required'; history?: 'tokens' | 'template' }): SamplingRecord {
   const toolChoice = s.tool_choice ?? 'auto';
   const topK = s.top_k ?? 0;
   const truncated = s.top_p < 1 || topK > 0;
   return {
-    temperature: s.temperature, top_p: s.top_p, top_k: topK, tool_choice: toolChoice,
-    distribution_match: toolChoice === 'required' ? 'grammar_constrained' : truncated ? 'truncated' : 'exact',
+    temperature: s.temperature, top_p: s.top_p, top_k: topK, tool_choice: toolChoice, history: s.history ?? 'tokens',
+    distribution_match: truncated ? 'truncated' : 'exact',
   };
 }
 

@@ -6,14 +6,14 @@
  *
  * A harness owns its conversation: it may rewrite or drop earlier messages. The
  * trajectory's `messages` are the last request's messages plus its reply; each
- * turn keeps the server's own prompt_token_ids, so the batch builder's prefix
- * check (src/samples/assemble.ts) splits the trajectory wherever a request did
- * not extend the previous prompt + completion, exactly as it does for the loop.
+ * turn keeps the prompt ids the policy saw. A request that extends the last one
+ * extends its ids (src/endpoint/server.ts); one that rewrote the history is
+ * rendered anew, and the batch builder's prefix check (src/samples/assemble.ts)
+ * starts a new sample there.
  */
 import type { AgentResult, AgentStats } from '../agent/loop';
-import { parseCompletion } from '../agent/model';
+import type { Completion } from '../agent/model';
 import type { ChatMessage, StopReason, ToolSpec, Turn } from '../contracts/trajectory';
-import type OpenAI from 'openai';
 
 /** One request the harness sent, reduced to what a trajectory keeps. */
 export interface RecordedTurn {
@@ -63,10 +63,8 @@ export function toToolSpecs(raw: unknown): ToolSpec[] {
   return out;
 }
 
-/** One upstream response, as a turn: the server's ids and logprobs unchanged. */
-export function recordTurn(requestMessages: unknown[], response: OpenAI.Chat.Completions.ChatCompletion, policyVersion: number, modelMs: number): RecordedTurn {
-  const c = parseCompletion(response);
-  const messages = requestMessages.map(toChatMessage);
+/** One sampled turn: the ids the policy saw and sampled, and their logprobs, unchanged. */
+export function recordTurn(messages: ChatMessage[], c: Completion, policyVersion: number, modelMs: number): RecordedTurn {
   const reply: ChatMessage = { role: 'assistant', content: c.content ?? '', ...(c.tool_calls.length > 0 ? { tool_calls: c.tool_calls } : {}) };
   return {
     messages,

@@ -23,11 +23,12 @@ import { promises as fs } from 'node:fs';
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import type OpenAI from 'openai';
-import type { TurnSampling } from '../agent/model';
-import type { StopReason, ToolSpec } from '../contracts/trajectory';
+import OpenAI from 'openai';
+import { ContextLengthError, OpenAIModelClient, type Completion, type ModelClient, type TurnSampling } from '../agent/model';
+import type { ChatMessage, StopReason, ToolSpec } from '../contracts/trajectory';
+import type { TokenContext } from '../inference/chatTokens';
 import type { Logger } from '../shared/logger';
-import { recordTurn, toToolSpecs, type RecordedTurn } from './recorder';
+import { recordTurn, toChatMessage, toToolSpecs, type RecordedTurn } from './recorder';
 
 export interface EndpointLimits {
   /** Model requests in the episode. */
@@ -57,6 +58,8 @@ export interface EndpointOptions {
   socketPath?: string;
   routes?: Record<string, RouteHandler>;
   upstreamTimeoutMs?: number;
+  /** The policy client; default: vLLM at `upstream`, token in and token out. Tests script their own. */
+  model?: ModelClient;
   /** Called after each recorded turn: the liveness watchdog's clock. */
   onTurn?: () => void;
   log?: Logger;
@@ -112,6 +115,9 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
   const maxRefused = opts.limits.max_refused ?? DEFAULT_MAX_REFUSED;
   const maxBody = opts.limits.max_body_bytes ?? DEFAULT_MAX_BODY;
   const upstream = opts.upstream.replace(/\/+$/, '');
+  const model = opts.model ?? new OpenAIModelClient(upstream, { timeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
+  // The last request's conversation with its reply, and the ids they came to.
+  let last: { messages: ChatMessage[]; context: TokenContext } | undefined;
 
   const halt = (s: EndpointStop): void => {
     if (stop) return;
@@ -131,7 +137,7 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
     return given.length === keyBuf.length && timingSafeEqual(given, keyBuf);
   };
 
-  async function chat(body: Record<string, unknown>): Promise<{ text: string; parsed: OpenAI.Chat.Completions.ChatCompletion }> {
+  async function chat(body: Record<string, unknown>): Promise<OpenAI.Chat.Completions.ChatCompletion> {
     if (stop) throw refuse(400, `this rollout's endpoint no longer serves: ${stop.message}`);
     if (requests >= opts.limits.max_turns) {
       halt({ reason: 'max_turns', message: `the harness sent more than ${opts.limits.max_turns} model requests (max_turns)` });
@@ -145,56 +151,40 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
     if (!Array.isArray(body.messages) || body.messages.length === 0) throw refuse(400, '`messages` must be a non-empty array');
     const asked = Number(body.max_completion_tokens ?? body.max_tokens ?? Infinity);
     const maxTokens = Math.max(1, Math.min(Number.isFinite(asked) && asked > 0 ? asked : Infinity, opts.sampling.max_tokens, remaining));
-    const hasTools = Array.isArray(body.tools) && body.tools.length > 0;
-    if (hasTools) tools = toToolSpecs(body.tools);
-    const s = opts.sampling;
-    const forwarded: Record<string, unknown> = {
-      model: opts.modelName,
-      messages: body.messages,
-      ...(hasTools ? { tools: body.tools, tool_choice: s.tool_choice ?? 'auto', parallel_tool_calls: body.parallel_tool_calls ?? true } : {}),
-      ...(body.stop !== undefined ? { stop: body.stop } : {}),
-      temperature: s.temperature,
-      top_p: s.top_p,
-      top_k: (s.top_k ?? 0) > 0 ? s.top_k : -1,
-      min_p: 0,
-      repetition_penalty: 1,
-      max_tokens: maxTokens,
-      n: 1,
-      logprobs: true,
-      return_token_ids: true,
-      stream: false,
-    };
+    if (Array.isArray(body.tools) && body.tools.length > 0) tools = toToolSpecs(body.tools);
+    const messages = body.messages.map(toChatMessage);
+    const stopStrings = typeof body.stop === 'string' ? [body.stop] : Array.isArray(body.stop) ? body.stop.filter((x): x is string => typeof x === 'string') : [];
+    // The harness kept the conversation as it was: this prompt extends the last one's ids.
+    const extends_ = last !== undefined && extendsConversation(messages, last.messages);
     requests += 1;
     const t0 = performance.now();
-    let res: Response;
+    let c: Completion;
     try {
-      res = await fetch(`${upstream}/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${opts.upstreamKey ?? process.env.RATCHET_INFERENCE_API_KEY ?? 'EMPTY'}` },
-        body: JSON.stringify(forwarded),
+      c = await model.complete({
+        model: opts.modelName, messages, tools,
+        sampling: { ...opts.sampling, max_tokens: maxTokens },
+        ...(extends_ ? { context: last!.context } : {}),
+        ...(stopStrings.length > 0 ? { stop: stopStrings } : {}),
         signal: AbortSignal.any([abort.signal, AbortSignal.timeout(opts.upstreamTimeoutMs ?? 300_000)]),
       });
     } catch (err) {
       if (closed) throw new HttpError(503, 'the rollout ended');
-      halt({ reason: 'error', infra: true, message: `the inference server at ${upstream} failed: ${(err as Error).message}` });
+      if (err instanceof ContextLengthError) {
+        halt({ reason: 'context_length', message: 'the prompt no longer fits the inference server\'s context window' });
+        throw new HttpError(400, `context length exceeded: ${err.message.slice(0, 300)}`);
+      }
+      if (err instanceof OpenAI.APIError && typeof err.status === 'number' && err.status >= 400 && err.status < 500 && err.status !== 404 && err.status !== 401) {
+        // The request itself was bad (a malformed message the harness built): its fault, told to it.
+        throw refuse(400, `the inference server refused the request (${err.status}): ${err.message.slice(0, 500)}`);
+      }
+      halt({ reason: 'error', infra: true, message: `the inference server at ${upstream} failed: ${(err as Error).message.slice(0, 300)}` });
       throw new HttpError(502, 'the inference server failed', 'api_error');
     }
-    const text = await res.text();
-    if (!res.ok) {
-      if (res.status === 400 && /context length|maximum context|too long|max_model_len/i.test(text)) {
-        halt({ reason: 'context_length', message: 'the prompt no longer fits the inference server\'s context window' });
-        throw new HttpError(400, `context length exceeded: ${text.slice(0, 300)}`);
-      }
-      if (res.status >= 500 || res.status === 404 || res.status === 401) {
-        halt({ reason: 'error', infra: true, message: `the inference server answered ${res.status}: ${text.slice(0, 300)}` });
-        throw new HttpError(502, 'the inference server failed', 'api_error');
-      }
-      // The request itself was bad (a malformed message the harness built): its fault, told to it.
-      throw refuse(400, `the inference server refused the request (${res.status}): ${text.slice(0, 500)}`);
-    }
-    const parsed = JSON.parse(text) as OpenAI.Chat.Completions.ChatCompletion;
-    const rec = recordTurn(body.messages, parsed, opts.policyVersion, performance.now() - t0);
+    const rec = recordTurn(messages, c, opts.policyVersion, performance.now() - t0);
     turns.push(rec);
+    if (c.prompt_token_ids && c.completion_token_ids) {
+      last = { messages: [...messages, rec.reply], context: { ids: [...c.prompt_token_ids, ...c.completion_token_ids], messageCount: messages.length + 1 } };
+    }
     opts.onTurn?.();
     completionTokens += rec.completionTokens;
     toolCalls += rec.reply.tool_calls?.length ?? 0;
@@ -203,7 +193,7 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
     } else if (completionTokens >= opts.limits.max_tokens) {
       halt({ reason: 'max_tokens', message: `the episode used its ${opts.limits.max_tokens} completion tokens (max_tokens)` });
     }
-    return { text, parsed };
+    return chatCompletion(c, opts.modelName, requests);
   }
 
   async function handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -219,9 +209,9 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
       if (inFlight) throw refuse(429, 'one model request at a time per rollout');
       inFlight = true;
       try {
-        const { text, parsed } = await chat(body);
-        if (body.stream === true) sendStream(res, parsed);
-        else send(res, 200, text);
+        const reply = await chat(body);
+        if (body.stream === true) sendStream(res, reply);
+        else send(res, 200, JSON.stringify(reply));
       } finally {
         inFlight = false;
       }
@@ -272,6 +262,45 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
 function send(res: http.ServerResponse, status: number, body: string): void {
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   res.end(body);
+}
+
+/**
+ * Whether a request keeps the last conversation as it was (the reply included) and only adds to it:
+ * its prompt then extends the last prompt's ids. Harnesses echo replies back in their own shape,
+ * so a reply compares by what the template renders of it: text, and each call's name and arguments.
+ */
+export function extendsConversation(messages: ChatMessage[], previous: ChatMessage[]): boolean {
+  if (messages.length <= previous.length) return false;
+  return previous.every((p, i) => {
+    const m = messages[i]!;
+    const calls = (x: ChatMessage) => JSON.stringify((x.tool_calls ?? []).map((c) => [c.function.name, canonicalJson(c.function.arguments)]));
+    return m.role === p.role && (m.content ?? '') === (p.content ?? '') && calls(m) === calls(p) && (m.tool_call_id ?? '') === (p.tool_call_id ?? '');
+  });
+}
+
+function canonicalJson(text: string): string {
+  try {
+    return JSON.stringify(JSON.parse(text));
+  } catch {
+    return text;
+  }
+}
+
+/** The reply as OpenAI's chat completion, which every harness reads. */
+function chatCompletion(c: Completion, model: string, n: number): OpenAI.Chat.Completions.ChatCompletion {
+  return {
+    id: `chatcmpl-ratchet-${n}`,
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model,
+    choices: [{
+      index: 0,
+      message: { role: 'assistant', content: c.content, refusal: null, ...(c.tool_calls.length > 0 ? { tool_calls: c.tool_calls } : {}) },
+      finish_reason: c.finish_reason === 'error' ? 'stop' : c.finish_reason,
+      logprobs: null,
+    }],
+    usage: { prompt_tokens: c.prompt_tokens, completion_tokens: c.completion_tokens, total_tokens: c.prompt_tokens + c.completion_tokens },
+  };
 }
 
 /** A harness that asked for a stream gets the whole reply as one chunk: the recording needs the whole response anyway. */

@@ -1,7 +1,6 @@
 import { z } from 'zod';
 import { runAgent, ToolError, type AgentRunInput } from '../../src/agent/loop';
 import { defineTool, toolSpec, zodToJsonSchema } from '../../src/agent/tool';
-import { OpenAIModelClient, parseCompletion } from '../../src/agent/model';
 import { Task } from '../../src/tasks/schema';
 import { call, HostDirSandbox, makeRepo, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
@@ -140,59 +139,6 @@ describe('tool schemas', () => {
       type: 'object', properties: { a: { type: 'string', description: 'A' }, b: { type: 'array', items: { type: 'integer' } } }, required: ['a'],
     });
     expect(toolSpec(echo).function.name).toBe('echo');
-  });
-});
-
-describe('parseCompletion (vLLM response shape)', () => {
-  const base = {
-    id: 'x', object: 'chat.completion', created: 0, model: 'm',
-    usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
-  };
-  test('reads top-level prompt_token_ids, choice token_ids, logprobs and tool calls', () => {
-    const c = parseCompletion({
-      ...base,
-      prompt_token_ids: [1, 2, 3],
-      choices: [{
-        index: 0, finish_reason: 'tool_calls', token_ids: [7, 8],
-        message: { role: 'assistant', content: null, refusal: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'bash', arguments: '{}' } }] },
-        logprobs: { content: [{ token: 'a', logprob: -1, bytes: [], top_logprobs: [] }, { token: 'b', logprob: -2, bytes: [], top_logprobs: [] }], refusal: null },
-      }],
-    } as never);
-    expect(c).toMatchObject({ prompt_token_ids: [1, 2, 3], completion_token_ids: [7, 8], completion_logprobs: [-1, -2], finish_reason: 'tool_calls' });
-    expect(c.tool_calls[0]!.function.name).toBe('bash');
-  });
-  test('reads prompt_token_ids from the choice when the server puts it there; missing ids are null', () => {
-    const c = parseCompletion({ ...base, choices: [{ index: 0, finish_reason: 'stop', prompt_token_ids: [4], message: { role: 'assistant', content: 'hi', refusal: null }, logprobs: null }] } as never);
-    expect(c).toMatchObject({ prompt_token_ids: [4], completion_token_ids: null, completion_logprobs: null, content: 'hi' });
-  });
-});
-
-describe('OpenAIModelClient request body', () => {
-  function capturing() {
-    const bodies: Record<string, unknown>[] = [];
-    const client = { chat: { completions: { create: async (body: Record<string, unknown>) => {
-      bodies.push(body);
-      return { id: 'x', object: 'chat.completion', created: 0, model: 'm', usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
-        choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok', refusal: null }, logprobs: null }] };
-    } } } };
-    return { bodies, model: new OpenAIModelClient('http://127.0.0.1:1/v1', { client: client as never }) };
-  }
-  const tools = [{ type: 'function' as const, function: { name: 'bash', parameters: { type: 'object' } } }];
-
-  test('tool_choice is auto unless the sampling config requires a tool call', async () => {
-    const { bodies, model } = capturing();
-    await model.complete({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools, sampling: { temperature: 1, top_p: 1, max_tokens: 8 } });
-    await model.complete({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools, sampling: { temperature: 1, top_p: 1, max_tokens: 8, tool_choice: 'required' } });
-    expect(bodies.map((b) => b.tool_choice)).toEqual(['auto', 'required']);
-    expect(bodies[1]).toMatchObject({ logprobs: true, return_token_ids: true });
-  });
-
-  test('top_k, min_p and repetition_penalty are always the run\'s own, never the model\'s generation config', async () => {
-    const { bodies, model } = capturing();
-    await model.complete({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools, sampling: { temperature: 0.7, top_p: 0.9, max_tokens: 8 } });
-    await model.complete({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools, sampling: { temperature: 1, top_p: 1, top_k: 40, max_tokens: 8 } });
-    expect(bodies[0]).toMatchObject({ temperature: 0.7, top_p: 0.9, top_k: -1, min_p: 0, repetition_penalty: 1 });
-    expect(bodies[1]).toMatchObject({ top_k: 40 });
   });
 });
 
