@@ -190,3 +190,23 @@ def test_the_warm_start_stays_the_kl_reference_after_a_resume_from_the_runs_chec
     assert want["kl_ref"] > 1e-7  # the policy moved from the warm start at step 0
     assert got["kl_ref"] == pytest.approx(want["kl_ref"], rel=1e-5)
     assert got["kl_ref"] < 0.5 * against_base  # and its reference is not the base model
+
+
+def _warm_start_rank(rank: int, world: int, init, refs) -> dict:
+    tr = Trainer("rl-1", make_cfg("tiny", **KL))
+    load_init_adapter(tr, prepare_init(init, tr.cfg, None))
+    return {"metrics": tr.step(0, load_batch(*refs))}
+
+
+def test_a_warm_started_runs_kl_reference_across_two_ranks(tmp_path):
+    # Across ranks the reference is copied into each rank's own shards of the adapter.
+    import dist_worker
+
+    _, samples, _, init = trained_origin("tiny", tmp_path, steps=3, optim={"lr": 0.05})
+    one = Trainer("rl-1", make_cfg("tiny", **KL))
+    load_init_adapter(one, prepare_init(init, one.cfg, None))
+    refs = on_policy_batch(one, tmp_path, samples, 0, run_id="rl-1")
+    assert _k3_against_base(one, load_batch(*refs)) > 1e-3
+    got = dist_worker.spawn(_warm_start_rank, 2, tmp_path, init, refs)["metrics"]
+    assert got["kl_ref"] < 1e-7
+    assert got["loss"] == pytest.approx(one.step(0, load_batch(*refs))["loss"], rel=1e-5, abs=1e-7)
