@@ -10,7 +10,8 @@ import { fileDigest } from '../tasks/fileDigest';
 import { runKeys } from '../artifacts/keys';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
-import { storeFor, withStoreErrors } from '../artifacts/stores';
+import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
+import { poolWeight, type TaskPool } from '../samples/taskPool';
 import { StepManifest, type StepManifestInput } from '../contracts/manifest';
 
 export interface DatasetDeps {
@@ -51,8 +52,10 @@ export function seededPermutation(n: number, key: string): number[] {
  * Which tasks a step trains on. Each env's tasks are walked in epochs: a seeded
  * permutation per epoch, global position step*batch_size + slot, so every task
  * is seen once per epoch and the same (seed, step) always gives the same batch.
+ * With a pass-rate pool, tasks are drawn by their pool weight instead (src/samples/taskPool.ts),
+ * without repeats within the step while untaken tasks remain; as deterministic.
  */
-export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], datasetPaths: string[]): SampledTask[] {
+export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], datasetPaths: string[], pool?: { pool: TaskPool; floor: number }): SampledTask[] {
   const weights = input.envs.map((e) => e.weight);
   const total = weights.reduce((a, b) => a + b, 0);
   const round = input.round ?? 0;
@@ -61,6 +64,9 @@ export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], dat
   // One permutation per (env, epoch), not per slot: a batch of B tasks from N ids cost B permutations of N
   // (a 512-task step over 65,536 ids took 13 s of the step's wall time; issue 24).
   const perms = new Map<string, number[]>();
+  const poolWeights = pool ? idsByEnv.map((ids) => ids.map((id) => poolWeight(pool.pool.tasks[id], pool.floor))) : undefined;
+  const taken = idsByEnv.map(() => new Set<number>());
+  const pickTask = seededInts(`pool:${input.seed}:${input.step}:${round}`);
   for (let slot = 0; slot < input.batchSize; slot++) {
     let envIndex = 0;
     if (input.envs.length > 1) {
@@ -74,7 +80,7 @@ export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], dat
     const permKey = round ? `refill:${input.seed}:${input.envs[envIndex]!.id}:${input.step}:${round}:${epoch}` : `tasks:${input.seed}:${input.envs[envIndex]!.id}:${epoch}`;
     let perm = perms.get(`${envIndex}/${permKey}`);
     if (!perm) perms.set(`${envIndex}/${permKey}`, (perm = seededPermutation(ids.length, permKey)));
-    const instanceId = ids[perm[pos % ids.length]!]!;
+    const instanceId = poolWeights ? ids[weightedPick(poolWeights[envIndex]!, taken[envIndex]!, pickTask)]! : ids[perm[pos % ids.length]!]!;
     out.push({
       envId: input.envs[envIndex]!.id,
       envIndex,
@@ -84,6 +90,23 @@ export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], dat
     });
   }
   return out;
+}
+
+/** Index drawn with probability proportional to its weight among those not taken (all again once every one is). */
+function weightedPick(w: number[], taken: Set<number>, next: () => number): number {
+  if (taken.size >= w.length) taken.clear();
+  let total = 0;
+  for (let k = 0; k < w.length; k++) if (!taken.has(k)) total += w[k]!;
+  let r = (next() / 2 ** 32) * total;
+  let last = -1;
+  for (let k = 0; k < w.length; k++) {
+    if (taken.has(k)) continue;
+    last = k;
+    r -= w[k]!;
+    if (r < 0) break;
+  }
+  taken.add(last);
+  return last;
 }
 
 /** Instance ids of a task file through the shared loader (JSONL or Parquet); bad rows are skipped with a warning. */
@@ -120,7 +143,13 @@ export function createDatasetActivities({ logger, store, listInstanceIds = taskF
         }
         idsByEnv.push(ids);
       }
-      const tasks = sampleForStep(input, idsByEnv, datasetPaths);
+      let pool: { pool: TaskPool; floor: number } | undefined;
+      if (input.taskPool) {
+        if (!store) throw ApplicationFailure.nonRetryable('sampleTasks with a task pool needs an artifact store (createDatasetActivities({ store }))', 'ConfigError');
+        const ref = input.taskPool;
+        pool = { pool: await withStoreErrors(() => storeForRef(ref, input.artifacts, store).getJson(ref)) as TaskPool, floor: input.poolFloor ?? 0.05 };
+      }
+      const tasks = sampleForStep(input, idsByEnv, datasetPaths, pool);
       logger.info({ runId: input.runId, step: input.step, tasks: tasks.map((t) => t.instanceId) }, 'sampled tasks');
       // The files as read now, for the step's lineage (the same path may be rewritten between steps).
       const files: TaskFileDigest[] = [];
@@ -140,6 +169,7 @@ export function createDatasetActivities({ logger, store, listInstanceIds = taskF
       const sampled = await activities.sampleTasks({
         runId: input.runId, step: input.step, seed: input.seed, batchSize: input.batchSize, taskSetDir: input.taskSetDir,
         envs: input.envs.map(({ id, dataset, weight }) => ({ id, dataset, weight })), ...(input.round ? { round: input.round } : {}),
+        ...(input.taskPool ? { taskPool: input.taskPool, poolFloor: input.poolFloor, artifacts: input.artifacts } : {}),
       });
       const manifest: StepManifest = StepManifest.parse({
         version: 1, runId: input.runId, step: input.step, policyVersion: input.policyVersion, modelName: input.modelName,

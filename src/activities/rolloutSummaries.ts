@@ -14,8 +14,10 @@ import { ArtifactsFields } from '../config/schema';
 import { RolloutSummary } from '../contracts/trajectory';
 import { rolloutStats } from '../rollouts/stats';
 import { groupSignal } from '../samples/groupSignal';
+import { emptyPool, poolCounts, updatePool, type TaskPool } from '../samples/taskPool';
 import {
   StoreRolloutSummariesInput, type FilterGroupsInput, type FilterGroupsResult, type RolloutStats, type RolloutStatsInput, type RolloutSummaryActivities,
+  type UpdateTaskPoolInput,
 } from '../contracts';
 
 /** Summaries per stored part: ~0.8 KB each, so a part's activity input stays far below 2 MB. */
@@ -39,6 +41,17 @@ export function createRolloutSummaryActivities({ store }: { store: ArtifactStore
           return runStore.putJson(key, all);
         }
         return runStore.putJson(runKeys.rolloutSummaries(input.runId, input.step, input.part, input.round), input.summaries ?? []);
+      });
+    },
+
+    async updateTaskPool(input: UpdateTaskPoolInput): Promise<{ pool: ArtifactRef; tasks: number; sometimes: number }> {
+      return withStoreErrors(async () => {
+        const previous = input.previous;
+        const prev = previous ? await storeForRef(previous, input.artifacts, store).getJson(previous) as TaskPool : emptyPool();
+        const pool = updatePool(prev, input.step, await readRolloutSummaries(store, input.summaries, input.artifacts), input.passReward);
+        const sha = createHash('sha256').update(JSON.stringify(pool)).digest('hex');
+        const ref = await storeFor(input.artifacts, store).putJson(runKeys.taskPool(input.runId, input.step, sha), pool);
+        return { pool: ref, ...poolCounts(pool) };
       });
     },
 

@@ -25,6 +25,7 @@
  *   steps/<step>/rollouts/summaries-shard-<k>.json   one shard's rollout summaries (RolloutShard)
  *   steps/<step>/rollouts/summaries-r<round>[-shard-<k>|-part-<p>].json  a refill round's (difficulty filtering)
  *   steps/<step>/rollouts/filtered-{all,kept}-<sha16>.json  every round's summaries / the informative groups' only
+ *   task-pool/<step>-<sha16>.json                the pass-rate pool after a step: each task's rollouts and passes
  *   steps/<step>/batch.safetensors, batch.json   the training batch and its manifest
  *   sft/data.jsonl                               an SftRun's trajectories, checked and frozen when it opens
  *   checkpoints/step-<n>[-<batch sha256, 16 hex>]/   written by the Python trainer
@@ -130,6 +131,8 @@ export const runKeys = {
    */
   rolloutSummariesFiltered: (runId: string, step: number, which: 'all' | 'kept', contentSha256: string): string =>
     `${rolloutsDir(runId, step)}/filtered-${which}-${contentSha256.slice(0, 16)}.json`,
+  /** The run's pass-rate pool after a step (src/samples/taskPool.ts), keyed by content: each step writes its own. */
+  taskPool: (runId: string, step: number, contentSha256: string): string => `${run(runId)}/task-pool/${step}-${contentSha256.slice(0, 16)}.json`,
   /** The training batch of a step and its manifest. */
   batch: (runId: string, step: number): { batch: string; manifest: string } =>
     ({ batch: `${stepDir(runId, step)}/batch.safetensors`, manifest: `${stepDir(runId, step)}/batch.json` }),

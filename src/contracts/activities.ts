@@ -39,6 +39,11 @@ export interface SampleTasksInput {
   envs: { id: string; dataset: string; weight: number }[];
   /** A refill round of difficulty filtering (> 0): fresh tasks, group ids of their own (absent: the step's first round). */
   round?: number;
+  /** The run's pass-rate pool ([orchestrator.pass_rate_pool]): tasks drawn by its weights; `poolFloor` its floor. */
+  taskPool?: ArtifactRef;
+  poolFloor?: number;
+  /** Where the pool is (the run's [artifacts] store). */
+  artifacts?: StoreSettings;
 }
 
 /**
@@ -124,7 +129,21 @@ export interface FilterGroupsResult {
   informative: number;
 }
 
+/** Pass-rate pools: the run's pool after a step's rollouts. */
+export interface UpdateTaskPoolInput {
+  runId: string;
+  step: number;
+  /** The pool so far (absent: none yet) and the step's summaries (every round's). */
+  previous?: ArtifactRef;
+  summaries: ArtifactRef;
+  /** A rollout whose reward reaches this passed its task. */
+  passReward: number;
+  artifacts?: StoreSettings;
+}
+
 export interface RolloutSummaryActivities {
+  /** Pass-rate pools: counts the step's rollouts into the run's pool, written anew (src/samples/taskPool.ts). */
+  updateTaskPool(input: UpdateTaskPoolInput): Promise<{ pool: ArtifactRef; tasks: number; sometimes: number }>;
   storeRolloutSummaries(input: StoreRolloutSummariesInput): Promise<ArtifactRef>;
   /** Difficulty filtering: joins a step's rounds of summaries and keeps the informative groups (src/activities/rolloutSummaries.ts). */
   filterGroups(input: FilterGroupsInput): Promise<FilterGroupsResult>;

@@ -182,6 +182,8 @@ export const StepRecord = z.object({
       policy_version: z.number().int().nonnegative(),
     })),
   }).optional(),
+  /** The pass-rate pool after this step ([orchestrator.pass_rate_pool]): its tasks seen and those passed sometimes. */
+  task_pool: z.object({ pool: ArtifactRef, tasks: z.number().int().nonnegative(), sometimes: z.number().int().nonnegative() }).optional(),
   /** The trainer's step metrics (TrainerStepMetrics) and `restarts`, or `{ skipped: true }`. */
   trainer: z.record(z.string(), z.unknown()).default({}),
   /** Set when the step trained on nothing (e.g. EmptyBatch: no trainable token), with the cause. */
@@ -243,6 +245,8 @@ export const RunStateFile = z.object({
   epoch: z.number().int().nonnegative().optional(),
   /** The run's cost so far (the last record's run_cost): a restarted run's budgets count from it. */
   cost: CostFigures.optional(),
+  /** The pass-rate pool after the completed step ([orchestrator.pass_rate_pool]): a restarted run samples from it. */
+  taskPool: ArtifactRef.optional(),
 });
 export type RunStateFile = z.infer<typeof RunStateFile>;
 

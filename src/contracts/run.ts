@@ -33,6 +33,8 @@ export interface ResumeState {
   artifacts?: StoreSettings;
   /** The checkpoint epoch (0 when absent): one more after each checkpoint fallback (RunStateFile.epoch). */
   epoch?: number;
+  /** The pass-rate pool after the last completed step ([orchestrator.pass_rate_pool]); absent: none yet. */
+  taskPool?: ArtifactRef;
   /** Only across continue-as-new (never in the state file): the run was paused and stays paused. */
   paused?: boolean;
   /** Only across continue-as-new: the queue of the trainer this run holds the lease of, tried before announcing. */
@@ -206,5 +208,6 @@ export function pickResume(s: ResumeState): ResumeState {
     ...(s.overrides && Object.keys(s.overrides).length ? { overrides: s.overrides } : {}),
     ...(s.epoch ? { epoch: s.epoch } : {}),
     ...(s.cost ? { cost: s.cost } : {}),
+    ...(s.taskPool ? { taskPool: s.taskPool } : {}),
   };
 }

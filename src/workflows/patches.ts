@@ -135,6 +135,12 @@ export const PATCHES = {
    * on: runs without it (every history before it) make no new command.
    */
   difficultyFilter: 'v0.8-difficulty-filter',
+  /**
+   * Pass-rate pools ([orchestrator.pass_rate_pool] enabled): after a step's rollouts TrainRun calls
+   * updateTaskPool, names the pool in the step record and the run state, carries it across continue-as-new,
+   * and passes it to the next steps' task sampling. Checked only when pools are on.
+   */
+  passRatePools: 'v0.8-pass-rate-pools',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

@@ -51,6 +51,8 @@ export interface FinishedStep {
   samplingPolicyVersion?: number;
   /** The rounds of online difficulty filtering, when it is on. */
   refill?: StepRecord['refill'];
+  /** The pass-rate pool after the step, when pools are on. */
+  taskPool?: StepRecord['task_pool'];
   /** The cost ledger: TrainRun's history events over the step, and the run's cost before it (absent: nothing recorded). */
   temporalEvents?: number;
   /** StepRollouts' and its shards' history events (StepRolloutsResult.events). */
@@ -104,6 +106,7 @@ export function stepRecord(f: FinishedStep): StepRecord {
     ...(stats.informativeGroups !== undefined ? { informative_groups: stats.informativeGroups } : {}),
     ...(f.samplingPolicyVersion !== undefined ? { sampling_policy_version: f.samplingPolicyVersion } : {}),
     ...(f.refill ? { refill: f.refill } : {}),
+    ...(f.taskPool ? { task_pool: f.taskPool } : {}),
     trainer: f.trained ? { ...f.trained.metrics, restarts: f.trained.restarts } : { skipped: true },
     ...(f.error ? { error: f.error } : {}),
     timing_ms: {
@@ -152,5 +155,6 @@ export function runStateAfter(record: StepRecord, loaded: LoadedConfig, seed: nu
     ...(record.overrides ? { overrides: record.overrides } : {}),
     ...(epoch ? { epoch } : {}),
     ...(record.run_cost ? { cost: record.run_cost } : {}),
+    ...(record.task_pool ? { taskPool: record.task_pool.pool } : {}),
   };
 }

@@ -127,6 +127,10 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   let checkpoint: ArtifactRef | undefined = resume?.checkpoint;
   let adapter: ArtifactRef | undefined = resume?.adapter;
   const seed = resume?.seed ?? orch.seed;
+  // Pass-rate pools: checked only when on, so runs without them make no new command.
+  const pools = orch.pass_rate_pool?.enabled === true && patched(PATCHES.passRatePools);
+  /** The pool after the last step whose rollouts it counts; the next steps' sampling reads it. */
+  let taskPool: ArtifactRef | undefined = pools ? resume?.taskPool : undefined;
   /** The checkpoint epoch: one more after each checkpoint fallback (src/records/fallback.ts). */
   const epoch = resume?.epoch ?? 0;
   if (resume?.lastMeanReward !== undefined) {
@@ -222,13 +226,17 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   async function startRollouts(s: number, refill?: { round: number; batchSize: number }): Promise<PendingRollouts> {
     run.phase = s === run.step ? 'sampling' : run.phase;
     const batchSize = refill?.batchSize ?? orch.batch_size;
-    const round = refill ? { round: refill.round } : {};
+    /** What the task sampling activity gets besides the step: the refill round, the pass-rate pool. */
+    const sampling = {
+      ...(refill ? { round: refill.round } : {}),
+      ...(taskPool ? { taskPool, poolFloor: orch.pass_rate_pool.floor, ...(artifacts ? { artifacts } : {}) } : {}),
+    };
     const envs = config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight }));
     const policyVersion = run.policyVersion;
     const common = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter: servedAdapter(), keepFromVersion: keepFrom(),
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orchNow(), liveness: windows },
-      seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}), ...round,
+      seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}), ...(refill ? { round: refill.round } : {}),
       ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
       ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
       ...(input.shardEventsBeforeContinue !== undefined ? { shardEventsBeforeContinue: input.shardEventsBeforeContinue } : {}),
@@ -240,7 +248,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     // config from before rollouts_per_chunk gets its default (16) on parsing; 0 keeps the inline path.
     if ((orch.rollouts_per_chunk ?? 16) > 0 && patched(PATCHES.stepManifest)) {
       const written = await patient.writeStepManifest({
-        runId, step: s, seed, batchSize, taskSetDir, policyVersion, modelName: modelFor(policyVersion), ...round,
+        runId, step: s, seed, batchSize, taskSetDir, policyVersion, modelName: modelFor(policyVersion), ...sampling,
         rolloutsPerExample: orch.rollouts_per_example, sampling: config.sampling,
         envs: config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight, args: e.args, rubric: e.rubric })),
         sandbox: config.sandbox, inferenceBaseUrls: config.inference.base_urls, liveness: forActivity(windows, 'rollout'),
@@ -253,7 +261,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       taskFiles = written.files;
       childInput = { ...common, tasks: [], manifest: written.manifest, taskCount, taskSetDir };
     } else {
-      const sampled = await light.sampleTasks({ runId, step: s, seed, batchSize, taskSetDir, envs, ...round });
+      const sampled = await light.sampleTasks({ runId, step: s, seed, batchSize, taskSetDir, envs, ...sampling });
       taskSetDir = sampled.taskSetDir;
       taskCount = sampled.tasks.length;
       taskFiles = sampled.files;
@@ -351,6 +359,11 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       const filtered = summaries && orch.difficulty_filter?.enabled && patched(PATCHES.difficultyFilter)
         ? await refillUntilInformative(step, current, summaries) : undefined;
       if (filtered) summaries = filtered.all;
+      // Pass-rate pools: this step's rollouts (every round) counted before the next step samples.
+      const pool = pools && summaries ? await patient.updateTaskPool({
+        runId, step, ...(taskPool ? { previous: taskPool } : {}), summaries, passReward: orch.pass_rate_pool.pass_reward, ...(artifacts ? { artifacts } : {}),
+      }) : undefined;
+      if (pool) taskPool = pool.pool;
       const tRollouts = Date.now();
 
       run.phase = 'building-batch';
@@ -438,6 +451,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         temporalEvents: workflowInfo().historyLength - events0, runCostBefore: run.cost,
         ...(!Array.isArray(childResult) && childResult.events !== undefined ? { temporalChildEvents: childResult.events + (filtered?.childEvents ?? 0) } : {}),
         ...(filtered ? { refill: filtered.refill } : {}),
+        ...(pool ? { taskPool: pool } : {}),
         ...(sweep ? { evalSweep: sweep } : {}),
       });
       const nextState = runStateAfter(record, loaded, seed, artifacts, epoch);

@@ -92,3 +92,32 @@ describeWithStack('TrainRun difficulty filtering (fake activities, real dev serv
     expect(f.records.map((r) => [r.record.informative_groups, r.record.refill])).toEqual([[0, undefined], [0, undefined]]);
   });
 });
+
+describeWithStack('TrainRun pass-rate pools (fake activities, real dev server)', ['temporalBinary'], () => {
+  const world = useFakeWorld();
+
+  test('each step counts its rollouts into the pool; the next step samples from it, across continue-as-new; the state keeps it', async () => {
+    const f = makeFakes({
+      orchestrator: { batch_size: 2, rollouts_per_example: 2, max_steps: 3, pass_rate_pool: { enabled: true, pass_reward: 1 } },
+      // Task g0 of each step passes on its odd rollouts; g1 never.
+      rewardOf: (input) => (input.task.instanceId.endsWith('-0') ? input.rolloutIndex % 2 : 0),
+    });
+    await withFakeWorkers(world, f, {}, async () => {
+      const runId = `pools-${process.pid}`;
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 1 }],
+      });
+      await handle.result();
+    });
+    const pools = f.records.map((r) => r.record.task_pool!);
+    expect(pools.map((p) => [p.tasks, p.sometimes])).toEqual([[2, 1], [4, 2], [6, 3]]);
+    // The pool after step s is what step s + 1 sampled with (step 0: none yet), and what the state file names.
+    expect(f.sampleInputs.map((s) => s.taskPool?.uri)).toEqual([undefined, pools[0]!.pool.uri, pools[1]!.pool.uri]);
+    expect(f.records.map((r) => r.state.taskPool?.uri)).toEqual(pools.map((p) => p.pool.uri));
+    expect(f.pools.get(pools[2]!.pool.uri)!.tasks).toEqual({
+      'task-0-0': { rollouts: 2, passes: 1 }, 'task-0-1': { rollouts: 2, passes: 0 },
+      'task-1-0': { rollouts: 2, passes: 1 }, 'task-1-1': { rollouts: 2, passes: 0 },
+      'task-2-0': { rollouts: 2, passes: 1 }, 'task-2-1': { rollouts: 2, passes: 0 },
+    });
+  });
+});

@@ -22,7 +22,8 @@ import type { EvalPlan, EvalSweepInput, EvalVersionSummary, RecordEvalInput } fr
 import type { BuildSftBatchInput, PrepareSftDataInput } from '../../src/contracts/sft';
 import { rolloutStats } from '../../src/rollouts/stats';
 import { groupSignal } from '../../src/samples/groupSignal';
-import type { FilterGroupsInput, FilterGroupsResult } from '../../src/contracts/activities';
+import { emptyPool, poolCounts, updatePool, type TaskPool } from '../../src/samples/taskPool';
+import type { FilterGroupsInput, FilterGroupsResult, SampleTasksInput, UpdateTaskPoolInput } from '../../src/contracts/activities';
 import { createRolloutWorkersActivities } from '../../src/activities/rolloutWorkers';
 
 export const ref = (name: string): ArtifactRef => ({
@@ -165,6 +166,9 @@ export function makeFakes(opts: FakeOptions = {}) {
 
   // StepRollouts stores its summaries as one artifact; the fakes keep them in memory by uri.
   const summaryArtifacts = new Map<string, RolloutSummary[]>();
+  /** Pass-rate pools by uri, and every task sampling's input. */
+  const pools = new Map<string, TaskPool>();
+  const sampleInputs: SampleTasksInput[] = [];
   const summariesOf = (input: BuildBatchInput): RolloutSummary[] => (input.summaries ? summaryArtifacts.get(input.summaries.uri)! : (input.trajectories ?? []) as RolloutSummary[]);
 
   const main = {
@@ -183,6 +187,14 @@ export function makeFakes(opts: FakeOptions = {}) {
       const r = ref(`summaries-${input.runId}-${input.step}${input.round ? `-r${input.round}` : ''}${input.part === undefined ? '' : `-part-${input.part}`}${input.shard === undefined ? '' : `-shard-${input.shard}`}`);
       summaryArtifacts.set(r.uri, all);
       return r;
+    },
+    /** As the real updateTaskPool (src/activities/rolloutSummaries.ts), over the summaries and pools in memory. */
+    async updateTaskPool(input: UpdateTaskPoolInput) {
+      const prev = input.previous ? pools.get(input.previous.uri)! : emptyPool();
+      const pool = updatePool(prev, input.step, summaryArtifacts.get(input.summaries.uri)!, input.passReward);
+      const r = ref(`task-pool-${input.runId}-${input.step}`);
+      pools.set(r.uri, pool);
+      return { pool: r, ...poolCounts(pool) };
     },
     /** As the real filterGroups (src/activities/rolloutSummaries.ts), over the summaries in memory. */
     async filterGroups(input: FilterGroupsInput): Promise<FilterGroupsResult> {
@@ -228,7 +240,8 @@ export function makeFakes(opts: FakeOptions = {}) {
       const key = `runs/${input.runId}/steps/${input.step}/manifest${input.round ? `-r${input.round}` : ''}.json`;
       return { taskSetDir: '/fake', manifest: await store.putJson(key, manifest), tasks: tasks.length };
     },
-    async sampleTasks(input: { step: number; batchSize: number; round?: number }): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
+    async sampleTasks(input: SampleTasksInput): Promise<{ taskSetDir: string; tasks: SampledTask[] }> {
+      sampleInputs.push(input);
       const r = input.round ? `-r${input.round}` : '';
       const tasks = Array.from({ length: input.batchSize }, (_, g) => ({
         envId: 'swe-grep', envIndex: 0, datasetPath: '/fake/train.jsonl', instanceId: `task-${input.step}${r}-${g}`, groupId: `s${input.step}${r}-g${g}`,
@@ -487,5 +500,5 @@ export function makeFakes(opts: FakeOptions = {}) {
     },
   });
   return { config, main, rollout, announce, trainerFor, events, records, evalPlans, fallbacks, batches, summariesOf, loads, syncs, rolloutInputs, inferenceHost, hostSyncs, applied, releases, unloads, leased, announces: () => announces,
-    sftPrepares, sftBatches };
+    sftPrepares, sftBatches, pools, sampleInputs };
 }
