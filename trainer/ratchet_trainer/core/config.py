@@ -95,7 +95,7 @@ class LossConfig:
     # sequence: mean per sample, then over samples (original GRPO).
     normalization: str = "dr_grpo"
     max_tokens: int | None = None  # dr_grpo's constant; defaults to seq_len
-    kl_coef: float = 0.0  # k3 KL to the reference (LoRA: adapter disabled)
+    kl_coef: float = 0.0  # k3 KL to the reference: the run's start (LoRA: adapter disabled; a warm start: its adapter)
     # mean |ratio - 1| above this is reported as `mismatch_exceeded`.
     mismatch_tolerance: float = 0.05
     # The sampling temperature of the run: logits are divided by it before they
