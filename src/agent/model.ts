@@ -169,7 +169,7 @@ export function completionFromTokens(res: OpenAI.Completions.Completion, prompt:
   const parsed = parseHermesToolCalls(forced + text, (i) => `call_${tag}_${i}`);
   const finish = choice.finish_reason === 'length' ? 'length' : parsed.tool_calls.length > 0 ? 'tool_calls' : 'stop';
   return {
-    content: parsed.tool_calls.length > 0 ? parsed.content : text,
+    content: parsed.content,
     tool_calls: parsed.tool_calls,
     finish_reason: finish,
     prompt_token_ids: prompt,
