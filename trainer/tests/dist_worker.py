@@ -124,3 +124,41 @@ def run_pretrained(rank: int, world: int, refs, model_dir: str) -> dict:
     on_meta = [n for n, p in tr.model.named_parameters() if local_tensor(p.detach()).is_meta]
     res = run_step(tr, refs)
     return {**res, "on_meta": on_meta}
+
+
+def run_full_bf16(rank: int, world: int, refs) -> dict:
+    """FSDP2 full fine-tuning computing in bf16, as on GPUs: the unsharded output projection trains in
+    fp32 beside bf16 hidden states, and the clip spans sharded and unsharded gradients."""
+    tr = Trainer("run", make_cfg("tiny", mode="full", model={"dtype": "bfloat16"}, parallelism="fsdp"))
+    return {"metrics": tr.step(0, load_batch(*refs))}
+
+
+def run_replicated_checkpoints(rank: int, world: int, root: str, refs0, refs1) -> dict:
+    """Replicated ranks: step 0, save, step 1; fresh replicated ranks restore the save and redo step 1;
+    and fresh replicated ranks restore an FSDP2 (sharded) save of the same step 0 and redo step 1."""
+    from ratchet_trainer.core import restore_checkpoint, save_checkpoint
+
+    def cfg(parallelism: str):
+        return make_cfg("tiny", optim={"max_grad_norm": 0.0, "eps": 1e-4}, parallelism=parallelism)
+
+    def state(tr: Trainer) -> dict[str, torch.Tensor]:
+        return {k: local_tensor(v.detach()).clone() for k, v in tr.trainable_state().items()}
+
+    res: dict = {}
+    tr = Trainer("run", cfg("replicate"))
+    tr.step(0, load_batch(*refs0))
+    res["ckpt"] = save_checkpoint(tr, Path(root) / "replicated", 0)
+    res["step1"] = tr.step(1, load_batch(*refs1))
+    res["state1"] = state(tr)
+    again = Trainer("run", cfg("replicate"))
+    restore_checkpoint(again, res["ckpt"]["checkpoint"])
+    res["resumed_step1"] = again.step(1, load_batch(*refs1))
+    res["resumed_state1"] = state(again)
+    sharded = Trainer("run", cfg("fsdp"))
+    sharded.step(0, load_batch(*refs0))
+    res["sharded_ckpt"] = save_checkpoint(sharded, Path(root) / "sharded", 0)
+    from_sharded = Trainer("run", cfg("replicate"))
+    restore_checkpoint(from_sharded, res["sharded_ckpt"]["checkpoint"])
+    res["from_sharded_step1"] = from_sharded.step(1, load_batch(*refs1))
+    res["from_sharded_state1"] = state(from_sharded)
+    return res

@@ -45,8 +45,8 @@ def _scorer() -> Trainer:
     return _SCORER[0]
 
 
-def write_rl_batch(tmp_path, name, samples, seed=0, offset=0.1):
-    meta = {"run_id": "run", "step": 0, "vocab_size": VOCAB}
+def write_rl_batch(tmp_path, name, samples, seed=0, offset=0.1, step=0):
+    meta = {"run_id": "run", "step": step, "vocab_size": VOCAB}
     refs = write_batch(tmp_path, name, samples, meta)
     lps = _scorer().sample_logprobs(load_batch(*refs))
     g = torch.Generator().manual_seed(seed + 1)
@@ -235,3 +235,45 @@ def test_out_of_memory_on_one_rank_exits_its_process_at_once_instead_of_waiting_
                           cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert proc.returncode == 70, (proc.returncode, proc.stderr[-2000:])
     assert not ranks._same_everywhere(torch.OutOfMemoryError("x"))
+
+
+def test_fsdp_full_fine_tuning_in_bf16_steps_like_one_process(tmp_path):
+    """Seen on 4 H200s (BENCHMARKS.md, issue 40): bf16 hidden states against the fp32 head failed the
+    first forward, and clip_grad_norm_ failed on sharded and unsharded gradients together. The loss and
+    the clipped gradient's norm match one process within bf16 rounding."""
+    from helpers import make_samples
+
+    refs = write_batch(tmp_path, "b", make_samples(VOCAB), {"run_id": "run", "step": 0, "vocab_size": VOCAB})
+    dual = dist_worker.spawn(dist_worker.run_full_bf16, 2, tmp_path, refs)["metrics"]
+    single = Trainer("run", make_cfg("tiny", mode="full", model={"dtype": "bfloat16"})).step(0, load_batch(*refs))
+    assert dual["parallelism"] == "fsdp"
+    assert dual["loss"] == pytest.approx(single["loss"], rel=2e-2, abs=1e-3)
+    assert dual["grad_norm"] == pytest.approx(single["grad_norm"], rel=2e-2)
+
+
+def test_replicated_ranks_checkpoint_as_one_process_and_resume_from_either_layout(tmp_path):
+    """Replicated ranks save what one process saves (rank 0: optimizer.pt, no sharded/); fresh
+    replicated ranks resume from it, or from an FSDP2 save, and redo step 1 as the unbroken ranks did.
+    One process resumes from the replicated save alike."""
+    from ratchet_trainer.core import restore_checkpoint
+    from ratchet_trainer.core.artifacts import uri_to_path
+
+    refs0 = write_rl_batch(tmp_path, "b0", rl_samples((14, 18, 12, 20, 16), trajectories=(0, 1, 1, 2, 3)))
+    refs1 = write_rl_batch(tmp_path, "b1", rl_samples((16, 12, 18), trajectories=(0, 1, 2), seed=1), seed=1, step=1)
+    res = dist_worker.spawn(dist_worker.run_replicated_checkpoints, 2, tmp_path, str(tmp_path / "art"), refs0, refs1)
+
+    root = uri_to_path(res["ckpt"]["checkpoint"]["uri"])
+    assert (root / "optimizer.pt").is_file() and not (root / "sharded").exists()
+    assert (uri_to_path(res["sharded_ckpt"]["checkpoint"]["uri"]) / "sharded").is_dir()
+    assert res["step1"]["parallelism"] == "replicate"
+    for resumed in ("resumed", "from_sharded"):
+        assert res[f"{resumed}_step1"]["loss"] == pytest.approx(res["step1"]["loss"], rel=1e-6, abs=1e-7), resumed
+        for k, v in res["state1"].items():
+            torch.testing.assert_close(res[f"{resumed}_state1"][k], v, rtol=1e-5, atol=2e-6)
+
+    one = Trainer("run", make_cfg("tiny", optim={"max_grad_norm": 0.0, "eps": 1e-4}))
+    restore_checkpoint(one, res["ckpt"]["checkpoint"])
+    single = one.step(1, load_batch(*refs1))
+    assert single["loss"] == pytest.approx(res["step1"]["loss"], rel=1e-6, abs=1e-7)
+    for k, v in one.trainable_state().items():
+        torch.testing.assert_close(v.detach(), res["state1"][k], rtol=1e-5, atol=2e-6)

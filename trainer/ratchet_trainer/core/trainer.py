@@ -518,7 +518,10 @@ class Trainer:
         causal = model.get_base_model() if hasattr(model, "get_base_model") else model
         hidden = causal.get_decoder()(**kw).last_hidden_state
         head = causal.get_output_embeddings()
-        return HeadInput(hidden, head.weight, head.bias, chunk_tokens=self.logprob_chunk_tokens)
+        weight, bias = head.weight, head.bias
+        if weight.dtype != hidden.dtype:  # FSDP full fine-tuning trains the unsharded head in fp32: compute in bf16
+            weight, bias = weight.to(hidden.dtype), bias.to(hidden.dtype) if bias is not None else None
+        return HeadInput(hidden, weight, bias, chunk_tokens=self.logprob_chunk_tokens)
 
     def set_kl_reference(self, weights: dict[str, torch.Tensor] | None) -> None:
         """The adapter the KL term pulls towards (None: the base model, the adapter disabled)."""
@@ -561,10 +564,19 @@ class Trainer:
     def _clip_grads(self) -> float:
         max_norm = self.cfg.optim.max_grad_norm
         params = self.master.masters if self.master else self.params
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return 0.0
+        # FSDP full fine-tuning mixes sharded (DTensor) gradients with the unsharded head's: one norm per kind.
+        sharded = [g for g in grads if hasattr(g, "full_tensor")]
+        parts = [local_tensor(torch.nn.utils.get_total_norm(g)).float().to(grads[0].device)
+                 for g in (sharded, [g for g in grads if not hasattr(g, "full_tensor")]) if g]
+        total = torch.stack(parts).norm()
         if max_norm > 0:
-            return float(local_tensor(torch.nn.utils.clip_grad_norm_(params, max_norm)))
-        grads = [local_tensor(p.grad.detach()).float().norm() for p in params if p.grad is not None]
-        return float(torch.stack(grads).norm()) if grads else 0.0
+            coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+            for g in grads:
+                g.mul_(coef.to(g.dtype))
+        return float(total)
 
     # -- helpers for tests and the benchmark -----------------------------------
 
