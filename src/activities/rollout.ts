@@ -19,7 +19,8 @@ import type { SandboxManager } from '../envs/sandbox';
 import { zeroScore } from '../envs/types';
 import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from '../metrics';
 import { isSetupFailed, runEpisode } from '../rollouts/episode';
-import { retryInfrastructureFailure } from '../rollouts/errors';
+import { invalidRolloutTask, retryInfrastructureFailure } from '../rollouts/errors';
+import { TemplateNotAppendableError } from '../inference/chatTokens';
 import { recordRollout, setupFailureOutcome } from '../rollouts/record';
 import { scoreEpisode } from '../rollouts/scoring';
 import { meterSandboxes } from '../rollouts/cost';
@@ -74,6 +75,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
       return summary;
     } catch (err) {
       rolloutErrorsTotal.inc({ env: rawInput.envId ?? 'unknown' });
+      // The server's template cannot extend a prompt: every rollout would fail alike, so the step fails loudly.
+      if (err instanceof TemplateNotAppendableError) throw invalidRolloutTask(err.message);
       // Saving the trajectory found its disk full, or the store unreachable: StepRollouts waits
       // (waiting-for-disk, waiting-for-store) without using the rollout's attempts.
       throw asActivityFailure(err);

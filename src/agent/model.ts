@@ -103,7 +103,9 @@ export class OpenAIModelClient implements ModelClient {
     this.root = opts.root ?? new OpenAI({ baseURL: baseURL.replace(/\/v1\/?$/, ''), ...clientOpts });
   }
 
-  async complete(req: CompletionRequest): Promise<Completion> {
+  async complete(request: CompletionRequest): Promise<Completion> {
+    // A signal of this turn's own: each HTTP call adds an abort listener, and an episode's signal lives for every turn.
+    const req = request.signal ? { ...request, signal: AbortSignal.any([request.signal]) } : request;
     const chat = this.chatTokens(req.model);
     const s = req.sampling;
     const forced = s.tool_choice === 'required' && req.tools.length > 0 ? HERMES_FORCED_PREFIX : '';
