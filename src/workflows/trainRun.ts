@@ -305,7 +305,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       f = await filter();
     }
     const refill = { target, rounds: f.rounds.map((r, round) => ({ round, groups: r.groups, informative_groups: r.informative, policy_version: versions[round]! })) };
-    return { all: f.all, kept: f.kept, refill, childEvents };
+    return { all: f.all, kept: f.kept, refill, childEvents, informative: f.informative };
   }
 
   /** The steps from where the run stands to its end (or to continue-as-new, which throws). */
@@ -367,7 +367,12 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       const tRollouts = Date.now();
 
       run.phase = 'building-batch';
-      const { built, emptyBatch } = await buildBatchOrSkip(step, rollouts, filtered ? filtered.kept : summaries);
+      // No informative group in any round: nothing to build (the builder would only say it had no rollouts).
+      const { built, emptyBatch } = filtered?.informative === 0
+        ? { built: undefined, emptyBatch: `step ${step} of run ${runId}: no group of its ${filtered.refill.rounds.length} round(s) had rewards that differ, so every advantage is 0 ` +
+            'and there is nothing to train on. Fix: raise orchestrator.difficulty_filter.max_refill_rounds, sample easier or harder tasks ' +
+            '(orchestrator.pass_rate_pool), or check the rubric' }
+        : await buildBatchOrSkip(step, rollouts, filtered ? filtered.kept : summaries);
       const tBatch = Date.now();
 
       // Overlap: the next step's rollouts run on the current policy while this step trains.

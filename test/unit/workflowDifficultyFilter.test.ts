@@ -71,7 +71,7 @@ describeWithStack('TrainRun difficulty filtering (fake activities, real dev serv
     expect(rec).toMatchObject({ groups: 9, informative_groups: 4, sampling_policy_version: 0, rollouts: 18 });
   });
 
-  test('stops at max_refill_rounds when no round brings an informative group; the batch is then empty', async () => {
+  test('stops at max_refill_rounds when no round brings an informative group; the step then trains on nothing', async () => {
     const f = await run({
       orchestrator: { batch_size: 3, rollouts_per_example: 2, max_steps: 1, difficulty_filter: { enabled: true, max_refill_rounds: 2 } },
       rewardOf: () => 0.25,
@@ -80,7 +80,9 @@ describeWithStack('TrainRun difficulty filtering (fake activities, real dev serv
     // Round 0 and exactly two refill rounds, each for the 3 groups still missing.
     expect([...rounds.keys()]).toEqual([0, 1, 2]);
     expect([...rounds.values()].map((s) => s.size)).toEqual([3, 3, 3]);
-    expect(f.summariesOf(f.batches[0]!)).toEqual([]);
+    // Nothing to build: the step is recorded as an empty batch that says why, and the run goes on.
+    expect(f.batches).toEqual([]);
+    expect(f.records[0]!.record.error).toMatchObject({ type: 'EmptyBatch', message: expect.stringMatching(/no group of its 3 round\(s\) had rewards that differ.*Fix:/) });
     expect(f.records[0]!.record.refill!.rounds.map((r) => [r.groups, r.informative_groups])).toEqual([[3, 0], [3, 0], [3, 0]]);
     expect(f.records[0]!.record).toMatchObject({ groups: 9, informative_groups: 0, rollouts: 18 });
   });
