@@ -71,7 +71,7 @@ const summary = (id: string, i: number, reward: number, components: Record<strin
 
 const plan: EvalPlan = {
   runId: 'r1', taskset: { name: 'heldout', path: '/tmp/h.jsonl', hash: 'h', tasks: 2 }, k: 2, versions: [3], skipped: [],
-  tasks: [], envId: 'code-repair', taskSetDir: '/tmp', sampling: { temperature: 1, top_p: 1, top_k: 0, max_tokens: 64, tool_choice: 'auto' },
+  tasks: [], envId: 'code-repair', taskSetDir: '/tmp', sampling: { temperature: 1, top_p: 1, top_k: 0, max_tokens: 64, tool_choice: 'auto', history: 'tokens' },
   envArgs: { max_tokens: 1, max_tool_calls: 1, max_turns: 1, few_shot: false }, rubric: {}, sandbox: {} as EvalPlan['sandbox'],
   inferenceBaseUrl: 'http://x/v1', servedModel: 'm', seed: 0, adapters: {},
 };

@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { Template } from '@huggingface/jinja';
-import { runAgent } from '../../src/agent/loop';
+import { runAgent, type AgentRunInput } from '../../src/agent/loop';
 import { defineTool, toolSpec } from '../../src/agent/tool';
 import type { ChatMessage } from '../../src/contracts/trajectory';
 import { OpenAIModelClient } from '../../src/agent/model';
@@ -67,7 +67,7 @@ function agentInput(model: OpenAIModelClient, over: { tool_choice?: 'auto' | 're
     messages: [{ role: 'system' as const, content: 'You find files.' }, { role: 'user' as const, content: 'Find it.' }],
     tools, limits: { max_tokens: 10_000, max_tool_calls: 8, max_turns: 6 },
     sampling: { temperature: 1, top_p: 1, max_tokens: 256, ...over },
-    ctx: { sandbox: undefined as never, task: undefined as never },
+    ctx: undefined as never as AgentRunInput['ctx'],
   };
 }
 
