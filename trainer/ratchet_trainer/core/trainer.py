@@ -141,9 +141,12 @@ class Trainer:
                 and compute != torch.float32):
             self.master = MasterWeights(self.params, compute)
         o = cfg.optim
+        # FSDP full fine-tuning trains sharded (DTensor) and unsharded (the head) parameters: the fused and
+        # foreach kernels refuse such a mix, so those step one tensor at a time.
+        mixed = len({hasattr(p, "full_tensor") for p in self.params}) > 1
         self.optimizer = torch.optim.AdamW(
             self.master.masters if self.master else self.params, lr=o.lr, betas=o.betas, eps=o.eps,
-            weight_decay=o.weight_decay, fused=self.device.type == "cuda",
+            weight_decay=o.weight_decay, fused=self.device.type == "cuda" and not mixed, foreach=False if mixed else None,
         )
         self.ref_model = None
         if cfg.loss.kl_coef > 0 and cfg.adapter is None:
