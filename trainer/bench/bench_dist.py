@@ -12,7 +12,11 @@ Scaling efficiency = tokens/s on N GPUs / (N x tokens/s on 1 GPU). With `--basel
 bench_train.py result of the same model, seq and checkpointing), each run's tokens/s is also
 divided by that single-process figure (`speedup_vs_baseline`). Random init of the named
 architecture (nothing downloads). Each model is built whole on every GPU before sharding, so
-the largest model tried is bounded by one GPU's memory for bf16 weights. Compile, padding and
+the largest model tried is bounded by one GPU's memory for bf16 weights, unless `--meta-init`
+(FSDP2 only): then the model is built on the meta device, sharded, and each rank draws random
+values for its own shards (`materialise`), as the pretrained path never holds a whole copy on a
+GPU (sharded_init.py). Peak memory is the steps' (counted from after the build; the build's own
+peak is `build_peak_gib_max_rank`). Compile, padding and
 micro-batches are bench_train.py's: `torch.compile` on CUDA (`--no-compile` for eager), one
 sample of `--seq` tokens per micro-batch.
 
@@ -22,6 +26,7 @@ Usage (on the GPU box):
   python3 trainer/bench/bench_dist.py --gpus 2 --via-worker --out $OUT/worker.json
   python3 trainer/bench/bench_dist.py --gpus 2,4 --ac 1,0 --parallelism replicate --baseline $OUT/train.json --out $OUT/rep.json
   python3 trainer/bench/bench_dist.py --gpus 4 --method full --seq 8192 --samples 1 --parallelism fsdp --models qwen3-4b,qwen3-8b
+  python3 trainer/bench/bench_dist.py --gpus 4 --parallelism fsdp --meta-init --models qwen2.5-72b --samples 1 --no-compile
     # also through the worker's rank-0 control plane (ratchet_trainer/ranks.py, commands.py) in the same
     # job: load, steps, a sharded save and a reload from it, against the direct Trainer.step's time
 """
@@ -57,10 +62,46 @@ ARCHS = {
                   "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
                   "rope_theta": 1_000_000.0, "max_position_embeddings": 40960, "tie_word_embeddings": False,
                   "rms_norm_eps": 1e-6},
+    # 70B class: Qwen3 has no dense model past 32B; Qwen2.5-72B's published config (q/k/v biases).
+    "qwen2.5-72b": {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568,
+                    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                    "rope_theta": 1_000_000.0, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+                    "rms_norm_eps": 1e-6},
 }
 TINY = {**ARCHS["qwen3-8b"], "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12}  # dense bf16 datasheet, SXM
+
+
+def materialise(model, device, seed: int) -> None:
+    """A meta-built, already sharded model made real on `device`: each rank's own shards drawn at random
+    (normal 0.02; norms 1, biases and LoRA B 0, as a fresh model has them), RoPE's buffers recomputed.
+    Not a single process's weights (each rank draws its own): for throughput and memory, not for equality."""
+    import torch
+
+    # Swap, not replace: the optimiser already holds these parameter objects (plain ones, like the
+    # unsharded head, would otherwise come back as new Parameters).
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model.to_empty(device=device)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
+    g = torch.Generator(device=device).manual_seed(1000 + seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            t = p.to_local() if hasattr(p, "to_local") else p
+            if "norm" in name:
+                t.fill_(1.0)
+            elif name.endswith("bias") or "lora_B" in name:
+                t.zero_()
+            else:
+                t.normal_(0.0, 0.02, generator=g)
+        for mod in model.modules():
+            if type(mod).__name__.endswith("RotaryEmbedding"):
+                fresh = type(mod)(config=mod.config)
+                for bname, buf in fresh.named_buffers(recurse=False):
+                    getattr(mod, bname).copy_(buf)
 
 
 def rank_main(args) -> None:
@@ -90,8 +131,29 @@ def rank_main(args) -> None:
             "parallelism": args.parallelism,
         })
         t0 = time.perf_counter()
-        trainer = Trainer("bench", cfg)
-        rec.update(build_s=time.perf_counter() - t0, parallelism=trainer.parallelism, compile=trainer.compiled)
+        model = None
+        if args.meta_init:
+            if args.parallelism != "fsdp":
+                raise SystemExit("--meta-init builds a sharded model. Fix: pass --parallelism fsdp with it")
+            from ratchet_trainer.core.model import build_model, resolve_attn_implementation, resolve_dtype
+
+            dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+            model = build_model(cfg, torch.device("meta"), resolve_attn_implementation(cfg, dev, False),
+                                dtype=resolve_dtype(cfg, dev))
+        trainer = Trainer("bench", cfg, model=model)
+        if args.meta_init:
+            before = [id(p) for p in trainer.params]
+            materialise(trainer.model, torch.device("cuda", local) if cuda else torch.device("cpu"), rank)
+            # The optimiser was built over these parameter objects: to_empty must have kept them.
+            if before != [id(p) for p in trainer.model.parameters() if p.requires_grad]:
+                raise RuntimeError("to_empty replaced the trainable parameters; the optimiser holds the old ones")
+        rec.update(build_s=time.perf_counter() - t0, parallelism=trainer.parallelism, compile=trainer.compiled,
+                   meta_init=bool(args.meta_init))
+        if cuda:
+            build_peak = torch.tensor([torch.cuda.max_memory_allocated(local) / 2**30], device="cuda")
+            dist.all_reduce(build_peak, op=dist.ReduceOp.MAX)
+            rec["build_peak_gib_max_rank"] = float(build_peak[0])
+            torch.cuda.reset_peak_memory_stats(local)
         samples = args.samples * world
         batch = make_batch(samples, args.seq, conf["vocab_size"], torch.Generator().manual_seed(0))
         times = []
@@ -214,7 +276,7 @@ def driver(args) -> None:
                "--seq", str(args.seq), "--samples", str(args.samples), "--steps", str(args.steps),
                "--rank", str(args.rank), "--ac", ac, "--method", args.method, "--parallelism", args.parallelism] + \
               (["--tiny"] if args.tiny else []) + (["--no-compile"] if args.no_compile else []) + \
-              (["--via-worker"] if args.via_worker else [])
+              (["--via-worker"] if args.via_worker else []) + (["--meta-init"] if args.meta_init else [])
         print("$", " ".join(cmd), flush=True)
         t0 = time.perf_counter()
         try:
@@ -277,6 +339,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--via-worker", action="store_true", help="also time the steps through the worker's rank-0 control plane")
+    ap.add_argument("--meta-init", action="store_true",
+                    help="FSDP2: build on the meta device, shard, then draw each rank's shards (never a whole copy on a GPU)")
     ap.add_argument("--rank-mode", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
