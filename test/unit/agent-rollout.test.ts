@@ -10,6 +10,8 @@ import type { Environment } from '../../src/envs/types';
 import { TaskSetupError } from '../../src/tasks/setupError';
 import { EVAL_STEP } from '../../src/shared/steps';
 import { isUnscored, Trajectory, type ChatMessage, type RolloutSummary } from '../../src/contracts/trajectory';
+import { OpenAIModelClient } from '../../src/agent/model';
+import { FAKE_END_OF_TURN, fakeEncode, fakePromptIds, startFakeVllm } from '../helpers/fakeVllm';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
 
 // Some cases run real git, Python and retry back-offs in subprocesses: on a loaded 2-core CI
@@ -254,15 +256,47 @@ describe('rollout activity', () => {
     expect(sandboxes.acquired[0]).toMatchObject({ labels: { run: 'run1', step: 2, rollout: 'g0-1' }, repo: { hostPath: '/tasks/repos/calc.git', baseCommit: 'HEAD' } });
     expect(sandboxes.sandboxes.every((s) => s.released)).toBe(true);
     expect(model.requests[0]).toMatchObject({ model: 'policy-v1', sampling: { seed: 7, max_tokens: 64 } });
-    expect(t.sampling).toEqual({ temperature: 1, top_p: 1, top_k: 0, tool_choice: 'auto', distribution_match: 'exact' });
+    expect(t.sampling).toEqual({ temperature: 1, top_p: 1, top_k: 0, tool_choice: 'auto', distribution_match: 'exact', history: 'tokens' });
   });
 
-  test('required tool calls are recorded as a grammar-constrained distribution the trainer cannot reproduce', async () => {
+  test('required tool calls are an exact distribution: the call\'s opening is prompt (never sampled, never trained), the policy samples the rest', async () => {
+    // The production client against a fake vLLM: what goes to the server and comes back is real.
+    const fake = await startFakeVllm(() => ({ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }));
+    try {
+      const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+      const acts = createRolloutActivities({ store, sandboxes: new FakeSandboxManager(CALC_FILES), openaiFactory: (url) => new OpenAIModelClient(url, { timeoutMs: 5_000 }) });
+      const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout,
+        input('swe-grep', { inferenceBaseUrl: fake.url, sampling: { temperature: 0.8, top_p: 1, top_k: 0, max_tokens: 256, tool_choice: 'required' } }));
+      expect(summary).toMatchObject({ stop_reason: 'completed', tool_calls: 1 });
+      const t = await trajectoryOf(store, summary.trajectory);
+      expect(t.sampling).toEqual({ temperature: 0.8, top_p: 1, top_k: 0, tool_choice: 'required', distribution_match: 'exact', history: 'tokens' });
+      // No grammar asked of the server: the opening ends the prompt instead.
+      expect(fake.requests).toHaveLength(1);
+      expect(fake.requests[0]).not.toHaveProperty('tool_choice');
+      expect(fake.requests[0]).not.toHaveProperty('guided_json');
+      const opening = [...'<tool_call>\n'].map((c) => c.codePointAt(0)!);
+      const turn = t.turns[0]!;
+      expect(turn.prompt_token_ids).toEqual(fake.requests[0]!.prompt);
+      expect(turn.prompt_token_ids!.slice(-opening.length)).toEqual(opening);
+      expect(turn.prompt_token_ids!.slice(0, -opening.length)).toEqual(fakePromptIds(t.messages.slice(0, 2), t.tools));
+      // The sampled ids (the trained ones) are the call's body and the end of turn, without the opening.
+      const body = `{"name": "result", "arguments": ${JSON.stringify({ files: ['pkg/calc.py'], functions: ['add'] })}}\n</tool_call>`;
+      expect(turn.completion_token_ids).toEqual([...fakeEncode(body), FAKE_END_OF_TURN]);
+      expect(turn.completion_logprobs).toHaveLength(turn.completion_token_ids!.length);
+      // The call is read from the opening and the sampled text together.
+      expect(t.messages[2]!.tool_calls).toEqual([expect.objectContaining({ function: { name: 'result', arguments: JSON.stringify({ files: ['pkg/calc.py'], functions: ['add'] }) } })]);
+      expect(summary.components).toMatchObject({ correct_files: 1 });
+    } finally {
+      await fake.close();
+    }
+  });
+
+  test('required tool calls with top_p < 1 are still truncated: the forced opening does not hide the narrowed distribution', async () => {
     const { store, acts } = setup([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
     const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout,
       input('swe-grep', { sampling: { temperature: 0.8, top_p: 0.95, top_k: 40, max_tokens: 64, tool_choice: 'required' } }));
     const t = await trajectoryOf(store, summary.trajectory);
-    expect(t.sampling).toEqual({ temperature: 0.8, top_p: 0.95, top_k: 40, tool_choice: 'required', distribution_match: 'grammar_constrained' });
+    expect(t.sampling).toEqual({ temperature: 0.8, top_p: 0.95, top_k: 40, tool_choice: 'required', distribution_match: 'truncated', history: 'tokens' });
   });
 
   test.each([
@@ -273,7 +307,7 @@ describe('rollout activity', () => {
     const summary: RolloutSummary = await new MockActivityEnvironment().run(acts.rollout,
       input('swe-grep', { sampling: { temperature: 0.8, ...trunc, max_tokens: 64, tool_choice: 'auto' } }));
     const t = await trajectoryOf(store, summary.trajectory);
-    expect(t.sampling).toEqual({ temperature: 0.8, ...trunc, tool_choice: 'auto', distribution_match: 'truncated' });
+    expect(t.sampling).toEqual({ temperature: 0.8, ...trunc, tool_choice: 'auto', distribution_match: 'truncated', history: 'tokens' });
   });
 
   test('an EvalSweep episode (step EVAL_STEP) runs like any other; its trajectory goes under runs/<run>/evals/', async () => {

@@ -4,9 +4,9 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { assembleResult } from '../../src/endpoint/recorder';
 import { startEndpoint, type Endpoint, type EndpointOptions } from '../../src/endpoint/server';
-import { startFakeVllm, type FakeReply, type FakeVllm } from '../helpers/fakeVllm';
+import { FAKE_END_OF_TURN, fakeEncode, fakePromptIds, startFakeVllm, type FakeReply, type FakeVllm } from '../helpers/fakeVllm';
 
-const sampling = { temperature: 0.7, top_p: 1, top_k: 0, max_tokens: 64 };
+const sampling = { temperature: 0.7, top_p: 1, top_k: 0, max_tokens: 128 };
 const limits = { max_turns: 5, max_tokens: 200, max_tool_calls: 5 };
 
 async function post(ep: Pick<Endpoint, 'url' | 'key'>, body: unknown, key = ep.key, route = '/chat/completions'): Promise<{ status: number; json: Record<string, unknown>; text: string }> {
@@ -32,8 +32,12 @@ describe('token-capturing endpoint', () => {
   afterEach(async () => {
     for (const ep of eps.splice(0)) await ep.close();
     fake.requests.length = 0;
+    fake.tokenizeRequests.length = 0;
   });
   afterAll(() => fake.close());
+
+  const shell = [{ type: 'function', function: { name: 'shell', parameters: { type: 'object' } } }];
+  const ids = (text: string) => [...text].map((c) => c.codePointAt(0)!);
 
   test('records the server\'s exact ids and logprobs per request, with the policy version, and answers the harness', async () => {
     script = (_b, n) => (n === 0
@@ -41,25 +45,78 @@ describe('token-capturing endpoint', () => {
       : { content: 'done' });
     const ep = await start();
     const m1 = [{ role: 'system', content: 'sys' }, { role: 'user', content: 'fix it' }];
-    const r1 = await post(ep, { model: 'whatever', messages: m1, tools: [{ type: 'function', function: { name: 'shell', parameters: { type: 'object' } } }], temperature: 1.5, max_tokens: 1000 });
+    const r1 = await post(ep, { model: 'whatever', messages: m1, tools: shell, temperature: 1.5, top_p: 0.5, top_k: 3, max_tokens: 1000 });
     expect(r1.status).toBe(200);
-    expect((r1.json.choices as { message: { tool_calls: unknown[] } }[])[0]!.message.tool_calls).toHaveLength(1);
+    // The harness gets the call read from the sampled text, as OpenAI's chat completion.
+    const choice = (r1.json.choices as { message: { content: string; tool_calls: { function: { name: string; arguments: string } }[] }; finish_reason: string }[])[0]!;
+    expect(choice).toMatchObject({ finish_reason: 'tool_calls', message: { content: 'ls', tool_calls: [{ function: { name: 'shell', arguments: '{"cmd":"ls"}' } }] } });
     const m2 = [...m1, { role: 'assistant', content: 'ls', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'shell', arguments: '{"cmd":"ls"}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'a.py' }];
     await post(ep, { model: 'x', messages: m2 });
-    // The run's sampling and model win over the harness's; ids and logprobs are asked for; max_tokens is cut.
-    expect(fake.requests[0]).toMatchObject({ model: 'policy-v3', temperature: 0.7, top_k: -1, min_p: 0, logprobs: true, return_token_ids: true, max_tokens: 64, tool_choice: 'auto' });
+    // The run's sampling and model win over the harness's; the prompt goes as ids, the sampled ids and logprobs are asked for; max_tokens is cut.
+    expect(fake.requests[0]).toMatchObject({ model: 'policy-v3', temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, repetition_penalty: 1, logprobs: 0, return_token_ids: true, skip_special_tokens: false, max_tokens: 128 });
+    expect(fake.requests[0]).not.toHaveProperty('messages');
+    expect(fake.requests[0]).not.toHaveProperty('tool_choice');
+    // The first prompt is the template's rendering of the harness's messages and tools (computed here).
+    expect(fake.requests[0]!.prompt).toEqual(fakeEncode('<|im_start|>tools\nshell<|im_end|>\n<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nfix it<|im_end|>\n<|im_start|>assistant\n'));
     expect(ep.turns).toHaveLength(2);
     const t = ep.turns[0]!.turn;
-    expect(t.completion_token_ids).toEqual([...'ls'].map((c) => 2000 + c.charCodeAt(0)));
-    expect(t.completion_logprobs).toEqual(t.completion_token_ids!.map((id) => -id / 10000));
-    expect(t.prompt_token_ids!.length).toBeGreaterThan(0);
+    expect(t.prompt_token_ids).toEqual(fake.requests[0]!.prompt);
+    const sampled = [...ids('ls<tool_call>\n{"name": "shell", "arguments": {"cmd":"ls"}}\n</tool_call>'), FAKE_END_OF_TURN];
+    expect(t.completion_token_ids).toEqual(sampled);
+    expect(t.completion_logprobs).toEqual(sampled.map((id) => -id / 10000));
     expect(t.policy_version).toBe(3);
     expect(t.prompt_message_count).toBe(2);
     expect(ep.turns[1]!.turn.prompt_message_count).toBe(4);
     const result = assembleResult(ep.turns, ep.tools(), { commands: ['ls'], execErrors: 0, toolsMs: 5 }, 'completed', undefined, undefined);
     expect(result.messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'tool', 'assistant']);
-    expect(result.stats).toMatchObject({ tool_calls: 1, completion_tokens: 6, tools_used: { shell: 1 }, commands: ['ls'] });
+    expect(result.stats).toMatchObject({ tool_calls: 1, completion_tokens: sampled.length + 'done'.length + 1, tools_used: { shell: 1 }, commands: ['ls'] });
     expect(result.tools.map((x) => x.function.name)).toEqual(['shell']);
+  });
+
+  test('a request that keeps the conversation extends the last prompt and sampled ids; one that rewrote it is rendered anew', async () => {
+    script = (_b, n) => (n === 0
+      ? { content: '', tool_calls: [{ type: 'function', function: { name: 'shell', arguments: '{"cmd":  "ls"}' } }] }
+      : { content: 'ok' });
+    const ep = await start();
+    const m1 = [{ role: 'system', content: 'sys' }, { role: 'user', content: 'fix it' }];
+    const r1 = await post(ep, { messages: m1, tools: shell });
+    // The harness echoes the reply in its own shape (its arguments re-serialized, its own call id):
+    // the template would render that differently from what the policy sampled.
+    const echoed = { role: 'assistant', content: '', tool_calls: [{ id: 'mine', type: 'function', function: { name: 'shell', arguments: JSON.stringify({ cmd: 'ls' }) } }] };
+    expect((r1.json.choices as { message: unknown }[])[0]!.message).toMatchObject({ tool_calls: [{ function: { arguments: '{"cmd":  "ls"}' } }] });
+    const result = { role: 'tool', tool_call_id: 'mine', content: 'a.py' };
+    await post(ep, { messages: [...m1, echoed, result], tools: shell });
+    const [p1, p2] = [fake.requests[0]!.prompt as number[], fake.requests[1]!.prompt as number[]];
+    const c1 = ep.turns[0]!.turn.completion_token_ids!;
+    expect(c1[c1.length - 1]).toBe(FAKE_END_OF_TURN);
+    // Token in, token out: the last prompt, the sampled ids (the policy's own spelling), then the new message rendered.
+    expect(p2).toEqual([...p1, ...c1, ...fakeEncode('\n<|im_start|>tool\na.py<|im_end|>\n<|im_start|>assistant\n')]);
+    expect(p2).not.toEqual(fakePromptIds([...m1, echoed, result], shell));
+    expect(ep.turns[1]!.turn.prompt_token_ids).toEqual(p2);
+
+    // The harness dropped the tool result and changed its question: a fresh rendering of what it sent.
+    const rewritten = [m1[0]!, { role: 'user', content: 'fix it, briefly' }];
+    await post(ep, { messages: rewritten, tools: shell });
+    expect(fake.requests[2]!.prompt).toEqual(fakePromptIds(rewritten, shell));
+    expect(ep.turns[2]!.turn.prompt_token_ids).toEqual(fake.requests[2]!.prompt);
+  });
+
+  test('tool_choice "required": the call\'s opening is prompt, not sampled; the call is read from it and the sampled text', async () => {
+    script = () => ({ content: '', tool_calls: [{ type: 'function', function: { name: 'shell', arguments: '{"cmd":"ls"}' } }] });
+    const ep = await start({ sampling: { ...sampling, tool_choice: 'required' } });
+    const m1 = [{ role: 'user', content: 'go' }];
+    const r = await post(ep, { messages: m1, tools: shell, tool_choice: 'auto' });
+    expect(r.status).toBe(200);
+    expect((r.json.choices as { message: unknown }[])[0]!.message).toMatchObject({ tool_calls: [{ function: { name: 'shell', arguments: '{"cmd":"ls"}' } }] });
+    expect(fake.requests[0]).not.toHaveProperty('tool_choice');
+    expect(fake.requests[0]!.prompt).toEqual([...fakePromptIds(m1, shell), ...ids('<tool_call>\n')]);
+    const t = ep.turns[0]!.turn;
+    expect(t.prompt_token_ids).toEqual(fake.requests[0]!.prompt);
+    expect(t.completion_token_ids).toEqual([...ids('{"name": "shell", "arguments": {"cmd":"ls"}}\n</tool_call>'), FAKE_END_OF_TURN]);
+    // Without tools there is no call to force.
+    const plain = await start({ sampling: { ...sampling, tool_choice: 'required' } });
+    await post(plain, { messages: m1 });
+    expect(fake.requests[1]!.prompt).toEqual(fakePromptIds(m1));
   });
 
   test('refuses a wrong or missing key, and another rollout\'s key', async () => {
@@ -71,6 +128,7 @@ describe('token-capturing endpoint', () => {
     expect(a.key).not.toBe(b.key);
     expect(a.key).toMatch(/^[0-9a-f]{64}$/);
     expect(fake.requests).toHaveLength(0);
+    expect(fake.tokenizeRequests).toHaveLength(0);
   });
 
   test('bounds requests (max_turns), completion tokens and tool calls; stopped names the reason', async () => {
@@ -86,12 +144,12 @@ describe('token-capturing endpoint', () => {
     const tok = await start({ limits: { ...limits, max_tokens: 15 } });
     await post(tok, msg);
     await post(tok, msg);
-    // The second request may only ask for what is left of the budget.
-    expect(fake.requests[3]!.max_tokens).toBe(5);
+    // The second request may only ask for what is left of the budget (10 characters and the end-of-turn id used).
+    expect(fake.requests[3]!.max_tokens).toBe(15 - 11);
     await expect(tok.stopped).resolves.toMatchObject({ reason: 'max_tokens' });
 
     script = () => ({ content: '', tool_calls: [1, 2, 3].map((i) => ({ id: `c${i}`, type: 'function' as const, function: { name: 'shell', arguments: '{}' } })) });
-    const tc = await start({ limits: { ...limits, max_tool_calls: 2 } });
+    const tc = await start({ limits: { ...limits, max_tokens: 1000, max_tool_calls: 2 }, sampling: { ...sampling, max_tokens: 1000 } });
     await post(tc, msg);
     await expect(tc.stopped).resolves.toMatchObject({ reason: 'max_tool_calls' });
   });

@@ -11,7 +11,11 @@ import { ReplicaPool } from '../../src/inference/pool';
 
 const MODEL = 'run-a/policy-v1';
 
-/** A tiny vLLM stand-in: /v1/models lists MODEL; each chat completion answers one token id (base + n). */
+/**
+ * A tiny vLLM stand-in: /v1/models lists MODEL; /tokenize renders any prompt as [1, 2]; each
+ * completion answers one token id (base + n). `status` fails the completions (the engine), not
+ * /tokenize (vLLM's API server tokenizes without the engine).
+ */
 async function replica(base: number, opts: { status?: number } = {}) {
   let n = 0;
   const server = http.createServer((req, res) => {
@@ -22,17 +26,25 @@ async function replica(base: number, opts: { status?: number } = {}) {
     }
     req.resume();
     req.on('end', () => {
+      res.setHeader('content-type', 'application/json');
+      if (req.url === '/tokenize') {
+        res.end(JSON.stringify({ count: 2, max_model_len: 4096, tokens: [1, 2] }));
+        return;
+      }
+      if (req.url !== '/v1/completions') {
+        res.statusCode = 404;
+        res.end(JSON.stringify({ error: { message: `not served: ${req.url}` } }));
+        return;
+      }
       if (opts.status) {
         res.statusCode = opts.status;
         res.end(JSON.stringify({ error: { message: 'engine dead' } }));
         return;
       }
       n++;
-      res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify({
-        id: `c${n}`, object: 'chat.completion', created: 0, model: MODEL,
-        choices: [{ index: 0, message: { role: 'assistant', content: 'x' }, finish_reason: 'stop', token_ids: [base + n], logprobs: { content: [{ token: 'x', logprob: -0.1, top_logprobs: [] }] } }],
-        prompt_token_ids: [1, 2],
+        id: `c${n}`, object: 'text_completion', created: 0, model: MODEL,
+        choices: [{ index: 0, text: 'x', finish_reason: 'length', token_ids: [base + n], prompt_token_ids: [1, 2], logprobs: { token_logprobs: [-0.1], tokens: ['x'] } }],
         usage: { prompt_tokens: 2, completion_tokens: 1, total_tokens: 3 },
       }));
     });
