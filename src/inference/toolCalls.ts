@@ -6,10 +6,9 @@
  *
  *   optional text<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>
  *
- * It reads what vLLM's `hermes` parser reads: every `<tool_call>…</tool_call>` block (an
- * unclosed last one too, as a turn cut at its stop token), each a JSON object with a name.
- * A block that is not such an object leaves the whole reply as text, as vLLM does, so the
- * model reads its malformed call back as prose instead of a call that never ran.
+ * It reads every `<tool_call>…</tool_call>` block (an unclosed last one too, as a turn cut at
+ * its stop token), as vLLM's `hermes` parser does, and is more lenient than it where the call
+ * is plain (readCall). A block with no call in it leaves the whole reply as text, as vLLM does.
  * The arguments keep the model's own spelling (`argumentsText`), never re-serialized:
  * the history then shows what the policy wrote.
  */
@@ -50,18 +49,64 @@ export function parseHermesToolCalls(text: string, idOf: (i: number) => string):
   return { content: text.slice(0, start), tool_calls: calls };
 }
 
+/**
+ * A block's call. The policy is not held to a grammar, so the reading is lenient where the
+ * intent is plain, and the agent loop tells the model what was wrong with the call (an unknown
+ * tool, arguments that are not JSON), which teaches more than a reply read as prose:
+ * - the block is one JSON object with a name: the call;
+ * - it starts with such an object and goes on (text after the call): the object;
+ * - it starts `{"name": "…", "arguments":` and the rest does not parse: the call, its arguments
+ *   the rest of the block as written (the loop answers that they are not valid JSON).
+ */
 function readCall(body: string): { name: string; arguments: string } | undefined {
   const json = body.trim();
-  let value: unknown;
+  const whole = callOf(parseJson(json), json);
+  if (whole) return whole;
+  const end = firstObjectEnd(json);
+  if (end > 0) {
+    const head = json.slice(0, end);
+    const first = callOf(parseJson(head), head);
+    if (first) return first;
+  }
+  const named = /^\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"arguments"\s*:\s*([\s\S]*)$/.exec(json);
+  if (named) {
+    // The rest is the arguments and the call's closing brace, unless the model left that out.
+    const rest = named[2]!.trim();
+    return { name: named[1]!, arguments: parseJson(rest) !== undefined ? rest : rest.replace(/\}\s*$/, '').trim() };
+  }
+  return undefined;
+}
+
+function parseJson(text: string): unknown {
   try {
-    value = JSON.parse(json);
+    return JSON.parse(text);
   } catch {
     return undefined;
   }
+}
+
+function callOf(value: unknown, json: string): { name: string; arguments: string } | undefined {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return undefined;
   const { name, arguments: args } = value as { name?: unknown; arguments?: unknown };
   if (typeof name !== 'string' || name === '') return undefined;
   return { name, arguments: argumentsText(json, args) };
+}
+
+/** Where the object the text starts with ends (one past its closing brace), strings respected; -1 if it does not close. */
+function firstObjectEnd(text: string): number {
+  if (!text.startsWith('{')) return -1;
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === '\\') i++;
+      else if (c === '"') inString = false;
+    } else if (c === '"') inString = true;
+    else if (c === '{') depth++;
+    else if (c === '}' && --depth === 0) return i + 1;
+  }
+  return -1;
 }
 
 /**

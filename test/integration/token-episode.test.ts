@@ -30,8 +30,9 @@ const BASE_URL = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1'
 const MODEL_DIR = path.join(STATE, 'models', 'SmolLM2-135M-Instruct');
 const PYTHON = path.join(STATE, 'venvs', 'trainer', 'bin', 'python');
 const TASK_DIR = path.join(STATE, 'tasks');
-/** Episodes to try for one with at least MIN_TOOL_TURNS tool turns. */
-const MAX_EPISODES = 12;
+/** Episodes to try for one with at least MIN_TOOL_TURNS tool turns (about half the smoke config's have several), PARALLEL at a time. */
+const MAX_EPISODES = 16;
+const PARALLEL = 4;
 const MIN_TOOL_TURNS = 2;
 /** docs/training.md ("Parity on an episode"): the bound this test holds the real path to. */
 export const EPISODE_PARITY_MEAN = 0.01;
@@ -55,19 +56,24 @@ describeWithStack('token in, token out: a multi-turn episode of the main job is 
     const acts = createRolloutActivities({ store, sandboxes });
     let episode: Trajectory | undefined;
     const seen: string[] = [];
-    for (let i = 0; i < MAX_EPISODES && !episode; i++) {
-      const task = tasks[i % tasks.length]!;
-      const summary = await acts.rollout({
-        runId: `itest-token-episode-${process.pid}`, step: 0, groupId: `g${i}`, rolloutIndex: 0, envId: env.id,
-        task: { datasetPath, instanceId: task.instance_id }, taskSetDir: TASK_DIR,
-        policyVersion: 0, modelName: config.inference.served_model, sampling: config.sampling,
-        envArgs: env.args ?? {}, rubric: {}, sandbox: { ...config.sandbox, warm_pool_size: 0 },
-        inferenceBaseUrl: BASE_URL, seed: 100 + i,
-      });
-      const t = Trajectory.parse(await store.getJson(summary.trajectory));
-      const toolTurns = t.turns.filter((_, k) => (t.messages[t.turns[k]!.prompt_message_count]?.tool_calls?.length ?? 0) > 0).length;
-      seen.push(`${t.stop_reason}:${t.turns.length} turns/${toolTurns} with calls`);
-      if (toolTurns >= MIN_TOOL_TURNS && t.turns.length >= 2) episode = t;
+    // A few at a time, as a step runs them: vLLM batches them.
+    for (let i = 0; i < MAX_EPISODES && !episode; i += PARALLEL) {
+      const batch = await Promise.all([...Array(PARALLEL).keys()].map(async (j) => {
+        const task = tasks[(i + j) % tasks.length]!;
+        const summary = await acts.rollout({
+          runId: `itest-token-episode-${process.pid}`, step: 0, groupId: `g${i + j}`, rolloutIndex: 0, envId: env.id,
+          task: { datasetPath, instanceId: task.instance_id }, taskSetDir: TASK_DIR,
+          policyVersion: 0, modelName: config.inference.served_model, sampling: config.sampling,
+          envArgs: env.args ?? {}, rubric: {}, sandbox: { ...config.sandbox, warm_pool_size: 0 },
+          inferenceBaseUrl: BASE_URL, seed: 100 + i + j,
+        });
+        return Trajectory.parse(await store.getJson(summary.trajectory));
+      }));
+      for (const t of batch) {
+        const toolTurns = t.turns.filter((turn) => (t.messages[turn.prompt_message_count]?.tool_calls?.length ?? 0) > 0).length;
+        seen.push(`${t.stop_reason}:${t.turns.length} turns/${toolTurns} with calls`);
+        if (!episode && toolTurns >= MIN_TOOL_TURNS) episode = t;
+      }
     }
     console.warn(`token-episode: episodes tried: ${seen.join(', ')}`);
     expect(episode).toBeDefined();
