@@ -116,8 +116,8 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
   const maxBody = opts.limits.max_body_bytes ?? DEFAULT_MAX_BODY;
   const upstream = opts.upstream.replace(/\/+$/, '');
   const model = opts.model ?? new OpenAIModelClient(upstream, { timeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
-  // The last request's conversation with its reply, and the ids they came to.
-  let last: { messages: ChatMessage[]; context: TokenContext } | undefined;
+  // The last request's conversation with its reply, its tools (JSON), and the ids they came to.
+  let last: { messages: ChatMessage[]; tools: string; context: TokenContext } | undefined;
 
   const halt = (s: EndpointStop): void => {
     if (stop) return;
@@ -151,17 +151,19 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
     if (!Array.isArray(body.messages) || body.messages.length === 0) throw refuse(400, '`messages` must be a non-empty array');
     const asked = Number(body.max_completion_tokens ?? body.max_tokens ?? Infinity);
     const maxTokens = Math.max(1, Math.min(Number.isFinite(asked) && asked > 0 ? asked : Infinity, opts.sampling.max_tokens, remaining));
-    if (Array.isArray(body.tools) && body.tools.length > 0) tools = toToolSpecs(body.tools);
+    // The prompt renders this request's tools only: a request without them (a summary call) gets none, and no forced call.
+    const requestTools = Array.isArray(body.tools) && body.tools.length > 0 ? toToolSpecs(body.tools) : [];
+    if (requestTools.length > 0) tools = requestTools;
     const messages = body.messages.map(toChatMessage);
     const stopStrings = typeof body.stop === 'string' ? [body.stop] : Array.isArray(body.stop) ? body.stop.filter((x): x is string => typeof x === 'string') : [];
-    // The harness kept the conversation as it was: this prompt extends the last one's ids.
-    const extends_ = last !== undefined && extendsConversation(messages, last.messages);
+    // The harness kept the conversation and its tools as they were: this prompt extends the last one's ids.
+    const extends_ = last !== undefined && last.tools === JSON.stringify(requestTools) && extendsConversation(messages, last.messages);
     requests += 1;
     const t0 = performance.now();
     let c: Completion;
     try {
       c = await model.complete({
-        model: opts.modelName, messages, tools,
+        model: opts.modelName, messages, tools: requestTools,
         sampling: { ...opts.sampling, max_tokens: maxTokens },
         ...(extends_ ? { context: last!.context } : {}),
         ...(stopStrings.length > 0 ? { stop: stopStrings } : {}),
@@ -183,7 +185,7 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
     const rec = recordTurn(messages, c, opts.policyVersion, performance.now() - t0);
     turns.push(rec);
     if (c.prompt_token_ids && c.completion_token_ids) {
-      last = { messages: [...messages, rec.reply], context: { ids: [...c.prompt_token_ids, ...c.completion_token_ids], messageCount: messages.length + 1 } };
+      last = { messages: [...messages, rec.reply], tools: JSON.stringify(requestTools), context: { ids: [...c.prompt_token_ids, ...c.completion_token_ids], messageCount: messages.length + 1 } };
     }
     opts.onTurn?.();
     completionTokens += rec.completionTokens;

@@ -51,7 +51,7 @@ describe('token-capturing endpoint', () => {
     const choice = (r1.json.choices as { message: { content: string; tool_calls: { function: { name: string; arguments: string } }[] }; finish_reason: string }[])[0]!;
     expect(choice).toMatchObject({ finish_reason: 'tool_calls', message: { content: 'ls', tool_calls: [{ function: { name: 'shell', arguments: '{"cmd":"ls"}' } }] } });
     const m2 = [...m1, { role: 'assistant', content: 'ls', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'shell', arguments: '{"cmd":"ls"}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'a.py' }];
-    await post(ep, { model: 'x', messages: m2 });
+    await post(ep, { model: 'x', messages: m2, tools: shell });
     // The run's sampling and model win over the harness's; the prompt goes as ids, the sampled ids and logprobs are asked for; max_tokens is cut.
     expect(fake.requests[0]).toMatchObject({ model: 'policy-v3', temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, repetition_penalty: 1, logprobs: 0, return_token_ids: true, skip_special_tokens: false, max_tokens: 128 });
     expect(fake.requests[0]).not.toHaveProperty('messages');
@@ -99,6 +99,11 @@ describe('token-capturing endpoint', () => {
     await post(ep, { messages: rewritten, tools: shell });
     expect(fake.requests[2]!.prompt).toEqual(fakePromptIds(rewritten, shell));
     expect(ep.turns[2]!.turn.prompt_token_ids).toEqual(fake.requests[2]!.prompt);
+
+    // The same conversation with the tools dropped: the tools head the rendering, so it is rendered anew.
+    const untooled = [...rewritten, { role: 'assistant', content: 'ok' }, { role: 'user', content: 'and now?' }];
+    await post(ep, { messages: untooled });
+    expect(fake.requests[3]!.prompt).toEqual(fakePromptIds(untooled));
   });
 
   test('tool_choice "required": the call\'s opening is prompt, not sampled; the call is read from it and the sampled text', async () => {
@@ -113,10 +118,11 @@ describe('token-capturing endpoint', () => {
     const t = ep.turns[0]!.turn;
     expect(t.prompt_token_ids).toEqual(fake.requests[0]!.prompt);
     expect(t.completion_token_ids).toEqual([...ids('{"name": "shell", "arguments": {"cmd":"ls"}}\n</tool_call>'), FAKE_END_OF_TURN]);
-    // Without tools there is no call to force.
-    const plain = await start({ sampling: { ...sampling, tool_choice: 'required' } });
-    await post(plain, { messages: m1 });
-    expect(fake.requests[1]!.prompt).toEqual(fakePromptIds(m1));
+    // A request without tools (a harness's summary call) has no call to force, and no earlier request's tools in its prompt.
+    const m2 = [{ role: 'user', content: 'summarise' }];
+    await post(ep, { messages: m2 });
+    expect(fake.requests[1]!.prompt).toEqual(fakePromptIds(m2));
+    expect(ep.tools().map((x) => x.function.name)).toEqual(['shell']);
   });
 
   test('refuses a wrong or missing key, and another rollout\'s key', async () => {
