@@ -85,14 +85,18 @@ def test_batch_read_from_s3_and_a_damaged_object_is_refused(tmp_path, settings):
         load_batch(refs[0], refs[1], store)
 
 
-def test_wrong_bucket_refused_keys_and_store_down_are_waits(tmp_path, monkeypatch):
+def test_wrong_bucket_refused_keys_and_store_down_are_waits(tmp_path):
     """The trainer works mid-run only (openRun checked the store first): a bucket gone or keys refused
     (rotated, expired) is a wait naming the store's error (issue 39, item 4), like a store that is down."""
     wrong = S3Store({"url": "s3://no-such-bucket-ratchet/p", "endpoint": ENDPOINT}, tmp_path)
     with pytest.raises(StoreUnavailable, match=r"refused the request \(NoSuchBucket.*waiting-for-store.*Fix: the bucket is gone"):
         wrong.put_bytes("k", b"v")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "rotated-away")
     refused = S3Store({"url": f"s3://{BUCKET}/p", "endpoint": ENDPOINT}, tmp_path)
+    # The host's keys after the server's were rotated (boto3's default session caches the first keys it found).
+    import boto3
+    from botocore.config import Config
+    refused.client = boto3.session.Session(aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"], aws_secret_access_key="rotated-away").client(
+        "s3", endpoint_url=ENDPOINT, region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
     with pytest.raises(StoreUnavailable, match=r"refused the request \(SignatureDoesNotMatch.*Fix: give the trainer host valid keys"):
         refused.put_bytes("k", b"v")
     down = S3Store({"url": f"s3://{BUCKET}/p", "endpoint": "http://127.0.0.1:9"}, tmp_path)
