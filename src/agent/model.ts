@@ -95,9 +95,9 @@ export class OpenAIModelClient implements ModelClient {
    * resumed, which 16 concurrent rollouts on a small KV cache trigger. Set
    * RATCHET_INFERENCE_SEED=1 on GPU servers for reproducible sampling.
    */
-  constructor(baseURL: string, opts: { timeoutMs?: number; client?: OpenAI; root?: OpenAI; sendSeed?: boolean } = {}) {
+  constructor(baseURL: string, opts: { timeoutMs?: number; apiKey?: string; client?: OpenAI; root?: OpenAI; sendSeed?: boolean } = {}) {
     this.sendSeed = opts.sendSeed ?? process.env.RATCHET_INFERENCE_SEED === '1';
-    const clientOpts = { apiKey: process.env.RATCHET_INFERENCE_API_KEY ?? 'EMPTY', timeout: opts.timeoutMs ?? 300_000, maxRetries: 2 };
+    const clientOpts = { apiKey: opts.apiKey ?? process.env.RATCHET_INFERENCE_API_KEY ?? 'EMPTY', timeout: opts.timeoutMs ?? 300_000, maxRetries: 2 };
     this.client = opts.client ?? new OpenAI({ baseURL, ...clientOpts });
     // vLLM serves /tokenize at its root, beside /v1.
     this.root = opts.root ?? new OpenAI({ baseURL: baseURL.replace(/\/v1\/?$/, ''), ...clientOpts });

@@ -2,9 +2,11 @@
  * The token-capturing model endpoint: one per rollout, an OpenAI
  * chat-completions server (tools included) in front of the run's inference
  * server. An external harness (Nano, mini-swe-agent, yours) talks to it as to
- * any OpenAI-compatible API; it forwards each request to vLLM with the run's
- * sampling, asks for the exact token ids and logprobs, records them as a turn
- * (recorder.ts), and answers the harness with vLLM's response.
+ * any OpenAI-compatible API; it samples each request from vLLM with the run's
+ * sampling, token in and token out (src/agent/model.ts: a request that keeps the
+ * last conversation extends the last prompt's ids), records the ids and logprobs
+ * as a turn (recorder.ts), and answers the harness with a chat completion built
+ * from them (with vLLM's `token_ids` / `prompt_token_ids` extensions).
  *
  * - Authenticated: a random 256-bit key made here, given only to this rollout's harness.
  * - Bounded by the rollout's limits: requests (max_turns), completion tokens
@@ -115,7 +117,9 @@ export async function startEndpoint(opts: EndpointOptions): Promise<Endpoint> {
   const maxRefused = opts.limits.max_refused ?? DEFAULT_MAX_REFUSED;
   const maxBody = opts.limits.max_body_bytes ?? DEFAULT_MAX_BODY;
   const upstream = opts.upstream.replace(/\/+$/, '');
-  const model = opts.model ?? new OpenAIModelClient(upstream, { timeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
+  const model = opts.model ?? new OpenAIModelClient(upstream, {
+    timeoutMs: opts.upstreamTimeoutMs ?? 300_000, ...(opts.upstreamKey !== undefined ? { apiKey: opts.upstreamKey } : {}),
+  });
   // The last request's conversation with its reply, its tools (JSON), and the ids they came to.
   let last: { messages: ChatMessage[]; tools: string; context: TokenContext } | undefined;
 
@@ -290,7 +294,7 @@ function canonicalJson(text: string): string {
 
 /** The reply as OpenAI's chat completion, which every harness reads. */
 function chatCompletion(c: Completion, model: string, n: number): OpenAI.Chat.Completions.ChatCompletion {
-  return {
+  const reply: OpenAI.Chat.Completions.ChatCompletion & { prompt_token_ids?: number[] | null } = {
     id: `chatcmpl-ratchet-${n}`,
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
@@ -300,9 +304,13 @@ function chatCompletion(c: Completion, model: string, n: number): OpenAI.Chat.Co
       message: { role: 'assistant', content: c.content, refusal: null, ...(c.tool_calls.length > 0 ? { tool_calls: c.tool_calls } : {}) },
       finish_reason: c.finish_reason === 'error' ? 'stop' : c.finish_reason,
       logprobs: null,
+      // vLLM's extension (return_token_ids), for harnesses that read the ids they were given.
+      ...({ token_ids: c.completion_token_ids } as object),
     }],
     usage: { prompt_tokens: c.prompt_tokens, completion_tokens: c.completion_tokens, total_tokens: c.prompt_tokens + c.completion_tokens },
+    prompt_token_ids: c.prompt_token_ids,
   };
+  return reply;
 }
 
 /** A harness that asked for a stream gets the whole reply as one chunk: the recording needs the whole response anyway. */
