@@ -6,7 +6,7 @@
  */
 import { describeWithStack } from '../helpers/stack';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { RolloutInput } from '../../src/contracts';
+import { taskIdOf, type RolloutInput } from '../../src/contracts';
 import { makeFakes, type FakeOptions } from './workflowFakes';
 import { useFakeWorld, withFakeWorkers } from './fakeWorld';
 
@@ -14,7 +14,7 @@ jest.setTimeout(150_000);
 
 /** Tasks whose rollouts score 0 and 1 alternately (informative); every other task scores 0 on every rollout. */
 const rewardFrom = (informative: Set<string>) => (input: RolloutInput): number =>
-  (informative.has(input.task.instanceId) ? input.rolloutIndex % 2 : 0);
+  (informative.has(taskIdOf(input.task)) ? input.rolloutIndex % 2 : 0);
 
 describeWithStack('TrainRun difficulty filtering (fake activities, real dev server)', ['temporalBinary'], () => {
   const world = useFakeWorld();
@@ -37,7 +37,7 @@ describeWithStack('TrainRun difficulty filtering (fake activities, real dev serv
     const out = new Map<number, Set<string>>();
     for (const r of f.rolloutInputs.filter((x) => x.step === step)) {
       const round = Number(/-r(\d+)-/.exec(r.groupId)?.[1] ?? 0);
-      out.set(round, (out.get(round) ?? new Set()).add(r.task.instanceId));
+      out.set(round, (out.get(round) ?? new Set<string>()).add(taskIdOf(r.task)));
     }
     return out;
   };
@@ -102,7 +102,7 @@ describeWithStack('TrainRun pass-rate pools (fake activities, real dev server)',
     const f = makeFakes({
       orchestrator: { batch_size: 2, rollouts_per_example: 2, max_steps: 3, pass_rate_pool: { enabled: true, pass_reward: 1 } },
       // Task g0 of each step passes on its odd rollouts; g1 never.
-      rewardOf: (input) => (input.task.instanceId.endsWith('-0') ? input.rolloutIndex % 2 : 0),
+      rewardOf: (input) => (taskIdOf(input.task).endsWith('-0') ? input.rolloutIndex % 2 : 0),
     });
     await withFakeWorkers(world, f, {}, async () => {
       const runId = `pools-${process.pid}`;
