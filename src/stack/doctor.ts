@@ -4,6 +4,8 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
 import Docker from 'dockerode';
+import { OpenAIModelClient } from '../agent/model';
+import type { ChatMessage, ToolSpec } from '../contracts/trajectory';
 import { describeSettingsLine, explainConnectError, explainConnectFailure, resolveConnection, type ResolvedConnection } from '../connection';
 import { DEFAULTS, paths, REPO_ROOT } from '../shared/paths';
 
@@ -102,7 +104,7 @@ const checkInferenceHealth: Check = async ({ inferenceUrl, servedModel }) => {
   }
 };
 
-const PROBE_TOOL = {
+const PROBE_TOOL: ToolSpec = {
   type: 'function',
   function: {
     name: 'bash',
@@ -111,48 +113,44 @@ const PROBE_TOOL = {
   },
 };
 
+/**
+ * The path every rollout takes (src/agent/model.ts): the prompt rendered by the server's template
+ * (/tokenize, tools included), sampled as ids (/v1/completions with return_token_ids and logprobs),
+ * the call read from the sampled text, and a second turn whose prompt extends the first's ids.
+ */
 const checkToolCallTokens: Check = async ({ inferenceUrl, servedModel }) => {
   try {
-    const { status, body } = await fetchJson(`${inferenceUrl}/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: servedModel,
-        // SmolLM2-135M does not call tools unprompted: one worked example primes the
-        // hermes format, and "required" makes vLLM constrain the output to it, so
-        // this checks the server (parser, constraint, token ids), not the model.
-        messages: [
-          { role: 'system', content: 'You are a coding agent. Act only through the bash tool.' },
-          { role: 'user', content: 'Show the current date.' },
-          { role: 'assistant', content: '', tool_calls: [{ id: 'call_0', type: 'function', function: { name: 'bash', arguments: '{"command": "date"}' } }] },
-          { role: 'tool', tool_call_id: 'call_0', content: 'Mon Nov 23 09:00:00 UTC 2026' },
-          { role: 'user', content: 'List the files in the current directory.' },
-        ],
-        tools: [PROBE_TOOL],
-        tool_choice: 'required',
-        max_tokens: 64,
-        temperature: 0,
-        logprobs: true,
-        return_token_ids: true,
-      }),
-    });
-    if (status !== 200) return { ok: false, detail: `chat completion failed with ${status}: ${JSON.stringify(body).slice(0, 200)}`, fix: 'see .ratchet/logs/vllm.log' };
-    const b = body as { prompt_token_ids?: number[]; choices: { token_ids?: number[]; prompt_token_ids?: number[]; logprobs?: { content?: unknown[] }; message: { tool_calls?: { function: { name: string; arguments: string } }[] } }[] };
-    const choice = b.choices[0]!;
-    const call = choice.message.tool_calls?.[0];
-    const promptIds = b.prompt_token_ids ?? choice.prompt_token_ids;
+    const client = new OpenAIModelClient(inferenceUrl, { timeoutMs: 60_000 });
+    // SmolLM2-135M does not call tools unprompted: one worked example primes the hermes format,
+    // and "required" writes the call's opening, so this checks the server and the path, not the model.
+    const messages: ChatMessage[] = [
+      { role: 'system', content: 'You are a coding agent. Act only through the bash tool.' },
+      { role: 'user', content: 'Show the current date.' },
+      { role: 'assistant', content: '', tool_calls: [{ id: 'call_0', type: 'function', function: { name: 'bash', arguments: '{"command": "date"}' } }] },
+      { role: 'tool', tool_call_id: 'call_0', content: 'Mon Nov 23 09:00:00 UTC 2026' },
+      { role: 'user', content: 'List the files in the current directory.' },
+    ];
+    const sampling = { temperature: 0, top_p: 1, max_tokens: 64, tool_choice: 'required' as const };
+    const first = await client.complete({ model: servedModel, messages, tools: [PROBE_TOOL], sampling });
+    const call = first.tool_calls[0];
     const problems: string[] = [];
-    if (!call) problems.push('no parsed tool call');
-    else {
-      try { JSON.parse(call.function.arguments); } catch { problems.push('tool call arguments are not JSON'); }
+    if (!call) problems.push(`no tool call read from the reply ${JSON.stringify((first.content ?? '').slice(0, 80))}`);
+    if (!first.completion_token_ids?.length) problems.push('no completion token_ids');
+    if (!first.prompt_token_ids?.length) problems.push('no prompt ids');
+    if (first.completion_logprobs?.length !== first.completion_token_ids?.length) problems.push('no logprob for every sampled token');
+    if (problems.length === 0) {
+      const ids = [...first.prompt_token_ids!, ...first.completion_token_ids!];
+      const next = await client.complete({
+        model: servedModel, tools: [PROBE_TOOL], sampling,
+        messages: [...messages, { role: 'assistant', content: first.content, tool_calls: first.tool_calls }, { role: 'tool', tool_call_id: call!.id, content: 'README.md' }],
+        context: { ids, messageCount: messages.length + 1 },
+      });
+      if (!ids.every((id, i) => next.prompt_token_ids?.[i] === id)) problems.push('the second turn\'s prompt does not extend the first\'s ids');
     }
-    if (!choice.token_ids?.length) problems.push('no completion token_ids');
-    if (!promptIds?.length) problems.push('no prompt_token_ids');
-    if (!choice.logprobs?.content?.length) problems.push('no logprobs');
     if (problems.length) {
-      return { ok: false, detail: problems.join(', '), fix: 'start the server with --enable-auto-tool-choice --tool-call-parser hermes (infra/inference.sh does); requests need logprobs: true and return_token_ids: true' };
+      return { ok: false, detail: problems.join(', '), fix: 'serve a model whose chat template writes hermes tool calls (infra/inference.sh installs configs/templates/smollm2-tools.jinja); see .ratchet/logs/vllm.log' };
     }
-    return { ok: true, detail: `tool call ${call!.function.name}(${call!.function.arguments.slice(0, 40)}), ${choice.token_ids!.length} token ids with logprobs, ${promptIds!.length} prompt ids` };
+    return { ok: true, detail: `tool call ${call!.function.name}(${call!.function.arguments.slice(0, 40)}), ${first.completion_token_ids!.length} token ids with logprobs, ${first.prompt_token_ids!.length} prompt ids, the next turn extends them` };
   } catch (err) {
     return { ok: false, detail: (err as Error).message, fix: 'bash infra/inference.sh start' };
   }
