@@ -11,7 +11,7 @@ import { commitRevert, planRevert, RevertError } from '../records/revert';
 import { callerIdentity } from './control';
 import { CliError, EXIT } from './exit';
 import { runArtifacts } from './runStore';
-import { connectClient, notFound } from './temporal';
+import { connectClient, describeRun } from './temporal';
 import { c } from './term';
 
 const REVERTIBLE = ['FAILED', 'TERMINATED', 'CANCELLED', 'TIMED_OUT'];
@@ -31,12 +31,7 @@ export function register(program: Command): void {
       if (epoch !== undefined && !(Number.isInteger(epoch) && epoch > 0)) throw new CliError(`--epoch: "${opts.epoch}" is not a whole number above 0. Fix: --epoch 1`, EXIT.usage);
       const { client, close } = await connectClient(cmd.optsWithGlobals());
       try {
-        let status: string;
-        try {
-          status = (await client.workflow.getHandle(run).describe()).status.name;
-        } catch (err) {
-          notFound(err, `run "${run}"`);
-        }
+        const status = (await describeRun(client, run)).status.name;
         // Before the store is read: a live run would go on from the fallback's state over the revert, a completed one is history.
         if (!REVERTIBLE.includes(status)) {
           throw new CliError(`run "${run}" is ${status.toLowerCase()}; nothing written. A fallback is reverted only in a run that is not running and not completed. ` +

@@ -17,7 +17,7 @@ import { DEFAULTS, TASK_QUEUES } from '../shared/paths';
 import { controlRequest } from './control';
 import { CliError, EXIT } from './exit';
 import { runArtifacts } from './runStore';
-import { connectClient, notFound } from './temporal';
+import { connectClient, describeRun } from './temporal';
 import { c } from './term';
 
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
@@ -81,12 +81,7 @@ export function register(program: Command): void {
     .action(async (run: string, opts: { reason?: string; inference?: string }, cmd: Command) => {
       const { client, close } = await connectClient(cmd.optsWithGlobals());
       try {
-        let status: string;
-        try {
-          status = (await client.workflow.getHandle(run).describe()).status.name;
-        } catch (err) {
-          notFound(err, `run "${run}"`);
-        }
+        const status = (await describeRun(client, run)).status.name;
         if (status === 'RUNNING') {
           throw new CliError(`run "${run}" is running: it holds its trainer and adapters until it ends, and releases them then. ` +
             `Fix: ratchet stop ${run} --reason "..." (or terminate it first, then release)`, EXIT.notReady);

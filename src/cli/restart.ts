@@ -20,7 +20,7 @@ import { readRunState as readRecordedState } from '../records/runRecords';
 import { CliError, EXIT } from './exit';
 import { followRun } from './follow';
 import { runArtifacts } from './runStore';
-import { connectClient, notFound, workflowUiUrl } from './temporal';
+import { connectClient, describeRun, workflowUiUrl } from './temporal';
 import { c } from './term';
 
 const RESTARTABLE = ['FAILED', 'TERMINATED', 'CANCELLED', 'TIMED_OUT'];
@@ -117,16 +117,10 @@ export function register(program: Command): void {
       if (!Number.isFinite(waitS) || waitS < 0) throw new CliError(`--store-wait: "${opts.storeWait}" is not a number of seconds >= 0. Fix: --store-wait 300`, EXIT.usage);
       const { client, close } = await connectClient(cmd.optsWithGlobals());
       try {
-        let status: string;
-        let workflowType = 'TrainRun';
-        try {
-          const desc = await client.workflow.getHandle(run).describe();
-          status = desc.status.name;
-          // An SftRun restarts as an SftRun: the same state file, the same frozen data.
-          if (desc.type === 'SftRun') workflowType = 'SftRun';
-        } catch (err) {
-          notFound(err, `run "${run}"`);
-        }
+        const desc = await describeRun(client, run);
+        const status = desc.status.name;
+        // An SftRun restarts as an SftRun: the same state file, the same frozen data.
+        const workflowType = desc.type === 'SftRun' ? 'SftRun' : 'TrainRun';
         // Before the store is read or written: a running or completed run is left as it is.
         checkRestartable(run, status);
         // The run's own store: --config's [artifacts], else the settings the run recorded in its memo, else the default.

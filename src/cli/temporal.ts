@@ -1,4 +1,4 @@
-import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import { Client, Connection, WorkflowNotFoundError, type WorkflowExecutionDescription } from '@temporalio/client';
 import { ConnectionConfigError, explainConnectFailure, resolveConnection, type ResolvedConnection } from '../connection';
 import { DEFAULTS } from '../shared/paths';
 import { CliError, EXIT } from './exit';
@@ -39,6 +39,15 @@ export function notFound(err: unknown, what: string): never {
     throw new CliError(`${what} not found. Fix: list runs with \`ratchet status\`.`, EXIT.notFound);
   }
   throw err;
+}
+
+/** A run's execution as Temporal describes it (status, type), or exit 3 naming the run. */
+export async function describeRun(client: Client, run: string): Promise<WorkflowExecutionDescription> {
+  try {
+    return await client.workflow.getHandle(run).describe();
+  } catch (err) {
+    notFound(err, `run "${run}"`);
+  }
 }
 
 export function workflowUiUrl(workflowId: string, runId?: string, namespace = DEFAULTS.temporalNamespace): string {
