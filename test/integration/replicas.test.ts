@@ -31,7 +31,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * A TCP forwarder to the real vLLM: a replica while it lives, a refused port once closed. It counts
- * the chat completions it carried an answer for (a model turn sampled through it).
+ * the completions it carried an answer for (a model turn sampled through it).
  */
 async function forwarder(port: number, to: number): Promise<{ kill: () => Promise<void>; turns: () => number }> {
   const sockets = new Set<net.Socket>();
@@ -44,7 +44,7 @@ async function forwarder(port: number, to: number): Promise<{ kill: () => Promis
       s.on('error', () => { client.destroy(); upstream.destroy(); });
     }
     let asked = false;
-    client.on('data', (b: Buffer) => { if (b.includes('POST /v1/chat/completions')) asked = true; });
+    client.on('data', (b: Buffer) => { if (b.includes('POST /v1/completions')) asked = true; });
     upstream.on('data', (b: Buffer) => { if (asked && b.includes('HTTP/1.1 200')) { asked = false; turns++; } });
     client.pipe(upstream).pipe(client);
   });
