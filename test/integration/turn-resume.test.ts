@@ -54,9 +54,10 @@ describeResume('turn resume (SmolLM2 on vLLM, a real sandbox)', ['docker', 'infe
       runId: RUN, step: 0, groupId: 'resume-g0', rolloutIndex: 0, envId: 'code-repair',
       task: { datasetPath: taskFile!, instanceId: task.instance_id }, taskSetDir: taskSet!,
       policyVersion: 0, modelName: 'smollm2-135m',
-      // A tool call every turn (code-repair has no answer tool), so the episode reaches turn 4.
+      // A tool call opened every turn (code-repair has no answer tool) and a worked example to copy, so
+      // the episode often reaches turn 4: the policy writes its calls without a grammar (docs/training.md).
       sampling: { temperature: 0.7, top_p: 1, max_tokens: 200, tool_choice: 'required' },
-      envArgs: { max_tokens: 3000, max_tool_calls: 12, max_turns: 6 }, rubric: {},
+      envArgs: { max_tokens: 3000, max_tool_calls: 12, max_turns: 6, few_shot: true }, rubric: {},
       sandbox: { memory_mb: 512, cpus: 1, pids_limit: 128, disk_mb: 128, exec_timeout_s: 10, output_limit_bytes: 1024, warm_pool_size: 0 },
       inferenceBaseUrl: process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1', seed: 1,
     };
@@ -65,8 +66,8 @@ describeResume('turn resume (SmolLM2 on vLLM, a real sandbox)', ['docker', 'infe
     // The 4th request is turn 4: the attempt is cancelled as it asks, as a dead worker's attempt is.
     // The untrained model sometimes ends an episode before turn 4 (a reply cut at max_tokens carries no
     // tool call): such a sampling seed proves nothing here, so the next seed is tried (each a new rollout).
-    // 12: in one fresh-clone CI run all of the first 6 ended early; the rerun passed at once.
-    const SEEDS = 12;
+    // 24: in one fresh-clone CI run all of the first 6 ended early; with the grammar gone (0.8) all 12 did once.
+    const SEEDS = 24;
     let first: CountingClient | undefined;
     for (let seed = 1; seed <= SEEDS && !first; seed++) {
       input.seed = seed;
