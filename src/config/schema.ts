@@ -114,6 +114,8 @@ export const TrainerConfig = z.object({
   gpu: z.object({
     memory_gib: z.number().positive().max(4096).optional(),
     count: z.number().int().positive().max(4096).default(1),
+    /** The GPUs (nvidia-smi indices) `ratchet up` starts the trainer's ranks on; unset: 0 .. count-1 (src/layout). */
+    devices: z.array(z.number().int().min(0).max(1023)).nonempty().optional(),
   }).strict().default({}),
   /**
    * Optimizer updates per batch: the batch's trajectories in `minibatches` parts (balanced by
@@ -156,6 +158,12 @@ const InferenceConfig = z.object({
    * estimated peak to fit in the rest (trainer.gpu.memory_gib x (1 - this)). Unset: vLLM has GPUs of its own.
    */
   gpu_memory_utilization: z.number().gt(0).lt(1).optional(),
+  /**
+   * On a GPU host (trainer.device = "cuda"), the GPU group of each vLLM replica `ratchet up` starts, one per
+   * base_urls entry (a group of several GPUs is one tensor-parallel replica). Unset: the trainer's GPUs split
+   * evenly over the replicas when vLLM shares them (gpu_memory_utilization set), else the GPUs after the trainer's (src/layout).
+   */
+  gpus: z.array(z.array(z.number().int().min(0).max(1023)).nonempty()).nonempty().optional(),
   sync_task_queues: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a task queue name: letters, digits, ".", "_" and "-"')).default([]),
   /**
    * How many replicas must load a new policy version before the next step's rollouts start
@@ -449,6 +457,11 @@ export const RunConfig = z.object({
     /** Local Hugging Face directory: weights, tokenizer.json and chat template. */
     path: z.string().default('.ratchet/models/SmolLM2-135M-Instruct'),
     name: z.string().default('SmolLM2-135M-Instruct'),
+    /**
+     * A Hugging Face hub repo id ("Qwen/Qwen3-8B"): set-up fetches it once into `path` where the hub is
+     * reachable (`bash infra/main.sh <config>`); nothing downloads at run time. Unset: `path` must hold the files.
+     */
+    hub: z.string().regex(/^[A-Za-z0-9][\w.-]*\/[\w.-]+$/, 'a hub repo id "<org>/<name>", e.g. "Qwen/Qwen3-8B"').optional(),
     /**
      * Warm start: the run's first adapter is another run's (an SftRun's last checkpoint, or any
      * run's step checkpoint): "<run>" or "<run>@<step>", in this run's artifact store. Resolved and

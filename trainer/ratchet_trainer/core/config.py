@@ -131,9 +131,11 @@ class LossConfig:
 @dataclass(frozen=True)
 class GpuConfig:
     # The GPUs the trainer runs on, for `ratchet check`'s memory estimate (src/check/gpu.ts):
-    # memory_gib of one GPU, count ranks. The trainer itself reads neither.
+    # memory_gib of one GPU, count ranks; devices: the GPUs `ratchet up` starts the ranks on (src/layout).
+    # The trainer itself reads none of them.
     memory_gib: float | None = None
     count: int = 1
+    devices: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -389,6 +391,10 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     if g.get("memory_gib") is not None:
         _num(g, "memory_gib", "gpu", float, lo=0, lo_open=True)
     _num(g, "count", "gpu", int, lo=1)
+    if g.get("devices") is not None:
+        if not isinstance(g["devices"], (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in g["devices"]):
+            raise ConfigError(f"{_key('gpu.devices')} must be a list of GPU indices (integers >= 0), got {g['devices']!r}. Fix: e.g. devices = [0, 1]")
+        g["devices"] = tuple(g["devices"])
     top.update(model=model, lora=LoraConfig(**lo), ac=AcConfig(**ac), optim=optim, loss=loss, gpu=GpuConfig(**g))
     cfg = TrainerConfig(**top)
     if cfg.loss.normalization == "dr_grpo" and cfg.loss.max_tokens is not None and cfg.loss.max_tokens < 1:

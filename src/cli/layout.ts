@@ -1,0 +1,34 @@
+import type { Command } from 'commander';
+import { ConfigError, loadRunConfig } from '../config/load';
+import { commandLine, layoutEnv, LayoutError, stackLayout, type StackLayout } from '../layout';
+import { ratchetHome, REPO_ROOT } from '../shared/paths';
+import { CliError, EXIT } from './exit';
+
+/** The config's layout on this host (src/layout), or a CliError naming the key to fix. */
+export async function layoutOf(configPath: string): Promise<StackLayout> {
+  try {
+    const { config } = await loadRunConfig(configPath);
+    return stackLayout(config, { root: REPO_ROOT, home: ratchetHome() });
+  } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message, EXIT.invalidInput);
+    if (err instanceof LayoutError) throw new CliError(`${configPath}: ${err.message}`, EXIT.invalidInput);
+    throw err;
+  }
+}
+
+export function register(program: Command): void {
+  program.command('layout')
+    .description('print what `ratchet up --config <config>` starts on this host: processes, GPUs, flags, environment (starts nothing)')
+    .argument('<config>', 'run config (TOML)')
+    .option('--format <format>', 'json | env (KEY=value lines for a shell script) | commands (one shell command line per process)', 'json')
+    .addHelpText('after', '\nExamples:\n  $ ratchet layout configs/gpu/qwen3-8b-lora-1gpu.toml --format commands\n  $ eval "$(ratchet layout configs/gpu/qwen3-4b-4gpu.toml --format env)"')
+    .action(async (configPath: string, opts: { format: string }) => {
+      const l = await layoutOf(configPath);
+      if (opts.format === 'json') console.log(JSON.stringify(l, null, 2));
+      else if (opts.format === 'env') console.log(layoutEnv(l));
+      else if (opts.format === 'commands') {
+        if (l.kind === 'cpu') console.log('# CPU layout: ratchet up starts the CPU stack (infra/inference.sh, the trainer as one process)');
+        else for (const p of [...l.inference, l.trainer]) console.log(`# ${p.name}\n(cd ${p.cwd} && ${commandLine(p)})`);
+      } else throw new CliError(`--format ${opts.format}: not one of json, env, commands. Fix: e.g. --format env`, EXIT.usage);
+    });
+}
