@@ -28,5 +28,33 @@ if (![passed, failed, skipped].every(Number.isFinite)) {
   console.log(`test summary unreadable (${passed} passed, ${failed} failed, ${skipped} skipped): a report in ${dir} is not in the expected format`);
   process.exit(1);
 }
+// Where the time went: each stage (infra/test.sh writes stage-times.tsv) and the ten slowest suites.
+const slowest = [];
+for (const file of ['jest-integration.json', 'jest-unit.json']) {
+  const p = path.join(dir, file);
+  if (!fs.existsSync(p)) continue;
+  for (const t of JSON.parse(fs.readFileSync(p, 'utf8')).testResults ?? []) {
+    slowest.push({ suite: path.basename(t.name), s: (t.endTime - t.startTime) / 1000, project: file.slice(5, -5) });
+  }
+}
+slowest.sort((a, b) => b.s - a.s);
+const top = slowest.slice(0, 10).map((r) => `${r.suite} (${r.project}) ${r.s.toFixed(0)} s`).join(', ');
+const stagesFile = path.join(dir, 'stage-times.tsv');
+if (fs.existsSync(stagesFile)) {
+  const stages = fs.readFileSync(stagesFile, 'utf8').split('\n').filter(Boolean).map((l) => l.split('\t'));
+  console.log(`stage times: ${stages.map(([n, s]) => `${n} ${Number(s).toFixed(0)} s`).join(', ')}`);
+}
+if (top) console.log(`slowest suites: ${top}`);
+// CI's budget (infra/test.sh sets RATCHET_CI_START and RATCHET_CI_BUDGET_S): a run that overran it fails.
+const budget = Number(process.env.RATCHET_CI_BUDGET_S ?? ''), start = Number(process.env.RATCHET_CI_START ?? '');
+let overBudget = false;
+if (budget > 0 && start > 0) {
+  const took = Date.now() / 1000 - start;
+  overBudget = took > budget;
+  if (overBudget) {
+    console.log(`over budget: the run took ${(took / 60).toFixed(1)} min, its budget is ${(budget / 60).toFixed(0)} min. Slowest suites: ${top}. `
+      + 'Fix: make the slowest suites share runs or move their long forms to npm run test:long (README, Tests and benchmarks)');
+  } else console.log(`within budget: ${(took / 60).toFixed(1)} of ${(budget / 60).toFixed(0)} min`);
+}
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
-process.exit(failed > 0 ? 1 : 0);
+process.exit(failed > 0 || overBudget ? 1 : 0);
