@@ -4,7 +4,8 @@
 # The binary is cached (stamped) under $RATCHET_HOME/minio/bin, so a rerun skips the
 # build; Go's module and build caches stay where Go keeps them (~/go/pkg/mod,
 # ~/.cache/go-build), machine-wide like infra/cluster's, so a fresh clone on a
-# machine that built once only relinks.
+# machine that built once only relinks; the binary itself is kept in the machine cache
+# ($RATCHET_MACHINE_CACHE/minio/<version>, infra/lib.sh), which a fresh clone copies.
 #   infra/minio.sh setup   build the server (idempotent, stamped; holds /tmp/ratchet-build.lock)
 #   infra/minio.sh start   start it in the background and create the bucket
 #   infra/minio.sh stop    stop it (the data dir stays)
@@ -33,7 +34,13 @@ PIDFILE="$RATCHET_HOME/run/minio-$PORT.pid"
 LOGFILE="$RATCHET_LOGS/minio-$PORT.log"
 
 setup() {
-  if stamp_ok minio "$MINIO_VERSION" && [ -x "$MINIO_BIN" ]; then log "minio $MINIO_VERSION present"; return 0; fi
+  if stamp_ok minio "$MINIO_VERSION" && [ -x "$MINIO_BIN" ]; then
+    log "minio $MINIO_VERSION present"
+    # A clone that built before the machine cache existed seeds it.
+    [ -f "$RATCHET_MACHINE_CACHE/minio/$MINIO_VERSION/.complete" ] || machine_cache_put minio "$MINIO_VERSION" "$MINIO_BIN"
+    return 0
+  fi
+  if machine_cached minio "$MINIO_VERSION" "$MINIO_BIN"; then stamp_write minio "$MINIO_VERSION"; return 0; fi
   command -v go >/dev/null || die "Go is missing, and MinIO is built from its Go module. Fix: install Go >= 1.24 (https://go.dev/dl) and rerun infra/minio.sh setup"
   need_free_disk 3 "$RATCHET_HOME"
   mkdir -p "$MINIO_HOME/bin"
@@ -44,6 +51,7 @@ setup() {
     go install "github.com/minio/minio@$MINIO_VERSION"
   [ -x "$MINIO_BIN" ] || die "go install finished but $MINIO_BIN is missing. Fix: rm -rf $MINIO_HOME/bin and rerun infra/minio.sh setup"
   stamp_write minio "$MINIO_VERSION"
+  machine_cache_put minio "$MINIO_VERSION" "$MINIO_BIN"
   log "minio built: $MINIO_BIN"
 }
 

@@ -2,7 +2,8 @@
 # Builds the Temporal server and its SQL schema tool from Temporal's Go module
 # (go.temporal.io/server, via the Go module proxy) into .ratchet/bin, stamped so a
 # rerun with the same version and flags does nothing. ~10 min and ~3.5 GB of Go's own
-# caches on 2 cores the first time; about a minute in a fresh clone once Go's caches are warm.
+# caches on 2 cores the first time; a fresh clone on the same machine copies the binaries
+# from the machine cache ($RATCHET_MACHINE_CACHE/temporal-server/<recipe hash>, infra/lib.sh).
 #   infra/cluster/build.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -44,6 +45,13 @@ go_binary() {
 build() {
   if stamp_ok temporal-server-build "$STAMP_HASH" && [ -x "$TEMPORAL_SERVER_BIN" ] && [ -x "$TEMPORAL_SQL_TOOL_BIN" ]; then
     log "temporal server $TEMPORAL_SERVER_VERSION present ($TEMPORAL_SERVER_BIN)"
+    # A clone that built before the machine cache existed seeds it.
+    [ -f "$RATCHET_MACHINE_CACHE/temporal-server/$STAMP_HASH/.complete" ] \
+      || machine_cache_put temporal-server "$STAMP_HASH" "$TEMPORAL_SERVER_BIN" "$TEMPORAL_SQL_TOOL_BIN"
+    return 0
+  fi
+  if machine_cached temporal-server "$STAMP_HASH" "$TEMPORAL_SERVER_BIN" "$TEMPORAL_SQL_TOOL_BIN"; then
+    stamp_write temporal-server-build "$STAMP_HASH"
     return 0
   fi
   need_free_disk 4 "$RATCHET_HOME"
@@ -64,6 +72,7 @@ build() {
   mv "$gobin/sql" "$TEMPORAL_SQL_TOOL_BIN"
   rmdir "$gobin"
   log "built $TEMPORAL_SERVER_BIN ($(du -h "$TEMPORAL_SERVER_BIN" | cut -f1)) and $TEMPORAL_SQL_TOOL_BIN"
+  machine_cache_put temporal-server "$STAMP_HASH" "$TEMPORAL_SERVER_BIN" "$TEMPORAL_SQL_TOOL_BIN"
   stamp_write temporal-server-build "$STAMP_HASH"
 }
 
