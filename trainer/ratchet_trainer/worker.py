@@ -42,7 +42,7 @@ from . import connection
 from .commands import TrainerCommands, TrainerNotLoaded, follow
 from .core.artifacts import ArtifactError
 from .core.batch import BatchError
-from .core.config import ConfigError
+from .core.config import ConfigError, newer_than_this_code
 from .core.errors import CheckpointError
 from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full
 from .core.trainer import (NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError,
@@ -162,6 +162,9 @@ class TrainerActivities:
         with self._lease_lock:
             if not self.lease.claim(run_id):
                 if on_busy == "busy":
+        # Runs whose trainer_config came from a newer build (version skew, docs/upgrades.md): handed back, and
+        # their announces refused, so that they go to a newer trainer on the shared queue.
+        self.newer_runs: dict[str, str] = {}
                     raise self._busy(run_id, retryable=False)
                 raise ApplicationError(
                     f"worker {self.worker_id} no longer holds run {run_id!r}: its lease expired and run "
@@ -174,6 +177,16 @@ class TrainerActivities:
         finally:
             with self._lease_lock:
                 self.lease.end(run_id)
+
+    def _outdated(self, run_id: str, retryable: bool) -> ApplicationError:
+        log.warning("a newer build wrote this run's trainer_config: handing the run to a newer trainer",
+                    extra={"run_id": run_id, "worker_id": self.worker_id, "why": self.newer_runs[run_id]})
+        return ApplicationError(
+            f"trainer {self.worker_id} is older than run {run_id!r}'s trainer_config ({self.newer_runs[run_id]}); "
+            "the run goes to a newer trainer on the shared queue and waits for one (waiting-for-trainer). "
+            "Fix: start this release's trainer worker, then stop this one",
+            type="TrainerBusy", non_retryable=not retryable,
+        )
 
     @contextmanager
     def _trainer_lock(self, live) -> Iterator[None]:
@@ -285,6 +298,9 @@ class TrainerActivities:
             live.progress({"phase": "lock acquired", "step": step})
             fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
             fault_step = os.environ.get(FAULT_STEP_ENV)
+            if run_id in self.newer_runs:
+                # Retryable: the retry goes back to the shared queue, where a newer trainer takes it.
+                raise self._outdated(run_id, retryable=True)
             if fault_step not in (None, "") and fault_step != str(step):
                 fault_sleep = 0.0
             if os.environ.get(FAULT_ONCE_ENV) == "1" and os.environ.get(FAULT_MARKER_ENV) and Path(os.environ[FAULT_MARKER_ENV]).exists():
@@ -315,6 +331,14 @@ class TrainerActivities:
             finally:
                 release_freed_memory()
             if metrics.get("applied"):
+        newer = newer_than_this_code(req.get("trainer_config") or {})
+        if newer is not None:
+            self.newer_runs[run_id] = newer
+            with self._lock, self._lease_lock:
+                if self.lease.release(run_id):
+                    self.commands.release({"run_id": run_id})
+            # TrainerBusy: the workflow re-announces (trainerSession.ts), and announce refuses this run here.
+            raise self._outdated(run_id, retryable=False)
                 record_step_metrics(metrics)
             return metrics
 

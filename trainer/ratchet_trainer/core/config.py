@@ -34,6 +34,12 @@ class ConfigError(ValueError):
     """A trainer_config that cannot be used; the message names the key and the fix."""
 
 
+class NewerConfigError(ConfigError):
+    """A key or a choice this code does not know. A trainer_config is built by the main worker from a
+    run config its own schema validated (and keys removed since stay in LEGACY_SPELLINGS), so this means
+    a newer build wrote it: the worker hands the run to a newer trainer instead of failing it (docs/upgrades.md)."""
+
+
 @dataclass(frozen=True)
 class LoraConfig:
     rank: int = 8
@@ -235,7 +241,7 @@ def _take(d: Mapping[str, Any], cls: type, where: str) -> dict[str, Any]:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - known)
     if unknown:
-        raise ConfigError(
+        raise NewerConfigError(
             f"{_key(where)}: unknown key(s) {unknown}; allowed keys are {sorted(known)} "
             "(see trainer/README.md)"
         )
@@ -261,7 +267,7 @@ def _num(d: dict[str, Any], key: str, where: str, kind: type, lo: float | None =
 
 def _choice(d: dict[str, Any], key: str, where: str, choices: tuple[str, ...]) -> None:
     if key in d and d[key] not in choices:
-        raise ConfigError(f"{_key(where, key)} must be one of {list(choices)}, got {d[key]!r}")
+        raise NewerConfigError(f"{_key(where, key)} must be one of {list(choices)}, got {d[key]!r}")
 
 
 def _choices(d: dict[str, Any], where: str) -> None:
@@ -400,6 +406,17 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     if cfg.loss.normalization == "dr_grpo" and cfg.loss.max_tokens is not None and cfg.loss.max_tokens < 1:
         raise ConfigError("trainer_config.loss.max_tokens must be >= 1")
     return cfg
+
+
+def newer_than_this_code(raw: Any) -> str | None:
+    """Why this trainer_config comes from a newer build (a key or a choice this code does not know), or None."""
+    try:
+        parse_trainer_config(raw)
+    except NewerConfigError as e:
+        return str(e)
+    except ConfigError:
+        return None
+    return None
 
 
 def schema() -> dict[str, Any]:
