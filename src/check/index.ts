@@ -1,10 +1,13 @@
 import { ConfigError, loadRunConfig } from '../config/load';
 import type { RunConfig } from '../config/schema';
 import { EnvironmentError, resolveEnvSections } from '../envs/load';
-import { paths, resolveConfigPath } from '../shared/paths';
+import { LayoutError, stackLayout } from '../layout';
+import { isAlive, readPid } from '../stack/processes';
+import { paths, ratchetHome, REPO_ROOT, resolveConfigPath } from '../shared/paths';
 import { checkDatasets, checkEnvironments } from './data';
 import { checkHostLimits, hostCapacity, type HostCapacity } from './host';
 import { checkGpuMemory } from './gpu';
+import { gpuHostLines, queryGpuHost, vllmCudaBuild } from './gpuHost';
 import { checkModel } from './model';
 import { checkSampling } from './sampling';
 import { checkSft } from './sft';
@@ -18,6 +21,11 @@ export interface CheckOptions extends StackTarget {
   /** Skip the stack section (Temporal, inference, dockerd): for configs written on another machine. */
   stack?: boolean;
   taskSetDir?: string;
+  /**
+   * On a GPU layout, check this host's GPUs (nvidia-smi), vLLM's CUDA build and NCCL's path. Default: with
+   * the stack section (not --offline); a config whose vLLM replicas are on other hosts skips it.
+   */
+  gpuHost?: boolean;
   /** Tests give a host of their own; default: docker info, else this machine. */
   host?: () => Promise<HostCapacity>;
 }
@@ -64,7 +72,26 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
   lines.push(...checkSft(config));
   lines.push(...await checkEval(config));
   lines.push(...checkGpuMemory(config));
+  if (opts.gpuHost ?? opts.stack !== false) lines.push(...await checkGpuHost(config));
   lines.push(...checkHostLimits(config, await (opts.host ?? hostCapacity)()));
   if (opts.stack !== false) lines.push(...await checkStack(config, opts));
   return { lines, config, ok: lines.every((l) => l.level !== 'fail') };
+}
+
+/** The GPU host lines for a config that runs on this host's GPUs (src/layout); none for the CPU stack. */
+async function checkGpuHost(config: RunConfig): Promise<CheckLine[]> {
+  let layout;
+  try {
+    layout = stackLayout(config, { root: REPO_ROOT, home: ratchetHome() });
+  } catch (err) {
+    if (!(err instanceof LayoutError)) throw err;
+    return [config.inference.base_urls.some((u) => !/\/\/(127\.0\.0\.1|localhost)[:/]/.test(u))
+      ? ok('gpu', `inference.base_urls name other hosts: their GPUs are checked there (${err.message.split('. Fix')[0]})`)
+      : fail('gpu', err.message)];
+  }
+  if (layout.kind !== 'gpu') return [];
+  const host = await queryGpuHost().catch((err: Error) => ({ error: err.message }));
+  const venv = paths.venv(layout.vllmVenv);
+  const running = [...layout.inference, layout.trainer].some((p) => isAlive(readPid(p.name)));
+  return gpuHostLines(config, layout, host, await vllmCudaBuild(venv), venv, running);
 }
