@@ -6,12 +6,21 @@
  */
 import type { ArtifactStore } from '../artifacts/store';
 import { storeFor, type StoreSettings } from '../artifacts/stores';
-import { RunConfig } from '../config/schema';
+import { z } from 'zod';
 import { loadEnvironment } from '../envs/load';
 import { ENVIRONMENTS } from '../envs/registry';
 import type { Environment } from '../envs/types';
 import { runKeys } from '../artifacts/keys';
 import { nonRetryable } from '../rollouts/errors';
+
+/**
+ * What this resolver reads of the stored run config, and nothing else: the main worker validated the
+ * whole config when it stored it, and a run stored by a newer build (a key this worker does not know,
+ * in any section) must not fail here (version skew, docs/upgrades.md).
+ */
+const StoredEnvs = z.object({
+  env: z.array(z.object({ id: z.string().min(1), module: z.string().min(1).optional() }).passthrough()).default([]),
+}).passthrough();
 
 export type EnvironmentResolver = (runId: string, envId: string, artifacts?: StoreSettings) => Promise<Environment>;
 
@@ -26,7 +35,7 @@ export function createEnvironmentResolver(defaultStore: ArtifactStore): Environm
         // A store error here is not bad input: it is retried (StoreUnavailable: the step waits for the store).
         const ref = await runStore.exists(runKeys.config(runId));
         const stored = ref ? await runStore.getJson(ref) : undefined;
-        const config = ref ? await nonRetryable(async () => RunConfig.parse(stored)) : undefined;
+        const config = ref ? await nonRetryable(async () => StoredEnvs.parse(stored)) : undefined;
         return new Map((config?.env ?? []).flatMap((e) => (e.module ? [[e.id, e.module] as [string, string]] : [])));
       })();
       runEnvModules.set(runId, modules);

@@ -18,6 +18,7 @@ import { runKeys } from '../artifacts/keys';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { asActivityFailure, storeFor, storeForRef } from '../artifacts/stores';
+import { fromNewerBuild, newerBuildIssues } from '../config/skew';
 import type { ChunkProgress, ChunkRolloutDone, RolloutChunkInput, RolloutChunkResult } from '../contracts/chunks';
 import { StepManifest, rolloutInputOf } from '../contracts/manifest';
 import type { RolloutInput } from '../contracts/rollout';
@@ -65,8 +66,11 @@ const MANIFESTS_KEPT = 8;
 /** Severity of a rollout's failure for the chunk's own: the chunk fails with the most serious. */
 function severity(err: unknown): number {
   const f = err as { type?: string; nonRetryable?: boolean };
+  // The host is out of service: the chunk's retry must go to another one, whatever else failed here.
+  if (f?.type === 'RolloutHostUnhealthy') return 2.5;
   if (f?.type === 'DiskFull') return 2;
   if (f?.type === 'StoreUnavailable') return 1;
+  if (f?.type === 'InferenceUnavailable') return 0.5;
   if (f?.nonRetryable) return 3;
   return 0;
 }
@@ -76,7 +80,12 @@ export function createChunkActivity(deps: ChunkDeps) {
   const manifestOf = (ref: ArtifactRef, input: RolloutChunkInput): Promise<StepManifest> => {
     let m = manifests.get(ref.sha256);
     if (!m) {
-      m = storeForRef(ref, input.artifacts, deps.store).getJson(ref).then((raw) => StepManifest.parse(raw));
+      m = storeForRef(ref, input.artifacts, deps.store).getJson(ref).then((raw) => {
+        const parsed = StepManifest.safeParse(raw);
+        if (parsed.success) return parsed.data;
+        const newer = newerBuildIssues(parsed.error);
+        throw newer ? fromNewerBuild(`the step manifest ${ref.uri}`, newer) : parsed.error;
+      });
       m.catch(() => manifests.delete(ref.sha256));
       manifests.set(ref.sha256, m);
       if (manifests.size > MANIFESTS_KEPT) manifests.delete(manifests.keys().next().value!);
@@ -164,7 +173,8 @@ export function createChunkActivity(deps: ChunkDeps) {
       throw ApplicationFailure.create({
         type: e.type ?? e.name ?? 'RolloutFailed',
         message: `${failures.length} of ${input.end - input.start} rollouts of chunk [${input.start}, ${input.end}) failed; rollout ${worst.i}: ${e.message}`,
-        nonRetryable: e instanceof ApplicationFailure ? e.nonRetryable === true : false,
+        // Inference not answering: StepRollouts waits for it at once (the same server would keep every retry waiting).
+        nonRetryable: e instanceof ApplicationFailure ? e.nonRetryable === true || e.type === 'InferenceUnavailable' : false,
         details: [progressOf()],
       });
     }

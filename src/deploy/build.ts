@@ -65,3 +65,13 @@ export function mainWorkerDeployment(env: NodeJS.ProcessEnv = process.env) {
   if (!versioningOn(env)) return undefined;
   return { version: workerBuild(env), useWorkerVersioning: true as const, defaultVersioningBehavior: 'PINNED' as const };
 }
+
+/**
+ * The rollout worker's deployment options: the same deployment and build id as the main worker of its
+ * build, so a run pinned to a build sends its rollouts to that build's rollout workers only (its
+ * step manifests and rollout inputs may carry settings older builds do not know; docs/upgrades.md).
+ * The worker runs no workflows: its default behaviour never applies.
+ */
+export function rolloutWorkerDeployment(env: NodeJS.ProcessEnv = process.env) {
+  return mainWorkerDeployment(env);
+}

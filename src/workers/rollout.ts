@@ -7,6 +7,7 @@
  */
 import { Worker } from '@temporalio/worker';
 import { createRolloutActivities } from '../activities/rollout';
+import { rolloutWorkerDeployment } from '../deploy/build';
 import { RolloutSlots } from '../activities/rolloutChunk';
 import { defaultStore } from '../artifacts/stores';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
@@ -43,11 +44,13 @@ export async function runRolloutWorker(): Promise<void> {
   // Each slot is a sandbox plus an agent loop: size it to the host's cores and memory. Counted in
   // rollouts: a chunk activity (src/activities/rolloutChunk.ts) takes one slot per rollout it runs.
   const slots = Number(process.env.RATCHET_ROLLOUT_SLOTS ?? 4);
+  const workerDeploymentOptions = rolloutWorkerDeployment();
   const worker = await Worker.create({
     connection,
     namespace,
     dataConverter,
     taskQueue: TASK_QUEUES.rollout,
+    ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
     activities: createRolloutActivities({ store, sandboxes, slots: new RolloutSlots(slots) }),
     // Activities (single rollouts or chunks) a worker holds at once: as many as it has rollout slots,
     // so a chunk waiting for a slot heartbeats here, and at most `slots` rollouts run.
@@ -55,7 +58,7 @@ export async function runRolloutWorker(): Promise<void> {
     // Let in-flight rollouts notice cancellation and remove their sandboxes on shutdown.
     shutdownGraceTime: '10 seconds',
   });
-  log.info({ taskQueue: TASK_QUEUES.rollout, slots, workerId: sandboxes.workerId }, 'rollout worker started');
+  log.info({ taskQueue: TASK_QUEUES.rollout, slots, workerId: sandboxes.workerId, build: workerDeploymentOptions?.version ?? 'unversioned' }, 'rollout worker started');
   try {
     await worker.run();
   } finally {
