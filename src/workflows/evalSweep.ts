@@ -5,15 +5,16 @@
  * artifact store (runs/<run>/evals/<version>/<taskset-hash>.json) and, small, to
  * this workflow's memo, so the Web UI shows them without opening a file.
  */
-import { ApplicationFailure, log, patched, proxyActivities, upsertMemo, workflowInfo, type ActivityOptions } from '@temporalio/workflow';
+import { ApplicationFailure, deprecatePatch, log, proxyActivities, upsertMemo, workflowInfo, type ActivityOptions } from '@temporalio/workflow';
 import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
 import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalSweepResult, EvalVersionSummary } from '../contracts/eval';
 import { adapterName } from '../shared/adapters';
+import { evalSeed } from '../shared/evalSeed';
 import { EVAL_STEP } from '../shared/steps';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { evalPriority } from '../shared/fairness';
 import { syncAllHosts } from './inferenceWait';
-import { PATCHES } from './patches';
+import { DEPRECATED_PATCHES } from './patches';
 
 export type { EvalSweepInput, EvalSweepResult } from '../contracts/eval';
 
@@ -83,7 +84,8 @@ export function evalRolloutInput(plan: EvalPlan, version: number, instanceId: st
     rubric: plan.rubric,
     sandbox: plan.sandbox,
     inferenceBaseUrl: plan.inferenceBaseUrl,
-    seed: (plan.seed * 1_000_003 + version * 7919 + taskIndex * 131 + sample) >>> 0,
+    // A plan's `seeds` comes from its sweep's input (recorded with the plan): histories from before it never have it.
+    seed: plan.seeds === 'task-sample' ? evalSeed(instanceId, sample) : (plan.seed * 1_000_003 + version * 7919 + taskIndex * 131 + sample) >>> 0,
     liveness: forActivity(livenessOf(plan), 'rollout'),
     // The run's store, not the rollout worker's default: on another host a local path is unreadable.
     ...(plan.artifacts ? { artifacts: plan.artifacts } : {}),
@@ -110,9 +112,12 @@ export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult>
         ...(plan.artifacts ? { artifacts: plan.artifacts } : {}), liveness: forActivity(livenessOf(plan), 'weight_sync') };
       // Inference hosts that share no disk with this worker: each one's own worker pulls the
       // adapter from the run's store into its cache and loads it, exactly as TrainRun syncs.
-      // Plans from before syncTaskQueues existed never reach patched(), so old histories replay.
-      if (plan.syncTaskQueues?.length && patched(PATCHES.evalSyncHosts)) await syncAllHosts(req, plan.syncTaskQueues);
-      else await syncWeights(req);
+      if (plan.syncTaskQueues?.length) {
+        deprecatePatch(DEPRECATED_PATCHES.evalSyncHosts);
+        await syncAllHosts(req, plan.syncTaskQueues);
+      } else {
+        await syncWeights(req);
+      }
     }
     const episodes = await slidingWindow(jobs, input.maxConcurrent ?? 4, async ({ t, ti, s }): Promise<EvalEpisode> => {
       try {

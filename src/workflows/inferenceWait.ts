@@ -5,9 +5,9 @@
  * CONTINUE_AS_NEW, so the caller can carry on in a fresh history (an outage of
  * days would otherwise add a timer and an activity per minute). Workflow code.
  */
-import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched, sleep } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, deprecatePatch, log, patched, sleep } from '@temporalio/workflow';
 import type { SyncWeightsInput } from '../contracts/activities';
-import { PATCHES } from './patches';
+import { DEPRECATED_PATCHES, PATCHES } from './patches';
 import { sync, syncOn } from './proxies';
 import type { RunControl } from './runControl';
 import { untilStore } from './storeWait';
@@ -74,7 +74,8 @@ export async function syncUntilServed(
       const hostDown = hosts.length > 0 && err instanceof ActivityFailure && err.cause instanceof TimeoutFailure;
       if (!hostDown && !isInferenceUnavailable(err)) throw err;
       if (run.setWaitingForInference(true)) log.warn('inference is down; the run waits for it', { error: String((err as ActivityFailure).cause?.message ?? err) });
-      if (attempts >= maxWaits && patched(PATCHES.inferenceWaitContinueAsNew)) {
+      if (attempts >= maxWaits) {
+        deprecatePatch(DEPRECATED_PATCHES.inferenceWaitContinueAsNew);
         log.warn('inference still down; continuing as new so the wait does not grow this history', { attempts });
         return CONTINUE_AS_NEW;
       }

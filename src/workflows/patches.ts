@@ -1,62 +1,21 @@
 /**
- * Every behaviour change of workflow code since v0.1.0, behind `patched(id)`: a
- * run started on older code replays its history the old way and takes the new
- * path only where its history has not yet been (README: "Upgrading under running
- * runs"). Ids are never reused or removed while a history that lacks them may run.
+ * Every behaviour change of workflow code, behind `patched(id)`: a run started on older
+ * code replays its history the old way and takes the new path only where its history has
+ * not yet been (docs/upgrades.md).
+ *
+ * Support window: a release upgrades in place runs started on the previous two releases
+ * (0.8 takes runs from 0.6 and 0.7; versioned deployments, which pin each run to its
+ * build, need no window). A patch of a release outside the window has had its old branch
+ * removed and is kept one release as `deprecatePatch(id)` (DEPRECATED_PATCHES), which
+ * replays histories with and without its marker; the release after removes the call. The
+ * recorded histories of releases outside the window leave test/fixtures/histories at the
+ * same time. test/unit/patchWindow.test.ts holds the code to this; the replay test stays
+ * the judge. Ids are never reused.
  */
+/** The oldest release whose runs this code upgrades in place (the support window above). */
+export const OLDEST_UPGRADABLE_RELEASE = '0.6.0';
+
 export const PATCHES = {
-  /** A trainer whose lease another run took (TrainerNotLoaded/TrainerBusy) is replaced like a dead one. */
-  trainerLease: 'v0.2-trainer-lease',
-  /** After continue-as-new, the trainer the run held is loaded again without announcing. */
-  trainerKeptAcrossContinueAsNew: 'v0.2-trainer-kept-across-continue-as-new',
-  /** NonFiniteGradient / StepOutOfMemory: the step is recorded with its error and skipped. */
-  stepFaultsSkipped: 'v0.2-step-faults-skipped',
-  /** StepPartition (the trainer's ranks could not plan the batch's passes alike): recorded and skipped like the faults above. */
-  stepPartitionSkipped: 'v0.5-step-partition-skipped',
-  /** At the end of a run (completed, stopped, failed, cancelled): release the trainer, unload its adapters. */
-  releaseAtEnd: 'v0.2-release-at-end',
-  /** A long inference outage continues as new instead of growing one history. */
-  inferenceWaitContinueAsNew: 'v0.2-inference-wait-continue-as-new',
-  /** A pause survives continue-as-new. */
-  pauseCarried: 'v0.2-pause-carried',
-  /** StepRollouts returns its summaries as one artifact ref instead of inline (src/workflows/stepRollouts.ts). */
-  summariesByRef: 'step-rollouts-summaries-by-ref',
-  /** StoreUnavailable: the run waits (waiting-for-store) and calls again, instead of failing. */
-  storeWait: 'v0.3-store-wait',
-  /** DiskFull: the run waits (waiting-for-disk) and calls again, instead of failing. */
-  diskWait: 'v0.4-disk-wait',
-  /** A rollout's disk wait shows waiting-for-disk from its first DiskFull to its first try that ends otherwise (no flapping between tries). */
-  diskWaitHeld: 'v0.4-disk-wait-status-held',
-  /** A store/disk wait that outlasts a few tries hands the call to an OutageWait child that continues as new. */
-  outageHandoff: 'v0.4-outage-handoff',
-  /**
-   * StepRollouts' storeRolloutSummaries waits out StoreUnavailable / DiskFull (the parent shows
-   * waiting-for-store / waiting-for-disk) and hands a long wait to OutageWait, instead of failing the step.
-   */
-  stepSummariesStoreWait: 'v0.5-step-summaries-store-wait',
-  /**
-   * A rollout that fails with StoreUnavailable (its trajectory write, its config read) waits like a
-   * full disk: waiting-for-store, no round or attempt used, handed to OutageWait when long.
-   */
-  rolloutStoreWait: 'v0.5-rollout-store-wait',
-  /**
-   * StepRollouts' inference wait: one shared wait for every lane (not one per lane); a schedule-to-start
-   * timeout on an inference host's queue is inference down (not a failed run); after a few tries the wait
-   * moves to an InferenceWait child that continues as new, so this history stays bounded.
-   */
-  stepInferenceWait: 'v0.5-step-inference-wait',
-  /**
-   * StepRollouts' rollout-worker watchdog: with no rollout finished for a while, an activity asks Temporal
-   * whether any rollout is running or any rollout worker polls; if none, the run shows
-   * waiting-for-rollout-workers until one does. Adds a timer per watch period (and the check when idle).
-   */
-  rolloutWorkersWatch: 'v0.5-rollout-workers-watch',
-  /** EvalSweep syncs adapters on each inference host's own queue (inference.sync_task_queues), as TrainRun does. */
-  evalSyncHosts: 'v0.3-eval-sync-hosts',
-  /** TrainRun records its [artifacts] settings in its memo, so `ratchet eval` finds the run's store. */
-  artifactsMemo: 'v0.3-artifacts-memo',
-  /** A step whose batch kills (or hangs) its trainer twice in trainer.step is recorded as TrainerKilled and skipped. */
-  trainerKilledStepFault: 'v0.5-trainer-killed-step-fault',
   /**
    * Worker Versioning (docs/upgrades.md): TrainRun continues as new with initialVersioningBehavior
    * AUTO_UPGRADE, so the next execution starts on the deployment's current build, and it continues as
@@ -141,6 +100,91 @@ export const PATCHES = {
    * and passes it to the next steps' task sampling. Checked only when pools are on.
    */
   passRatePools: 'v0.8-pass-rate-pools',
+  /**
+   * A chunk call that ended in a timeout (start-to-close, heartbeat) keeps the rollouts its last heartbeat
+   * named, and every call after a failed one lists the store for rollouts an earlier call finished (issue 39).
+   */
+  chunkTimeoutKeepsDone: 'v0.9-chunk-timeout-keeps-done',
+  /**
+   * A chunk that failed with RolloutHostUnhealthy (its worker took itself out of service) is called again
+   * without using a round; the rollout-worker watchdog names the hosts out of service
+   * (waiting-for-healthy-rollout-hosts) when no worker polls (issue 39).
+   */
+  rolloutHostHealth: 'v0.9-rollout-host-health',
+  /**
+   * A chunk that failed with InferenceUnavailable (its rollouts' inference server stopped answering) shows
+   * waiting-for-inference at once and puts inference back without using a round (issue 39).
+   */
+  chunkInferenceUnavailable: 'v0.9-chunk-inference-unavailable',
+  /**
+   * The rollout-worker watchdog: after a few checks that found no worker, the wait goes to a
+   * RolloutWorkersWait child that continues as new; while workers run but no chunk finishes, its
+   * checks back off (issue 39).
+   */
+  rolloutWorkersWaitChild: 'v0.9-rollout-workers-wait-child',
+  /** The last step's (or a stopping run's) inference wait goes to an InferenceWait child that continues as new (issue 39). */
+  lastStepInferenceWaitChild: 'v0.9-last-step-inference-wait-child',
+} as const;
+
+/**
+ * Patches of releases before the support window (0.5 and older; `step-rollouts-summaries-by-ref`
+ * shipped in 0.5 without a version in its id). Their old branches are gone: workflow code calls
+ * `deprecatePatch(id)` where it called `patched(id)`, so histories recorded with or without the
+ * marker replay. Removed with their calls in 0.9.
+ */
+export const DEPRECATED_PATCHES = {
+  /** A trainer whose lease another run took (TrainerNotLoaded/TrainerBusy) is replaced like a dead one. */
+  trainerLease: 'v0.2-trainer-lease',
+  /** After continue-as-new, the trainer the run held is loaded again without announcing. */
+  trainerKeptAcrossContinueAsNew: 'v0.2-trainer-kept-across-continue-as-new',
+  /** NonFiniteGradient / StepOutOfMemory: the step is recorded with its error and skipped. */
+  stepFaultsSkipped: 'v0.2-step-faults-skipped',
+  /** StepPartition (the trainer's ranks could not plan the batch's passes alike): recorded and skipped like the faults above. */
+  stepPartitionSkipped: 'v0.5-step-partition-skipped',
+  /** At the end of a run (completed, stopped, failed, cancelled): release the trainer, unload its adapters. */
+  releaseAtEnd: 'v0.2-release-at-end',
+  /** A long inference outage continues as new instead of growing one history. */
+  inferenceWaitContinueAsNew: 'v0.2-inference-wait-continue-as-new',
+  /** A pause survives continue-as-new. */
+  pauseCarried: 'v0.2-pause-carried',
+  /** StepRollouts returns its summaries as one artifact ref instead of inline (src/workflows/stepRollouts.ts). */
+  summariesByRef: 'step-rollouts-summaries-by-ref',
+  /** StoreUnavailable: the run waits (waiting-for-store) and calls again, instead of failing. */
+  storeWait: 'v0.3-store-wait',
+  /** DiskFull: the run waits (waiting-for-disk) and calls again, instead of failing. */
+  diskWait: 'v0.4-disk-wait',
+  /** A rollout's disk wait shows waiting-for-disk from its first DiskFull to its first try that ends otherwise (no flapping between tries). */
+  diskWaitHeld: 'v0.4-disk-wait-status-held',
+  /** A store/disk wait that outlasts a few tries hands the call to an OutageWait child that continues as new. */
+  outageHandoff: 'v0.4-outage-handoff',
+  /**
+   * StepRollouts' storeRolloutSummaries waits out StoreUnavailable / DiskFull (the parent shows
+   * waiting-for-store / waiting-for-disk) and hands a long wait to OutageWait, instead of failing the step.
+   */
+  stepSummariesStoreWait: 'v0.5-step-summaries-store-wait',
+  /**
+   * A rollout that fails with StoreUnavailable (its trajectory write, its config read) waits like a
+   * full disk: waiting-for-store, no round or attempt used, handed to OutageWait when long.
+   */
+  rolloutStoreWait: 'v0.5-rollout-store-wait',
+  /**
+   * StepRollouts' inference wait: one shared wait for every lane (not one per lane); a schedule-to-start
+   * timeout on an inference host's queue is inference down (not a failed run); after a few tries the wait
+   * moves to an InferenceWait child that continues as new, so this history stays bounded.
+   */
+  stepInferenceWait: 'v0.5-step-inference-wait',
+  /**
+   * StepRollouts' rollout-worker watchdog: with no rollout finished for a while, an activity asks Temporal
+   * whether any rollout is running or any rollout worker polls; if none, the run shows
+   * waiting-for-rollout-workers until one does. Adds a timer per watch period (and the check when idle).
+   */
+  rolloutWorkersWatch: 'v0.5-rollout-workers-watch',
+  /** EvalSweep syncs adapters on each inference host's own queue (inference.sync_task_queues), as TrainRun does. */
+  evalSyncHosts: 'v0.3-eval-sync-hosts',
+  /** TrainRun records its [artifacts] settings in its memo, so `ratchet eval` finds the run's store. */
+  artifactsMemo: 'v0.3-artifacts-memo',
+  /** A step whose batch kills (or hangs) its trainer twice in trainer.step is recorded as TrainerKilled and skipped. */
+  trainerKilledStepFault: 'v0.5-trainer-killed-step-fault',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

@@ -26,7 +26,7 @@ import { forActivity, livenessOf } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
 import { syncQuorum } from '../shared/replicas';
 import { rolloutProgressSignal } from './messages';
-import { PATCHES } from './patches';
+import { DEPRECATED_PATCHES, PATCHES } from './patches';
 import type { OutageType } from '../contracts/outage';
 import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, callOf, handOff, outageOf } from './outageWait';
 import { waitForStore, type OutageWaiter } from './storeWait';
@@ -56,7 +56,7 @@ const { rolloutWorkersSeen } = proxyActivities<MainActivities>({
 export const ROLLOUT_WORKERS_WATCH_S = 120;
 
 /** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
-export const SUMMARIES_BY_REF_PATCH = PATCHES.summariesByRef;
+export const SUMMARIES_BY_REF_PATCH = DEPRECATED_PATCHES.summariesByRef;
 
 const { syncWeights } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
@@ -213,12 +213,12 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     for (let round = 1, diskWait = 2, diskTries = 0, fault: OutageType = 'DiskFull'; ; round++) {
       try {
         // patched() only at the hand-off: a history recorded before it waited on here, and replays so.
-        return await attempt(i, diskTries >= handoffAfter && patched(PATCHES.outageHandoff) ? fault : undefined, diskWait);
+        return await attempt(i, diskTries >= handoffAfter && patched(DEPRECATED_PATCHES.outageHandoff) ? fault : undefined, diskWait);
       } catch (err) {
         // The store is unreachable (the trajectory write, the run's config): wait for it like a full disk,
         // with no round or attempt used. patched() only where one arrives: an older history used up its
         // rounds there, and replays so.
-        if (outageOf(err) === 'StoreUnavailable' && patched(PATCHES.rolloutStoreWait)) {
+        if (outageOf(err) === 'StoreUnavailable' && patched(DEPRECATED_PATCHES.rolloutStoreWait)) {
           log.warn('a rollout found the artifact store unreachable; waiting for it', { i, error: (err as ActivityFailure).cause!.message });
           fault = 'StoreUnavailable';
           diskTries++;
@@ -230,11 +230,11 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
         }
         // A full disk: wait for an operator to free space, for as long as it takes (not a round).
         // patched() only where a DiskFull arrives: an older history failed there, and replays so.
-        if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull' && patched(PATCHES.diskWait)) {
+        if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull' && patched(DEPRECATED_PATCHES.diskWait)) {
           log.warn('a rollout found its disk full; waiting for space', { i, error: err.cause.message });
           fault = 'DiskFull';
           diskTries++;
-          if (patched(PATCHES.diskWaitHeld)) {
+          if (patched(DEPRECATED_PATCHES.diskWaitHeld)) {
             await diskWaitStarts(i);
             await sleep(`${diskWait} seconds`);
           } else {
@@ -249,7 +249,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
         // Retries ran out: most often inference restarted and lost its adapters. Put the version back, then retry.
         log.warn('rollout failed after its retries; checking inference before trying again', { i, round, error: String(err.cause ?? err) });
         // patched() only here: an older history waited in each lane, and replays so.
-        await (patched(PATCHES.stepInferenceWait) ? ensureServedShared() : ensureServed());
+        await (patched(DEPRECATED_PATCHES.stepInferenceWait) ? ensureServedShared() : ensureServed());
       }
     }
   };
@@ -379,7 +379,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   };
 
   // patched() before any lane starts: an older history had no watchdog, and replays so.
-  const watching = total > 0 && patched(PATCHES.rolloutWorkersWatch) ? watchdog() : undefined;
+  const watching = total > 0 && patched(DEPRECATED_PATCHES.rolloutWorkersWatch) ? watchdog() : undefined;
   try {
     await Promise.all(Array.from({ length: window }, lane));
   } finally {
@@ -394,7 +394,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   const common = { runId: input.runId, step: input.step, ...(input.round ? { round: input.round } : {}), ...(input.artifacts ? { artifacts: input.artifacts } : {}) };
   // A store down or a disk full here waits (the parent shows it) instead of failing the step.
   // patched() only here: an older history called it directly, and replays so.
-  const storeSummaries = (req: Parameters<typeof storeRolloutSummaries>[0]): Promise<ArtifactRef> => (patched(PATCHES.stepSummariesStoreWait)
+  const storeSummaries = (req: Parameters<typeof storeRolloutSummaries>[0]): Promise<ArtifactRef> => (patched(DEPRECATED_PATCHES.stepSummariesStoreWait)
     ? waitForStore(waiter, () => storeRolloutSummaries(req), callOf<MainActivities, 'storeRolloutSummaries'>(SUMMARIES_OPTIONS, 'storeRolloutSummaries', req))
     : storeRolloutSummaries(req));
   if (all.length <= SUMMARIES_PER_PART) {

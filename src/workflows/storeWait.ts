@@ -2,11 +2,11 @@
  * Waiting out an unreachable artifact store. Workflow code.
  */
 import {
-  ActivityFailure, ApplicationFailure, log, patched, proxyActivities, sleep, type ActivityInterfaceFor, type ActivityOptions,
+  ActivityFailure, ApplicationFailure, deprecatePatch, log, proxyActivities, sleep, type ActivityInterfaceFor, type ActivityOptions,
 } from '@temporalio/workflow';
 import type { OutageCall, OutageWaitLimits } from '../contracts/outage';
 import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, handOff } from './outageWait';
-import { PATCHES } from './patches';
+import { DEPRECATED_PATCHES } from './patches';
 import type { RunControl } from './runControl';
 
 export { DISK_WAIT_CAP_S } from './outageWait';
@@ -34,18 +34,13 @@ export interface OutageWaiter {
  * OutageWait child workflow, which continues as new while the outage lasts (outageWait.ts):
  * this history then grows by one child, however long the outage. Without `handoff` the
  * wait stays here.
- *
- * Behind patched(): the wrapper adds no command, but its awaits resolve the call a few
- * microtasks later, which reorders commands against an update handler that runs in the
- * same activation (a stop arriving as recordStep completes). A history recorded without
- * the marker gets the call's own promise back, untouched, and replays as recorded.
  */
 export function untilStore<T>(run: RunControl, call: () => Promise<T>, handoff?: OutageCall): Promise<T> {
-  if (!patched(PATCHES.storeWait)) return call();
+  deprecatePatch(DEPRECATED_PATCHES.storeWait);
   return waitForStore(run, call, handoff);
 }
 
-/** untilStore without its patch check: for callers that check their own patch (StepRollouts). */
+/** untilStore for a waiter that is not a RunControl (StepRollouts, which reports the wait to its parent). */
 export async function waitForStore<T>(run: OutageWaiter, call: () => Promise<T>, handoff: OutageCall | undefined): Promise<T> {
   // A full disk waits for a person, so its polls are sparser (to 2 minutes).
   let forDisk = false;
@@ -63,16 +58,16 @@ export async function waitForStore<T>(run: OutageWaiter, call: () => Promise<T>,
         forDisk = false;
         if (run.setWaitingForDisk(false)) log.info('the disk has space again');
         if (run.setWaitingForStore(true)) log.warn('the artifact store is unreachable; the run waits for it', { error: (err as ActivityFailure).cause!.message });
-      // patched() only where a DiskFull arrives: a history recorded before it failed the run there, and replays so.
-      } else if (type === 'DiskFull' && patched(PATCHES.diskWait)) {
+      } else if (type === 'DiskFull') {
+        deprecatePatch(DEPRECATED_PATCHES.diskWait);
         forDisk = true;
         if (run.setWaitingForStore(false)) log.info('the artifact store is back');
         if (run.setWaitingForDisk(true)) log.warn('a disk is full; the run waits for space', { error: (err as ActivityFailure).cause!.message });
       } else {
         throw err;
       }
-      // patched() only at the hand-off: a history recorded before it waited on here, and replays so.
-      if (handoff && ++failed >= (limits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER) && patched(PATCHES.outageHandoff)) {
+      if (handoff && ++failed >= (limits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER)) {
+        deprecatePatch(DEPRECATED_PATCHES.outageHandoff);
         const r = await handOff<T>(handoff, forDisk ? 'DiskFull' : 'StoreUnavailable', wait, limits, run.outageHandoffs++);
         if (run.setWaitingForStore(false)) log.info('the artifact store is back; the run goes on');
         if (run.setWaitingForDisk(false)) log.info('the disk has space again; the run goes on');

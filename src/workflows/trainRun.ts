@@ -23,6 +23,7 @@ import {
   ContinueAsNew,
   condition,
   continueAsNew,
+  deprecatePatch,
   isCancellation,
   log,
   makeContinueAsNewFunc,
@@ -39,7 +40,8 @@ import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../contracts/trajectory';
 import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
-import { PATCHES } from './patches';
+import { INFERENCE_WAIT_CAP_S, handOffInferenceWait } from './serveWait';
+import { DEPRECATED_PATCHES, PATCHES } from './patches';
 import { LIGHT, light, type LightActivities } from './proxies';
 import { RunControl, mergeOverrides } from './runControl';
 import { rolloutStats } from '../rollouts/stats';
@@ -119,7 +121,10 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const artifacts = storeSettings(config.artifacts);
   // Where the run lives, for `ratchet eval` on any host (no credentials: settings only).
   // Runs on the default store record nothing, so their histories are unchanged.
-  if (artifacts && patched(PATCHES.artifactsMemo)) upsertMemo({ artifacts });
+  if (artifacts) {
+    deprecatePatch(DEPRECATED_PATCHES.artifactsMemo);
+    upsertMemo({ artifacts });
+  }
   const orch = config.orchestrator;
   run.maxSteps = orch.max_steps;
   run.step = resume?.nextStep ?? 0;
@@ -159,11 +164,16 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   /** The adapter serving the current version: the run's own, or at version 0 the one it started from. */
   const servedAdapter = () => adapter ?? (run.policyVersion === 0 ? init?.adapter : undefined);
   const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts, init);
-  const serveCurrent = () => syncUntilServed(run, () => ({
+  const syncRequest = () => ({
     runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter: servedAdapter(), keepFromVersion: keepFrom(),
     artifacts, liveness: forActivity(windows, 'weight_sync'), quorum: syncQuorum(config.inference),
-  }), input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
-  if (input.resume?.paused && patched(PATCHES.pauseCarried)) run.pauseRequested = true;
+  });
+  const serveCurrent = () => syncUntilServed(run, syncRequest, input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
+  let inferenceHandoffs = 0;
+  if (input.resume?.paused) {
+    deprecatePatch(DEPRECATED_PATCHES.pauseCarried);
+    run.pauseRequested = true;
+  }
   run.carriedEvalVersions = input.resume?.evalVersions ?? [];
   run.started = true;
   run.publish();
@@ -426,7 +436,14 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         run.phase = 'weight-sync';
         run.publish();
         let served = await serveCurrent();
-        // The last step (or a stopping run) has no next execution to serve it: it waits on here.
+        // The last step (or a stopping run) has no next execution to serve it: the rest of the wait goes to an
+        // InferenceWait child that continues as new (before 0.9 it looped here, growing this history).
+        if (served === CONTINUE_AS_NEW && (step + 1 >= run.maxSteps || run.stopRequested) && patched(PATCHES.lastStepInferenceWaitChild)) {
+          const t = Date.now();
+          await handOffInferenceWait(syncRequest(), config.inference.sync_task_queues ?? [], INFERENCE_WAIT_CAP_S, input.outageWaits, inferenceHandoffs++);
+          run.setWaitingForInference(false);
+          served = { ms: Date.now() - t };
+        }
         while (served === CONTINUE_AS_NEW && (step + 1 >= run.maxSteps || run.stopRequested)) served = await serveCurrent();
         // Trained and saved, not yet served: the step is recorded, and the next execution serves first.
         if (served === CONTINUE_AS_NEW) syncDeferred = true;
@@ -496,10 +513,12 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
 
   try {
     const result = await runSteps();
-    if (patched(PATCHES.releaseAtEnd)) await releaseRun(true);
+    deprecatePatch(DEPRECATED_PATCHES.releaseAtEnd);
+    await releaseRun(true);
     return result;
   } catch (err) {
-    if (!(err instanceof ContinueAsNew) && patched(PATCHES.releaseAtEnd)) {
+    if (!(err instanceof ContinueAsNew)) {
+      deprecatePatch(DEPRECATED_PATCHES.releaseAtEnd);
       await CancellationScope.nonCancellable(releaseRun);
     }
     throw err;

@@ -5,7 +5,7 @@
  * idle past the lease), it is re-announced and reloaded, so a step is applied
  * exactly once. Workflow code.
  */
-import { ActivityFailure, ApplicationFailure, TimeoutFailure, log, patched, type ActivityOptions } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, deprecatePatch, log, patched, type ActivityOptions } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { InitResolved, RunConfig } from '../config/schema';
@@ -13,7 +13,7 @@ import { forActivity, type LivenessWindows } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
 import type { TrainerTimeouts } from '../contracts/run';
 import type { TrainerActivities, TrainerStepMetrics } from '../contracts/trainer';
-import { PATCHES } from './patches';
+import { DEPRECATED_PATCHES, PATCHES } from './patches';
 import { announcer, light, trainerIoOn, trainerIoOptions, trainerOptions } from './proxies';
 import type { RunControl } from './runControl';
 import { patientActivities } from './storeWait';
@@ -43,13 +43,14 @@ export interface StepFault {
 const MAX_TRAINER_RESTARTS = 20;
 
 /** trainer.step's typed errors that the same batch would raise on any trainer (docs/contracts.md). */
-const STEP_FAULTS = ['NonFiniteGradient', 'StepOutOfMemory'];
-/** Added later, each behind its own patch so that histories from before it replay unchanged. */
-const LATER_STEP_FAULTS = new Map<string, string>([['StepPartition', PATCHES.stepPartitionSkipped]]);
+const STEP_FAULTS = ['NonFiniteGradient', 'StepOutOfMemory', 'StepPartition'];
 
-const isStepFaultType = (type: string | undefined): type is string =>
-  !!type && (STEP_FAULTS.includes(type) ? patched(PATCHES.stepFaultsSkipped)
-    : LATER_STEP_FAULTS.has(type) && patched(PATCHES.stepFaultsSkipped) && patched(LATER_STEP_FAULTS.get(type)!));
+const isStepFaultType = (type: string | undefined): type is string => {
+  if (!type || !STEP_FAULTS.includes(type)) return false;
+  deprecatePatch(DEPRECATED_PATCHES.stepFaultsSkipped);
+  if (type === 'StepPartition') deprecatePatch(DEPRECATED_PATCHES.stepPartitionSkipped);
+  return true;
+};
 
 /**
  * A step whose trainer.step loses its trainer this many times (the process died or fenced itself
@@ -76,7 +77,9 @@ export const isTrainerGone = (err: unknown): boolean =>
 /** The trainer lives but no longer holds this run: its lease lapsed and another run took it. */
 const isLeaseLost = (err: unknown): boolean => {
   const t = appFailureType(err);
-  return (t === 'TrainerNotLoaded' || t === 'TrainerBusy') && patched(PATCHES.trainerLease);
+  if (t !== 'TrainerNotLoaded' && t !== 'TrainerBusy') return false;
+  deprecatePatch(DEPRECATED_PATCHES.trainerLease);
+  return true;
 };
 
 /** trainer.load's errors for a checkpoint that may be corrupt (docs/errors.md): the run checks it and may fall back. */
@@ -131,7 +134,8 @@ export class TrainerSession {
     run.publish();
     let task_queue: string | undefined;
     let worker_id: string | undefined;
-    if (this.carried && patched(PATCHES.trainerKeptAcrossContinueAsNew)) {
+    if (this.carried) {
+      deprecatePatch(DEPRECATED_PATCHES.trainerKeptAcrossContinueAsNew);
       // The trainer this run held before continue-as-new: its lease is still this run's.
       task_queue = this.carried;
       worker_id = this.carried;
@@ -195,7 +199,8 @@ export class TrainerSession {
           log.warn('the trainer could not apply this step; recorded as an error, the run goes on', { step: s, type, message });
           return { fault: { type, message }, restarts };
         }
-        if (inStep && diedMidStep(err) && ++killed >= MAX_TRAINER_KILLS_PER_STEP && patched(PATCHES.trainerKilledStepFault)) {
+        if (inStep && diedMidStep(err) && ++killed >= MAX_TRAINER_KILLS_PER_STEP) {
+          deprecatePatch(DEPRECATED_PATCHES.trainerKilledStepFault);
           const message = `step ${s}: its batch lost the trainer ${killed} times in trainer.step (the process died or ` +
             `hung: segfault, OOM killer, NCCL abort, a stalled step); nothing applied, the step is skipped. Last: ${String(err)}`;
           log.warn('the trainer died twice training this step; recorded as an error, the run goes on', { step: s, message });
