@@ -33,7 +33,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createMetricsActivities(deps),
     ...createRolloutSummaryActivities(deps),
     ...createEvalActivities({ store: deps.store, logger: deps.logger.child({ component: 'eval' }) }),
-    ...createRolloutWorkersActivities(),
+    ...createRolloutWorkersActivities({ store: deps.store }),
     ...createSftActivities({ store: deps.store, logger: deps.logger.child({ component: 'sft' }) }),
     ...createCheckpointFallbackActivities(deps),
   } satisfies MainActivities;

@@ -8,14 +8,17 @@
  * (src/rollouts/errors.ts). `rolloutChunk` (./rolloutChunk.ts) runs many of them in one
  * activity through the same `runOne`.
  */
+import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { ApplicationFailure } from '@temporalio/common';
-import { OpenAIModelClient, type ModelClient } from '../agent/model';
+import { InferenceUnavailableError, OpenAIModelClient, type ModelClient } from '../agent/model';
+import { hostFaultOf, type HostHealth } from '../rollouts/hostHealth';
+import { resolveDataset } from '../tasks/load';
 import type { ArtifactStore } from '../artifacts/store';
 import { asActivityFailure, storeFor } from '../artifacts/stores';
+import { fromNewerBuild, newerBuildIssues } from '../config/skew';
 import type { RolloutActivities } from '../contracts/activities';
 import { RolloutInput, taskIdOf, type ParsedRolloutInput } from '../contracts/rollout';
-import { fromNewerBuild, newerBuildIssues } from '../config/skew';
 import type { SandboxManager } from '../envs/sandbox';
 import { zeroScore } from '../envs/types';
 import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from '../metrics';
@@ -45,6 +48,19 @@ export interface RolloutDeps {
   openaiFactory?: (baseUrl: string) => ModelClient;
   /** The worker's rollout slots: concurrency counted in rollouts, whether they come one by one or in chunks. */
   slots?: RolloutSlots;
+  /** The worker's health: a host fault takes it out of service (absent: faults fail the rollout as any error). */
+  health?: HostHealth;
+}
+
+/** What the health probe must find again before the host takes work: the image or task file a fault named. */
+function probeTargetOf(input: RolloutInput, err: unknown, fault: string): { image?: string; taskFile?: string } {
+  const image = /sandbox image (\S+) (?:is )?not found/.exec(fault)?.[1];
+  if (image) return { image };
+  const task = input.task as { datasetPath?: string } | undefined;
+  if ((err as { type?: string }).type === 'TaskReadError' && task?.datasetPath && input.taskSetDir) {
+    return { taskFile: resolveDataset(task.datasetPath, input.taskSetDir) };
+  }
+  return {};
 }
 
 export function createRolloutActivities(deps: RolloutDeps) {
@@ -78,6 +94,15 @@ export function createRolloutActivities(deps: RolloutDeps) {
       rolloutErrorsTotal.inc({ env: rawInput.envId ?? 'unknown' });
       // The server's template cannot extend a prompt: every rollout would fail alike, so the step fails loudly.
       if (err instanceof TemplateNotAppendableError) throw invalidRolloutTask(err.message);
+      // This host cannot run rollouts (Docker, the sandbox image, its task files): it goes out of service
+      // (src/workers/rollout.ts stops polling) and the chunk's retry goes to a healthy host.
+      const fault = deps.health ? hostFaultOf(err) : undefined;
+      if (fault) {
+        deps.health!.markSick(fault, probeTargetOf(rawInput, err, fault));
+        throw ApplicationFailure.create({ type: 'RolloutHostUnhealthy', message: `rollout host ${hostname()} is out of service until its health probe passes: ${fault}` });
+      }
+      // The inference server stopped answering (its health probe): StepRollouts waits for inference.
+      if (err instanceof InferenceUnavailableError) throw ApplicationFailure.create({ type: 'InferenceUnavailable', message: err.message });
       // Saving the trajectory found its disk full, or the store unreachable: StepRollouts waits
       // (waiting-for-disk, waiting-for-store) without using the rollout's attempts.
       throw asActivityFailure(err);
@@ -87,6 +112,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
   function parseInput(rawInput: RolloutInput): ParsedRolloutInput {
     const parsed = RolloutInput.safeParse(rawInput);
     if (!parsed.success) {
+      const newer = newerBuildIssues(parsed.error);
+      if (newer) throw fromNewerBuild('the rollout input', newer);
       throw ApplicationFailure.nonRetryable(`invalid rollout input: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, 'InvalidRolloutInput');
     }
     return parsed.data;
@@ -111,8 +138,6 @@ export function createRolloutActivities(deps: RolloutDeps) {
   }
 
   async function runRollout(input: ParsedRolloutInput, live: Liveness): Promise<RolloutSummary> {
-      const newer = newerBuildIssues(parsed.error);
-      if (newer) throw fromNewerBuild('the rollout input', newer);
     const started = performance.now();
     // A bad env id or module fails the step loudly (InvalidRolloutTask); a store blip reading the run's config is retried.
     const env = await environmentFor(input.runId, input.envId, input.artifacts);

@@ -66,8 +66,11 @@ const MANIFESTS_KEPT = 8;
 /** Severity of a rollout's failure for the chunk's own: the chunk fails with the most serious. */
 function severity(err: unknown): number {
   const f = err as { type?: string; nonRetryable?: boolean };
+  // The host is out of service: the chunk's retry must go to another one, whatever else failed here.
+  if (f?.type === 'RolloutHostUnhealthy') return 2.5;
   if (f?.type === 'DiskFull') return 2;
   if (f?.type === 'StoreUnavailable') return 1;
+  if (f?.type === 'InferenceUnavailable') return 0.5;
   if (f?.nonRetryable) return 3;
   return 0;
 }
@@ -170,7 +173,8 @@ export function createChunkActivity(deps: ChunkDeps) {
       throw ApplicationFailure.create({
         type: e.type ?? e.name ?? 'RolloutFailed',
         message: `${failures.length} of ${input.end - input.start} rollouts of chunk [${input.start}, ${input.end}) failed; rollout ${worst.i}: ${e.message}`,
-        nonRetryable: e instanceof ApplicationFailure ? e.nonRetryable === true : false,
+        // Inference not answering: StepRollouts waits for it at once (the same server would keep every retry waiting).
+        nonRetryable: e instanceof ApplicationFailure ? e.nonRetryable === true || e.type === 'InferenceUnavailable' : false,
         details: [progressOf()],
       });
     }

@@ -60,6 +60,72 @@ export class ContextLengthError extends Error {
   override readonly name = 'ContextLengthError';
 }
 
+/**
+ * The inference server stopped answering while a request waited: its health probe got no answer
+ * either (a hung host, a black-holed port: packets dropped, no reset). Not the request's fault.
+ */
+export class InferenceUnavailableError extends Error {
+  override readonly name = 'InferenceUnavailableError';
+}
+
+/** How a pending request watches its server: a /health probe every `everyMs`, `failures` in a row without an answer end it. */
+export interface ServerWatch {
+  everyMs: number;
+  timeoutMs: number;
+  failures: number;
+}
+
+/** About 30 s from the server going silent to the request failing: well inside a minute, far above a busy server's /health. */
+export const SERVER_WATCH_DEFAULTS: ServerWatch = {
+  everyMs: Number(process.env.RATCHET_INFERENCE_PROBE_S ?? 10) * 1000,
+  timeoutMs: 5_000,
+  failures: 2,
+};
+
+/**
+ * Runs `fn` (a request to the server) under a signal that aborts once the server's /health has not
+ * answered `watch.failures` probes in a row. A long generation on a live server is not cut short
+ * (its /health answers); a silent server is noticed in about everyMs x failures + timeoutMs.
+ */
+export async function whileServerAnswers<T>(
+  healthUrl: string, watch: ServerWatch, outer: AbortSignal | undefined, fn: (signal: AbortSignal) => Promise<T>, fetchFn: typeof fetch = fetch,
+): Promise<T> {
+  const silent = new AbortController();
+  const signal = outer ? AbortSignal.any([outer, silent.signal]) : silent.signal;
+  let failed = 0;
+  let why = '';
+  let over = false;
+  let timer: NodeJS.Timeout | undefined;
+  const probe = async (): Promise<void> => {
+    try {
+      const res = await fetchFn(healthUrl, { signal: AbortSignal.timeout(watch.timeoutMs) });
+      await res.body?.cancel();
+      failed = 0; // any answer, even an error status: the server is there and talking
+    } catch (err) {
+      failed++;
+      why = (err as Error).message;
+      if (failed >= watch.failures) {
+        silent.abort();
+        return;
+      }
+    }
+    if (!over) timer = setTimeout(() => void probe(), watch.everyMs);
+  };
+  timer = setTimeout(() => void probe(), watch.everyMs);
+  try {
+    return await fn(signal);
+  } catch (err) {
+    if (silent.signal.aborted && !outer?.aborted) {
+      throw new InferenceUnavailableError(`inference server did not answer ${failed} health probes in a row (${healthUrl}: ${why}) while a request waited: ` +
+        'it accepts nothing and refuses nothing (a hung host, a black-holed port). Fix: restart vLLM or its host; the step waits for inference (waiting-for-inference)');
+    }
+    throw err;
+  } finally {
+    over = true;
+    clearTimeout(timer);
+  }
+}
+
 /** The policy as the agent loop sees it; the real one is vLLM over the openai package, tests script their own. */
 export interface ModelClient {
   complete(req: CompletionRequest): Promise<Completion>;
@@ -95,17 +161,29 @@ export class OpenAIModelClient implements ModelClient {
    * resumed, which 16 concurrent rollouts on a small KV cache trigger. Set
    * RATCHET_INFERENCE_SEED=1 on GPU servers for reproducible sampling.
    */
-  constructor(baseURL: string, opts: { timeoutMs?: number; apiKey?: string; client?: OpenAI; root?: OpenAI; sendSeed?: boolean } = {}) {
+  private readonly healthUrl: string;
+  private readonly watch: ServerWatch;
+  private readonly fetchFn: typeof fetch;
+
+  constructor(baseURL: string, opts: { timeoutMs?: number; apiKey?: string; client?: OpenAI; root?: OpenAI; sendSeed?: boolean; watch?: Partial<ServerWatch>; fetch?: typeof fetch } = {}) {
     this.sendSeed = opts.sendSeed ?? process.env.RATCHET_INFERENCE_SEED === '1';
+    // vLLM serves /health at its root; a request waits only while it answers.
+    this.healthUrl = `${baseURL.replace(/\/v1\/?$/, '').replace(/\/$/, '')}/health`;
+    this.watch = { ...SERVER_WATCH_DEFAULTS, ...opts.watch };
+    this.fetchFn = opts.fetch ?? fetch;
     const clientOpts = { apiKey: opts.apiKey ?? process.env.RATCHET_INFERENCE_API_KEY ?? 'EMPTY', timeout: opts.timeoutMs ?? 300_000, maxRetries: 2 };
     this.client = opts.client ?? new OpenAI({ baseURL, ...clientOpts });
     // vLLM serves /tokenize at its root, beside /v1.
     this.root = opts.root ?? new OpenAI({ baseURL: baseURL.replace(/\/v1\/?$/, ''), ...clientOpts });
   }
 
-  async complete(request: CompletionRequest): Promise<Completion> {
-    // A signal of this turn's own: each HTTP call adds an abort listener, and an episode's signal lives for every turn.
-    const req = request.signal ? { ...request, signal: AbortSignal.any([request.signal]) } : request;
+  complete(request: CompletionRequest): Promise<Completion> {
+    // A signal of this turn's own (each HTTP call adds an abort listener, and an episode's signal lives for
+    // every turn), which also aborts when the server goes silent.
+    return whileServerAnswers(this.healthUrl, this.watch, request.signal, (signal) => this.completeUnder({ ...request, signal }), this.fetchFn);
+  }
+
+  private async completeUnder(req: CompletionRequest): Promise<Completion> {
     const chat = this.chatTokens(req.model);
     const s = req.sampling;
     const forced = s.tool_choice === 'required' && req.tools.length > 0 ? HERMES_FORCED_PREFIX : '';

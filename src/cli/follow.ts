@@ -132,6 +132,7 @@ const PHASE_WORDS: Record<string, string> = {
 /** What to do about a wait whose cause is not obvious from its name (docs/errors.md). */
 const STATUS_HINTS: Record<string, string> = {
   'waiting-for-rollout-workers': ' (no rollout worker runs or polls ratchet-rollout: start one, e.g. `ratchet up`; the rollouts wait queued)',
+  'waiting-for-healthy-rollout-hosts': ' (every rollout host took itself out of service; each goes back once its health probe passes: fix what it names, docs/errors.md)',
 };
 
 /** One line per phase change of the current step: what a newcomer watches move. */
@@ -145,8 +146,9 @@ export function phaseLine(p: Progress, beat?: TrainerBeat): string {
   const hint = p.status === 'budget-exhausted' && b
     ? ` (${b.key} ${b.spent} of ${b.budget}: raise it with \`ratchet set ${p.runId} --budget ${b.key}=<value> --reason ...\`)`
     : STATUS_HINTS[p.status] ?? '';
+  const hosts = (p.unhealthyRolloutHosts ?? []).map((h) => ` · ${h.host}: ${h.error}`).join('');
   const st = p.status === 'running' ? '' : ` · ${p.status}${hint}`;
-  return `step ${p.step}/${p.maxSteps} · ${what}${ahead}${st}`;
+  return `step ${p.step}/${p.maxSteps} · ${what}${ahead}${st}${hosts}`;
 }
 
 /** The run's cost so far (the cost ledger), in one line. */

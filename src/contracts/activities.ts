@@ -239,6 +239,8 @@ export interface RolloutWorkersInput {
   pollerFreshS?: number;
 }
 
+import type { UnhealthyRolloutHost } from './step';
+
 export interface RolloutWorkersSeen {
   /** Pending rollouts of the workflow that a worker runs now (started, heartbeating). */
   running: number;
@@ -246,6 +248,12 @@ export interface RolloutWorkersSeen {
   queued: number;
   /** Workers that polled the rollout queue within pollerFreshS. */
   pollers: number;
+  /**
+   * Rollout hosts that took themselves out of service (a sandbox that cannot start, a task file that
+   * cannot be read) and say so in the store: at most UNHEALTHY_HOSTS_NAMED, each error cut to
+   * UNHEALTHY_ERROR_CHARS (src/contracts/step.ts). Absent before 0.9.
+   */
+  unhealthy?: UnhealthyRolloutHost[];
 }
 
 export interface RolloutWorkersActivities {

@@ -8,6 +8,7 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RolloutSummary } from './trajectory';
+import type { UnhealthyRolloutHost } from './step';
 import type { OutageWaitLimits } from './outage';
 import { AUTO_SHARDS, CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from './chunkBounds';
 export { AUTO_SHARDS, CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK };
@@ -159,4 +160,5 @@ export interface ShardStatusSignal {
   waitingForDisk?: boolean;
   waitingForStore?: boolean;
   waitingForRolloutWorkers?: boolean;
+  unhealthyRolloutHosts?: UnhealthyRolloutHost[];
 }

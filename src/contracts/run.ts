@@ -12,7 +12,7 @@ import type { OutageWaitLimits } from './outage';
 import type { Cost, CostKey } from './cost';
 import type { ControlAction, EvalSweepStarted, RunOverrides } from './records';
 import type { EvalVersionSummary } from './eval';
-import type { StepSummary } from './step';
+import type { StepSummary, UnhealthyRolloutHost } from './step';
 
 /** State carried across continue-as-new and used to resume a run: nothing large. */
 export interface ResumeState {
@@ -148,6 +148,8 @@ export type RunStatus =
   | 'waiting-for-trainer'
   /** Rollouts are pending but none runs and no rollout worker polls its queue (StepRollouts' watchdog). */
   | 'waiting-for-rollout-workers'
+  /** As waiting-for-rollout-workers, but the rollout hosts are there and took themselves out of service (Progress.unhealthyRolloutHosts says why). */
+  | 'waiting-for-healthy-rollout-hosts'
   /** The run's cost reached a budget ([budget]): paused until `ratchet set --budget <figure>=<value>` raises it. */
   | 'budget-exhausted'
   | 'completed'
@@ -188,6 +190,8 @@ export interface Progress {
   budgetExhausted?: { key: CostKey; spent: number; budget: number };
   /** The newest eval sweep this execution started ([eval] every_steps), with its result once it finished. */
   lastEval?: LastEval;
+  /** While status is waiting-for-healthy-rollout-hosts: each host out of service and its error (bounded). */
+  unhealthyRolloutHosts?: UnhealthyRolloutHost[];
 }
 
 /** An in-run eval sweep as the progress query shows it: what was started, and how it ended (if it has). */

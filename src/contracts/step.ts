@@ -112,4 +112,30 @@ export interface RolloutProgressSignal {
   waitingForStore?: boolean;
   /** Rollouts are pending and no rollout worker runs or polls: the parent shows waiting-for-rollout-workers. */
   waitingForRolloutWorkers?: boolean;
+  /**
+   * With waitingForRolloutWorkers: the rollout hosts that took themselves out of service, and why
+   * (boundedHosts); non-empty, the parent shows waiting-for-healthy-rollout-hosts. Absent before 0.9.
+   */
+  unhealthyRolloutHosts?: UnhealthyRolloutHost[];
+}
+
+/** A rollout host out of service until its health probe passes (src/workers/hostHealth.ts). */
+export interface UnhealthyRolloutHost {
+  host: string;
+  error: string;
+  /** When it went out of service (ISO 8601). */
+  since: string;
+}
+
+/** Hosts a status or a signal names at most; the rest are counted by the one after the last. */
+export const UNHEALTHY_HOSTS_NAMED = 4;
+/** An unhealthy host's error, cut to this many characters wherever it crosses a history. */
+export const UNHEALTHY_ERROR_CHARS = 240;
+
+/** The unhealthy hosts as a workflow carries them: bounded in count and in each string, so a signal stays small. */
+export function boundedHosts(hosts: readonly UnhealthyRolloutHost[]): UnhealthyRolloutHost[] {
+  const cut = (s: string, n: number) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+  const named = hosts.slice(0, UNHEALTHY_HOSTS_NAMED).map((h) => ({ host: cut(h.host, 128), error: cut(h.error, UNHEALTHY_ERROR_CHARS), since: cut(h.since, 40) }));
+  if (hosts.length > UNHEALTHY_HOSTS_NAMED) named.push({ host: `(${hosts.length - UNHEALTHY_HOSTS_NAMED} more)`, error: 'see `ratchet doctor` on each rollout host', since: named[0]!.since });
+  return named;
 }

@@ -13,7 +13,7 @@
  * that sampled it (Turn.replica).
  */
 import OpenAI from 'openai';
-import type { Completion, CompletionRequest, ModelClient } from '../agent/model';
+import { InferenceUnavailableError, type Completion, type CompletionRequest, type ModelClient } from '../agent/model';
 import type { Logger } from '../shared/logger';
 import { replicaName } from '../shared/replicas';
 
@@ -29,6 +29,8 @@ const NETWORK_CODES = /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREAC
  * the model, which is a replica that no longer serves the version.
  */
 export function isReplicaDown(err: unknown): boolean {
+  // Silent (its health probe got no answer): another replica may answer.
+  if (err instanceof InferenceUnavailableError) return true;
   if (err instanceof OpenAI.APIUserAbortError) return false;
   // Refused, reset, and timeouts (APIConnectionTimeoutError is one).
   if (err instanceof OpenAI.APIConnectionError) return true;

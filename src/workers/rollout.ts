@@ -2,15 +2,19 @@
  * The rollout worker, task queue `ratchet-rollout`: one or more per Docker host.
  * Runs agent episodes in sandboxes and scores them. Keeps a lease in the artifact
  * store while it runs, and sweeps the sandboxes of workers whose lease lapsed (on
- * this host or any other that shares its Docker daemon) at start and periodically.
+ * this host or any other that shares its Docker daemon) at start and periodically. A host that
+ * cannot run rollouts stops polling until its health probe passes (src/rollouts/hostHealth.ts).
  *   node dist/workers/rollout.js
  */
+import { hostname } from 'node:os';
 import { Worker } from '@temporalio/worker';
 import { createRolloutActivities } from '../activities/rollout';
 import { rolloutWorkerDeployment } from '../deploy/build';
 import { RolloutSlots } from '../activities/rolloutChunk';
 import { defaultStore } from '../artifacts/stores';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
+import { defaultImage } from '../sandbox/options';
+import { HostHealth, healthKey, probeHost, type HostHealthRecord } from '../rollouts/hostHealth';
 import { LeaseKeeper, LeaseStore, leaseTimingFromEnv } from '../sandbox/lease';
 import { componentLogger } from '../shared/logger';
 import { TASK_QUEUES } from '../shared/paths';
@@ -45,22 +49,59 @@ export async function runRolloutWorker(): Promise<void> {
   // rollouts: a chunk activity (src/activities/rolloutChunk.ts) takes one slot per rollout it runs.
   const slots = Number(process.env.RATCHET_ROLLOUT_SLOTS ?? 4);
   const workerDeploymentOptions = rolloutWorkerDeployment();
-  const worker = await Worker.create({
-    connection,
-    namespace,
-    dataConverter,
-    taskQueue: TASK_QUEUES.rollout,
-    ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
-    activities: createRolloutActivities({ store, sandboxes, slots: new RolloutSlots(slots) }),
-    // Activities (single rollouts or chunks) a worker holds at once: as many as it has rollout slots,
-    // so a chunk waiting for a slot heartbeats here, and at most `slots` rollouts run.
-    maxConcurrentActivityTaskExecutions: slots,
-    // Let in-flight rollouts notice cancellation and remove their sandboxes on shutdown.
-    shutdownGraceTime: '10 seconds',
-  });
-  log.info({ taskQueue: TASK_QUEUES.rollout, slots, workerId: sandboxes.workerId, build: workerDeploymentOptions?.version ?? 'unversioned' }, 'rollout worker started');
+  // A host that cannot run rollouts (Docker, the sandbox image, its task files) stops polling until its probe passes.
+  const health = new HostHealth();
+  const activities = createRolloutActivities({ store, sandboxes, slots: new RolloutSlots(slots), health });
+  const host = hostname();
+  const probeMs = Number(process.env.RATCHET_HOST_PROBE_S ?? 15) * 1000;
+  const say = (rec: Omit<HostHealthRecord, 'workerId' | 'host' | 'checkedAt'>) => store.putJson(healthKey(sandboxes.workerId), { workerId: sandboxes.workerId, host, ...rec, checkedAt: new Date().toISOString() })
+    .catch((err: unknown) => log.warn({ err: String(err) }, 'could not write this host\'s health record; the run shows waiting-for-rollout-workers without naming it'));
+  let stopping = false;
+  const stop = () => { stopping = true; };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
   try {
-    await worker.run();
+    for (;;) {
+      const worker = await Worker.create({
+        connection,
+        namespace,
+        dataConverter,
+        taskQueue: TASK_QUEUES.rollout,
+        ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
+        activities,
+        // Activities (single rollouts or chunks) a worker holds at once: as many as it has rollout slots,
+        // so a chunk waiting for a slot heartbeats here, and at most `slots` rollouts run.
+        maxConcurrentActivityTaskExecutions: slots,
+        // Let in-flight rollouts notice cancellation and remove their sandboxes on shutdown.
+        shutdownGraceTime: '10 seconds',
+      });
+      const off = health.onSick((error) => {
+        log.error({ host, err: error }, 'rollout host out of service: it stops taking rollouts until its health probe passes');
+        void say({ healthy: false, error, since: health.sick!.since });
+        worker.shutdown();
+      });
+      log.info({ taskQueue: TASK_QUEUES.rollout, slots, workerId: sandboxes.workerId, build: workerDeploymentOptions?.version ?? 'unversioned' }, 'rollout worker started');
+      try {
+        await worker.run();
+      } finally {
+        off();
+      }
+      const sick = health.sick;
+      if (stopping || !sick) break;
+      // Out of service: probe until the host can run rollouts again, saying so at each probe.
+      for (;;) {
+        await new Promise((r) => setTimeout(r, probeMs));
+        if (stopping) break;
+        const still = await probeHost(sandboxes.docker, defaultImage(), health.targets);
+        if (!still) break;
+        log.warn({ host, err: still }, 'rollout host still out of service');
+        await say({ healthy: false, error: still, since: sick.since });
+      }
+      if (stopping) break;
+      log.info({ host, was: sick.error }, 'rollout host healthy again: it takes rollouts');
+      health.markHealthy();
+      await say({ healthy: true });
+    }
   } finally {
     janitor.stop();
     await lease.release().catch((err: unknown) => log.warn({ err: String(err) }, 'could not release the worker lease; janitors remove its sandboxes once it expires'));

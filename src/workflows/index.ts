@@ -6,4 +6,5 @@ export { EvalSweep } from './evalSweep';
 export { OutageWait } from './outageWait';
 export { InferenceWait } from './serveWait';
 export { RolloutShard } from './stepChunks';
+export { RolloutWorkersWait } from './rolloutWorkersWait';
 export { ReleaseRun } from './releaseRun';

@@ -14,7 +14,7 @@ import {
 import type { OutageWaitLimits } from '../contracts/outage';
 import type { ControlAction, RunOverrides } from '../contracts/records';
 import type { ControlRequest, LastEval, Phase, Progress, RunStatus, SettingsChange } from '../contracts/run';
-import type { StepSummary } from '../contracts/step';
+import { boundedHosts, type StepSummary, type UnhealthyRolloutHost } from '../contracts/step';
 import { COST_KEYS, type Cost, type CostKey } from '../contracts/cost';
 import { EVAL_EVERY_STEPS_MAX } from '../contracts/evalBounds';
 
@@ -27,6 +27,8 @@ export class RunControl {
   waitingForDisk = false;
   /** Set by StepRollouts' watchdog: rollouts pending, no rollout worker alive. */
   waitingForRolloutWorkers = false;
+  /** With waitingForRolloutWorkers: the hosts that took themselves out of service, and why (bounded by the signal's sender). */
+  unhealthyRolloutHosts: UnhealthyRolloutHost[] = [];
   phase: Phase = 'init';
   step = 0;
   maxSteps = 0;
@@ -71,7 +73,7 @@ export class RunControl {
     if (this.waitingForStore) return 'waiting-for-store';
     if (this.waitingForDisk) return 'waiting-for-disk';
     if (this.waitingForInference) return 'waiting-for-inference';
-    if (this.waitingForRolloutWorkers) return 'waiting-for-rollout-workers';
+    if (this.waitingForRolloutWorkers) return this.unhealthyRolloutHosts.length ? 'waiting-for-healthy-rollout-hosts' : 'waiting-for-rollout-workers';
     if (this.waitingForTrainer) return 'waiting-for-trainer';
     return this.started ? 'running' : 'starting';
   }
@@ -94,6 +96,7 @@ export class RunControl {
       ...(this.cost ? { cost: { ...this.cost } } : {}),
       ...(this.budgetExhausted ? { budgetExhausted: { ...this.budgetExhausted } } : {}),
       ...(this.lastEval ? { lastEval: { ...this.lastEval } } : {}),
+      ...(this.waitingForRolloutWorkers && this.unhealthyRolloutHosts.length ? { unhealthyRolloutHosts: [...this.unhealthyRolloutHosts] } : {}),
     };
   }
 
@@ -171,9 +174,13 @@ export class RunControl {
       if (p.waitingForInference !== undefined) this.setWaitingForInference(p.waitingForInference);
       if (p.waitingForDisk !== undefined) this.setWaitingForDisk(p.waitingForDisk);
       if (p.waitingForStore !== undefined) this.setWaitingForStore(p.waitingForStore);
-      if (p.waitingForRolloutWorkers !== undefined && this.waitingForRolloutWorkers !== p.waitingForRolloutWorkers) {
-        this.waitingForRolloutWorkers = p.waitingForRolloutWorkers;
-        this.publish();
+      if (p.waitingForRolloutWorkers !== undefined) {
+        const hosts = p.waitingForRolloutWorkers ? boundedHosts(p.unhealthyRolloutHosts ?? []) : [];
+        if (this.waitingForRolloutWorkers !== p.waitingForRolloutWorkers || JSON.stringify(hosts) !== JSON.stringify(this.unhealthyRolloutHosts)) {
+          this.waitingForRolloutWorkers = p.waitingForRolloutWorkers;
+          this.unhealthyRolloutHosts = hosts;
+          this.publish();
+        }
       }
     });
     setHandler(controlUpdates.pause, (req?: ControlRequest) => {
@@ -313,6 +320,7 @@ export function detailsMarkdown(p: {
   runId: string; step: number; maxSteps: number; status: string; phase: string; policyVersion: number;
   rolloutsDone: number; rolloutsTotal: number; lastReward?: number; lastComponents?: Record<string, number>;
   budgetExhausted?: { key: string; spent: number; budget: number };
+  unhealthyRolloutHosts?: { host: string; error: string }[];
 }): string {
   const lines = [
     `**Ratchet run \`${p.runId}\`** — ${p.status}`,
@@ -327,6 +335,7 @@ export function detailsMarkdown(p: {
     const b = p.budgetExhausted;
     lines.push('', `**budget reached**: ${b.key} ${b.spent} of ${b.budget}. Raise it: \`ratchet set ${p.runId} --budget ${b.key}=<value> --reason "..."\``);
   }
+  for (const h of p.unhealthyRolloutHosts ?? []) lines.push('', `**rollout host ${h.host} out of service**: ${h.error}`);
   lines.push('', `\`ratchet status ${p.runId}\` · \`ratchet report ${p.runId}\``);
   return lines.join('\n');
 }

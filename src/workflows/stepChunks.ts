@@ -20,6 +20,7 @@
 import {
   ActivityFailure,
   ApplicationFailure,
+  TimeoutFailure,
   condition,
   continueAsNew,
   getExternalWorkflowHandle,
@@ -52,6 +53,8 @@ import { PATCHES } from './patches';
 import { DEFAULT_HANDOFF_AFTER, callOf, capFor, handOff, outageOf } from './outageWait';
 import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './serveWait';
 import { waitForStore, type OutageWaiter } from './storeWait';
+import { handOffRolloutWorkersWait, noRolloutWorker } from './rolloutWorkersWait';
+import { boundedHosts, type UnhealthyRolloutHost } from '../contracts/step';
 
 const CHUNK_OPTIONS: ActivityOptions = {
   taskQueue: 'ratchet-rollout',
@@ -71,8 +74,17 @@ const { rolloutWorkersSeen } = proxyActivities<MainActivities>({ startToCloseTim
 const MAX_ROUNDS = 30;
 /** Seconds without a finished chunk before the watchdog asks whether rollout workers are alive. */
 const WATCH_S = 120;
+/** Checks in a row that found no rollout worker before the wait goes to a RolloutWorkersWait child. */
+const WATCH_HANDOFF_AFTER = 3;
+/** With workers alive and no chunk finishing, the checks back off to WATCH_S times this. */
+const WATCH_BACKOFF = 16;
 
-interface Waits { waitingForInference: boolean; waitingForDisk: boolean; waitingForStore: boolean; waitingForRolloutWorkers: boolean }
+interface Waits {
+  waitingForInference: boolean; waitingForDisk: boolean; waitingForStore: boolean; waitingForRolloutWorkers: boolean;
+  /** With waitingForRolloutWorkers: the hosts out of service (boundedHosts), absent when none said so. */
+  unhealthyRolloutHosts?: UnhealthyRolloutHost[];
+}
+type WaitFlag = Exclude<keyof Waits, 'unhealthyRolloutHosts'>;
 const NO_WAITS: Waits = { waitingForInference: false, waitingForDisk: false, waitingForStore: false, waitingForRolloutWorkers: false };
 
 /** The finished rollouts a failed chunk carries in its details (rolloutChunk puts them there). */
@@ -81,6 +93,24 @@ function progressOf(err: unknown): ChunkProgress | undefined {
   const d = err.cause.details?.[0] as ChunkProgress | undefined;
   return d && Array.isArray(d.done) ? d : undefined;
 }
+
+/** The finished rollouts a chunk that timed out named in its last heartbeat. */
+function timedOutProgressOf(err: unknown): ChunkProgress | undefined {
+  if (!(err instanceof ActivityFailure && err.cause instanceof TimeoutFailure)) return undefined;
+  const d = err.cause.lastHeartbeatDetails as ChunkProgress | undefined;
+  return d && Array.isArray(d.done) ? d : undefined;
+}
+
+/** What an earlier call finished and what this one adds, by rollout index (the later wins). */
+function mergeDone(a: ChunkProgress['done'] | undefined, b: ChunkProgress['done'] | undefined): ChunkProgress['done'] {
+  const m = new Map<number, ChunkProgress['done'][number]>();
+  for (const d of [...(a ?? []), ...(b ?? [])]) m.set(d.i, d);
+  return [...m.values()].sort((x, y) => x.i - y.i);
+}
+
+/** A chunk's failure of this type, after its Temporal retries (rolloutChunk names the worst of its rollouts'). */
+const failedWith = (err: unknown, type: string): boolean =>
+  err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === type;
 
 /**
  * Runs chunks [first, end) of the step with `window` in flight; `report` hears the done count
@@ -100,9 +130,18 @@ async function runChunks(
   const chunks = end - first;
   const stride = Math.max(1, Math.ceil(chunks / 8));
   let chunksDone = 0;
-  const set = async (key: keyof Waits, on: boolean): Promise<void> => {
+  const set = async (key: WaitFlag, on: boolean): Promise<void> => {
     if (waits[key] === on) return;
     waits[key] = on;
+    if (key === 'waitingForRolloutWorkers' && !on) delete waits.unhealthyRolloutHosts;
+    await report(done, { ...waits });
+  };
+  /** The rollout-worker wait, naming the hosts out of service (if any said so): reported when either changes. */
+  const setNoWorkers = async (none: boolean, hosts: UnhealthyRolloutHost[] | undefined): Promise<void> => {
+    const named = none && hosts?.length ? boundedHosts(hosts) : undefined;
+    if (waits.waitingForRolloutWorkers === none && JSON.stringify(named) === JSON.stringify(waits.unhealthyRolloutHosts)) return;
+    waits.waitingForRolloutWorkers = none;
+    if (named) waits.unhealthyRolloutHosts = named; else delete waits.unhealthyRolloutHosts;
     await report(done, { ...waits });
   };
   // Chunks in a disk or store wait now: the status holds while any does.
@@ -112,9 +151,12 @@ async function runChunks(
     (fault === 'DiskFull' ? onDisk : onStore).add(c);
     await set(fault === 'DiskFull' ? 'waitingForDisk' : 'waitingForStore', true);
   };
+  // Chunks whose inference stopped answering (chunkInferenceUnavailable): waiting-for-inference holds while any does.
+  const onInference = new Set<number>();
   const waitEnds = async (c: number) => {
     if (onDisk.delete(c) && onDisk.size === 0) await set('waitingForDisk', false);
     if (onStore.delete(c) && onStore.size === 0) await set('waitingForStore', false);
+    if (onInference.delete(c) && onInference.size === 0 && !serving) await set('waitingForInference', false);
   };
 
   // Inference: one wait for every chunk that asks meanwhile.
@@ -132,14 +174,14 @@ async function runChunks(
     for (let wait = 5, failed = 0; ; wait = Math.min(wait * 2, limits?.capS ?? INFERENCE_WAIT_CAP_S)) {
       try {
         await syncAllHosts(syncRequest(), hosts);
-        await set('waitingForInference', false);
+        if (onInference.size === 0) await set('waitingForInference', false);
         return;
       } catch (err) {
         if (!inferenceDown(err, hosts)) throw err;
         await set('waitingForInference', true);
         if (++failed >= (limits?.handoffAfter ?? DEFAULT_HANDOFF_AFTER)) {
           await handOffInferenceWait(syncRequest(), hosts, wait, limits, inferenceHandoffs++);
-          await set('waitingForInference', false);
+          if (onInference.size === 0) await set('waitingForInference', false);
           return;
         }
         await sleep(`${wait} seconds`);
@@ -160,12 +202,39 @@ async function runChunks(
         const r = tries >= handoffAfter
           ? await handOff<RolloutChunkResult>(callOf<ChunkActivities, 'rolloutChunk'>(chunkOptions, 'rolloutChunk', req), fault, wait, ctx.outageWaits, outageHandoffs++)
           : await rolloutChunk(req);
-        if (onDisk.has(c) || onStore.has(c)) await waitEnds(c);
+        if (onDisk.has(c) || onStore.has(c) || onInference.has(c)) await waitEnds(c);
         return r;
       } catch (err) {
         // What the chunk finished stays finished: the next call runs only the rest.
         const progress = progressOf(err);
         if (progress) req = { ...req, done: progress.done };
+        else if (patched(PATCHES.chunkTimeoutKeepsDone)) {
+          // A timeout carries no failure details, only the last heartbeat's; and a call with `done` set lists the
+          // store for rollouts an earlier call stored but never named (heartbeats are throttled).
+          req = { ...req, done: mergeDone(req.done, timedOutProgressOf(err)?.done) };
+        }
+        // The worker took itself out of service (its sandboxes cannot start, its task files cannot be read):
+        // the chunk goes to a healthy host, or waits in the queue for one; no round is used.
+        if (failedWith(err, 'RolloutHostUnhealthy') && patched(PATCHES.rolloutHostHealth)) {
+          log.warn('a chunk met a rollout host out of service; calling it again for a healthy host', { chunk: c, error: (err as ActivityFailure).cause!.message });
+          await sleep(`${Math.min(wait, 30)} seconds`);
+          wait = Math.min(wait * 2, 60);
+          round--;
+          continue;
+        }
+        // The rollouts' inference server stopped answering (request deadlines, its health probe): a wait, not a round.
+        if (failedWith(err, 'InferenceUnavailable') && patched(PATCHES.chunkInferenceUnavailable)) {
+          log.warn('a chunk found inference not answering; waiting for it before running its missing rollouts', { chunk: c, error: (err as ActivityFailure).cause!.message });
+          // Shown from now until this chunk's next call ends otherwise, through the sync and the pause after it.
+          onInference.add(c);
+          await set('waitingForInference', true);
+          await ensureServed();
+          // The sync reached every replica: the server answers its API, maybe not yet its completions. Back off.
+          await sleep(`${Math.min(wait, INFERENCE_WAIT_CAP_S)} seconds`);
+          wait = Math.min(wait * 2, INFERENCE_WAIT_CAP_S);
+          round--;
+          continue;
+        }
         const outage = outageOf(err);
         if (outage) {
           log.warn('a chunk met an outage; waiting, then running its missing rollouts', { chunk: c, fault: outage, error: (err as ActivityFailure).cause!.message });
@@ -178,7 +247,7 @@ async function runChunks(
           round--;
           continue;
         }
-        if (onDisk.has(c) || onStore.has(c)) await waitEnds(c);
+        if (onDisk.has(c) || onStore.has(c) || onInference.has(c)) await waitEnds(c);
         if (!(err instanceof ActivityFailure) || round >= MAX_ROUNDS) throw err;
         if (err.cause instanceof ApplicationFailure && err.cause.nonRetryable) throw err;
         log.warn('a chunk failed after its retries; checking inference before running its missing rollouts', { chunk: c, round, error: String(err.cause ?? err) });
@@ -195,6 +264,9 @@ async function runChunks(
     let seen = done;
     const info = workflowInfo();
     const knownWait = () => waits.waitingForInference || onDisk.size > 0 || onStore.size > 0;
+    const ask = { workflowId: info.workflowId, runId: info.runId, taskQueue: CHUNK_OPTIONS.taskQueue! };
+    let noneChecks = 0;
+    let handoffs = 0;
     while (!over) {
       if (knownWait()) {
         await condition(() => over || !knownWait());
@@ -205,13 +277,28 @@ async function runChunks(
       if (done !== seen) {
         seen = done;
         tick = every;
+        noneChecks = 0;
         continue;
       }
       try {
-        const w = await rolloutWorkersSeen({ workflowId: info.workflowId, runId: info.runId, taskQueue: CHUNK_OPTIONS.taskQueue! });
-        const none = w.queued > 0 && w.running === 0 && w.pollers === 0;
-        await set('waitingForRolloutWorkers', none);
-        tick = none ? Math.min(tick * 2, every * 2) : every;
+        let w = await rolloutWorkersSeen(ask);
+        let none = noRolloutWorker(w);
+        if (!patched(PATCHES.rolloutWorkersWaitChild)) {
+          await set('waitingForRolloutWorkers', none);
+          tick = none ? Math.min(tick * 2, every * 2) : every;
+          continue;
+        }
+        await setNoWorkers(none, w.unhealthy);
+        noneChecks = none ? noneChecks + 1 : 0;
+        if (noneChecks >= WATCH_HANDOFF_AFTER) {
+          // A long wait: its checks go to a child that continues as new, and this history holds one child per change.
+          w = await handOffRolloutWorkersWait({ ask, everyS: Math.min(tick * 2, every * 2), shown: w }, handoffs++);
+          none = noRolloutWorker(w);
+          await setNoWorkers(none, w.unhealthy);
+          if (!none) noneChecks = 0;
+        }
+        // Workers run the chunks and none finishes (long chunks): fewer checks, each still a timer and an activity here.
+        tick = Math.min(tick * 2, none ? every * 2 : every * WATCH_BACKOFF);
       } catch (err) {
         log.warn('could not ask whether rollout workers are alive', { error: String(err) });
       }
@@ -375,7 +462,9 @@ export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest:
         waitingForStore: all.some((s) => s.waitingForStore === true) || ownWaits.waitingForStore === true,
         waitingForRolloutWorkers: all.some((s) => s.waitingForRolloutWorkers === true),
       };
-      const changed = (Object.keys(waits) as (keyof Waits)[]).some((k) => waits[k] !== shown[k]);
+      const hosts = all.flatMap((s) => (s.waitingForRolloutWorkers ? s.unhealthyRolloutHosts ?? [] : []));
+      if (hosts.length) waits.unhealthyRolloutHosts = boundedHosts([...new Map(hosts.map((h) => [h.host, h])).values()]);
+      const changed = (Object.keys(waits) as (keyof Waits)[]).some((k) => JSON.stringify(waits[k]) !== JSON.stringify(shown[k]));
       if (changed || Math.floor(done / stride) > Math.floor(Math.max(shownDone, 0) / stride)) await report(done, waits);
     }
   };
