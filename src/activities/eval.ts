@@ -84,6 +84,10 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps): 
       const config = await readJson<RunConfig>(store, runKeys.config(runId));
       if (!config) throw runNotFound(runId, store.url, Boolean(input.artifacts));
       const k = input.k ?? 4;
+      if (input.seeds !== undefined && input.seeds !== 'run' && input.seeds !== 'task-sample') {
+        throw ApplicationFailure.nonRetryable(`seeds must be "run" or "task-sample" (got ${JSON.stringify(input.seeds)}). ` +
+          'Fix: "task-sample" seeds each episode by its task and sample only (common random numbers across runs).', 'InvalidInput');
+      }
       if (!Number.isInteger(k) || k < 1) throw ApplicationFailure.nonRetryable(`k must be a positive integer (got ${k})`, 'InvalidInput');
       const ts = await loadEvalTaskset(input.taskset ?? 'heldout');
       if (ts.tasks.length * k > MAX_EPISODES_PER_VERSION) {
@@ -130,6 +134,7 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps): 
         adapters: Object.fromEntries(versions.filter((v) => adapterOf.get(v)).map((v) => [String(v), adapterOf.get(v)!])),
         ...(input.artifacts ? { artifacts: input.artifacts } : {}),
         ...(config.inference.sync_task_queues?.length ? { syncTaskQueues: config.inference.sync_task_queues } : {}),
+        ...(input.seeds === 'task-sample' ? { seeds: 'task-sample' as const } : {}),
       };
       logger.info({ runId, taskset: plan.taskset, k, versions, skipped }, 'eval sweep planned');
       return plan;

@@ -79,3 +79,110 @@ export function pairedDifference(run: ReadonlyMap<string, number[]>, control: Re
   unpaired += [...control.keys()].filter((k) => !run.has(k)).length;
   return { ...bootstrapCi(diffs, 2000, seed), tasks: diffs.length, unpaired };
 }
+
+/**
+ * The bench's task sets (issue 38), each disjoint from the others: of the training packages, `evalRandom`
+ * random rows are held out (the primary split), the rest is cut in two, the tasks the scripted solver
+ * demonstrates and the RL pool, so RL never trains on a task SFT saw; `evalUnseen` tasks of the held-out
+ * package are the secondary split (no demonstration or RL task came from it).
+ */
+export interface AgentSplit<T> {
+  demo: T[];
+  rl: T[];
+  /** Primary held out: random rows of the training packages. */
+  random: T[];
+  /** Secondary held out: tasks of the package nothing trained on. */
+  unseen: T[];
+}
+
+export function agentSplit<T extends { repo: string; instance_id: string }>(tasks: readonly T[], o: {
+  heldOutPackage: string; evalRandom: number; evalUnseen: number; demoTasks: number; seed: number;
+}): AgentSplit<T> {
+  const s = heldOutSplit(tasks, o.heldOutPackage, o.evalRandom, o.seed);
+  const train = shuffled(s.train, o.seed + 2);
+  if (train.length < o.demoTasks + 2) {
+    throw new Error(`${train.length} training tasks after holding out ${s.randomRows.length} rows cannot give ${o.demoTasks} demonstration tasks and an RL pool. ` +
+      'Fix: lower --demos or --eval-random, or generate more tasks (taskgen)');
+  }
+  const split = { demo: train.slice(0, o.demoTasks), rl: train.slice(o.demoTasks), random: s.randomRows, unseen: shuffled(s.unseenPackage, o.seed + 1).slice(0, o.evalUnseen) };
+  assertDisjoint(split);
+  return split;
+}
+
+/** Throws, naming the task and both sets, if any task id is in two of the sets. */
+export function assertDisjoint(sets: Record<string, readonly { instance_id: string }[]>): void {
+  const seen = new Map<string, string>();
+  for (const [name, xs] of Object.entries(sets)) {
+    for (const t of xs) {
+      const other = seen.get(t.instance_id);
+      if (other !== undefined) throw new Error(`task ${t.instance_id} is in both the ${other} and the ${name} tasks: the bench's sets must be disjoint`);
+      seen.set(t.instance_id, name);
+    }
+  }
+}
+
+/**
+ * The swe-grep rubric as file F1 alone: every weighted reward at 0, `file_f1` at 1. A wrong answer and
+ * silence (no answer: no predicted file) both score 0, a right one 1, a partly right one its F1, so no
+ * group is informative on wrong-against-silent alone (the first bench's rubric ranked a wrong answer
+ * above silence, and the gradient taught "answer sooner").
+ */
+export function fileF1Weights(rubric: readonly { name: string; weight: number }[]): Record<string, number> {
+  if (!rubric.some((r) => r.name === 'file_f1')) throw new Error('the rubric has no file_f1 reward: the file_f1 preset is for swe-grep');
+  return Object.fromEntries(rubric.filter((r) => r.weight !== 0 || r.name === 'file_f1').map((r) => [r.name, r.name === 'file_f1' ? 1 : 0]));
+}
+
+/** The pre-flight's verdict: can RL from this warm start get a signal on its pool? */
+export interface Preflight {
+  episodes: number;
+  passed: number;
+  passRate: number;
+  band: [number, number];
+  passReward: number;
+  signal: boolean;
+  /** Why not, where there is no signal. */
+  reason?: string;
+}
+
+/**
+ * Groups of a task whose pass rate is p are all alike (no advantage) with probability p^n + (1-p)^n; below
+ * the band's floor almost every group is all-fail, above its ceiling all-pass. Outside the band the bench
+ * says "no signal possible" instead of training and reporting a flat table.
+ */
+export function preflightDecision(rewards: readonly number[], passReward: number, band: [number, number]): Preflight {
+  if (!(band[0] >= 0 && band[0] <= band[1] && band[1] <= 1)) throw new Error(`pre-flight band [${band.join(', ')}] is not 0 <= lo <= hi <= 1`);
+  const passed = rewards.filter((r) => r >= passReward).length;
+  const passRate = rewards.length === 0 ? 0 : passed / rewards.length;
+  const base = { episodes: rewards.length, passed, passRate, band, passReward };
+  if (rewards.length === 0) return { ...base, signal: false, reason: 'the pre-flight scored no episode' };
+  if (passRate < band[0]) return { ...base, signal: false, reason: `the warm start passes ${passed} of ${rewards.length} RL-pool episodes, below ${band[0]}: nearly every group would fail alike` };
+  if (passRate > band[1]) return { ...base, signal: false, reason: `the warm start passes ${passed} of ${rewards.length} RL-pool episodes, above ${band[1]}: nearly every group would pass alike` };
+  return { ...base, signal: true };
+}
+
+/**
+ * The mean negative log-likelihood of the trained tokens (mask 1) of one sequence, from vLLM's prompt
+ * logprobs (`prompt_logprobs`: position i holds {id: {logprob}} for the prompt's token i; position 0 is null).
+ */
+export function maskedNll(ids: readonly number[], mask: readonly number[], promptLogprobs: readonly (Record<string, { logprob: number }> | null)[]): { sum: number; tokens: number } {
+  let sum = 0;
+  let tokens = 0;
+  for (let i = 1; i < ids.length; i++) {
+    if (!mask[i]) continue;
+    const lp = promptLogprobs[i]?.[String(ids[i])]?.logprob;
+    if (lp === undefined) throw new Error(`no prompt logprob for token ${i} (id ${ids[i]}): the server did not score the sequence`);
+    sum -= lp;
+    tokens++;
+  }
+  return { sum, tokens };
+}
+
+/**
+ * Early stopping on the held-out demonstration loss: the best step so far, and whether `patience`
+ * steps have passed since it without a lower loss (then the run stops; the warm start is the best step).
+ */
+export function sftStopping(losses: readonly number[], patience: number): { best: number; stop: boolean } {
+  let best = -1;
+  for (let i = 0; i < losses.length; i++) if (best < 0 || losses[i]! < losses[best]!) best = i;
+  return { best, stop: best >= 0 && losses.length - 1 - best >= patience };
+}

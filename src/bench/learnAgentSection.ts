@@ -46,64 +46,92 @@ function stepsTrained(o: AgentLearnOptions, r: AgentLearnResult): string {
 
 /** "2 training seeds", or, where fewer ran than asked (a bench rendered from the runs there are), which. */
 function seedsRun(o: AgentLearnOptions, r: AgentLearnResult): string {
-  const seeds = [...new Set(r.arms.map((a) => a.seed))].sort((a, b) => a - b);
+  const seeds = [...new Set(r.arms.filter((a) => a.arm === 'rl').map((a) => a.seed))].sort((a, b) => a - b);
   const n = `${seeds.length} training seed${seeds.length === 1 ? '' : 's'}`;
   return seeds.length === o.seeds ? n : `${n} (${seeds.join(', ')}; ${o.seeds} asked)`;
+}
+
+/** Per step of a run: informative groups / groups rolled out, and the version that sampled the step. */
+function signalPerStep(records: StepRecord[]): string {
+  return records.map((s) => `${s.informative_groups ?? '?'}/${s.groups ?? '?'}@v${s.sampling_policy_version ?? '?'}`).join(' ');
 }
 
 export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command: string): string[] {
   const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
   const ci = (c: { mean: number; lo: number; hi: number }) => `${c.mean.toFixed(3)} [${c.lo.toFixed(3)}, ${c.hi.toFixed(3)}]`;
-  const eps = (arm: 'rl' | 'control', split?: 'unseen' | 'random') =>
-    r.arms.filter((a) => a.arm === arm).flatMap((a) => a.episodes).filter((e) => !split || e.split === split);
+  const eps = (arm: 'rl' | 'control', split?: 'unseen' | 'random', seed?: number) =>
+    r.arms.filter((a) => a.arm === arm && (seed === undefined || a.seed === seed || (arm === 'control' && a.seed < 0)))
+      .flatMap((a) => a.episodes).filter((e) => !split || e.split === split);
   const controlLabel = o.control === 'runs' ? 'control, lr 0 (SFT only)' : 'control: the warm start (SFT only)';
+  const p = r.preflight;
+  const losses = r.sft.heldOutLoss.map((x) => x.toFixed(3)).join(' ');
+  const trainLoss = r.sft.records.map((s) => Number((s.trainer as { loss?: number }).loss ?? NaN).toFixed(3)).join(' ');
+  const head = [
+    '### Does it learn as an agent? SFT warm start, then multi-turn RL against the SFT-only policy (real CPU stack)',
+    '',
+    `Plain swe-grep tasks (the issue quotes the failing test and the exception; the file must be searched for), tool_choice "auto", ` +
+      `at most ${o.maxTurns} turns, temperature ${o.temperature}, reward: ${o.rubric === 'file_f1' ? 'file F1 (a wrong answer and silence both 0)' : `rubric weights ${o.rubric}`}.`,
+    `Tasks, disjoint: ${r.tasks.demo} demonstration tasks, ${r.tasks.rl} in the RL pool, held out ${r.tasks.random} random rows of the training packages (primary) ` +
+      `and ${r.tasks.unseen} of ${o.heldOutPackage}, a package nothing trained on (secondary).`,
+    `Warm start: the path-only procedure (find the module the failing test is named after, answer the path) ran ${r.sft.demosRan} demonstration tasks on real sandboxes; ` +
+      `of the ${r.sft.demosKept} it solved, ${r.sft.demosHeldOut} were held out and the rest are the SFT data of \`${r.sft.runId}\` ` +
+      `(steps of ${o.sftBatch}, lr ${o.sftLr}, stopped after ${o.sftPatience} steps without a lower held-out loss; train loss per step: ${trainLoss}; ` +
+      `held-out loss per step: ${losses || 'not measured'}); the warm start is step ${r.sft.bestStep} (v${r.sft.version}).`,
+    `Pre-flight: the warm start on ${p.episodes} RL-pool episodes passed ${p.passed} (pass rate ${p.passRate.toFixed(3)}, reward >= ${p.passReward}); ` +
+      `band [${p.band[0]}, ${p.band[1]}]: ${p.signal ? 'signal possible' : `**no signal possible**: ${p.reason}`}.`,
+  ];
+  const tail = [
+    '',
+    `Command: \`${command}\` (source \`src/bench/learnAgentBench.ts\`).${r.wallS ? ` Wall time: ${(r.wallS / 60).toFixed(1)} min.` : ''}`,
+    `Machine: ${machineLine()}.`,
+  ];
+  if (!p.signal && r.arms.length === 0) {
+    return [...head, '', 'No RL run was trained: from this warm start nearly every group of the RL pool would score alike, so a table of ' +
+      'RL against its control would be flat by construction.', ...tail];
+  }
   const rows: string[] = [];
-  for (const [label, split] of [['all held out', undefined], [`unseen package (${o.heldOutPackage})`, 'unseen'], ['random rows of training packages', 'random']] as const) {
+  for (const [label, split] of [['random rows of training packages (primary)', 'random'], [`unseen package (${o.heldOutPackage}, secondary)`, 'unseen'], ['all held out', undefined]] as const) {
     for (const arm of ['rl', 'control'] as const) {
       const f = armFigures(eps(arm, split));
       rows.push(`| ${label} | ${arm === 'rl' ? `RL, lr ${o.lr}` : controlLabel} | ${f.episodes} | ${ci(f.reward)} | ` +
         `${f.precision.toFixed(3)} / ${f.recall.toFixed(3)} / ${f.f1.toFixed(3)} | ${pct(f.searched)} | ${pct(f.answered)} | ${f.turns.toFixed(2)} | ${f.toolCalls.toFixed(2)} |`);
     }
   }
-  const paired = (split?: 'unseen' | 'random') => {
-    const m = (arm: 'rl' | 'control') => new Map(perTask(eps(arm, split)));
+  const paired = (split?: 'unseen' | 'random', seed?: number) => {
+    const m = (arm: 'rl' | 'control') => new Map(perTask(eps(arm, split, seed)));
     const d = pairedDifference(m('rl'), m('control'));
-    return `${d.mean.toFixed(3)} [${d.lo.toFixed(3)}, ${d.hi.toFixed(3)}] over ${d.tasks} tasks${d.unpaired ? ` (${d.unpaired} unpaired)` : ''}`;
+    return { ...d, text: `${d.mean.toFixed(3)} [${d.lo.toFixed(3)}, ${d.hi.toFixed(3)}] over ${d.tasks} tasks${d.unpaired ? ` (${d.unpaired} unpaired)` : ''}` };
   };
+  const seeds = [...new Set(r.arms.filter((a) => a.arm === 'rl').map((a) => a.seed))].sort((a, b) => a - b);
+  const perSeed = seeds.map((s) => ({ s, d: paired('random', s) }));
+  const goal = perSeed.length >= 2 && perSeed.every(({ d }) => d.lo > 0);
   const training = trained(r).map((a) => {
     const [r0, r1] = firstAndLastQuarter(a.records.map((s) => s.mean_reward));
     const perRollout = (n: (s: StepRecord) => number) => firstAndLastQuarter(a.records.map((s) => n(s) / Math.max(1, s.rollouts))).map((x) => x.toFixed(2)).join(' → ');
     return `| ${a.arm === 'rl' ? `RL, lr ${o.lr}` : 'control, lr 0'} | ${a.seed} | \`${a.runId}\` | ${a.records.length} | ${r0.toFixed(3)} → ${r1.toFixed(3)} | ` +
-      `${perRollout((s) => s.tool_calls)} | ${perRollout((s) => s.samples)} | ${a.records.map((s) => s.mean_reward.toFixed(2)).join(' ')} |`;
+      `${perRollout((s) => s.tool_calls)} | ${signalPerStep(a.records)} | ${a.records.map((s) => s.mean_reward.toFixed(2)).join(' ')} |`;
   });
-  const sftLoss = r.sft.records.map((s) => Number((s.trainer as { loss?: number }).loss ?? NaN).toFixed(3)).join(' ');
   return [
-    '### Does it learn as an agent? SFT warm start, then multi-turn RL against the SFT-only policy (real CPU stack)',
-    '',
-    `Plain swe-grep tasks (the issue quotes the failing test and the exception; the file must be searched for), tool_choice "auto", ` +
-      `at most ${o.maxTurns} turns, temperature ${o.temperature}, rubric weights over swe-grep's defaults: ${o.rubric || 'none'}.`,
-    `Warm start: the scripted solver ran ${r.sft.demosRan} training tasks on real sandboxes; the ${r.sft.demosKept} it solved (reward >= 1) are the SFT data ` +
-      `of \`${r.sft.runId}\` (${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}; loss per step: ${sftLoss}).`,
-    `Arms, for each of ${seedsRun(o, r)}: a TrainRun from that adapter (${stepsTrained(o, r)} of ${o.batch} tasks x ${o.rollouts} rollouts, lr ${o.lr}) ` +
+    ...head,
+    `Arms, for each of ${seedsRun(o, r)}: a TrainRun from the warm start (${stepsTrained(o, r)} of ${o.batch} informative groups x ${o.rollouts} rollouts, ` +
+      `${o.advantage} advantages, difficulty filtering with ${o.refillRounds} refill rounds, pass-rate pools, ${o.minibatches} updates a step, lr ${o.lr}, async_level 0) ` +
       (o.control === 'runs'
-        ? `and its control (same seed, tasks and sampling, lr 0: the SFT-only policy), ${o.parallelRuns} runs side by side at a time, a seed's two arms together.`
-        : `and its control, the SFT-only policy: the warm start's own final version (an lr-0 run from it trains to the same bytes; ` +
-          `trainer/tests/test_init_adapter.py), ${o.k} eval sample${o.k === 1 ? '' : 's'} a task for each seed; ${o.parallelRuns} TrainRun${o.parallelRuns === 1 ? '' : 's'} at a time.`),
-    `Held out: ${r.evalTasks.unseen} tasks of ${o.heldOutPackage}, a package no demonstration or training task came from, and ${r.evalTasks.random} random rows ` +
-      `of the training packages; an EvalSweep of each run's final version, k=${o.k}. Reward: mean over tasks with a bootstrap 95% interval; ` +
-      'file P / R / F1: the rubric\'s components, mean over episodes; searched: the share of episodes that ran a search before answering.',
-    '',
-    `Command: \`${command}\` (source \`src/bench/learnAgentBench.ts\`).${r.wallS ? ` Wall time: ${(r.wallS / 60).toFixed(1)} min.` : ''}`,
-    `Machine: ${machineLine()}.`,
+        ? `and its control (same seed, tasks and sampling, lr 0: the SFT-only policy), ${o.parallelRuns} runs side by side at a time.`
+        : 'and its control, the warm start itself (an lr-0 run from it trains to the same bytes; trainer/tests/test_init_adapter.py).'),
+    `Held out: an EvalSweep of each arm, k=${o.k}, each episode seeded by its task and sample only, so the arms draw common random numbers ` +
+      '(where the server is sent seeds: RATCHET_INFERENCE_SEED=1). Reward: mean over tasks with a bootstrap 95% interval; ' +
+      'file P / R / F1: mean over episodes; searched: the share of episodes that ran a search before answering.',
+    ...tail,
     '',
     '| held out | arm | episodes | reward [95% CI] | file P / R / F1 | searched | answered | turns | tool calls |',
     '| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |',
     ...rows,
     '',
-    `Paired per-task difference, RL − control (each task's mean over seeds and samples): all held out ${paired()}; ` +
-      `unseen package ${paired('unseen')}; random rows ${paired('random')}.`,
+    `Paired per-task difference on the primary split, RL − control, by training seed: ${perSeed.map(({ s, d }) => `seed ${s} ${d.text}`).join('; ')}. ` +
+      `Goal (both seeds' intervals above 0): ${goal ? 'met' : 'not met'}. ` +
+      `All seeds: primary ${paired('random').text}; secondary (unseen package) ${paired('unseen').text}.`,
     '',
-    '| arm | seed | run | steps | reward (first → last quarter) | tool calls per episode (first → last quarter) | trainer samples per episode (first → last quarter) | reward per step |',
+    '| arm | seed | run | steps | reward (first → last quarter) | tool calls per episode (first → last quarter) | informative/groups@sampling version, per step | reward per step |',
     '| --- | ---: | --- | ---: | --- | --- | --- | --- |',
     ...training,
     '',

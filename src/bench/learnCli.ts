@@ -5,6 +5,7 @@
  *   npm run bench:learn [-- --seeds 2 --steps 8 ...]
  *   npm run bench:learn -- --case one-turn [--steps 30 ...] [--render <run>,<control>]
  *   npm run bench:learn -- --sft-run <id> ...             (the agent case from an earlier bench run's warm start)
+ *   npm run bench:learn -- --preflight-only [...]         (demonstrations, SFT, the pre-flight; prints it, BENCHMARKS.md unchanged)
  *   npm run bench:learn -- --render-agent <result.json>   (the agent table again from a finished bench run)
  *   npm run bench:learn -- --render-agent-runs <sft>,<run>,... [same flags]   (the table from finished runs)
  */
@@ -14,18 +15,10 @@ import * as path from 'node:path';
 import { paths } from '../shared/paths';
 import { writeBenchSection } from './benchmarksFile';
 import { learnSection, parseLearnArgs, runLearnBench, storedRun, writeReports, type LearnResult } from './learn';
-import { parseAgentArgs, runAgentBench, storedAgentResult, type AgentLearnOptions, type AgentLearnResult } from './learnAgentBench';
+import { agentCommand, parseAgentArgs, runAgentBench, storedAgentResult, type AgentLearnOptions, type AgentLearnResult } from './learnAgentBench';
 import { agentSection } from './learnAgentSection';
 
 const flag = (argv: string[], name: string): string | undefined => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1] : undefined; };
-
-/** The agent case's command line with every option spelled out, for BENCHMARKS.md. */
-function agentCommand(o: AgentLearnOptions): string {
-  return `npm run bench:learn -- --seeds ${o.seeds} --steps ${o.steps} --batch ${o.batch} --rollouts ${o.rollouts} --lr ${o.lr} ` +
-    `--max-turns ${o.maxTurns} --temperature ${o.temperature} --demos ${o.demos} --sft-steps ${o.sftSteps} --sft-batch ${o.sftBatch} ` +
-    `--sft-lr ${o.sftLr} --held-out-package ${o.heldOutPackage} --eval-unseen ${o.evalUnseen} --eval-random ${o.evalRandom} --k ${o.k} --parallel-runs ${o.parallelRuns} --control ${o.control} --rubric ${o.rubric}` +
-    (o.sftRun ? ` --sft-run ${o.sftRun}` : '');
-}
 
 async function agent(argv: string[]): Promise<string> {
   const renderFrom = flag(argv, 'render-agent');
@@ -43,12 +36,14 @@ async function agent(argv: string[]): Promise<string> {
   } else {
     o = parseAgentArgs(argv);
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-learn-agent-'));
-    result = await runAgentBench(o, dir);
+    const preflightOnly = argv.includes('--preflight-only');
+    result = await runAgentBench(o, dir, { preflightOnly });
     // Kept beside the runs, so the table can be written again (--render-agent) without rerunning.
     const saved = path.join(paths.artifacts(), 'bench', `learn-agent-${result.sft.runId}.json`);
     mkdirSync(path.dirname(saved), { recursive: true });
     writeFileSync(saved, JSON.stringify({ options: o, result }, null, 1));
     process.stderr.write(`result: ${saved}\n`);
+    if (preflightOnly) return JSON.stringify({ sft: { ...result.sft, records: result.sft.records.length }, preflight: result.preflight, tasks: result.tasks, wallS: result.wallS });
   }
   return writeBenchSection('learn-agent', agentSection(o, result, agentCommand(o)));
 }

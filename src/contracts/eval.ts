@@ -32,6 +32,13 @@ export interface EvalSweepInput {
    * default store, RATCHET_ARTIFACTS_URL or the local directory.
    */
   artifacts?: StoreSettings;
+  /**
+   * How each episode is seeded. "run" (the default): from the run's seed, the version, the task's
+   * index and the sample. "task-sample": from the task id and the sample index only
+   * (src/shared/evalSeed.ts), so sweeps of two runs, or two versions, draw common random numbers
+   * and a paired comparison is not spread by the draws (bench:learn's arms).
+   */
+  seeds?: 'run' | 'task-sample';
 }
 
 export interface EvalTaskRef {
@@ -64,6 +71,8 @@ export interface EvalPlan {
   artifacts?: StoreSettings;
   /** The run's inference.sync_task_queues: each inference host's worker pulls and loads the adapter. */
   syncTaskQueues?: string[];
+  /** "task-sample": the input's `seeds`; absent (plans from before, and "run") for the run-and-version seeds. */
+  seeds?: 'task-sample';
 }
 
 export interface EvalEpisode {

@@ -45,6 +45,8 @@ export interface DemoOptions {
   /** Episode limits: the demonstrations must fit the limits the policy will train under. */
   envArgs?: { max_tokens: number; max_tool_calls: number; max_turns: number };
   concurrency?: number;
+  /** A solver other than the environment's own in SOLVERS (bench:learn's path-only swe-grep procedure). */
+  solver?: (task: Task) => ModelClient;
 }
 
 export interface DemoResult {
@@ -55,7 +57,7 @@ export interface DemoResult {
 }
 
 export async function makeDemonstrations(o: DemoOptions): Promise<DemoResult> {
-  const solver = SOLVERS[o.envId];
+  const solver = o.solver ?? SOLVERS[o.envId];
   if (!solver) throw new Error(`no scripted solver for environment "${o.envId}" (have: ${Object.keys(SOLVERS).join(', ')})`);
   const store = o.store ?? new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-demos-')));
   // One solver per task: the rollout activity asks for a client by base URL, and each task gets its own.

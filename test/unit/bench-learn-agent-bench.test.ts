@@ -20,25 +20,39 @@ describe('parseAgentArgs', () => {
     expect(() => parseAgentArgs(['--rubric', 'oops'])).toThrow(/--rubric: "oops" is not name=number/);
     expect(parseAgentArgs(['--control', 'runs']).control).toBe('runs');
     expect(() => parseAgentArgs(['--control', 'lr0'])).toThrow(/--control: "lr0" is not warm-start or runs/);
+    expect(() => parseAgentArgs(['--advantage', 'grpo'])).toThrow(/--advantage: "grpo" is not rloo or dr_grpo/);
+    expect(() => parseAgentArgs(['--preflight-lo', '0.9', '--preflight-hi', '0.5'])).toThrow(/--preflight-lo 0.9 is above --preflight-hi 0.5/);
+    expect(() => parseAgentArgs(['--preflight-hi', '2'])).toThrow(/--preflight-hi: "2" is not a number >= 0 and <= 1/);
   });
 });
 
 describe('the configs the bench writes', () => {
-  test('an arm: from the SFT run, tool_choice auto, multi-turn, no few-shot, its seed and lr, the rubric override', () => {
-    const c = parseRunConfig(agentRunConfigToml(AGENT_DEFAULTS, { name: 'a', lr: 0, seed: 1, dataset: '/x/train.jsonl', initFrom: 'bench-agent-sft-1' }), 'arm.toml');
-    expect(c.model.init_from).toBe('bench-agent-sft-1');
+  test('an arm: from the SFT run\'s best step, tool_choice auto, multi-turn, no few-shot, its seed and lr, reward file F1, RLOO with filtering', () => {
+    const c = parseRunConfig(agentRunConfigToml(AGENT_DEFAULTS, { name: 'a', lr: 0, seed: 1, dataset: '/x/train.jsonl', initFrom: 'bench-agent-sft-1@4' }), 'arm.toml');
+    expect(c.model.init_from).toBe('bench-agent-sft-1@4');
     expect(c.trainer.optim.lr).toBe(0);
     expect(c.orchestrator.seed).toBe(1);
     expect(c.sampling.tool_choice).toBe('auto');
     const env = c.env[0]!;
     expect(env.args).toMatchObject({ max_turns: 4, max_tool_calls: 4, few_shot: false });
-    expect(env.rubric).toMatchObject({ incorrect_files_penalty: 0.25, completion_bonus: 0.5 });
+    // Every weighted reward of swe-grep at 0, file_f1 at 1.
+    expect(env.rubric).toEqual({
+      correct_files: 0, incorrect_files_penalty: 0, missed_files_penalty: 0, max_tokens_penalty: 0, max_tool_calls_penalty: 0, completion_bonus: 0, file_f1: 1,
+    });
+    expect(c.orchestrator).toMatchObject({
+      async_level: 0, limit_ended: 'score', advantage: { kind: 'rloo' }, difficulty_filter: { enabled: true, max_refill_rounds: 2 },
+      pass_rate_pool: { enabled: true, pass_reward: 1 },
+    });
+    expect(c.trainer.minibatches).toBe(2);
+    expect(parseRunConfig(agentRunConfigToml({ ...AGENT_DEFAULTS, refillRounds: 0 }, { name: 'a', lr: 0, seed: 1, dataset: '/x/t.jsonl', initFrom: 's' }), 'a.toml')
+      .orchestrator.difficulty_filter.enabled).toBe(false);
   });
   test('the SftRun: the demonstrations file, its steps, batch and lr; its episodes sampled, bounded and scored as the arms\' are', () => {
     const c = parseRunConfig(agentSftConfigToml(AGENT_DEFAULTS, { name: 'sft', data: '/x/demos.jsonl', dataset: '/x/train.jsonl' }), 'sft.toml');
     expect(c.sft).toMatchObject({ data: ['/x/demos.jsonl'], batch_size: 8 });
     expect(c.orchestrator.max_steps).toBe(AGENT_DEFAULTS.sftSteps);
-    expect(c.trainer.optim.lr).toBe(0.003);
+    expect(c.trainer.optim.lr).toBe(0.002);
+    expect(c.trainer.minibatches).toBe(1);
     // Its own EvalSweep is the control: the same sampling, env args and rubric as an arm's run, or the arms are not comparable.
     const arm = parseRunConfig(agentRunConfigToml(AGENT_DEFAULTS, { name: 'a', lr: 0, seed: 0, dataset: '/x/train.jsonl', initFrom: 'sft' }), 'arm.toml');
     expect(c.sampling).toEqual(arm.sampling);
@@ -113,30 +127,55 @@ describe('armFigures and the table', () => {
     expect(f.turns).toBe(2.5);
     expect(f.f1).toBe(0.75);
   });
-  test('the section: a row per split and arm, the paired difference, the training table', () => {
-    const record = (r: number) => ({ mean_reward: r, tool_calls: 8, rollouts: 4, samples: 4 }) as never;
+  const record = (r: number, informative = 2, version = 0) =>
+    ({ mean_reward: r, tool_calls: 8, rollouts: 4, samples: 4, groups: 4, informative_groups: informative, sampling_policy_version: version }) as never;
+  const preflight = { episodes: 16, passed: 8, passRate: 0.5, band: [0.15, 0.85] as [number, number], passReward: 1, signal: true };
+  const sft = {
+    runId: 'sft-1', demosRan: 10, demosKept: 7, demosHeldOut: 2, records: [{ trainer: { loss: 1.25 } } as never, { trainer: { loss: 0.5 } } as never],
+    heldOutLoss: [0.9, 0.7], bestStep: 1, version: 2,
+  };
+  const base = { sft, preflight, tasks: { demo: 10, rl: 20, unseen: 1, random: 1 }, evalTasks: { unseen: 1, random: 1 }, reports: ['/a/runs/rl-0/report.html'], wallS: 600 };
+  test('the section: a row per split and arm, the paired difference per seed on the primary split, the training table', () => {
     const result: AgentLearnResult = {
-      sft: { runId: 'sft-1', demosRan: 10, demosKept: 7, records: [{ trainer: { loss: 1.25 } } as never] },
+      ...base,
       arms: [
-        { arm: 'rl', seed: 0, runId: 'rl-0', records: [record(0), record(1)], finalVersion: 2, episodes: rl },
-        { arm: 'control', seed: 0, runId: 'c-0', records: [], finalVersion: 2, episodes: control },
+        { arm: 'rl', seed: 0, runId: 'rl-0', records: [record(0, 1, 2), record(1, 3, 3)], finalVersion: 2, episodes: rl },
+        { arm: 'control', seed: -1, runId: 'sft-1', records: [], finalVersion: 2, episodes: control },
       ],
-      evalTasks: { unseen: 1, random: 1 }, reports: ['/a/runs/rl-0/report.html'], wallS: 600,
     };
-    const s = agentSection(AGENT_DEFAULTS, result, 'npm run bench:learn').join('\n');
-    expect(s).toContain('the 7 it solved (reward >= 1)');
-    expect(s).toContain('loss per step: 1.250');
-    expect(s).toMatch(/\| unseen package \(inflection\) \| RL, lr 0\.001 \| 2 \| 0\.625 /);
-    // Paired over the two tasks: t1 0.625 - (-0.25) = 0.875, t2 1.5 - 0.625 = 0.875.
-    expect(s).toContain('RL − control (each task\'s mean over seeds and samples): all held out 0.875 [0.875, 0.875] over 2 tasks');
-    expect(s).toContain('| RL, lr 0.001 | 0 | `rl-0` | 2 | 0.000 → 1.000 | 2.00 → 2.00 | 1.00 → 1.00 | 0.00 1.00 |');
-    // The default control is the warm start itself: its rows say so, and it has no training row.
-    expect(s).toMatch(/\| unseen package \(inflection\) \| control: the warm start \(SFT only\) \| 2 \| -0\.250 /);
-    expect(s).toContain('its control, the SFT-only policy: the warm start\'s own final version');
+    const o = { ...AGENT_DEFAULTS, lr: 0.001 };
+    const s = agentSection(o, result, 'npm run bench:learn').join('\n');
+    expect(s).toContain('of the 7 it solved, 2 were held out');
+    expect(s).toContain('train loss per step: 1.250 0.500');
+    expect(s).toContain('held-out loss per step: 0.900 0.700); the warm start is step 1 (v2)');
+    expect(s).toContain('Pre-flight: the warm start on 16 RL-pool episodes passed 8 (pass rate 0.500, reward >= 1); band [0.15, 0.85]: signal possible');
+    expect(s).toMatch(/\| unseen package \(inflection, secondary\) \| RL, lr 0\.001 \| 2 \| 0\.625 /);
+    // Primary split (t2 only): RL 1.5 - control 0.625 = 0.875; one seed, so the two-seed goal is not met.
+    expect(s).toContain('by training seed: seed 0 0.875 [0.875, 0.875] over 1 tasks. Goal (both seeds\' intervals above 0): not met.');
+    expect(s).toContain('secondary (unseen package) 0.875 [0.875, 0.875] over 1 tasks');
+    // Informative groups / groups, and the version that sampled each step.
+    expect(s).toContain('| RL, lr 0.001 | 0 | `rl-0` | 2 | 0.000 → 1.000 | 2.00 → 2.00 | 1/4@v2 3/4@v3 | 0.00 1.00 |');
+    expect(s).toMatch(/\| unseen package \(inflection, secondary\) \| control: the warm start \(SFT only\) \| 2 \| -0\.250 /);
     expect(s).not.toContain('| control, lr 0 |');
     // With lr-0 control runs, they train and have their rows.
-    const runs = agentSection({ ...AGENT_DEFAULTS, control: 'runs' }, { ...result, arms: result.arms.map((a) => ({ ...a, records: [record(0), record(0)] })) }, 'x').join('\n');
-    expect(runs).toContain('| control, lr 0 | 0 | `c-0` | 2 |');
+    const runs = agentSection({ ...o, control: 'runs' }, { ...result, arms: result.arms.map((a) => ({ ...a, seed: 0, records: [record(0), record(0)] })) }, 'x').join('\n');
+    expect(runs).toContain('| control, lr 0 | 0 | `sft-1` | 2 |');
     expect(runs).toContain('| control, lr 0 (SFT only) |');
+  });
+  test('two seeds whose primary intervals are above 0 meet the goal; no signal possible writes no table', () => {
+    const rl1 = rl.map((e) => ({ ...e }));
+    const result: AgentLearnResult = {
+      ...base,
+      arms: [
+        { arm: 'rl', seed: 0, runId: 'rl-0', records: [record(1)], finalVersion: 1, episodes: rl },
+        { arm: 'rl', seed: 1, runId: 'rl-1', records: [record(1)], finalVersion: 1, episodes: rl1 },
+        { arm: 'control', seed: -1, runId: 'sft-1', records: [], finalVersion: 2, episodes: control },
+      ],
+    };
+    expect(agentSection(AGENT_DEFAULTS, result, 'x').join('\n')).toContain('seed 0 0.875 [0.875, 0.875] over 1 tasks; seed 1 0.875 [0.875, 0.875] over 1 tasks. Goal (both seeds\' intervals above 0): met.');
+    const none = agentSection(AGENT_DEFAULTS, { ...base, arms: [], preflight: { ...preflight, passed: 1, passRate: 1 / 16, signal: false, reason: 'below 0.15' } }, 'x').join('\n');
+    expect(none).toContain('band [0.15, 0.85]: **no signal possible**: below 0.15');
+    expect(none).toContain('No RL run was trained');
+    expect(none).not.toContain('| held out | arm |');
   });
 });
