@@ -50,6 +50,17 @@ describe('deployment files: what they promise', () => {
     expect(readFileSync(path.join(UNITS, 'liveness-check.sh'), 'utf8')).toMatch(new RegExp(`^ {2}${name}\\) probe\\(\\)`, 'm'));
   });
 
+  test('Worker Versioning is on (docs/upgrades.md); worker-main and worker-rollout of one image name one build', () => {
+    expect(readFileSync(path.join(UNITS, 'ratchet.env'), 'utf8')).toMatch(/^RATCHET_WORKER_VERSIONING=on$/m);
+    const workers = readFileSync(path.join(K8S, 'workers.yaml'), 'utf8');
+    expect(workers).toMatch(/^ {2}RATCHET_WORKER_VERSIONING: "on"$/m);
+    const builds = workers.split(/^---$/m).filter((doc) => /^ {2}name: worker-(main|rollout)$/m.test(doc))
+      .map((doc) => [/^ {10}image: (\S+)$/m.exec(doc)?.[1], /- name: RATCHET_BUILD_ID\n\s+value: "([^"]+)"/.exec(doc)?.[1]]);
+    expect(builds).toHaveLength(2);
+    expect(builds[0]![1]).toBeDefined();
+    expect(builds[1]).toEqual(builds[0]);
+  });
+
   test('every worker container has a liveness probe on its liveness file; every other workload has a probe', () => {
     const workloads = readdirSync(K8S).filter((f) => f.endsWith('.yaml'))
       .flatMap((f) => readFileSync(path.join(K8S, f), 'utf8').split(/^---$/m))
