@@ -61,6 +61,9 @@ LIVENESS_FILE_ENV = "RATCHET_LIVENESS_FILE"
 # The trainer's exit status when it fences itself (a watchdog fired): EX_TEMPFAIL, "try again".
 # Documented in docs/liveness.md; the systemd units restart on it like on any other exit.
 EXIT_STALLED = 75
+# The trainer's exit status after a process fault (worker.py: an error it has no type for, such as a CUDA or
+# NCCL runtime error, which may leave the process unusable): EX_PROTOCOL, told apart from a stall in the logs.
+EXIT_FAULTED = 76
 
 
 @dataclass(frozen=True)
@@ -227,24 +230,28 @@ class ProcessLiveness:
             except Exception as e:  # noqa: BLE001 - this thread is the process's liveness: it must not die
                 log.exception("liveness check failed; trying again next period", extra={"error": repr(e)})
 
-    def fence_now(self) -> None:
-        """Report this process dead and exit it with EXIT_STALLED, so its process manager starts a new one.
+    def fence_now(self, code: int = EXIT_STALLED, why: str | None = None) -> None:
+        """Report this process dead and exit it with `code` (EXIT_STALLED), so its process manager starts a new one.
 
         The hung thread cannot be stopped from here (Python threads cannot be killed, and a step stuck in a
         collective or a kernel never returns), and it holds the model and the trainer's lock: the process is of
         no further use. Temporal already stopped getting this activity's heartbeats; the workflow re-announces
         and the new process loads the last checkpoint.
         """
-        stalled = [{"activity": wd.name, "stall_s": wd.stall_s, "last_progress": wd.details} for wd in self.stalled_activities()]
-        log.critical("an activity stalled: the trainer fences itself (exits) so its process manager restarts it",
-                     extra={"stalled": stalled, "exit_code": EXIT_STALLED, "liveness_file": str(self.path)})
+        if why is None:
+            stalled = [{"activity": wd.name, "stall_s": wd.stall_s, "last_progress": wd.details} for wd in self.stalled_activities()]
+            log.critical("an activity stalled: the trainer fences itself (exits) so its process manager restarts it",
+                         extra={"stalled": stalled, "exit_code": code, "liveness_file": str(self.path)})
+        else:
+            log.critical("the trainer fences itself (exits) so its process manager restarts it",
+                         extra={"why": why, "exit_code": code, "liveness_file": str(self.path)})
         if self.path is not None:
             with contextlib.suppress(OSError):
                 self.path.unlink()  # dead now, not in up to a staleness window
         for handler in logging.getLogger().handlers:
             with contextlib.suppress(Exception):
                 handler.flush()
-        self._exit(EXIT_STALLED)
+        self._exit(code)
 
 
 class Heartbeater:

@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable, Iterator
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
@@ -44,11 +44,12 @@ from .core.artifacts import ArtifactError
 from .core.batch import BatchError
 from .core.config import ConfigError, newer_than_this_code
 from .core.errors import CheckpointError
+from .core.io_progress import io_progress
 from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full
 from .core.trainer import (NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError,
                            StepPartitionError, Trainer)
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
-from .liveness import EXIT_STALLED, LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
+from .liveness import EXIT_FAULTED, EXIT_STALLED, LivenessConfig, ProcessLiveness, activity_liveness, liveness_file_from_env
 from .ranks import RankFailed, Ranks, launched_by_torchrun
 
 log = logging.getLogger("ratchet_trainer.worker")
@@ -66,8 +67,14 @@ FAULT_MARKER_ENV = "RATCHET_TRAINER_FAULT_MARKER"
 # With RATCHET_TRAINER_FAULT_ONCE=1 the sleep happens only while the marker does not exist yet: a
 # restarted trainer (same environment, under a process manager) runs the step normally.
 FAULT_ONCE_ENV = "RATCHET_TRAINER_FAULT_ONCE"
-# Self-fencing on a stalled activity (liveness.py EXIT_STALLED): on unless set to 0.
+# Self-fencing on a stalled activity (liveness.py EXIT_STALLED) or a process fault (EXIT_FAULTED): on unless set to 0.
 FENCE_ENV = "RATCHET_TRAINER_FENCE"
+# Fault injection for the process-fault tests: trainer.step of RATCHET_TRAINER_FAULT_STEP (any step if unset)
+# raises RuntimeError(<this text>) after its first micro-batch, as torch does for a CUDA or NCCL error; with
+# RATCHET_TRAINER_FAULT_ONCE=1 only while RATCHET_TRAINER_FAULT_MARKER does not exist (then it is written).
+FAULT_RAISE_ENV = "RATCHET_TRAINER_FAULT_RAISE"
+# How long a fenced worker waits for Temporal to take the failure it reports before it exits anyway.
+FENCE_REPORT_S = 10.0
 
 # The activities that touch the model run in a thread and opt out of the SDK's
 # thread-injected cancel exception (see the heartbeat in step).
@@ -78,6 +85,18 @@ _NON_RETRYABLE = (ConfigError, BatchError, CheckpointError, StepOrderError, Step
 # workflow records the step with the error and goes on (docs/contracts.md).
 _STEP_FAULTS = {NonFiniteGradientError: "NonFiniteGradient", StepOutOfMemoryError: "StepOutOfMemory",
                 StepPartitionError: "StepPartition"}
+# Every other error is a process fault (issue 39): a CUDA or NCCL runtime error, an out-of-memory at load, a
+# bug. CUDA errors are sticky and a failed collective leaves the group unusable, so the process cannot be
+# trusted with the next call: it reports the fault as TrainerFault (the error's class and this worker named in
+# the details) and fences itself; the workflow retries on its replacement, and only a batch that fails with the
+# same error class on two different trainer processes is a poison batch (src/workflows/trainerSession.ts).
+PROCESS_FAULT = "TrainerFault"
+
+
+def error_class(e: BaseException) -> str:
+    """The error's class as the workflow compares it: builtins bare (RuntimeError), others with their module."""
+    t = type(e)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 @functools.cache
@@ -143,13 +162,29 @@ class TrainerActivities:
         self._lock = threading.Lock()
         # Held for microseconds only (announce runs on the event loop, the rest in threads).
         self._lease_lock = threading.Lock()
+        # Runs whose trainer_config came from a newer build (version skew, docs/upgrades.md): handed back, and
+        # their announces refused, so that they go to a newer trainer on the shared queue.
+        self.newer_runs: dict[str, str] = {}
         self.lease = TrainerLease(ttl_s=lease_ttl_s)
+        # Set by the first process fault: this process takes no more work and exits (run_worker's on_fault).
+        self.faulted: str | None = None
+        self.on_fault: Callable[[], None] | None = None
 
     def _busy(self, run_id: str, retryable: bool) -> ApplicationError:
         return ApplicationError(
             f"trainer {self.worker_id} is leased to run {self.lease.holder_now()!r}, not {run_id!r}. "
             "The run waits for a free trainer (status waiting-for-trainer); start another trainer worker "
             "(python -m ratchet_trainer.worker, with its own --metrics-port) or stop the other run",
+            type="TrainerBusy", non_retryable=not retryable,
+        )
+
+    def _outdated(self, run_id: str, retryable: bool) -> ApplicationError:
+        log.warning("a newer build wrote this run's trainer_config: handing the run to a newer trainer",
+                    extra={"run_id": run_id, "worker_id": self.worker_id, "why": self.newer_runs[run_id]})
+        return ApplicationError(
+            f"trainer {self.worker_id} is older than run {run_id!r}'s trainer_config ({self.newer_runs[run_id]}); "
+            "the run goes to a newer trainer on the shared queue and waits for one (waiting-for-trainer). "
+            "Fix: start this release's trainer worker, then stop this one",
             type="TrainerBusy", non_retryable=not retryable,
         )
 
@@ -162,9 +197,6 @@ class TrainerActivities:
         with self._lease_lock:
             if not self.lease.claim(run_id):
                 if on_busy == "busy":
-        # Runs whose trainer_config came from a newer build (version skew, docs/upgrades.md): handed back, and
-        # their announces refused, so that they go to a newer trainer on the shared queue.
-        self.newer_runs: dict[str, str] = {}
                     raise self._busy(run_id, retryable=False)
                 raise ApplicationError(
                     f"worker {self.worker_id} no longer holds run {run_id!r}: its lease expired and run "
@@ -178,22 +210,14 @@ class TrainerActivities:
             with self._lease_lock:
                 self.lease.end(run_id)
 
-    def _outdated(self, run_id: str, retryable: bool) -> ApplicationError:
-        log.warning("a newer build wrote this run's trainer_config: handing the run to a newer trainer",
-                    extra={"run_id": run_id, "worker_id": self.worker_id, "why": self.newer_runs[run_id]})
-        return ApplicationError(
-            f"trainer {self.worker_id} is older than run {run_id!r}'s trainer_config ({self.newer_runs[run_id]}); "
-            "the run goes to a newer trainer on the shared queue and waits for one (waiting-for-trainer). "
-            "Fix: start this release's trainer worker, then stop this one",
-            type="TrainerBusy", non_retryable=not retryable,
-        )
-
     @contextmanager
     def _trainer_lock(self, live) -> Iterator[None]:
         """The trainer's lock for one activity; the wait for it is not a stall of that activity (liveness.Watchdog.waiting)."""
         with live.waiting({"phase": "waiting for the trainer (another call holds it)"}):
             self._lock.acquire()
         try:
+            if self.faulted is not None:
+                raise self._fenced()
             yield
         finally:
             self._lock.release()
@@ -205,6 +229,30 @@ class TrainerActivities:
     @trainer.setter
     def trainer(self, trainer: Trainer | None) -> None:
         self.commands.trainer = trainer
+
+    def _fenced(self) -> ApplicationError:
+        """A call that reaches a process fenced by a process fault: the run re-announces (like a lost lease)."""
+        return ApplicationError(
+            f"trainer {self.worker_id} fenced itself after a process fault ({self.faulted}) and is exiting. "
+            "Fix: none needed, the run re-announces and its replacement loads the last checkpoint",
+            type="TrainerNotLoaded", non_retryable=True)
+
+    def _process_fault(self, name: str, e: BaseException, req: dict[str, Any]) -> ApplicationError:
+        """An error with no type of ours: report it with its class, then fence this process (exit EXIT_FAULTED)."""
+        cls = error_class(e)
+        self.faulted = f"{name}: {cls}: {str(e)[:200]}"
+        log.critical("process fault: the trainer reports it and fences itself (exits) so its process manager replaces it",
+                     exc_info=e, extra={"activity": name, "run_id": req.get("run_id"), "step": req.get("step"),
+                                        "error_class": cls, "exit_code": EXIT_FAULTED, "worker_id": self.worker_id})
+        if self.on_fault is not None:
+            self.on_fault()
+        return ApplicationError(
+            f"trainer {self.worker_id} failed {name} with {cls}: {str(e)[:1000]}. A process fault: this trainer process "
+            f"fences itself (exit {EXIT_FAULTED}) and the run retries on its replacement, which loads the last checkpoint. "
+            "Fix: none if it passes there; a batch that fails with the same error class on two trainer processes is "
+            "recorded as PoisonBatch and skipped",
+            {"error_class": cls, "worker_id": self.worker_id, "activity": name},
+            type=PROCESS_FAULT, non_retryable=True)
 
     def _fail(self, e: Exception) -> ApplicationError:
         # StoreUnavailable keeps its type: the workflow waits for the store (waiting-for-store) and calls again.
@@ -245,8 +293,14 @@ class TrainerActivities:
     @activity.defn(name="trainer.announce")
     async def announce(self, req: dict[str, Any] | None = None) -> dict[str, str]:
         run_id = (req or {}).get("run_id")
+        if self.faulted is not None:  # exiting: the retry goes back to the shared queue, to another trainer
+            raise ApplicationError(f"trainer {self.worker_id} fenced itself after a process fault and is exiting",
+                                   type="TrainerBusy", non_retryable=False)
         out = {"task_queue": self.task_queue, "worker_id": self.worker_id}
         if isinstance(run_id, str) and run_id:
+            if run_id in self.newer_runs:
+                # Retryable: the retry goes back to the shared queue, where a newer trainer takes it.
+                raise self._outdated(run_id, retryable=True)
             with self._lease_lock:
                 claimed = self.lease.claim(run_id)
                 holder = self.lease.holder_now()
@@ -277,6 +331,14 @@ class TrainerActivities:
         run_id = req.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             raise ApplicationError("trainer.load needs run_id (a non-empty string)", type="ConfigError", non_retryable=True)
+        newer = newer_than_this_code(req.get("trainer_config") or {})
+        if newer is not None:
+            self.newer_runs[run_id] = newer
+            with self._lock, self._lease_lock:
+                if self.lease.release(run_id):
+                    self.commands.release({"run_id": run_id})
+            # TrainerBusy: the workflow re-announces (trainerSession.ts), and announce refuses this run here.
+            raise self._outdated(run_id, retryable=False)
         with self._live("trainer.load", req) as live, self._trainer_lock(live), self._leased(run_id, on_busy="busy"):
             live.progress({"phase": "loading", "run_id": run_id})
             held = self.trainer.run_id if self.trainer is not None else None
@@ -285,11 +347,18 @@ class TrainerActivities:
                 self.commands.release({"run_id": held})
                 release_freed_memory()
             try:
-                return self.commands.load(req, progress=live.progress)
+                with io_progress(live.progress, "loading"):
+                    return self.commands.load(req, progress=live.progress)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
+            except FailureError:
+                raise
             except OSError as e:  # the S3 download cache filling its disk
+                if disk_full(e) is None:
+                    raise self._process_fault("trainer.load", e, req) from e
                 raise self._disk_full_or_raise(e) from e
+            except Exception as e:  # noqa: BLE001 - a process fault (a CUDA out-of-memory at load, a bug)
+                raise self._process_fault("trainer.load", e, req) from e
 
     @activity.defn(name="trainer.step", no_thread_cancel_exception=True)
     def step(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -298,13 +367,11 @@ class TrainerActivities:
             live.progress({"phase": "lock acquired", "step": step})
             fault_sleep = float(os.environ.get(FAULT_SLEEP_ENV, "0") or 0)
             fault_step = os.environ.get(FAULT_STEP_ENV)
-            if run_id in self.newer_runs:
-                # Retryable: the retry goes back to the shared queue, where a newer trainer takes it.
-                raise self._outdated(run_id, retryable=True)
             if fault_step not in (None, "") and fault_step != str(step):
                 fault_sleep = 0.0
+            fault_raise = os.environ.get(FAULT_RAISE_ENV) if fault_step in (None, "") or fault_step == str(step) else None
             if os.environ.get(FAULT_ONCE_ENV) == "1" and os.environ.get(FAULT_MARKER_ENV) and Path(os.environ[FAULT_MARKER_ENV]).exists():
-                fault_sleep = 0.0
+                fault_sleep, fault_raise = 0.0, None
 
             def heartbeat(progress: dict[str, Any]) -> None:
                 # Cancellation is checked here, between micro-batches, never injected into torch mid-kernel
@@ -314,6 +381,10 @@ class TrainerActivities:
                 if activity.is_cancelled() and self.ranks is None:
                     raise activity_cancelled(step)
                 live.progress(progress)
+                if fault_raise and progress["micro_batch"] > 0:
+                    if os.environ.get(FAULT_MARKER_ENV):
+                        Path(os.environ[FAULT_MARKER_ENV]).write_text(json.dumps(progress))
+                    raise RuntimeError(fault_raise)  # what torch raises for a CUDA or NCCL error
                 if fault_sleep and progress["micro_batch"] > 0:
                     if os.environ.get(FAULT_MARKER_ENV):
                         Path(os.environ[FAULT_MARKER_ENV]).write_text(json.dumps(progress))
@@ -326,19 +397,17 @@ class TrainerActivities:
             except tuple(_STEP_FAULTS) as e:
                 log.warning("step fault: nothing applied, the run skips this step", extra={"run_id": req.get("run_id"), "step": step, "error": str(e)})
                 raise ApplicationError(str(e), type=_STEP_FAULTS[type(e)], non_retryable=True) from e
+            except FailureError:  # cancelled between micro-batches, or already typed
+                raise
             except OSError as e:  # the S3 download cache filling its disk while fetching the batch
+                if disk_full(e) is None:
+                    raise self._process_fault("trainer.step", e, req) from e
                 raise self._disk_full_or_raise(e) from e
+            except Exception as e:  # noqa: BLE001 - a process fault (a CUDA or NCCL runtime error, a bug)
+                raise self._process_fault("trainer.step", e, req) from e
             finally:
                 release_freed_memory()
             if metrics.get("applied"):
-        newer = newer_than_this_code(req.get("trainer_config") or {})
-        if newer is not None:
-            self.newer_runs[run_id] = newer
-            with self._lock, self._lease_lock:
-                if self.lease.release(run_id):
-                    self.commands.release({"run_id": run_id})
-            # TrainerBusy: the workflow re-announces (trainerSession.ts), and announce refuses this run here.
-            raise self._outdated(run_id, retryable=False)
                 record_step_metrics(metrics)
             return metrics
 
@@ -347,11 +416,18 @@ class TrainerActivities:
         with self._live("trainer.save", req) as live, self._trainer_lock(live), self._leased(req.get("run_id"), on_busy="gone"):
             live.progress({"phase": "saving", "step": req.get("step")})
             try:
-                return self.commands.save(req)
+                with io_progress(live.progress, "saving", step=req.get("step")):
+                    return self.commands.save(req)
             except _NON_RETRYABLE as e:
                 raise self._fail(e) from e
+            except FailureError:
+                raise
             except OSError as e:
+                if disk_full(e) is None:
+                    raise self._process_fault("trainer.save", e, req) from e
                 raise self._disk_full_or_raise(e) from e
+            except Exception as e:  # noqa: BLE001 - a process fault
+                raise self._process_fault("trainer.save", e, req) from e
 
 
 def record_step_metrics(metrics: dict[str, Any]) -> None:
@@ -428,9 +504,26 @@ async def run_worker(address: str | None, namespace: str | None, artifacts_root:
     if ready_file is not None:
         ready_file.write_text(json.dumps({"task_queue": acts.task_queue, "worker_id": acts.worker_id,
                                           "world_size": world_size, "rank_pids": rank_pids or [os.getpid()]}))
+    loop = asyncio.get_running_loop()
+    faulted = asyncio.Event()
+    if fence:
+        acts.on_fault = lambda: loop.call_soon_threadsafe(faulted.set)
+    running = asyncio.ensure_future(asyncio.gather(shared.run(), own.run()))
+    fault_seen = asyncio.ensure_future(faulted.wait())
     try:
-        await asyncio.gather(shared.run(), own.run())
+        await asyncio.wait({running, fault_seen}, return_when=asyncio.FIRST_COMPLETED)
+        if faulted.is_set():
+            # Let the SDK hand the failure (its type and error class) to Temporal, then exit: the process
+            # manager starts a clean trainer. Past FENCE_REPORT_S the workflow sees a timeout instead.
+            try:
+                await asyncio.wait_for(asyncio.gather(shared.shutdown(), own.shutdown()), FENCE_REPORT_S)
+            except Exception as e:  # noqa: BLE001 - exiting either way
+                log.warning("worker shutdown after a process fault did not finish; exiting anyway", extra={"error": repr(e)})
+            acts.commands.stop_followers()
+            liveness.fence_now(EXIT_FAULTED, f"process fault: {acts.faulted}")
+        await running
     finally:
+        fault_seen.cancel()
         acts.commands.stop_followers()
 
 

@@ -27,6 +27,7 @@ class TrainerRecoveryTestFlow:
                 task_queue=queue, start_to_close_timeout=timedelta(minutes=3), retry_policy=ONCE)
 
         queue, ckpt, results, recoveries, step = await announce(), None, [], 0, 0
+        failures: list[dict] = []
         await load(queue, None)
         while step < len(a["batches"]):
             b = a["batches"][step]
@@ -38,9 +39,14 @@ class TrainerRecoveryTestFlow:
                     schedule_to_start_timeout=timedelta(seconds=60),
                     heartbeat_timeout=timedelta(seconds=a.get("step_heartbeat_timeout_s", 60)), retry_policy=ONCE)
                 saved = await workflow.execute_activity(
-                    "trainer.save", {"run_id": a["run_id"], "step": step}, task_queue=queue,
-                    start_to_close_timeout=timedelta(minutes=2), retry_policy=ONCE)
-            except ActivityError:
+                    "trainer.save", {"run_id": a["run_id"], "step": step,
+                                     **({"liveness": a["liveness"]} if a.get("liveness") else {})}, task_queue=queue,
+                    start_to_close_timeout=timedelta(minutes=2),
+                    heartbeat_timeout=timedelta(seconds=a.get("step_heartbeat_timeout_s", 60)), retry_policy=ONCE)
+            except ActivityError as e:
+                cause = e.cause
+                failures.append({"step": step, "type": getattr(cause, "type", None) or type(cause).__name__,
+                                 "details": list(getattr(cause, "details", None) or [])})
                 recoveries += 1
                 queue = await announce()
                 await load(queue, ckpt)
@@ -48,4 +54,4 @@ class TrainerRecoveryTestFlow:
             ckpt = saved["checkpoint"]
             results.append({"metrics": m, "saved": saved, "queue": queue})
             step += 1
-        return {"results": results, "recoveries": recoveries}
+        return {"results": results, "recoveries": recoveries, "failures": failures}

@@ -300,3 +300,98 @@ def test_hung_but_alive_trainer_is_replaced_by_a_plain_restart_loop(tmp_path):
     assert out["recoveries"] == 1
     r0, r1 = out["results"]
     assert r1["queue"] != r0["queue"] and r1["metrics"]["applied"] is True and r1["saved"]["policy_version"] == 2
+
+
+def _restart_loop(tmp: Path, shared: str, env_extra: dict) -> tuple[subprocess.Popen, Path, Path]:
+    """The trainer under a plain restart loop (systemd's Restart=always): every exit appends its status to `exits`."""
+    exits, ready = tmp / "exits", tmp / "trainer.ready"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "trainer"), "RATCHET_METRICS_PORT": "off", **env_extra}
+    worker = (f"'{sys.executable}' -m ratchet_trainer.worker --address {TEMPORAL_ADDRESS} --artifacts '{tmp / 'art'}' "
+              f"--ready-file '{ready}' --shared-queue {shared}")
+    loop = subprocess.Popen(["bash", "-c", f"while true; do {worker}; echo $? >> '{exits}'; sleep 1; done"],
+                            env=env, stdout=open(tmp / "trainer.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert loop.poll() is None and time.monotonic() < deadline, (tmp / "trainer.log").read_text()[-3000:]
+        time.sleep(0.2)
+    return loop, exits, ready
+
+
+def _drive(flow_input: dict, wf_id: str, timeout_s: float = 300) -> dict:
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+    from flow_wf import TrainerRecoveryTestFlow
+
+    async def drive():
+        client = await Client.connect(TEMPORAL_ADDRESS)
+        wf_queue = f"{flow_input['shared_queue']}-wf"
+        async with Worker(client, task_queue=wf_queue, workflows=[TrainerRecoveryTestFlow]):
+            handle = await client.start_workflow(TrainerRecoveryTestFlow.run, flow_input, id=f"{wf_id}-{uuid.uuid4().hex[:8]}",
+                                                 task_queue=wf_queue)
+            return await asyncio.wait_for(handle.result(), timeout=timeout_s)
+
+    return asyncio.run(drive())
+
+
+def test_untyped_cuda_style_error_fences_the_trainer_and_the_step_trains_on_its_replacement(tmp_path):
+    """Issue 39, hole 3: a RuntimeError as torch raises for a CUDA or NCCL error, in the middle of step 1. Before,
+    the SDK retried it on the same (possibly poisoned) process and the run failed after two attempts. Now the
+    activity fails as TrainerFault naming the error class and the worker, the process exits with EXIT_FAULTED,
+    the restart loop starts a new one, and step 1 trains there from step 0's checkpoint, once."""
+    from ratchet_trainer.liveness import EXIT_FAULTED
+
+    cfg = make_cfg("tiny", micro_batch_tokens=24)
+    ref = Trainer("run", cfg)
+    samples = make_samples(ref.vocab_size)
+    b0 = on_policy_batch(ref, tmp_path, samples, 0)
+    b1 = on_policy_batch(ref, tmp_path, samples, 1)
+    del ref
+    shared = f"ratchet-trainer-test-{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "fault.marker"
+    loop, exits, ready = _restart_loop(tmp_path, shared, {
+        "RATCHET_TRAINER_FAULT_RAISE": "CUDA error: an illegal memory access was encountered", "RATCHET_TRAINER_FAULT_STEP": "1",
+        "RATCHET_TRAINER_FAULT_MARKER": str(marker), "RATCHET_TRAINER_FAULT_ONCE": "1"})
+    first = json.loads(ready.read_text())
+    try:
+        out = _drive({"shared_queue": shared, "run_id": "run", "trainer_config": cfg.to_dict(), "batches": [b0, b1]}, "trainer-fault")
+    finally:
+        os.killpg(loop.pid, signal.SIGTERM)
+        loop.wait(30)
+    log = (tmp_path / "trainer.log").read_text()
+    assert marker.exists(), "the fault hook never ran: the test proved nothing"
+    assert out["failures"] == [{"step": 1, "type": "TrainerFault",
+                                "details": [{"error_class": "RuntimeError", "worker_id": first["worker_id"], "activity": "trainer.step"}]}], log[-3000:]
+    assert exits.read_text().split()[0] == str(EXIT_FAULTED), log[-3000:]
+    assert "process fault" in log and "illegal memory access" in log
+    r0, r1 = out["results"]
+    assert r0["queue"] == first["task_queue"] != r1["queue"]
+    assert r1["metrics"]["applied"] is True and r1["saved"]["policy_version"] == 2
+
+
+def test_slow_checkpoint_save_beats_with_bytes_and_is_not_fenced(tmp_path):
+    """Issue 39, hole 7: a save slower than the stall window (a slow disk: every large read of the checkpoint's
+    files sleeps 0.4 s, ~10 s a save; stall window 3 s). Before, the save reported nothing while it hashed and
+    copied, and its watchdog fenced the trainer on every try. Now each chunk it copies is progress, with the
+    bytes so far: both saves finish on their first attempt, no restart."""
+    cfg = make_cfg("tiny", micro_batch_tokens=24)
+    ref = Trainer("run", cfg)
+    samples = make_samples(ref.vocab_size)
+    b0 = on_policy_batch(ref, tmp_path, samples, 0)
+    b1 = on_policy_batch(ref, tmp_path, samples, 1)
+    del ref
+    shared = f"ratchet-trainer-test-{uuid.uuid4().hex[:8]}"
+    loop, exits, _ = _restart_loop(tmp_path, shared, {
+        "PYTHONPATH": f"{Path(__file__).parent / 'slow_disk'}{os.pathsep}{REPO / 'trainer'}",
+        "RATCHET_TEST_SLOW_READ_UNDER": "/checkpoints/", "RATCHET_TEST_SLOW_READ_S": "0.4"})
+    try:
+        t0 = time.monotonic()
+        out = _drive({"shared_queue": shared, "run_id": "run", "trainer_config": cfg.to_dict(), "batches": [b0, b1],
+                      "step_heartbeat_timeout_s": 5, "liveness": {"heartbeat_every_s": 1, "stall_s": 3}}, "trainer-slow-save")
+        took = time.monotonic() - t0
+    finally:
+        os.killpg(loop.pid, signal.SIGTERM)
+        loop.wait(30)
+    log = (tmp_path / "trainer.log").read_text()
+    assert out["recoveries"] == 0 and not exits.exists(), log[-3000:]
+    assert took > 2 * 3, f"the saves took {took:.1f} s in all: not slower than the stall window, the test proved nothing"
+    assert [r["saved"]["policy_version"] for r in out["results"]] == [1, 2]

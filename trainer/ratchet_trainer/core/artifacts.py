@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TypedDict
 from urllib.parse import unquote, urlparse
 
+from .io_progress import io_bytes
+
 MANIFEST = "MANIFEST.sha256"
 
 
@@ -44,6 +46,7 @@ def sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+            io_bytes(len(chunk))
     return h.hexdigest()
 
 

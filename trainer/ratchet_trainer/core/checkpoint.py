@@ -41,6 +41,7 @@ from safetensors.torch import load_file, save_file
 from .artifacts import MANIFEST, ArtifactError, ArtifactRef, commit_dir, dir_ref, tmp_sibling, verify_dir, write_manifest
 from .distributed import local_tensor, world
 from .errors import CheckpointError
+from .io_progress import io_bytes
 from .sharded import check_sharded_fits, distribute_like, load_sharded, save_sharded, trainable_params
 from .store import ObjectExists, S3Store, local_dir_ref
 from .trainer import Trainer
@@ -273,6 +274,7 @@ def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] 
         with trainer.master_weights():
             model.save_pretrained(str(d / "adapter"), safe_serialization=True, state_dict=whole)
         canonical_adapter_config(d / "adapter")
+        _wrote(d / "adapter" / "adapter_model.safetensors")
         write_manifest(d / "adapter")
     else:
         (d / "model").mkdir()
@@ -285,6 +287,7 @@ def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] 
                 state[k] = state[k].clone()
             seen[ptr] = k
         save_file(state, str(d / "model" / "model.safetensors"))
+        _wrote(d / "model" / "model.safetensors")
         model.config.save_pretrained(str(d / "model"))
         write_manifest(d / "model")
     if trainer.kl_reference is not None:  # the reference is the run's, not in its init: a resume gets no init
@@ -292,6 +295,7 @@ def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] 
         save_file({k: v.contiguous() for k, v in trainer.kl_reference.items()}, str(d / KL_REFERENCE))
     if whole is None:
         torch.save(trainer.optimizer.state_dict(), d / "optimizer.pt")
+        _wrote(d / "optimizer.pt")
     torch.save(_rng_state(), d / "rng.pt")
     (d / "ledger.json").write_text(json.dumps({str(k): v for k, v in sorted(trainer.ledger.items())}, indent=1))
     sharded = {"sharded": True, "world_size": world()[1]} if whole is not None else {}
@@ -308,6 +312,11 @@ def _write(trainer: Trainer, d: Path, step: int, whole: dict[str, torch.Tensor] 
     }, indent=1))
     if whole is None:  # several ranks: rank 0 lists the files once every rank's shards are written
         write_manifest(d)
+
+
+def _wrote(path: Path) -> None:
+    """A whole file written or read in one call: its bytes count as checkpoint I/O progress (io_progress.py)."""
+    io_bytes(path.stat().st_size if path.is_file() else 0)
 
 
 def read_checkpoint_state(ref: ArtifactRef, run_id: str, fingerprint: str, store: S3Store | None = None) -> tuple[Path, dict[str, Any]]:
@@ -361,11 +370,11 @@ def restore_checkpoint(trainer: Trainer, ref: ArtifactRef, store: S3Store | None
 
 def _load_whole(trainer: Trainer, root: Path, uri: str) -> None:
     """A single-process checkpoint: the whole adapter/model and optimizer.pt."""
-    if trainer.cfg.adapter is not None:
-        weights = load_file(str(root / "adapter" / "adapter_model.safetensors"))
-    else:
-        weights = load_file(str(root / "model" / "model.safetensors"))
+    weights_file = root / "adapter" / "adapter_model.safetensors" if trainer.cfg.adapter is not None else root / "model" / "model.safetensors"
+    weights = load_file(str(weights_file))
+    _wrote(weights_file)
     optim = torch.load(root / "optimizer.pt", map_location="cpu", weights_only=True)
+    _wrote(root / "optimizer.pt")
     current = trainer.trainable_state()
     for k, v in weights.items():
         if k not in current:

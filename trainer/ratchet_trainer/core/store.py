@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .artifacts import MANIFEST, ArtifactError, ArtifactRef, commit_dir, sha256_file, verify_dir, verify_file
+from .io_progress import CountingBody, read_all
 
 SHA_META = "sha256"
 
@@ -172,7 +173,7 @@ class S3Store:
         digest = hashlib.sha256(data).hexdigest()
         extra = {"IfNoneMatch": "*"} if if_absent else {}
         try:
-            self._call(self.client.put_object, Bucket=self.bucket, Key=ok, Body=data,
+            self._call(self.client.put_object, Bucket=self.bucket, Key=ok, Body=CountingBody(data),
                        ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(), Metadata={SHA_META: digest}, **extra)
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
@@ -203,7 +204,7 @@ class S3Store:
             res = self._call(self.client.get_object, Bucket=self.bucket, Key=object_key)
         except FileNotFoundError:
             return None
-        return res["Body"].read()
+        return read_all(res["Body"])
 
     def get_bytes(self, ref: ArtifactRef, what: str) -> bytes:
         data = self._get(self.key_of_uri(ref["uri"]))
