@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import type { RunConfig } from '../config/schema';
 import type { StackLayout } from '../layout';
-import { estimateTrainerMemory, GiB, modelShape } from './gpu';
+import { estimateTrainerMemory, modelShape } from './gpu';
 import { fail, ok, warn, type CheckLine } from './types';
 
 /**

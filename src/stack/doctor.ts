@@ -7,7 +7,10 @@ import Docker from 'dockerode';
 import { OpenAIModelClient } from '../agent/model';
 import type { ChatMessage, ToolSpec } from '../contracts/trajectory';
 import { describeSettingsLine, explainConnectError, explainConnectFailure, resolveConnection, type ResolvedConnection } from '../connection';
-import { DEFAULTS, paths, REPO_ROOT } from '../shared/paths';
+import { gpuHostLines, queryGpuHost, vllmCudaBuild } from '../check/gpuHost';
+import { loadRunConfig } from '../config/load';
+import { DEFAULTS, paths, REPO_ROOT, resolveConfigPath } from '../shared/paths';
+import { savedLayout, type GpuLayout, type SavedLayout } from './layoutFile';
 
 const run = promisify(execFile);
 
@@ -156,11 +159,17 @@ const checkToolCallTokens: Check = async ({ inferenceUrl, servedModel }) => {
   }
 };
 
+/** The probe adapter doctor loads: SmolLM2's on the CPU stack, the GPU model's own (made by set-up) on a GPU layout. */
+export function probeAdapter(layout = savedLayout()?.layout): string {
+  return path.join(paths.models(), layout ? `probe-lora-${path.basename(layout.model.path)}` : 'probe-lora');
+}
+
 const checkLora: Check = async ({ inferenceUrl }) => {
   const root = inferenceUrl.replace(/\/v1\/?$/, '');
-  const adapter = path.join(paths.models(), 'probe-lora');
+  const saved = savedLayout();
+  const adapter = probeAdapter(saved?.layout);
   if (!existsSync(path.join(adapter, 'adapter_config.json'))) {
-    return { ok: false, detail: `probe adapter ${adapter} is missing`, fix: 'bash infra/inference.sh setup' };
+    return { ok: false, detail: `probe adapter ${adapter} is missing`, fix: saved ? `bash infra/setup.sh ${saved.configPath}` : 'bash infra/inference.sh setup' };
   }
   const name = `doctor-probe-${process.pid}`;
   try {
@@ -201,7 +210,43 @@ export const CHECKS: [string, Check][] = [
   ['trainer-env', checkTrainerEnv],
 ];
 
+/** This host's GPUs against the saved layout (src/check/gpuHost.ts), with the stack running. */
+async function gpuResults(saved: SavedLayout): Promise<CheckResult[]> {
+  let config;
+  try {
+    ({ config } = await loadRunConfig(saved.configPath));
+    config.model.path = resolveConfigPath(config.model.path);
+  } catch (err) {
+    return [{ component: 'gpu', ok: false, detail: `the layout's config ${saved.configPath} does not load: ${(err as Error).message.split('\n')[0]}`, fix: `ratchet up --config <config> again` }];
+  }
+  const host = await queryGpuHost().catch((err: Error) => ({ error: err.message }));
+  const venv = paths.venv(saved.layout.vllmVenv);
+  return gpuHostLines(config, saved.layout, host, await vllmCudaBuild(venv), venv, true).map((l) => ({
+    component: l.message.startsWith('NCCL') ? 'nccl-p2p' : l.message.startsWith('vLLM') || l.message.includes('vLLM CUDA') ? 'vllm-cuda' : 'gpu',
+    ok: l.level !== 'fail',
+    detail: l.message.replace(/\. Fix: .*$/, ''),
+    ...(l.level === 'fail' ? { fix: l.message.match(/Fix: (.*)$/)?.[1] ?? 'docs/gpu.md' } : {}),
+  }));
+}
+
+/** An NCCL all-reduce over the trainer's GPUs (infra/nccl_check.py under the trainer's torchrun). */
+async function checkNccl(layout: GpuLayout): Promise<Omit<CheckResult, 'component'>> {
+  const t = layout.trainer;
+  try {
+    const { stdout } = await run(t.command, ['--standalone', '--nproc-per-node', String(t.ranks), path.join(REPO_ROOT, 'infra', 'nccl_check.py')],
+      { cwd: REPO_ROOT, timeout: 180_000, env: { ...process.env, CUDA_VISIBLE_DEVICES: t.env.CUDA_VISIBLE_DEVICES } });
+    const r = JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as { ok?: boolean; world_size?: number; seconds?: number; nccl?: string };
+    return r.ok ? { ok: true, detail: `all-reduce over GPUs ${t.gpus.join(', ')} (${r.world_size} ranks, NCCL ${r.nccl}) in ${r.seconds} s` }
+      : { ok: false, detail: `all-reduce over GPUs ${t.gpus.join(', ')} gave a wrong sum: ${stdout.trim()}`, fix: 'nvidia-smi topo -m; NCCL_DEBUG=INFO shows the path NCCL took' };
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    return { ok: false, detail: `NCCL all-reduce over GPUs ${t.gpus.join(', ')} failed: ${(e.stderr ?? e.message).trim().split('\n').slice(-2).join(' ')}`, fix: `NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=${t.env.CUDA_VISIBLE_DEVICES} ${t.command} --standalone --nproc-per-node ${t.ranks} infra/nccl_check.py` };
+  }
+}
+
 export async function runDoctor(opts: DoctorOptions = {}): Promise<CheckResult[]> {
+  const saved = savedLayout();
+  if (saved) return runGpuDoctor(opts, saved);
   const o: Required<DoctorOptions> = {
     temporalAddress: opts.temporalAddress ?? '',
     namespace: opts.namespace ?? '',
@@ -209,8 +254,29 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<CheckResult[]
     inferenceUrl: opts.inferenceUrl ?? DEFAULTS.inferenceUrl,
     servedModel: opts.servedModel ?? DEFAULTS.servedModel,
   };
+  return runChecksOf(CHECKS, o);
+}
+
+/** The GPU layout's doctor: each vLLM replica, the probe adapter on the first, the GPUs, vLLM's build and NCCL. */
+async function runGpuDoctor(opts: DoctorOptions, saved: SavedLayout): Promise<CheckResult[]> {
+  const l = saved.layout;
+  const base = { temporalAddress: opts.temporalAddress ?? '', namespace: opts.namespace ?? '', profile: opts.profile ?? '', servedModel: l.model.servedName };
+  const lora = l.inference.some((r) => r.args.includes('--enable-lora'));
+  const results = [
+    ...await runChecksOf([['temporal', checkTemporal], ['docker', checkDocker]], { ...base, inferenceUrl: l.inference[0]!.baseUrl }),
+    ...(await Promise.all(l.inference.map(async (r) => (await runChecksOf([[r.name, checkInferenceHealth]], { ...base, inferenceUrl: r.baseUrl }))
+      .map((x) => (x.ok ? x : { ...x, fix: `ratchet up   (its log: ${path.join(paths.logs(), `${r.name}.log`)})` }))))).flat(),
+    ...await runChecksOf([['tool-calls+tokens', checkToolCallTokens], ...(lora ? [['lora', checkLora] as [string, Check]] : []), ['trainer-env', checkTrainerEnv]],
+      { ...base, inferenceUrl: l.inference[0]!.baseUrl }),
+    ...await gpuResults(saved),
+  ];
+  if (l.trainer.ranks > 1) results.push({ component: 'nccl', ...(await checkNccl(l)) });
+  return results;
+}
+
+async function runChecksOf(checks: [string, Check][], o: Required<DoctorOptions>): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
-  for (const [component, check] of CHECKS) {
+  for (const [component, check] of checks) {
     try {
       results.push({ component, ...(await check(o)) });
     } catch (err) {

@@ -4,6 +4,8 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { paths, REPO_ROOT } from '../shared/paths';
 import { logFile, serviceStatus, ServiceSpec, ServiceStartError, startService, stopService } from './processes';
+import type { StackLayout } from '../layout';
+import { saveLayout, savedLayout, type GpuLayout, type SavedLayout } from './layoutFile';
 import { livenessFileOf, STALE_ENV } from './supervisor';
 
 export { formatDoctor, runDoctor } from './doctor';
@@ -23,13 +25,16 @@ const INFRA = [
   { name: 'inference', script: 'infra/inference.sh', log: 'vllm' },
 ] as const;
 
-export function workerSpecs(): ServiceSpec[] {
+/** The workers; on a GPU layout (src/layout, saved by `ratchet up --config`) the trainer is its torchrun job. */
+export function workerSpecs(layout: GpuLayout | undefined = savedLayout()?.layout): ServiceSpec[] {
   const node = process.execPath;
   const dist = path.join(REPO_ROOT, 'dist', 'workers');
+  const t = layout?.trainer;
   return [
     { name: 'worker-main', command: node, args: [path.join(dist, 'main.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-main') }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
     { name: 'worker-rollout', command: node, args: [path.join(dist, 'rollout.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-rollout') }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
-    {
+    // torchrun starts a process per GPU, each importing torch and initialising CUDA and NCCL: more time than one CPU process.
+    t ? { name: t.name, command: t.command, args: t.args, cwd: t.cwd, env: t.env, minUptimeMs: 15_000, readyTimeoutMs: 300_000 } : {
       name: 'worker-trainer',
       command: path.join(paths.venv('trainer'), 'bin', 'python'),
       args: ['-m', 'ratchet_trainer.worker'],
@@ -39,6 +44,38 @@ export function workerSpecs(): ServiceSpec[] {
       readyTimeoutMs: 120_000,
     },
   ];
+}
+
+/** vLLM's health endpoint answers (the server is up and its engine ready). */
+export async function vllmHealthy(replica: { host: string; port: number }): Promise<boolean> {
+  try {
+    return (await fetch(`http://${replica.host === '0.0.0.0' ? '127.0.0.1' : replica.host}:${replica.port}/health`, { signal: AbortSignal.timeout(10_000) })).ok;
+  } catch {
+    return false;
+  }
+}
+
+/** One vLLM replica per GPU group of a GPU layout, each on its GPUs (CUDA_VISIBLE_DEVICES) with the config's flags. */
+export function inferenceSpecs(layout: GpuLayout | undefined = savedLayout()?.layout): ServiceSpec[] {
+  return (layout?.inference ?? []).map((r) => ({
+    name: r.name, command: r.command, args: r.args, cwd: r.cwd, env: r.env, port: r.port,
+    // Loading a 4-14B model and profiling its KV cache takes minutes; the CPU stack's variable sets it too.
+    readyTimeoutMs: Number(process.env.RATCHET_VLLM_START_TIMEOUT ?? 900) * 1000,
+    ready: () => vllmHealthy(r),
+  }));
+}
+
+/** What a GPU layout needs on disk before anything starts, each with the set-up that makes it. */
+function gpuPrerequisites(saved: SavedLayout): string[] {
+  const l = saved.layout;
+  const setup = `bash infra/setup.sh ${saved.configPath}   (or bash infra/main.sh ${saved.configPath})`;
+  const missing: string[] = [];
+  if (!existsSync(l.inference[0]?.command ?? '')) missing.push(`vLLM's CUDA build (${l.inference[0]?.command}). Fix: ${setup}`);
+  if (!existsSync(l.trainer.command)) missing.push(`torchrun in the trainer venv (${l.trainer.command}). Fix: bash infra/trainer-env.sh`);
+  if (!existsSync(path.join(l.model.path, 'config.json'))) {
+    missing.push(`the model at ${l.model.path}. Fix: ${l.model.hub ? setup : `put the Hugging Face model directory (config.json, weights, tokenizer) there, or set model.hub and run ${setup}`}`);
+  }
+  return missing;
 }
 
 /** Replaces a worker that died or whose liveness went stale (src/stack/supervisor.ts); started after the workers. */
@@ -69,15 +106,29 @@ async function infraScript(script: string, verb: string, log: string): Promise<v
   }
 }
 
-/** Starts everything in the background. Running twice is harmless. */
-export async function stackUp(onEvent: (e: UpEvent) => void = () => {}): Promise<UpEvent[]> {
+/**
+ * Starts everything in the background. Running twice is harmless. With `config` (ratchet up --config) the
+ * stack is that config's layout (src/layout), saved for the later commands; without, the layout saved last,
+ * else the CPU stack.
+ */
+export async function stackUp(onEvent: (e: UpEvent) => void = () => {}, config?: { path: string; layout: StackLayout }): Promise<UpEvent[]> {
   const events: UpEvent[] = [];
   const emit = (e: UpEvent) => { events.push(e); onEvent(e); };
+  if (config) saveLayout(config.path, config.layout);
+  const saved = savedLayout();
+  if (saved) {
+    const missing = gpuPrerequisites(saved);
+    if (missing.length) throw new ServiceStartError(`the GPU layout of ${saved.configPath} cannot start; missing:\n  ${missing.join('\n  ')}`, logFile('vllm-0'));
+  }
   for (const svc of INFRA) {
+    if (saved && svc.name === 'inference') {
+      for (const spec of inferenceSpecs(saved.layout)) emit({ component: spec.name, state: await startService(spec), log: logFile(spec.name) });
+      continue;
+    }
     await infraScript(svc.script, 'start', svc.log);
     emit({ component: svc.name, state: 'started', log: logFile(svc.log) });
   }
-  for (const spec of workerSpecs()) {
+  for (const spec of workerSpecs(saved?.layout)) {
     if (!existsSync(spec.args[0]!) && spec.command === process.execPath) {
       throw new ServiceStartError(`${spec.name}: ${spec.args[0]} is missing. Fix: npm run build`, logFile(spec.name));
     }
@@ -98,6 +149,10 @@ export async function stackDown(onEvent: (e: UpEvent) => void = () => {}): Promi
     const e = { component: spec.name, state, log: logFile(spec.name) };
     events.push(e); onEvent(e);
   }
+  for (const spec of [...inferenceSpecs()].reverse()) {
+    const e: UpEvent = { component: spec.name, state: await stopService(spec.name, 30_000), log: logFile(spec.name) };
+    events.push(e); onEvent(e);
+  }
   for (const svc of [...INFRA].reverse()) {
     if (svc.name === 'dockerd') continue; // other tenants may use it; leaving it up costs nothing
     await infraScript(svc.script, 'stop', svc.log);
@@ -108,5 +163,5 @@ export async function stackDown(onEvent: (e: UpEvent) => void = () => {}): Promi
 }
 
 export function workerStatus(): { name: string; running: boolean; pid?: number; log: string }[] {
-  return [...workerSpecs(), supervisorSpec()].map((s) => ({ name: s.name, ...serviceStatus(s.name) }));
+  return [...inferenceSpecs(), ...workerSpecs(), supervisorSpec()].map((s) => ({ name: s.name, ...serviceStatus(s.name) }));
 }

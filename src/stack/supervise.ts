@@ -2,8 +2,8 @@
  * The local stack's supervisor process (`ratchet up` starts it last, `ratchet down`
  * stops it first): every few seconds, restarts a worker or service that died and
  * kill -9s and restarts one whose liveness went stale (src/stack/supervisor.ts): the
- * workers by their liveness files, vLLM, the Temporal dev server and dockerd by a
- * health probe each (docs/liveness.md).
+ * workers by their liveness files, vLLM (each replica of a GPU layout, src/layout), the Temporal dev
+ * server and dockerd by a health probe each (docs/liveness.md).
  *   node dist/stack/supervise.js
  * RATCHET_SUPERVISOR_STALE_S (default 60, 15-3600): how old a liveness file may get,
  * and how long a service may leave its probe unanswered.
@@ -14,7 +14,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { componentLogger } from '../shared/logger';
 import { paths, REPO_ROOT } from '../shared/paths';
-import { workerSpecs } from './index';
+import { inferenceSpecs, workerSpecs } from './index';
 import { pidFile, readPid, startService, type ServiceSpec } from './processes';
 import { livenessFileOf, restartingFile, STALE_ENV, Supervisor, type Supervised } from './supervisor';
 
@@ -119,7 +119,9 @@ if (require.main === module) {
   try {
     const staleMs = staleAfterMs();
     // The services first: a worker restarted while its service is down only waits for it.
-    const entries = [...serviceSupervised(staleMs), ...workerSpecs().map((s) => supervised(s, staleMs))];
+    // On a GPU layout (ratchet up --config) each vLLM replica is watched by its /health, like the CPU stack's vLLM.
+    const replicas = inferenceSpecs().map((s) => ({ ...supervised(s, staleMs), probe: s.ready }));
+    const entries = [...serviceSupervised(staleMs), ...replicas, ...workerSpecs().map((s) => supervised(s, staleMs))];
     const sup = new Supervisor(entries, { log, stateFile: restartingFile() }).start();
     log.info({ services: entries.map((s) => s.name), stale_after_s: staleMs / 1000 }, 'supervisor started');
     const stop = () => { sup.stop(); process.exit(0); };

@@ -4,10 +4,13 @@
  * (configs/gpu/*.toml) and vLLM's and torchrun's flags, not computed by the layout's helpers.
  */
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseRunConfig } from '../../src/config/load';
 import { layoutEnv, LayoutError, stackLayout, type StackLayout } from '../../src/layout';
+import { inferenceSpecs, workerSpecs } from '../../src/stack';
+import { saveLayout, savedLayout } from '../../src/stack/layoutFile';
 
 const seedDir = path.join(__dirname, '../../configs/gpu');
 const P = { root: '/repo', home: '/state' };
@@ -143,5 +146,36 @@ describe('layouts the keys describe', () => {
     expect(words[1]).toBe('1');
     const v = l.inference[0]!;
     expect(words.slice(2)).toEqual([...Object.entries(v.env).map(([k, val]) => `${k}=${val}`), v.command, ...v.args]);
+  });
+});
+
+describe('the stack takes its processes from the saved layout', () => {
+  const saved = process.env.RATCHET_HOME;
+  let home: string;
+  beforeEach(() => { home = mkdtempSync(path.join(os.tmpdir(), 'layout-home-')); process.env.RATCHET_HOME = home; });
+  afterEach(() => {
+    if (saved === undefined) delete process.env.RATCHET_HOME; else process.env.RATCHET_HOME = saved;
+    rmSync(home, { recursive: true, force: true });
+  });
+
+  test('a GPU layout: vLLM replicas by their ports and health, the trainer under torchrun; a CPU layout puts the CPU stack back', async () => {
+    const l = stackLayout(seed('qwen3-4b-4gpu.toml'), { root: '/repo', home });
+    saveLayout('configs/gpu/qwen3-4b-4gpu.toml', l);
+    expect(savedLayout()?.configPath).toBe('configs/gpu/qwen3-4b-4gpu.toml');
+    expect(inferenceSpecs().map((s) => [s.name, s.port, s.env?.CUDA_VISIBLE_DEVICES])).toEqual([
+      ['vllm-0', 8000, '0'], ['vllm-1', 8001, '1'], ['vllm-2', 8002, '2'], ['vllm-3', 8003, '3'],
+    ]);
+    expect(typeof inferenceSpecs()[0]!.ready).toBe('function'); // /health, which the supervisor probes too
+    const trainer = workerSpecs().find((s) => s.name === 'worker-trainer')!;
+    expect(trainer.command).toBe(path.join(home, 'venvs/trainer/bin/torchrun'));
+    expect(trainer.args).toContain('--nproc-per-node');
+    expect(trainer.env?.CUDA_VISIBLE_DEVICES).toBe('0,1,2,3');
+
+    saveLayout('configs/swe-grep/smoke.toml', { kind: 'cpu' });
+    expect(savedLayout()).toBeUndefined();
+    expect(inferenceSpecs()).toEqual([]);
+    const cpuTrainer = workerSpecs().find((s) => s.name === 'worker-trainer')!;
+    expect(cpuTrainer.command).toBe(path.join(home, 'venvs/trainer/bin/python'));
+    expect(cpuTrainer.args).toEqual(['-m', 'ratchet_trainer.worker']);
   });
 });
