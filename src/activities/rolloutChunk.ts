@@ -19,7 +19,7 @@ import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
 import { asActivityFailure, storeFor, storeForRef } from '../artifacts/stores';
 import { fromNewerBuild, newerBuildIssues } from '../config/skew';
-import type { ChunkProgress, ChunkRolloutDone, RolloutChunkInput, RolloutChunkResult } from '../contracts/chunks';
+import { SUMMARY_BYTES_MAX, TEMPORAL_LIMITS, type ChunkProgress, type ChunkRolloutDone, type RolloutChunkInput, type RolloutChunkResult } from '../contracts/chunks';
 import { StepManifest, rolloutInputOf } from '../contracts/manifest';
 import type { RolloutInput } from '../contracts/rollout';
 import type { RolloutSummary } from '../contracts/trajectory';
@@ -94,6 +94,12 @@ export function createChunkActivity(deps: ChunkDeps) {
   };
 
   async function rolloutChunk(input: RolloutChunkInput): Promise<RolloutChunkResult> {
+    // The heartbeat and a failure's details name every finished rollout: each summary is bounded
+    // (boundedSummary), so the range bounds them, under Temporal's payload limit.
+    if ((input.end - input.start) * SUMMARY_BYTES_MAX > TEMPORAL_LIMITS.payloadBytes / 2) {
+      throw ApplicationFailure.nonRetryable(`chunk [${input.start}, ${input.end}) has ${input.end - input.start} rollouts: their summaries in one heartbeat could exceed half of Temporal's ` +
+        `${TEMPORAL_LIMITS.payloadBytes}-byte payload limit. Fix: lower orchestrator.rollouts_per_chunk`, 'InvalidRolloutInput');
+    }
     let manifest: StepManifest;
     try {
       manifest = await manifestOf(input.manifest, input);

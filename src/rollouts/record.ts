@@ -14,6 +14,8 @@ import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
 import type { Environment, Score } from '../envs/types';
 import { RolloutSummary, samplingRecord, Trajectory, type RolloutProvenance, type SandboxCost, type ToolSpec } from '../contracts/trajectory';
+import { SUMMARY_BYTES_MAX } from '../contracts/chunks';
+import { invalidRolloutTask } from './errors';
 
 /** What one attempt of a rollout ended with. */
 export interface RolloutOutcome {
@@ -80,7 +82,45 @@ function hasProvenance(p: RolloutProvenance | undefined): p is RolloutProvenance
   return !!p && (p.image !== undefined || p.env !== undefined);
 }
 
+/** Programs a summary names at most in `commands` (the most used; the rest are counted under OTHER_COMMANDS). */
+export const COMMANDS_NAMED = 32;
+/** A program's name in `commands`, cut to this many characters (an agent may run anything). */
+export const COMMAND_NAME_CHARS = 64;
+export const OTHER_COMMANDS = '(other)';
+
+/**
+ * A summary as it crosses Temporal (heartbeat details, a failed chunk's details, a chunk's result): its
+ * `commands` map bounded (the agent chooses its keys), then its size checked against SUMMARY_BYTES_MAX,
+ * which the fan-out's checks count on (src/config/fanoutChecks.ts). Still over it: the field that is
+ * too large is named.
+ */
+export function boundedSummary(summary: RolloutSummary): RolloutSummary {
+  const out = summary.commands ? { ...summary, commands: boundedCommands(summary.commands) } : summary;
+  const bytes = Buffer.byteLength(JSON.stringify(out));
+  if (bytes <= SUMMARY_BYTES_MAX) return out;
+  const largest = Object.entries(out).map(([k, v]) => [k, Buffer.byteLength(JSON.stringify(v) ?? '')] as const).sort((a, b) => b[1] - a[1])[0]!;
+  throw invalidRolloutTask(`rollout ${out.group_id}/${out.rollout_index}: its summary is ${bytes} bytes, over the ${SUMMARY_BYTES_MAX}-byte bound a chunk's heartbeat counts on; ` +
+    `its largest field is ${largest[0]} (${largest[1]} bytes). Fix: shorten the task id or the rubric's component names (the environment's)`);
+}
+
+function boundedCommands(commands: Record<string, number>): Record<string, number> {
+  const byName = new Map<string, number>();
+  for (const [k, n] of Object.entries(commands)) {
+    const name = k.length > COMMAND_NAME_CHARS ? k.slice(0, COMMAND_NAME_CHARS) : k;
+    byName.set(name, (byName.get(name) ?? 0) + n);
+  }
+  const sorted = [...byName].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+  const out = Object.fromEntries(sorted.slice(0, COMMANDS_NAMED));
+  const rest = sorted.slice(COMMANDS_NAMED).reduce((a, [, n]) => a + n, 0);
+  if (rest > 0) out[OTHER_COMMANDS] = (out[OTHER_COMMANDS] ?? 0) + rest;
+  return out;
+}
+
 export function summaryOf(input: ParsedRolloutInput, o: RolloutOutcome, trajectory: RolloutSummary['trajectory']): RolloutSummary {
+  return boundedSummary(summaryUnbounded(input, o, trajectory));
+}
+
+function summaryUnbounded(input: ParsedRolloutInput, o: RolloutOutcome, trajectory: RolloutSummary['trajectory']): RolloutSummary {
   const { result, score } = o;
   return RolloutSummary.parse({
     task_id: o.taskId,
@@ -140,7 +180,7 @@ function countBy(xs: string[]): Record<string, number> {
  * reached the server (heartbeats are throttled) adopts it instead of running it again.
  */
 export function summaryOfStored(t: Trajectory, ref: ArtifactRef, policyVersion: number): RolloutSummary {
-  return RolloutSummary.parse({
+  return boundedSummary(RolloutSummary.parse({
     task_id: t.task_id,
     group_id: t.group_id,
     rollout_index: t.rollout_index,
@@ -158,7 +198,7 @@ export function summaryOfStored(t: Trajectory, ref: ArtifactRef, policyVersion: 
     tools_used: t.stats.tools_used,
     commands: countBy(t.stats.commands),
     ...(t.provenance ? { provenance: t.provenance } : {}),
-  });
+  }));
 }
 
 /**
