@@ -6,11 +6,10 @@
 import type { Command } from 'commander';
 import { DiskFullError, StoreUnavailableError } from '../artifacts/errors';
 import { runKeys } from '../artifacts/keys';
-import { defaultStore, storeFor } from '../artifacts/stores';
 import { commitRevert, planRevert, RevertError } from '../records/revert';
 import { callerIdentity } from './control';
 import { CliError, EXIT } from './exit';
-import { runArtifacts } from './runStore';
+import { runStore } from './runStore';
 import { connectClient, describeRun } from './temporal';
 import { c } from './term';
 
@@ -39,7 +38,7 @@ export function register(program: Command): void {
               ? `Fix: ratchet stop ${run} --reason "..." (or terminate it), then ratchet fallback revert ${run}, then ratchet restart ${run}`
               : `Fix: train on from the checkpoint you trust in a new run: ratchet train <config> --init-from ${run}@<step>`), EXIT.failure);
         }
-        const store = storeFor(await runArtifacts(run, { config: opts.config, client: async () => client }), defaultStore());
+        const store = await runStore(run, { config: opts.config, client: async () => client });
         let plan;
         try {
           plan = await planRevert(store, run, { identity: callerIdentity(), reason: opts.reason, time: new Date().toISOString(), ...(epoch !== undefined ? { epoch } : {}) });

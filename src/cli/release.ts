@@ -10,13 +10,12 @@ import type { Client } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import type { Command } from 'commander';
 import { runKeys } from '../artifacts/keys';
-import { defaultStore, storeFor } from '../artifacts/stores';
 import { RunConfig } from '../config/schema';
 import type { ReleaseRunInput, ReleaseRunResult } from '../contracts/run';
 import { DEFAULTS, TASK_QUEUES } from '../shared/paths';
 import { controlRequest } from './control';
 import { CliError, EXIT } from './exit';
-import { runArtifacts } from './runStore';
+import { runStore } from './runStore';
 import { connectClient, describeRun } from './temporal';
 import { c } from './term';
 
@@ -62,7 +61,7 @@ async function baseUrlsOf(client: Client, run: string, inference: string | undef
     }
     return { urls, from: '--inference' };
   }
-  const store = storeFor(await runArtifacts(run, { client: async () => client }), defaultStore());
+  const store = await runStore(run, { client: async () => client });
   const text = await store.read(runKeys.config(run)).catch(() => undefined);
   if (text) {
     const parsed = RunConfig.safeParse(JSON.parse(text.toString('utf8')));
@@ -94,7 +93,7 @@ export function register(program: Command): void {
         const result: ReleaseRunResult = await client.workflow.execute('ReleaseRun', {
           taskQueue: TASK_QUEUES.main, workflowId: `${run}-release-${Date.now()}`, args: [input],
         });
-        const store = storeFor(await runArtifacts(run, { client: async () => client }), defaultStore());
+        const store = await runStore(run, { client: async () => client });
         const key = runKeys.releaseRecord(run, time);
         await store.putJson(key, { action: 'release', run_id: run, time, identity: request.identity, reason: request.reason ?? null, status, base_urls_from: from, ...result });
         const t = result.trainer;

@@ -15,8 +15,7 @@ import type { StepRecord } from '../contracts/records';
 import { readStepRecords } from '../records/runRecords';
 import { paths, REPO_ROOT } from '../shared/paths';
 import { CliError, EXIT } from './exit';
-import { runArtifacts } from './runStore';
-import { connectClient } from './temporal';
+import { runArtifactsIfReachable } from './runStore';
 import { c } from './term';
 
 /** What ratchet_trainer.replay reads (its module docstring). */
@@ -157,19 +156,7 @@ export function register(program: Command): void {
       const all = stepArg === 'all';
       const n = Number(stepArg);
       if (!all && (!Number.isInteger(n) || n < 0)) throw new CliError(`<step> must be a step number or 'all', got ${stepArg}`, EXIT.usage);
-      let close = async (): Promise<void> => {};
-      const artifacts = await runArtifacts(run, {
-        config: o.config,
-        client: async () => {
-          try {
-            const connected = await connectClient(cmd.optsWithGlobals());
-            close = connected.close;
-            return connected.client;
-          } catch {
-            return undefined;
-          }
-        },
-      }).finally(() => close());
+      const artifacts = await runArtifactsIfReachable(run, o.config, cmd.optsWithGlobals());
       const store = storeFor(artifacts, defaultStore());
       const records = await readStepRecords(store, run);
       if (!records.length) throw new CliError(`run ${run}: no step records under ${store.url} (a run id typo, or another store: --config)`, EXIT.notFound);

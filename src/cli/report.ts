@@ -2,8 +2,7 @@ import type { Command } from 'commander';
 import { defaultStore, storeFor } from '../artifacts/stores';
 import { generateReport, RunDataError } from '../report';
 import { CliError, EXIT } from './exit';
-import { runArtifacts } from './runStore';
-import { connectClient } from './temporal';
+import { runArtifactsIfReachable } from './runStore';
 import { c, fmtMs } from './term';
 
 export function register(program: Command): void {
@@ -17,19 +16,7 @@ export function register(program: Command): void {
       'Examples:\n  $ ratchet report smoke-1\n  $ ratchet report bench-learn-1 --baseline bench-learn-control-1\n  $ ratchet report smoke-1 --out /tmp/smoke-1.html && xdg-open /tmp/smoke-1.html')
     .action(async (run: string, opts: { out?: string; config?: string; baseline?: string }, cmd: Command) => {
       // Without --config the run's memo says where it lives; no reachable Temporal server means the default store.
-      let close = async (): Promise<void> => {};
-      const artifacts = await runArtifacts(run, {
-        config: opts.config,
-        client: async () => {
-          try {
-            const connected = await connectClient(cmd.optsWithGlobals());
-            close = connected.close;
-            return connected.client;
-          } catch {
-            return undefined;
-          }
-        },
-      }).finally(() => close());
+      const artifacts = await runArtifactsIfReachable(run, opts.config, cmd.optsWithGlobals());
       try {
         const r = await generateReport(run, { out: opts.out, baseline: opts.baseline, store: storeFor(artifacts, defaultStore()) });
         for (const s of r.skippedEvals) console.error(c.err.yellow(`skipped eval result ${s}`));

@@ -7,8 +7,11 @@
  */
 import type { Client } from '@temporalio/client';
 import { storeSettings, type StoreSettings } from '../artifacts/settings';
+import type { ArtifactStore } from '../artifacts/store';
+import { defaultStore, storeFor } from '../artifacts/stores';
 import { loadRunConfig } from '../config/load';
 import { CliError, EXIT } from './exit';
+import { connectClient, type TemporalOptions } from './temporal';
 
 /** The [artifacts] settings a TrainRun recorded in its memo; undefined for a run on the default store or no workflow. */
 export async function recordedArtifacts(client: Client, run: string): Promise<StoreSettings | undefined> {
@@ -39,4 +42,28 @@ export async function runArtifacts(run: string, opts: { config?: string; client:
   if (opts.config) return configArtifacts(opts.config);
   const client = await opts.client();
   return client ? recordedArtifacts(client, run) : undefined;
+}
+
+/** The store that holds `run`: runArtifacts' settings, else the default store. */
+export async function runStore(run: string, opts: { config?: string; client: () => Promise<Client | undefined> }): Promise<ArtifactStore> {
+  return storeFor(await runArtifacts(run, opts), defaultStore());
+}
+
+/**
+ * runArtifacts for a command that can do without Temporal (`report`, `replay-step`): --config,
+ * else the run's memo when a server answers, else undefined (the default store).
+ */
+export async function runArtifactsIfReachable(run: string, config: string | undefined, temporal: TemporalOptions): Promise<StoreSettings | undefined> {
+  if (config) return configArtifacts(config);
+  let connected;
+  try {
+    connected = await connectClient(temporal);
+  } catch {
+    return undefined;
+  }
+  try {
+    return await recordedArtifacts(connected.client, run);
+  } finally {
+    await connected.close();
+  }
 }
