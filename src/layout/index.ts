@@ -259,6 +259,7 @@ export function layoutEnv(l: StackLayout): string {
       ['RATCHET_LAYOUT_MODEL_PATH', l.model.path],
       ['RATCHET_LAYOUT_MODEL_HUB', l.model.hub ?? ''],
       ['RATCHET_LAYOUT_VLLM_VENV', l.vllmVenv],
+      ['RATCHET_LAYOUT_LORA', l.inference.some((r) => r.args.includes('--enable-lora')) ? '1' : '0'],
       ['RATCHET_LAYOUT_GPUS', l.gpus.map((g) => g.index).join(',')],
       ['RATCHET_LAYOUT_TRAINER_GPUS', l.trainer.gpus.join(',')],
       ['RATCHET_LAYOUT_TRAINER_CWD', l.trainer.cwd],
