@@ -124,6 +124,18 @@ export const PATCHES = {
   rolloutWorkersWaitChild: 'v0.9-rollout-workers-wait-child',
   /** The last step's (or a stopping run's) inference wait goes to an InferenceWait child that continues as new (issue 39). */
   lastStepInferenceWaitChild: 'v0.9-last-step-inference-wait-child',
+  /**
+   * A trainer that lost its process mid-step (a timeout: the process vanished, a partition, a reboot) is
+   * infrastructure, never the batch's doing: two such losses no longer record TrainerKilled, the step is
+   * trained again on a replacement (issue 39).
+   */
+  trainerLossNotPoison: 'v0.9-trainer-loss-not-poison',
+  /**
+   * TrainerFault (an error the trainer has no type for; it fenced itself): the run re-announces and retries
+   * on the replacement instead of failing; a batch whose trainer.step fails with the same error class on two
+   * different trainer processes is recorded as PoisonBatch and skipped (issue 39).
+   */
+  trainerProcessFault: 'v0.9-trainer-process-fault',
 } as const;
 
 /**

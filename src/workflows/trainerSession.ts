@@ -53,9 +53,10 @@ const isStepFaultType = (type: string | undefined): type is string => {
 };
 
 /**
- * A step whose trainer.step loses its trainer this many times (the process died or fenced itself
- * while training that batch: a segfault, the OOM killer, an NCCL abort, a hang) is recorded as a
- * `TrainerKilled` step fault and skipped, instead of killing trainers until the run fails.
+ * Histories from before PATCHES.trainerLossNotPoison: a step whose trainer.step lost its trainer this many
+ * times was recorded as a `TrainerKilled` step fault and skipped. A lost process (a timeout) cannot tell a
+ * batch that kills its trainer from a partition or a reboot, so it no longer counts; a batch is poison only
+ * when it fails with the same error class on two trainer processes (PoisonBatch, processFaultOf).
  */
 export const MAX_TRAINER_KILLS_PER_STEP = 2;
 
@@ -69,6 +70,20 @@ const diedMidStep = (err: unknown): boolean =>
 
 const appFailureType = (err: unknown): string | undefined =>
   err instanceof ActivityFailure && err.cause instanceof ApplicationFailure ? err.cause.type ?? undefined : undefined;
+
+/**
+ * A process fault (TrainerFault): trainer.load/step/save raised an error the trainer has no type for (a CUDA or
+ * NCCL runtime error, an out-of-memory at load, a bug) and the process fenced itself. The error's class and the
+ * process are in the failure's details; the process's queue stands in for a trainer that did not name itself.
+ */
+const processFaultOf = (err: unknown, queue: string | undefined): { errorClass: string; worker: string } | undefined => {
+  if (appFailureType(err) !== 'TrainerFault' || !patched(PATCHES.trainerProcessFault)) return undefined;
+  const details = ((err as ActivityFailure).cause as ApplicationFailure).details?.[0] as { error_class?: unknown; worker_id?: unknown } | undefined;
+  return {
+    errorClass: typeof details?.error_class === 'string' ? details.error_class : 'unknown',
+    worker: typeof details?.worker_id === 'string' ? details.worker_id : queue ?? 'unknown',
+  };
+};
 
 /** The trainer process is gone (its queue timed out). */
 export const isTrainerGone = (err: unknown): boolean =>
@@ -175,15 +190,19 @@ export class TrainerSession {
 
   /**
    * trainer.step then trainer.save for step `s`, on a live trainer; a trainer that dies meanwhile
-   * is replaced. A step fault (non-finite gradient, out of memory twice, a batch that killed its trainer twice) comes back as a StepFault.
+   * is replaced, and one that reports a process fault (TrainerFault: it fenced itself) too. A step fault (non-finite
+   * gradient, out of memory twice, a batch that failed with the same error on two trainer processes) comes back as a StepFault.
    */
   async trainAndSave(s: number, batch: ArtifactRef, manifest: ArtifactRef, checkpoint: ArtifactRef | undefined, lr?: number): Promise<TrainedStep | StepFault> {
     const runId = this.run.runId;
     let killed = 0;
+    // This step's process faults in trainer.step: the same error class on two different processes is a poison batch.
+    const faults: { errorClass: string; worker: string }[] = [];
     for (let restarts = 0; ; restarts++) {
       let inStep = false;
+      let q: string | undefined;
       try {
-        const q = await this.ensure(checkpoint);
+        q = await this.ensure(checkpoint);
         this.run.phase = 'training';
         inStep = true;
         const metrics = await patientActivities<TrainerActivities>(this.run, this.keyed(trainerOptions(q, this.timeouts)))['trainer.step']({ run_id: runId, step: s, batch, manifest, store: this.store, liveness: forActivity(this.windows, 'trainer'), ...(lr !== undefined ? { lr } : {}) });
@@ -199,7 +218,21 @@ export class TrainerSession {
           log.warn('the trainer could not apply this step; recorded as an error, the run goes on', { step: s, type, message });
           return { fault: { type, message }, restarts };
         }
-        if (inStep && diedMidStep(err) && ++killed >= MAX_TRAINER_KILLS_PER_STEP) {
+        const fault = processFaultOf(err, q);
+        if (fault && inStep) {
+          const earlier = faults.find((f) => f.errorClass === fault.errorClass && f.worker !== fault.worker);
+          faults.push(fault);
+          if (earlier) {
+            const message = `step ${s}: its batch failed trainer.step with ${fault.errorClass} on two trainer processes ` +
+              `(${earlier.worker}, ${fault.worker}); nothing applied, the step is skipped as a poison batch. Last: ${(err as ActivityFailure).cause!.message}`;
+            log.warn('a poison batch: the same error on two trainers; recorded as an error, the run goes on', { step: s, message });
+            this.queue = undefined;
+            this.carried = undefined;
+            return { fault: { type: 'PoisonBatch', message }, restarts };
+          }
+        }
+        // A lost process (a timeout) is infrastructure, not the batch (trainerLossNotPoison); before, two made TrainerKilled.
+        if (inStep && diedMidStep(err) && ++killed >= MAX_TRAINER_KILLS_PER_STEP && !patched(PATCHES.trainerLossNotPoison)) {
           deprecatePatch(DEPRECATED_PATCHES.trainerKilledStepFault);
           const message = `step ${s}: its batch lost the trainer ${killed} times in trainer.step (the process died or ` +
             `hung: segfault, OOM killer, NCCL abort, a stalled step); nothing applied, the step is skipped. Last: ${String(err)}`;
@@ -209,7 +242,7 @@ export class TrainerSession {
           this.carried = undefined;
           return { fault: { type: 'TrainerKilled', message }, restarts };
         }
-        if (!(isTrainerGone(err) || isLeaseLost(err)) || restarts >= MAX_TRAINER_RESTARTS) throw err;
+        if (!(isTrainerGone(err) || isLeaseLost(err) || fault) || restarts >= MAX_TRAINER_RESTARTS) throw err;
         // A new (or re-leased) trainer loads the last checkpoint, so this step is applied exactly once.
         log.warn('trainer is gone; re-announcing and reloading the last checkpoint', { step: s, error: String(err) });
         this.queue = undefined;

@@ -46,7 +46,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
       Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout }),
       Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
-      ...['w1', 'w2', 'w3', 'w4', 'w5'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
+      ...['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
       ...Object.keys(opts.hostQueues ?? {}).map((q) => Worker.create({ connection: conn, taskQueue: q, activities: fakes.inferenceHost(q) })),
     ]);
     let result: T | undefined;
@@ -389,21 +389,49 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a batch that kills its trainer twice is recorded as TrainerKilled and skipped; the run goes on', async () => {
-    await withWorkers({ killingSteps: [1], orchestrator: { max_steps: 3 } }, async (f) => {
+  test('two trainers lost in one trainer.step (a partition, a reboot) are infrastructure: the step trains on a third, no TrainerKilled', async () => {
+    await withWorkers({ killingSteps: [1], killingTimes: 2, orchestrator: { max_steps: 3 } }, async (f) => {
       const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
       const result = await handle.result();
-      await record(handle, 'trainrun-trainer-killed-twice');
-      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 2, stopped: 'completed' });
+      await record(handle, 'trainrun-trainer-lost-twice');
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
       expect(f.events.filter((e) => e.what === 'trainer-killed').map((e) => [e.step, e.worker])).toEqual([[1, 'w1'], [1, 'w2']]);
       expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.record.error?.type ?? null, r.record.trainer.skipped ?? false]))
-        .toEqual([[0, 1, null, false], [1, 1, 'TrainerKilled', true], [2, 2, null, false]]);
-      expect(f.records[1]!.record.error!.message).toMatch(/lost the trainer 2 times/);
-      // Step 2 goes to a new trainer that loads the last good checkpoint (step 0's); step 1 was never applied.
+        .toEqual([[0, 1, null, false], [1, 2, null, false], [2, 3, null, false]]);
+      // w2 and w3 each load step 0's checkpoint; step 1 is applied once, on w3.
       expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([
         ['w1', null], ['w2', 'file:///fake/ckpt-step-0'], ['w3', 'file:///fake/ckpt-step-0'],
       ]);
-      expect([...f.applied.entries()].map(([k, n]) => [k.split('/')[1], n])).toEqual([['0', 1], ['2', 1]]);
+      expect([...f.applied.entries()].map(([k, n]) => [k.split('/')[1], n])).toEqual([['0', 1], ['1', 1], ['2', 1]]);
+    });
+  });
+
+  test('a process fault (TrainerFault) is retried on a replacement trainer; the step trains there once', async () => {
+    await withWorkers({ processFaults: { 1: ['RuntimeError'] }, orchestrator: { max_steps: 3 } }, async (f) => {
+      const result = await (await start()).result();
+      expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+      expect(f.events.filter((e) => e.what === 'trainer-fault').map((e) => [e.step, e.worker])).toEqual([[1, 'w1']]);
+      expect(f.records.map((r) => r.record.error?.type ?? null)).toEqual([null, null, null]);
+      expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([['w1', null], ['w2', 'file:///fake/ckpt-step-0']]);
+      expect([...f.applied.entries()].map(([k, n]) => [k.split('/')[1], n])).toEqual([['0', 1], ['1', 1], ['2', 1]]);
+    });
+  });
+
+  test('a batch that fails with the same error class on two trainer processes is a PoisonBatch, skipped; two different classes are not', async () => {
+    await withWorkers({ processFaults: { 1: ['torch.OutOfMemoryError', 'RuntimeError', 'RuntimeError'], 2: ['RuntimeError', 'torch.AcceleratorError'] },
+      orchestrator: { max_steps: 4 } }, async (f) => {
+      const handle = await start();
+      const result = await handle.result();
+      await record(handle, 'trainrun-poison-batch');
+      expect(result).toMatchObject({ stepsCompleted: 4, policyVersion: 3, stopped: 'completed' });
+      // Step 1: OOM on w1, RuntimeError on w2, RuntimeError on w3: poison at the second RuntimeError (two processes).
+      // Step 2: two different classes on w4 and w5, then it trains on w6.
+      expect(f.events.filter((e) => e.what === 'trainer-fault').map((e) => [e.step, e.worker]))
+        .toEqual([[1, 'w1'], [1, 'w2'], [1, 'w3'], [2, 'w4'], [2, 'w5']]);
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version, r.record.error?.type ?? null, r.record.trainer.skipped ?? false]))
+        .toEqual([[0, 1, null, false], [1, 1, 'PoisonBatch', true], [2, 2, null, false], [3, 3, null, false]]);
+      expect(f.records[1]!.record.error!.message).toMatch(/RuntimeError on two trainer processes \(w2, w3\)/);
+      expect([...f.applied.entries()].map(([k, n]) => [k.split('/')[1], n])).toEqual([['0', 1], ['2', 1], ['3', 1]]);
     });
   });
 

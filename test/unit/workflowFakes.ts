@@ -62,6 +62,13 @@ export interface FakeOptions {
   stepFaults?: Record<number, string>;
   /** trainer.step of these steps kills its trainer mid-step: it heartbeats, then the trainer never answers again. */
   killingSteps?: number[];
+  /** ... only the first this many trainers (default: every one): a partition or a reboot, not the batch. */
+  killingTimes?: number;
+  /**
+   * trainer.step of these steps fails with a process fault (TrainerFault, as the real trainer reports an untyped
+   * error and fences itself), the error class taken in turn for each attempt; past the list the step trains.
+   */
+  processFaults?: Record<number, string[]>;
   /** storeRolloutSummaries finds the artifact store unreachable this many times first (StoreUnavailable). */
   summariesStoreDownTimes?: number;
   /** The first rollout finds the store unreachable this many times first (StoreUnavailable), saving its trajectory. */
@@ -450,7 +457,15 @@ export function makeFakes(opts: FakeOptions = {}) {
           const { ApplicationFailure } = await import('@temporalio/common');
           throw ApplicationFailure.nonRetryable(`step ${input.step}: ${fault} (fake); nothing applied`, fault);
         }
-        if (opts.killingSteps?.includes(input.step) && !killed.has(worker)) {
+        const faults = opts.processFaults?.[input.step];
+        if (faults?.length) {
+          const errorClass = faults.shift()!;
+          events.push({ t: now(), what: 'trainer-fault', step: input.step, worker });
+          const { ApplicationFailure } = await import('@temporalio/common');
+          throw ApplicationFailure.create({ message: `trainer ${worker} failed trainer.step with ${errorClass} (fake)`, type: 'TrainerFault',
+            nonRetryable: true, details: [{ error_class: errorClass, worker_id: worker, activity: 'trainer.step' }] });
+        }
+        if (opts.killingSteps?.includes(input.step) && !killed.has(worker) && killed.size < (opts.killingTimes ?? Infinity)) {
           // The batch crashes the process mid-step: the step heartbeated (it started), then silence.
           killed.add(worker);
           events.push({ t: now(), what: 'trainer-killed', step: input.step, worker });
