@@ -67,6 +67,12 @@ ARCHS = {
                     "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
                     "rope_theta": 1_000_000.0, "max_position_embeddings": 32768, "tie_word_embeddings": False,
                     "rms_norm_eps": 1e-6},
+    # Past 70B, for the largest LoRA that trains on 4 GPUs: Qwen1.5-110B's shape (dense, 80 layers, hidden 8192,
+    # MLP 49152, 64 heads over 8 KV heads, q/k/v biases), 111 B parameters.
+    "qwen1.5-110b": {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 49152,
+                     "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                     "rope_theta": 1_000_000.0, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+                     "rms_norm_eps": 1e-6},
 }
 TINY = {**ARCHS["qwen3-8b"], "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
