@@ -280,8 +280,6 @@ export interface AgentEpisode {
   /** The sample's index in its EvalSweep (0..k-1 a task). */
   sample: number;
   split: EvalSplit;
-  /** The episode's sampling seed as its trajectory recorded it (task and sample only: the same in both arms). */
-  seed?: number;
   reward: number;
   precision: number;
   recall: number;
@@ -296,6 +294,8 @@ export interface ArmRun {
   records: StepRecord[];
   finalVersion: number;
   episodes: AgentEpisode[];
+  /** The EvalSweep of its held-out episodes (absent in results read back from stored runs). */
+  evalWorkflowId?: string;
 }
 
 export interface SftResult {
@@ -316,6 +316,8 @@ export interface SftResult {
 export interface AgentLearnResult {
   sft: SftResult;
   preflight: Preflight;
+  /** The pre-flight's EvalSweep (absent in results read back from stored runs). */
+  preflightWorkflowId?: string;
   /** Empty where the pre-flight found no signal possible (or with --preflight-only). */
   arms: ArmRun[];
   tasks: { demo: number; rl: number; unseen: number; random: number };
@@ -348,9 +350,8 @@ export function readEvalEpisodes(runId: string, version: number, splitOf: Readon
     for (const [sample, { file }] of newest) {
       const t = Trajectory.parse(JSON.parse(readFileSync(path.join(root, group, file), 'utf8')));
       const c = t.reward?.components ?? {};
-      const seed = (t.sampling as { seed?: number } | undefined)?.seed;
       out.push({
-        task, sample: Number(sample), split, ...(seed !== undefined ? { seed } : {}), reward: t.reward?.total ?? 0,
+        task, sample: Number(sample), split, reward: t.reward?.total ?? 0,
         precision: c.file_precision ?? 0, recall: c.file_recall ?? 0, f1: c.file_f1 ?? 0, behaviour: episodeBehaviour(t),
       });
     }
@@ -590,11 +591,12 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
     const sft = o.sftRun ? await sftResult(o.sftRun) : await warmStart(o, { dir, demoFile, dataset: rlFile, runId: `bench-agent-sft-${stamp}`, client });
     const warm = `${sft.runId}@${sft.bestStep}`;
     log(`pre-flight: EvalSweep of the warm start ${warm} (v${sft.version}) on ${Math.min(o.preflightTasks, tasks.rl)} RL-pool tasks x k=${o.preflightK}`);
-    await evaluate(client, { runId: sft.runId, version: sft.version, evalFile: preflightFile, k: o.preflightK, workflowId: `${sft.runId}-preflight-${stamp}` });
+    const preflightWorkflowId = `${sft.runId}-preflight-${stamp}`;
+    await evaluate(client, { runId: sft.runId, version: sft.version, evalFile: preflightFile, k: o.preflightK, workflowId: preflightWorkflowId });
     const preflight = preflightOf(o, sft, splitOf);
     log(`pre-flight: ${preflight.passed} of ${preflight.episodes} passed (${preflight.passRate.toFixed(3)}), band [${o.preflightLo}, ${o.preflightHi}]: ` +
       (preflight.signal ? 'signal possible' : `no signal possible: ${preflight.reason}`));
-    const base = { sft, preflight, tasks, evalTasks };
+    const base = { sft, preflight, preflightWorkflowId, tasks, evalTasks };
     if (mode.preflightOnly || (!preflight.signal && !mode.assumeSignal)) return { ...base, arms: [], reports: [], wallS: Math.round((Date.now() - t0) / 1000) };
 
     if (o.control === 'warm-start') {
@@ -602,6 +604,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
       log(`control: EvalSweep of the warm start v${sft.version} on ${evalTasks.random + evalTasks.unseen} held-out tasks x k=${o.k}`);
       await evaluate(client, { runId: sft.runId, version: sft.version, evalFile, k: o.k, workflowId: `${sft.runId}-eval-${stamp}` });
     }
+    const controlEval = `${sft.runId}-eval-${stamp}`;
     log(`${arms.length} TrainRuns, ${o.parallelRuns} at a time, from ${warm}: ${o.steps} steps of ${o.batch}x${o.rollouts}, lr ${o.lr}` +
       `${o.control === 'runs' ? ' vs 0' : ''}, seeds 0..${o.seeds - 1}`);
     const runArm = async (a: (typeof arms)[number]): Promise<ArmRun> => {
@@ -614,12 +617,12 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
       const finalVersion = finalVersionOf(records);
       log(`${runId}: trained to v${finalVersion}; EvalSweep of v${finalVersion} on the held-out tasks x k=${o.k}`);
       await evaluate(client, { runId, version: finalVersion, evalFile, k: o.k, workflowId: `${runId}-eval` });
-      return armResult(a.arm, a.seed, runId, records, splitOf, o.k);
+      return { ...armResult(a.arm, a.seed, runId, records, splitOf, o.k), evalWorkflowId: `${runId}-eval` };
     };
     // Waves of parallelRuns runs; with lr-0 control runs, a seed's two arms go in the same wave (the same machine load).
     const runs: ArmRun[] = [];
     for (let i = 0; i < arms.length; i += o.parallelRuns) runs.push(...(await Promise.all(arms.slice(i, i + o.parallelRuns).map(runArm))));
-    if (o.control === 'warm-start') runs.push(warmStartControl(o, sft, splitOf));
+    if (o.control === 'warm-start') runs.push({ ...warmStartControl(o, sft, splitOf), evalWorkflowId: controlEval });
     return { ...base, arms: runs, reports: await armReports(runs), wallS: Math.round((Date.now() - t0) / 1000) };
   } finally {
     await stopExtraTrainers(trainers);

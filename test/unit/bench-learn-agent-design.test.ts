@@ -110,7 +110,7 @@ describe('SFT stopped on the held-out demonstration loss', () => {
     expect(sftStopping([3, 2, 2.5, 2.0], 2)).toEqual({ best: 1, stop: true }); // a tie is no improvement
   });
   test('maskedNll: minus the logprob of each trained token, from vLLM\'s prompt_logprobs', () => {
-    const lp = [null, { 5: { logprob: -1 } }, { 6: { logprob: -0.5 } }, { 7: { logprob: -2 } }];
+    const lp: (Record<string, { logprob: number }> | null)[] = [null, { 5: { logprob: -1 } }, { 6: { logprob: -0.5 } }, { 7: { logprob: -2 } }];
     expect(maskedNll([4, 5, 6, 7], [0, 0, 1, 1], lp)).toEqual({ sum: 2.5, tokens: 2 });
     expect(() => maskedNll([4, 5, 6, 9], [0, 0, 1, 1], lp)).toThrow(/no prompt logprob for token 3 \(id 9\)/);
   });
