@@ -10,11 +10,6 @@ import {
 import type { ConfigIssue } from './issue';
 import type { RunConfig } from './schema';
 
-/** History events a per-rollout step (rollouts_per_chunk = 0) costs per rollout (BENCHMARKS.md: ~3.2). */
-export const EVENTS_PER_INLINE_ROLLOUT = 3.2;
-/** Bytes a sampled task takes inline (sampleTasks' answer and StepRollouts' input). */
-export const INLINE_TASK_BYTES = 250;
-
 export function fanoutIssues(c: RunConfig): ConfigIssue[] {
   const o = c.orchestrator;
   const total = o.batch_size * o.rollouts_per_example;
@@ -22,30 +17,13 @@ export function fanoutIssues(c: RunConfig): ConfigIssue[] {
   const events = TEMPORAL_LIMITS.historyEventsWarn;
 
   if (o.rollouts_per_chunk === 0) {
-    // The pre-0.6 path: one activity per rollout in one StepRollouts history, tasks inline.
-    const perStep = Math.ceil(total * EVENTS_PER_INLINE_ROLLOUT);
-    if (perStep > events) {
-      issues.push({
-        key: 'orchestrator.rollouts_per_chunk',
-        message: `0 (one activity per rollout) with orchestrator.batch_size x rollouts_per_example = ${o.batch_size} x ${o.rollouts_per_example} = ${total} rollouts per step ` +
-          `puts ~${perStep} events in one StepRollouts history, over Temporal's ${events}-event limit of guidance. ` +
-          'Fix: set orchestrator.rollouts_per_chunk to 16 (rollouts in chunks, spread over shards), or lower batch_size',
-      });
-    }
-    if (o.batch_size * INLINE_TASK_BYTES > TEMPORAL_LIMITS.payloadBytes) {
-      issues.push({
-        key: 'orchestrator.batch_size',
-        message: `${o.batch_size} tasks inline (rollouts_per_chunk = 0) are ~${o.batch_size * INLINE_TASK_BYTES} bytes in one payload, over Temporal's ${TEMPORAL_LIMITS.payloadBytes}-byte payload limit. ` +
-          'Fix: set orchestrator.rollouts_per_chunk to 16 (tasks travel in the step manifest), or lower batch_size',
-      });
-    }
-    if (o.max_concurrent_rollouts > 1000) {
-      issues.push({
-        key: 'orchestrator.max_concurrent_rollouts',
-        message: `${o.max_concurrent_rollouts} rollout activities in flight in one execution (rollouts_per_chunk = 0), over the 1,000 one StepRollouts may hold (Temporal refuses 2,000). ` +
-          'Fix: lower max_concurrent_rollouts to 1000, or set orchestrator.rollouts_per_chunk to 16',
-      });
-    }
+    // The pre-0.6 per-rollout fan-out is retired for new runs (issue 44). Stored configs of runs started on 0.6 and
+    // 0.7 still parse with it (RunConfig), so those runs go on after an in-place upgrade (docs/upgrades.md).
+    issues.push({
+      key: 'orchestrator.rollouts_per_chunk',
+      message: '0 (one activity per rollout, tasks inline) is the pre-0.6 fan-out, retired for new runs in 0.8. ' +
+        'Fix: remove the key (default 16) or set 1-64: rollouts run in chunks over shards, the tasks in the step manifest',
+    });
     return issues;
   }
 
