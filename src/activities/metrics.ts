@@ -5,6 +5,7 @@ import type { Logger } from '../shared/logger';
 import { StepRecord, type MetricsActivities, type RecordStepInput, type StepSummary } from '../contracts';
 import { runKeys } from '../artifacts/keys';
 import { appendState, appendStepRecord } from '../records/runRecords';
+import { retainAfterStep } from '../records/retention';
 import { lastMeanReward, stepsTotal, trainerStepSeconds } from '../metrics';
 import { RunConfig } from '../config/schema';
 import { paths, REPO_ROOT } from '../shared/paths';
@@ -69,6 +70,11 @@ export function createMetricsActivities({ store, logger }: MetricsDeps) {
         trainerStepSeconds.observe((record.timing_ms.train_and_save ?? 0) / 1000);
       }
       await appendState(runStore, state);
+      // [artifacts.retention]: the step is recorded, so its journals and the checkpoints it supersedes can go.
+      // Best effort: what a failure leaves behind goes at the next step, or by `ratchet gc`.
+      await retainAfterStep(runStore, state, new Date().toISOString())
+        .then((r) => r && r.deleted.keys && logger.info({ runId: record.run_id, step: record.step, deleted: r.deleted, pruned: r.pruned.map((p) => p.dir) }, 'retention: deleted what the run no longer needs'))
+        .catch((err: unknown) => logger.warn({ runId: record.run_id, step: record.step, err: String(err) }, 'retention failed; the next step or `ratchet gc` deletes what it left'));
       lastMeanReward.set({ run: record.run_id }, record.mean_reward);
       logger.info({ runId: record.run_id, step: record.step, meanReward: record.mean_reward, components: record.reward_components, policyVersion: record.policy_version }, 'step recorded');
       return {

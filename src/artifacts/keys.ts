@@ -14,6 +14,7 @@
  *   records/fallbacks/<epoch>-<sha16>.json       a checkpoint fallback: the bad checkpoint, the one used, the steps retrained
  *   records/reverts/<epoch>-<sha16>.json         `ratchet fallback revert`: a fallback undone, who and why
  *   records/releases/<time>.json                 `ratchet release`: the trainer and adapters an ended run still held, freed by hand
+ *   records/retention/<time>-<sha16>.json        [artifacts.retention] / `ratchet gc`: what was deleted, the checkpoints pruned
  *   report.html                                  `ratchet report`'s default output
  *   tensorboard/  wandb/                         local metric sinks (on an S3 store: under this host's artifacts dir)
  *   steps/<step>/rollouts/<group>/<i>-<sha16>.json  a trajectory, keyed by its content (older runs: <i>.json)
@@ -71,6 +72,9 @@ export const runKeys = {
     `${run(runId)}/records/states/${epoch}-${completedStep}-${contentSha256.slice(0, 16)}.json`,
   /** `ratchet release <run>`: who released what the ended run held, and why (time: ISO, ':' as '-'). */
   releaseRecord: (runId: string, time: string): string => `${run(runId)}/records/releases/${time.replaceAll(':', '-')}.json`,
+  /** A retention record (src/records/retention.ts): what one application of [artifacts.retention] or `ratchet gc` deleted. */
+  retentionRecord: (runId: string, time: string, contentSha256: string): string =>
+    `${run(runId)}/records/retention/${time.replaceAll(':', '-')}-${contentSha256.slice(0, 16)}.json`,
   /** A checkpoint fallback record (epoch = the epoch it starts). */
   fallbackRecord: (runId: string, epoch: number, contentSha256: string): string =>
     `${run(runId)}/records/fallbacks/${epoch}-${contentSha256.slice(0, 16)}.json`,

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import {
+  DeleteObjectsCommand,
   GetObjectCommand,
   HeadBucketCommand,
   HeadObjectCommand,
@@ -17,6 +18,7 @@ import {
   ArtifactIntegrityError,
   MANIFEST,
   type ArtifactStore,
+  type StoredKey,
   atomicWrite,
   checkKey,
   manifestEntries,
@@ -165,17 +167,34 @@ export class S3ArtifactStore implements ArtifactStore {
   }
 
   async list(prefix: string): Promise<string[]> {
+    return (await this.listSized(prefix)).map((o) => o.key);
+  }
+
+  /** Every key below a prefix with its size in bytes, sorted (retention plans and `ratchet gc`). */
+  async listSized(prefix: string): Promise<StoredKey[]> {
     const clean = prefix.replace(/\/+$/, '');
     const base = clean ? `${this.objectKey(clean)}/` : (this.prefix ? `${this.prefix}/` : '');
     const strip = this.prefix ? this.prefix.length + 1 : 0;
-    const out: string[] = [];
+    const out: StoredKey[] = [];
     let token: string | undefined;
     do {
       const page = await this.send(() => this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: base, ContinuationToken: token })), base);
-      for (const o of page.Contents ?? []) if (o.Key) out.push(o.Key.slice(strip));
+      for (const o of page.Contents ?? []) if (o.Key) out.push({ key: o.Key.slice(strip), bytes: o.Size ?? 0 });
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);
-    return out.sort();
+    return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  }
+
+  /** Deletes these keys, 1000 to a request (absent ones are no error); a key S3 refuses to delete is an error. */
+  async remove(keys: string[]): Promise<void> {
+    for (let i = 0; i < keys.length; i += 1000) {
+      const objects = keys.slice(i, i + 1000).map((k) => ({ Key: this.objectKey(k) }));
+      const res = await this.send(() => this.client.send(new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: objects, Quiet: true } })), objects[0]!.Key);
+      if (res.Errors?.length) {
+        throw new Error(`S3 refused to delete ${res.Errors.length} of ${objects.length} keys under ${this.uriOf(objects[0]!.Key)}: ` +
+          `${res.Errors.slice(0, 3).map((e) => `${e.Key}: ${e.Code} ${e.Message}`).join('; ')}. Fix: give these credentials s3:DeleteObject on the bucket`);
+      }
+    }
   }
 
   async putDir(key: string, dir: string): Promise<ArtifactRef> {

@@ -142,6 +142,18 @@ export async function atomicWrite(file: string, buf: Buffer): Promise<void> {
   }
 }
 
+/** A key and its size, as a store lists it. */
+export interface StoredKey { key: string; bytes: number }
+
+/** A store that can list sizes and delete (both built-in stores): retention and `ratchet gc` (src/records/retention.ts). */
+export interface PrunableStore extends ArtifactStore {
+  listSized(prefix: string): Promise<StoredKey[]>;
+  remove(keys: string[]): Promise<void>;
+}
+
+export const isPrunable = (store: ArtifactStore): store is PrunableStore =>
+  typeof (store as Partial<PrunableStore>).listSized === 'function' && typeof (store as Partial<PrunableStore>).remove === 'function';
+
 export class LocalArtifactStore implements ArtifactStore {
   readonly url: string;
 
@@ -214,6 +226,23 @@ export class LocalArtifactStore implements ArtifactStore {
     const clean = prefix.replace(/\/+$/, '');
     const base = clean ? checkKey(clean) : '';
     return (await listFiles(this.root, base)).sort();
+  }
+
+  /** Every key below a prefix with its size in bytes, sorted (retention plans and `ratchet gc`). */
+  async listSized(prefix: string): Promise<StoredKey[]> {
+    return Promise.all((await this.list(prefix)).map(async (key) => ({ key, bytes: (await fs.stat(this.localPath(key))).size })));
+  }
+
+  /** Deletes these keys (absent ones are no error), then the directories they leave empty, up to the store root. */
+  async remove(keys: string[]): Promise<void> {
+    const dirs = new Set<string>();
+    for (const key of keys) {
+      await fs.rm(this.localPath(key), { force: true });
+      for (let d = path.posix.dirname(checkKey(key)); d !== '.' && d !== '/'; d = path.posix.dirname(d)) dirs.add(d);
+    }
+    for (const d of [...dirs].sort((a, b) => b.length - a.length)) {
+      await fs.rmdir(this.localPath(d)).catch(() => undefined); // not empty (or gone): kept
+    }
   }
 
   async putDir(key: string, dir: string): Promise<ArtifactRef> {

@@ -26,6 +26,15 @@ export function crossCheck(c: RunConfig): ConfigIssue[] {
     });
   }
 
+  const retention = c.artifacts.retention;
+  if (retention && retention.keep_last < o.async_level + 1) {
+    issues.push({
+      key: 'artifacts.retention.keep_last',
+      message: `${retention.keep_last} checkpoints kept, but with orchestrator.async_level = ${o.async_level} rollouts may still use the adapters of the newest ${o.async_level + 1}. ` +
+        `Fix: set artifacts.retention.keep_last to ${o.async_level + 1} or more`,
+    });
+  }
+
   if (o.rollouts_per_example < 2) {
     issues.push({
       key: 'orchestrator.rollouts_per_example',

@@ -370,7 +370,24 @@ export const ArtifactsFields = z.object({
   /** Path-style bucket addressing (http://host/bucket/key): MinIO needs it; default true when endpoint is set. */
   force_path_style: z.boolean().optional(),
 }).strict();
-export const ArtifactsConfig = ArtifactsFields.superRefine((a, ctx) => {
+/**
+ * [artifacts.retention]: what a run keeps as it goes (src/records/retention.ts; `ratchet gc` applies the
+ * same to a finished run). Absent: everything is kept, as before.
+ */
+export const RetentionConfig = z.object({
+  /**
+   * The newest checkpoints kept whole, optimizer state included: the run resumes from the newest and a
+   * checkpoint fallback goes back to the others, so at least 2. Older ones are deleted (but see keep_every).
+   */
+  keep_last: z.number().int().min(2).default(3),
+  /** Also keep the adapter (no optimizer or trainer state) of every policy version that is a multiple of this; 0: none. */
+  keep_every: z.number().int().min(0).default(0),
+  /** Delete a step's turn-resume journals once the step is recorded (no retry of its rollouts can need them). */
+  journals: z.boolean().default(true),
+}).strict();
+export type RetentionConfig = z.output<typeof RetentionConfig>;
+
+export const ArtifactsConfig = ArtifactsFields.extend({ retention: RetentionConfig.optional() }).superRefine((a, ctx) => {
   const s3 = a.url?.startsWith('s3://') ?? false;
   for (const k of ['endpoint', 'region', 'force_path_style'] as const) {
     if (a[k] !== undefined && !s3) {

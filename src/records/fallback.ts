@@ -12,6 +12,7 @@ import type { ArtifactRef } from '../artifacts/ref';
 import { diskFullFrom, StoreConfigError, StoreUnavailableError } from '../artifacts/errors';
 import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
 import type { FallbackRecord, RunStateFile, StepRecord } from '../contracts/records';
+import { prunedCheckpoints } from './retention';
 import { appendFallback, appendState, readRunRecords } from './runRecords';
 
 /**
@@ -65,8 +66,10 @@ export interface FallbackPlan {
 export async function planFallback(store: ArtifactStore, state: RunStateFile, error: string, by: FallbackRecord['by'], time: string): Promise<FallbackPlan> {
   const { steps } = await readRunRecords(store, state.runId);
   const bad = state.checkpoint?.sha256;
+  // Checkpoints [artifacts.retention] pruned are gone (or weights only) by design, not corrupt: never a target.
+  const pruned = await prunedCheckpoints(store, state.runId);
   const candidates = steps
-    .filter((r): r is StepRecord & { checkpoint: ArtifactRef } => r.step <= state.completedStep && !!r.checkpoint && r.checkpoint.sha256 !== bad)
+    .filter((r): r is StepRecord & { checkpoint: ArtifactRef } => r.step <= state.completedStep && !!r.checkpoint && r.checkpoint.sha256 !== bad && !pruned.has(r.checkpoint.sha256))
     .sort((a, b) => b.step - a.step);
   const skipped: FallbackRecord['skipped'] = [];
   let used: StepRecord & { checkpoint: ArtifactRef } | undefined;
