@@ -27,29 +27,53 @@ export function hasAllIds(t: Turn): t is CompleteTurn {
   return t.prompt_token_ids !== null && t.completion_token_ids !== null && t.completion_logprobs !== null;
 }
 
-/** Renders turn k's prompt and completion text with the model's own template, then encodes them. */
-function retokenizeTurn(traj: Trajectory, k: number, tok: ModelTokenizer, label: string): { prompt: number[]; completion: number[] } {
-  const t = traj.turns[k]!;
-  const upto = t.prompt_message_count;
+/** Why turn k's reply cannot be given ids of its own by the template (renderTurnIds). */
+export class TurnRenderError extends Error {
+  constructor(readonly kind: 'not-a-reply' | 'not-a-prefix', message: string) {
+    super(message);
+    this.name = 'TurnRenderError';
+  }
+}
+
+export type TemplateTokenizer = Pick<ModelTokenizer, 'render' | 'encode' | 'decode' | 'endOfTurnIds' | 'modelPath' | 'templateSha256'>;
+
+/**
+ * Turn k's prompt and reply as the model's own template renders them, encoded: the prompt
+ * is the conversation before the reply (with the generation prompt), the reply is what the
+ * template adds for it, up to its end-of-turn token. One home for the builder (re-tokenizing a
+ * turn whose server returned no ids) and SFT (demonstrations that carry none).
+ */
+export function renderTurnIds(traj: Trajectory, turn: Pick<Turn, 'prompt_message_count'>, k: number, tok: TemplateTokenizer): { prompt: number[]; completion: number[] } {
+  const upto = turn.prompt_message_count;
   const msg = traj.messages[upto];
   if (!msg || msg.role !== 'assistant') {
-    throw new BatchBuildError('RetokenizeFailed', `${label}: turns[${k}].prompt_message_count = ${upto} but messages[${upto}] is ` +
-      `${msg ? `a ${msg.role} message` : 'missing'}, not the assistant reply this turn produced; cannot re-tokenize it`);
+    throw new TurnRenderError('not-a-reply', `turns[${k}].prompt_message_count = ${upto} but messages[${upto}] is ` +
+      `${msg ? `a ${msg.role} message` : 'missing'}, not the assistant reply of that turn`);
   }
   const promptText = tok.render(traj.messages.slice(0, upto), traj.tools, true);
   const fullText = tok.render(traj.messages.slice(0, upto + 1), traj.tools, false);
   if (!fullText.startsWith(promptText)) {
-    throw new BatchBuildError('RetokenizeFailed', `${label}: turn ${k}: the chat template (sha256 ${tok.templateSha256} of ${tok.modelPath}) ` +
-      'renders the conversation with the assistant reply so that it does not extend the prompt it rendered without it; cannot re-tokenize this turn');
+    throw new TurnRenderError('not-a-prefix', `turn ${k}: the chat template of ${tok.modelPath} (sha256 ${tok.templateSha256.slice(0, 12)}) ` +
+      'renders the conversation with this reply so that it does not extend the prompt it rendered without it');
   }
   let completionText = fullText.slice(promptText.length);
-  // The template closes the turn with end-of-turn token + newline; the model generated the former, not the latter.
+  // The template closes the reply with end-of-turn + newline; the model generates the former, not the latter.
   const lastEot = [...tok.endOfTurnIds].map((id) => tok.decode([id])).reduce((best, s) => {
     const i = completionText.lastIndexOf(s);
     return i >= 0 && i + s.length > best ? i + s.length : best;
   }, -1);
   if (lastEot > 0) completionText = completionText.slice(0, lastEot);
   return { prompt: tok.encode(promptText), completion: tok.encode(completionText) };
+}
+
+/** renderTurnIds for the builder: its failures are RetokenizeFailed batch errors. */
+function retokenizeTurn(traj: Trajectory, k: number, tok: ModelTokenizer, label: string): { prompt: number[]; completion: number[] } {
+  try {
+    return renderTurnIds(traj, traj.turns[k]!, k, tok);
+  } catch (err) {
+    if (!(err instanceof TurnRenderError)) throw err;
+    throw new BatchBuildError('RetokenizeFailed', `${label}: ${err.message}; cannot re-tokenize this turn`);
+  }
 }
 
 /**

@@ -2,6 +2,7 @@ import { Trajectory, type Turn } from '../contracts/trajectory';
 import { assembleTrajectory, type CompleteTurn, type Segment } from '../samples/assemble';
 import { BatchBuildError } from '../samples/errors';
 import { countTrainable } from '../samples/mask';
+import { renderTurnIds, TurnRenderError } from '../samples/retokenize';
 import type { ModelTokenizer } from '../samples/tokenizer';
 
 /**
@@ -42,29 +43,18 @@ export function turnsFromMessages(traj: Trajectory): Turn[] {
   return turns;
 }
 
-/** Turn k's prompt and completion as the model's template renders them. */
+/** Turn k's prompt and completion as the model's template renders them; failures are SftDataErrors with their fix. */
 function renderTurn(traj: Trajectory, t: Turn, k: number, tok: Tok, where: string): { prompt: number[]; completion: number[] } {
-  const upto = t.prompt_message_count;
-  const msg = traj.messages[upto];
-  if (!msg || msg.role !== 'assistant') {
-    throw new SftDataError('MalformedTrajectory', `${where}: turns[${k}].prompt_message_count = ${upto} but messages[${upto}] is ` +
-      `${msg ? `a ${msg.role} message` : 'missing'}, not the assistant reply of that turn. Fix: prompt_message_count counts the messages before the reply`);
-  }
-  const promptText = tok.render(traj.messages.slice(0, upto), traj.tools, true);
-  const fullText = tok.render(traj.messages.slice(0, upto + 1), traj.tools, false);
-  if (!fullText.startsWith(promptText)) {
-    throw new SftDataError('TemplateMismatch', `${where}: turn ${k}: the chat template of ${tok.modelPath} (sha256 ${tok.templateSha256.slice(0, 12)}) ` +
-      'renders the conversation with this reply so that it does not extend the prompt before it, so the reply has no tokens of its own. ' +
+  try {
+    return renderTurnIds(traj, t, k, tok);
+  } catch (err) {
+    if (!(err instanceof TurnRenderError)) throw err;
+    if (err.kind === 'not-a-reply') {
+      throw new SftDataError('MalformedTrajectory', `${where}: ${err.message}. Fix: prompt_message_count counts the messages before the reply`);
+    }
+    throw new SftDataError('TemplateMismatch', `${where}: ${err.message}, so the reply has no tokens of its own. ` +
       'Fix: use a prefix-stable chat template (configs/templates/smollm2-tools.jinja is one)');
   }
-  let completionText = fullText.slice(promptText.length);
-  // The template closes the reply with end-of-turn + newline; the model generates the former, not the latter.
-  const lastEot = [...tok.endOfTurnIds].map((id) => tok.decode([id])).reduce((best, s) => {
-    const i = completionText.lastIndexOf(s);
-    return i >= 0 && i + s.length > best ? i + s.length : best;
-  }, -1);
-  if (lastEot > 0) completionText = completionText.slice(0, lastEot);
-  return { prompt: tok.encode(promptText), completion: tok.encode(completionText) };
 }
 
 function sameIds(a: readonly number[], b: readonly number[]): number {
