@@ -3,6 +3,7 @@
 # The workers touch their file themselves. The services they need touch none, so they are probed here
 # and each answer touches the file for them: one that stops answering (hung) goes stale by the same rule
 #   inference  vLLM's /health (http://$RATCHET_VLLM_PROBE_HOST:$RATCHET_VLLM_PORT, [127.0.0.1:8000])
+#   inference-gpu-N  replica N of a GPU layout: its /health at the URL in $RATCHET_LAYOUT_ENV [/etc/ratchet/layout.env]
 #   temporal   the Temporal server's health check (infra/cluster/temporal-server.sh health)
 #   docker     `docker info`, for Debian's docker.service (the rollout hosts' dockerd)
 #   RATCHET_LIVENESS_STALE_S  how old the file may get [60]
@@ -11,11 +12,16 @@
 #   RATCHET_LIVENESS_DIR      where the units' liveness files are [/run/ratchet]
 # A service that is not running is left alone (Restart=always handles exits).
 set -euo pipefail
-name=${1:?usage: liveness-check.sh NAME (trainer, worker-main, worker-rollout; probed: inference, temporal, docker)}
+name=${1:?usage: liveness-check.sh NAME (trainer, trainer-gpu, worker-main, worker-rollout; probed: inference, inference-gpu-N, temporal, docker)}
 unit="ratchet-$name.service"
 probe=""
 case "$name" in
   inference) probe() { curl -fsS -m 10 -o /dev/null "http://${RATCHET_VLLM_PROBE_HOST:-127.0.0.1}:${RATCHET_VLLM_PORT:-8000}/health"; }; probe=1 ;;
+  inference-gpu-*)  # replica N of a GPU layout (ratchet-inference-gpu@N.service): its URL from the layout file
+    i=${name#inference-gpu-}; unit="ratchet-inference-gpu@$i.service"
+    # shellcheck disable=SC1090
+    url_var="RATCHET_LAYOUT_INFERENCE_${i}_URL"; source "${RATCHET_LAYOUT_ENV:-/etc/ratchet/layout.env}"
+    probe() { curl -fsS -m 10 -o /dev/null "${!url_var%/v1}/health"; }; probe=1 ;;
   temporal) probe() { timeout 15 bash "${RATCHET_ROOT:-/opt/ratchet}/infra/cluster/temporal-server.sh" health; }; probe=1 ;;
   docker) unit=docker.service; probe() { timeout 15 docker info --format '{{.ID}}' >/dev/null; }; probe=1 ;;
 esac
