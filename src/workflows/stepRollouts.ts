@@ -8,6 +8,7 @@ import {
   ActivityFailure,
   ApplicationFailure,
   condition,
+  deprecatePatch,
   getExternalWorkflowHandle,
   log,
   patched,
@@ -55,9 +56,6 @@ const { rolloutWorkersSeen } = proxyActivities<MainActivities>({
 /** Seconds without a finished rollout before the watchdog asks whether rollout workers are alive. */
 export const ROLLOUT_WORKERS_WATCH_S = 120;
 
-/** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the patch). */
-export const SUMMARIES_BY_REF_PATCH = DEPRECATED_PATCHES.summariesByRef;
-
 const { syncWeights } = proxyActivities<MainActivities>({
   startToCloseTimeout: '5 minutes',
   heartbeatTimeout: '1 minute',
@@ -75,6 +73,8 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   if (input.manifest && patched(PATCHES.stepChunks)) {
     return chunkedStepRollouts({ ...input, manifest: input.manifest, taskCount: input.taskCount ?? 0 });
   }
+  // The pre-0.6 per-rollout window below: new runs cannot reach it since 0.8 (rollouts_per_chunk = 0 is refused);
+  // it stays for runs of 0.6/0.7 inside the support window, and goes in the release after 0.9 (docs/upgrades.md).
   const perTask = input.config.orchestrator.rollouts_per_example;
   const total = input.tasks.length * perTask;
   const window = Math.min(input.config.orchestrator.max_concurrent_rollouts, 1000, total);
@@ -133,15 +133,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   };
 
   // Rollouts that found their disk full and wait for space now; the parent shows waiting-for-disk while any do.
-  // Histories from before the diskWaitHeld patch reported each pause on its own (the status fell back to
-  // running between tries); they replay that way.
-  let diskWaiters = 0;
-  const waitForDiskUnheld = async (diskWait: number): Promise<void> => {
-    if (diskWaiters++ === 0) await report({ waitingForDisk: true });
-    await sleep(`${diskWait} seconds`);
-    if (--diskWaiters === 0) await report({ waitingForDisk: false });
-  };
-  // Since: a rollout counts as waiting from its first DiskFull until one of its tries ends otherwise.
+  // A rollout counts as waiting from its first DiskFull until one of its tries ends otherwise.
   const onDisk = new Set<number>();
   const diskWaitStarts = async (i: number): Promise<void> => {
     if (onDisk.has(i)) return;
@@ -212,13 +204,14 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     // diskWait/diskTries: the pause and the tries of this rollout's outage wait (a full disk or, since rolloutStoreWait, the store).
     for (let round = 1, diskWait = 2, diskTries = 0, fault: OutageType = 'DiskFull'; ; round++) {
       try {
-        // patched() only at the hand-off: a history recorded before it waited on here, and replays so.
-        return await attempt(i, diskTries >= handoffAfter && patched(DEPRECATED_PATCHES.outageHandoff) ? fault : undefined, diskWait);
+        const handOffNow = diskTries >= handoffAfter;
+        if (handOffNow) deprecatePatch(DEPRECATED_PATCHES.outageHandoff);
+        return await attempt(i, handOffNow ? fault : undefined, diskWait);
       } catch (err) {
         // The store is unreachable (the trajectory write, the run's config): wait for it like a full disk,
-        // with no round or attempt used. patched() only where one arrives: an older history used up its
-        // rounds there, and replays so.
-        if (outageOf(err) === 'StoreUnavailable' && patched(DEPRECATED_PATCHES.rolloutStoreWait)) {
+        // with no round or attempt used.
+        if (outageOf(err) === 'StoreUnavailable') {
+          deprecatePatch(DEPRECATED_PATCHES.rolloutStoreWait);
           log.warn('a rollout found the artifact store unreachable; waiting for it', { i, error: (err as ActivityFailure).cause!.message });
           fault = 'StoreUnavailable';
           diskTries++;
@@ -229,17 +222,14 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
           continue;
         }
         // A full disk: wait for an operator to free space, for as long as it takes (not a round).
-        // patched() only where a DiskFull arrives: an older history failed there, and replays so.
-        if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull' && patched(DEPRECATED_PATCHES.diskWait)) {
+        if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'DiskFull') {
+          deprecatePatch(DEPRECATED_PATCHES.diskWait);
           log.warn('a rollout found its disk full; waiting for space', { i, error: err.cause.message });
           fault = 'DiskFull';
           diskTries++;
-          if (patched(DEPRECATED_PATCHES.diskWaitHeld)) {
-            await diskWaitStarts(i);
-            await sleep(`${diskWait} seconds`);
-          } else {
-            await waitForDiskUnheld(diskWait);
-          }
+          deprecatePatch(DEPRECATED_PATCHES.diskWaitHeld);
+          await diskWaitStarts(i);
+          await sleep(`${diskWait} seconds`);
           diskWait = Math.min(diskWait * 2, input.outageWaits?.capS ?? DISK_WAIT_CAP_S);
           round--;
           continue;
@@ -248,8 +238,8 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
         if (err.cause instanceof ApplicationFailure && err.cause.nonRetryable) throw err;
         // Retries ran out: most often inference restarted and lost its adapters. Put the version back, then retry.
         log.warn('rollout failed after its retries; checking inference before trying again', { i, round, error: String(err.cause ?? err) });
-        // patched() only here: an older history waited in each lane, and replays so.
-        await (patched(DEPRECATED_PATCHES.stepInferenceWait) ? ensureServedShared() : ensureServed());
+        deprecatePatch(DEPRECATED_PATCHES.stepInferenceWait);
+        await ensureServedShared();
       }
     }
   };
@@ -291,30 +281,6 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
           await handOffInferenceWait(syncRequest(), hosts, wait, limits, inferenceHandoffs++);
           await setWaitingForInference(false);
           return;
-        }
-        await sleep(`${wait} seconds`);
-      }
-    }
-  };
-
-  const ensureServed = async (): Promise<void> => {
-    for (let wait = 5; ; wait = Math.min(wait * 2, 60)) {
-      try {
-        const req = { runId: input.runId, baseUrls, policyVersion: input.policyVersion, adapter: input.adapter, keepFromVersion: input.keepFromVersion, liveness: forActivity(windows, 'weight_sync'), artifacts: input.artifacts };
-        const hosts = input.config.inference.sync_task_queues ?? [];
-        // Hosts without a shared disk pull the adapter themselves (src/workers/inference.ts).
-        if (hosts.length) await Promise.all(hosts.map((taskQueue) => proxyActivities<MainActivities>({ taskQueue, scheduleToStartTimeout: '2 minutes', startToCloseTimeout: '10 minutes', retry: { maximumAttempts: 3 } }).syncWeights({ ...req, baseUrls: [] })));
-        else await syncWeights(req);
-        if (waitingForInference) {
-          waitingForInference = false;
-          await report();
-        }
-        return;
-      } catch (err) {
-        if (!(err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'InferenceUnavailable')) throw err;
-        if (!waitingForInference) {
-          waitingForInference = true;
-          await report();
         }
         await sleep(`${wait} seconds`);
       }
@@ -378,8 +344,11 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     }
   };
 
-  // patched() before any lane starts: an older history had no watchdog, and replays so.
-  const watching = total > 0 && patched(DEPRECATED_PATCHES.rolloutWorkersWatch) ? watchdog() : undefined;
+  let watching: Promise<void> | undefined;
+  if (total > 0) {
+    deprecatePatch(DEPRECATED_PATCHES.rolloutWorkersWatch);
+    watching = watchdog();
+  }
   try {
     await Promise.all(Array.from({ length: window }, lane));
   } finally {
@@ -389,14 +358,14 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   await setWaitingForWorkers(false);
   log.info('step rollouts done', { step: input.step, total, historyLength: workflowInfo().historyLength });
   const all = results as RolloutSummary[];
-  if (!patched(SUMMARIES_BY_REF_PATCH)) return all;
+  deprecatePatch(DEPRECATED_PATCHES.summariesByRef);
   // One artifact, written in parts that each fit a payload: the parent never holds the summaries.
   const common = { runId: input.runId, step: input.step, ...(input.round ? { round: input.round } : {}), ...(input.artifacts ? { artifacts: input.artifacts } : {}) };
   // A store down or a disk full here waits (the parent shows it) instead of failing the step.
-  // patched() only here: an older history called it directly, and replays so.
-  const storeSummaries = (req: Parameters<typeof storeRolloutSummaries>[0]): Promise<ArtifactRef> => (patched(DEPRECATED_PATCHES.stepSummariesStoreWait)
-    ? waitForStore(waiter, () => storeRolloutSummaries(req), callOf<MainActivities, 'storeRolloutSummaries'>(SUMMARIES_OPTIONS, 'storeRolloutSummaries', req))
-    : storeRolloutSummaries(req));
+  const storeSummaries = (req: Parameters<typeof storeRolloutSummaries>[0]): Promise<ArtifactRef> => {
+    deprecatePatch(DEPRECATED_PATCHES.stepSummariesStoreWait);
+    return waitForStore(waiter, () => storeRolloutSummaries(req), callOf<MainActivities, 'storeRolloutSummaries'>(SUMMARIES_OPTIONS, 'storeRolloutSummaries', req));
+  };
   if (all.length <= SUMMARIES_PER_PART) {
     const summaries = await storeSummaries({ ...common, summaries: all });
     return { summaries, count: all.length, events: workflowInfo().historyLength };
