@@ -86,7 +86,7 @@ export function sampleForStep(input: SampleTasksInput, idsByEnv: string[][], dat
       envIndex,
       datasetPath: datasetPaths[envIndex]!,
       instanceId,
-      groupId: round ? `s${input.step}-r${round}-g${slot}-${instanceId}` : `s${input.step}-g${slot}-${instanceId}`,
+      groupId: `s${input.step}${input.epoch ? `-e${input.epoch}` : ''}${round ? `-r${round}` : ''}-g${slot}-${instanceId}`,
     });
   }
   return out;
@@ -169,6 +169,7 @@ export function createDatasetActivities({ logger, store, listInstanceIds = taskF
       const sampled = await activities.sampleTasks({
         runId: input.runId, step: input.step, seed: input.seed, batchSize: input.batchSize, taskSetDir: input.taskSetDir,
         envs: input.envs.map(({ id, dataset, weight }) => ({ id, dataset, weight })), ...(input.round ? { round: input.round } : {}),
+        ...(input.epoch ? { epoch: input.epoch } : {}),
         ...(input.taskPool ? { taskPool: input.taskPool, poolFloor: input.poolFloor, artifacts: input.artifacts } : {}),
       });
       const manifest: StepManifest = StepManifest.parse({

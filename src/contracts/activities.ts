@@ -39,6 +39,12 @@ export interface SampleTasksInput {
   envs: { id: string; dataset: string; weight: number }[];
   /** A refill round of difficulty filtering (> 0): fresh tasks, group ids of their own (absent: the step's first round). */
   round?: number;
+  /**
+   * The run's checkpoint epoch (> 0 after a checkpoint fallback): the group ids carry it (`s<step>-e<epoch>-g...`),
+   * so a retrained step's trajectories and turn journals have keys of their own and its rollouts are sampled
+   * afresh, never resumed from the voided epoch's (issue 39). Absent: epoch 0, the group ids of before.
+   */
+  epoch?: number;
   /** The run's pass-rate pool ([orchestrator.pass_rate_pool]): tasks drawn by its weights; `poolFloor` its floor. */
   taskPool?: ArtifactRef;
   poolFloor?: number;

@@ -136,6 +136,12 @@ export const PATCHES = {
    * different trainer processes is recorded as PoisonBatch and skipped (issue 39).
    */
   trainerProcessFault: 'v0.9-trainer-process-fault',
+  /**
+   * After a checkpoint fallback (epoch > 0), task sampling gets the epoch and the group ids carry it, so a
+   * retrained step's trajectories and turn journals are keyed apart from the voided epoch's: its rollouts are
+   * sampled afresh (issue 39). Checked only in an epoch above 0: histories without a fallback are unchanged.
+   */
+  epochGroupIds: 'v0.9-epoch-group-ids',
 } as const;
 
 /**

@@ -239,6 +239,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     /** What the task sampling activity gets besides the step: the refill round, the pass-rate pool. */
     const sampling = {
       ...(refill ? { round: refill.round } : {}),
+      // After a checkpoint fallback the retrained steps' rollouts get keys of their own (group ids carry the epoch).
+      ...(epoch && patched(PATCHES.epochGroupIds) ? { epoch } : {}),
       ...(taskPool ? { taskPool, poolFloor: orch.pass_rate_pool.floor, ...(artifacts ? { artifacts } : {}) } : {}),
     };
     const envs = config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight }));

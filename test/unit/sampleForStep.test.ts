@@ -6,6 +6,7 @@
  */
 import { sampleForStep, seededInts, seededPermutation } from '../../src/activities/dataset';
 import type { SampleTasksInput } from '../../src/contracts';
+import { runKeys } from '../../src/artifacts/keys';
 
 /** The v0.6 computation, slot by slot (a fresh permutation each time), from the same seeded primitives. */
 function perSlot(input: SampleTasksInput, idsByEnv: string[][], paths: string[]) {
@@ -70,5 +71,25 @@ describe('sampleForStep', () => {
     const perm = seededPermutation(65_536, 'tasks:5:big:0');
     expect(got.map((t) => t.instanceId)).toEqual(Array.from({ length: 8192 }, (_, slot) => pool[0]![perm[8192 + slot]!]));
     expect(new Set(got.map((t) => t.instanceId)).size).toBe(8192);
+  });
+  test('a retrained step (epoch > 0, after a checkpoint fallback) gets group ids, so trajectory and journal keys, of its own', () => {
+    const env = [{ id: 'a', dataset: 'a.jsonl', weight: 1 }];
+    const pool = [ids('a', 10)];
+    const input: SampleTasksInput = { runId: 'r', step: 3, seed: 3, batchSize: 4, taskSetDir: '/t', envs: env };
+    const e0 = sampleForStep(input, pool, ['/t/a.jsonl']);
+    const e1 = sampleForStep({ ...input, epoch: 1 }, pool, ['/t/a.jsonl']);
+    const e1r = sampleForStep({ ...input, epoch: 1, round: 2 }, pool, ['/t/a.jsonl']);
+    // Epoch 0 (every run without a fallback): the ids of before, so stored runs read as they did.
+    expect(e0.map((t) => t.groupId)).toEqual(e0.map((t, slot) => `s3-g${slot}-${t.instanceId}`));
+    expect(e1.map((t) => t.groupId)).toEqual(e0.map((t, slot) => `s3-e1-g${slot}-${t.instanceId}`));
+    expect(e1r.map((t) => t.groupId)).toEqual(e1r.map((t, slot) => `s3-e1-r2-g${slot}-${t.instanceId}`));
+    expect(sampleForStep({ ...input, epoch: 0 }, pool, ['/t/a.jsonl'])).toEqual(e0);
+    // The same tasks: only the keys differ.
+    expect(e1.map((t) => t.instanceId)).toEqual(e0.map((t) => t.instanceId));
+    const keysOf = (g: string) => [runKeys.rolloutJournalTurn('r', 3, g, 0, 0, 'a1'), runKeys.trajectory('r', 3, g, 0, 'ab'.repeat(32))];
+    expect(keysOf(e0[0]!.groupId)).toEqual([`runs/r/steps/3/rollouts/s3-g0-${e0[0]!.instanceId}/0.journal/turn-0000-a1.json`,
+      `runs/r/steps/3/rollouts/s3-g0-${e0[0]!.instanceId}/0-${'ab'.repeat(8)}.json`]);
+    expect(keysOf(e1[0]!.groupId)).toEqual([`runs/r/steps/3/rollouts/s3-e1-g0-${e0[0]!.instanceId}/0.journal/turn-0000-a1.json`,
+      `runs/r/steps/3/rollouts/s3-e1-g0-${e0[0]!.instanceId}/0-${'ab'.repeat(8)}.json`]);
   });
 });

@@ -219,6 +219,8 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.events.slice(at).filter((e) => e.what === 'train-end').map((e) => [e.step, e.worker])).toEqual([[1, 'w2'], [2, 'w2']]);
       // Step 1 has two records: the voided one (epoch 0) and the winner (epoch 1); later records carry the epoch.
       expect(f.records.map((r) => [r.record.step, r.record.epoch ?? 0, r.state.epoch ?? 0])).toEqual([[0, 0, 0], [1, 0, 0], [1, 1, 1], [2, 1, 1]]);
+      // The retrained steps sample afresh: their task sampling carries the epoch (group ids, so keys, of their own).
+      expect(f.sampleInputs.map((i) => [i.step, i.epoch ?? 0])).toEqual([[0, 0], [1, 0], [2, 0], [1, 1], [2, 1]]);
       const { winningSteps } = await import('../../src/records/winners');
       const fb = f.fallbacks[0]!.result;
       expect(winningSteps(f.records.map((r) => r.record), fb.fellBack ? [fb.record] : []).map((r) => [r.step, r.epoch ?? 0, r.policy_version])).toEqual([[0, 0, 1], [1, 1, 2], [2, 1, 3]]);
