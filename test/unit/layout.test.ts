@@ -26,7 +26,7 @@ const flag = (args: string[], name: string) => (args.includes(name) ? args[args.
 describe('layout of the seed configs', () => {
   test('seed 001 (qwen3-8b-lora-1gpu): one vLLM and the trainer on GPU 0, vLLM at 0.5', () => {
     const l = gpuLayout(stackLayout(seed('qwen3-8b-lora-1gpu.toml'), P));
-    expect(l.model).toEqual({ path: '/state/models/Qwen3-8B', servedName: 'qwen3-8b' });
+    expect(l.model).toEqual({ path: '/state/models/Qwen3-8B', hub: 'Qwen/Qwen3-8B', servedName: 'qwen3-8b' });
     expect(l.inference).toHaveLength(1);
     const v = l.inference[0]!;
     expect(v.name).toBe('vllm-0');
@@ -67,6 +67,7 @@ describe('layout of the seed configs', () => {
     ['qwen3-14b-4gpu.toml', 'qwen3-14b', 'Qwen3-14B', true],
   ])('seed 003 (%s): four vLLM replicas, one a GPU at 0.4, ports 8000-8003; the trainer on all four under torchrun', (file, served, dir, lora) => {
     const l = gpuLayout(stackLayout(seed(file), P));
+    expect(l.model.hub).toBe(`Qwen/${dir}`);
     expect(l.inference.map((r) => [r.name, r.env.CUDA_VISIBLE_DEVICES, flag(r.args, '--port'), flag(r.args, '--gpu-memory-utilization')])).toEqual([
       ['vllm-0', '0', '8000', '0.4'], ['vllm-1', '1', '8001', '0.4'], ['vllm-2', '2', '8002', '0.4'], ['vllm-3', '3', '8003', '0.4'],
     ]);
@@ -118,9 +119,10 @@ describe('layouts the keys describe', () => {
     expect(flag(l.trainer.args, '--nproc-per-node')).toBe('2');
   });
 
-  test('model.hub is carried; the path stays where set-up puts it', () => {
-    const c = seed('qwen3-8b-lora-1gpu.toml', (t) => t.replace('name = "Qwen3-8B"', 'name = "Qwen3-8B"\nhub = "Qwen/Qwen3-8B"'));
-    expect(gpuLayout(stackLayout(c, P)).model).toEqual({ path: '/state/models/Qwen3-8B', hub: 'Qwen/Qwen3-8B', servedName: 'qwen3-8b' });
+  test('without model.hub the layout names no hub: the files must already be at model.path', () => {
+    const c = seed('qwen3-8b-lora-1gpu.toml', (t) => t.replace('hub = "Qwen/Qwen3-8B"\n', ''));
+    expect(gpuLayout(stackLayout(c, P)).model).toEqual({ path: '/state/models/Qwen3-8B', servedName: 'qwen3-8b' });
+    expect(layoutEnv(stackLayout(c, P))).toMatch(/^RATCHET_LAYOUT_MODEL_HUB=''$/m);
   });
 
   test.each([
