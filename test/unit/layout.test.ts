@@ -4,12 +4,13 @@
  * (configs/gpu/*.toml) and vLLM's and torchrun's flags, not computed by the layout's helpers.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseRunConfig } from '../../src/config/load';
 import { layoutEnv, LayoutError, stackLayout, type StackLayout } from '../../src/layout';
 import { inferenceSpecs, workerSpecs } from '../../src/stack';
+import { startService, stopService } from '../../src/stack/processes';
 import { saveLayout, savedLayout } from '../../src/stack/layoutFile';
 
 const seedDir = path.join(__dirname, '../../configs/gpu');
@@ -179,5 +180,35 @@ describe('the stack takes its processes from the saved layout', () => {
     const cpuTrainer = workerSpecs().find((s) => s.name === 'worker-trainer')!;
     expect(cpuTrainer.command).toBe(path.join(home, 'venvs/trainer/bin/python'));
     expect(cpuTrainer.args).toEqual(['-m', 'ratchet_trainer.worker']);
+  });
+
+  test('a replica starts on its GPUs with its flags, counts as started once /health answers, and stops', async () => {
+    const port = 20000 + (process.pid % 20000);
+    const c = seed('qwen3-8b-lora-1gpu.toml', (t) => t.replace('http://127.0.0.1:8000/v1', `http://127.0.0.1:${port}/v1`));
+    const l = gpuLayout(stackLayout(c, { root: path.join(__dirname, '../..'), home }));
+    // A fake vLLM: prints what it was given, then answers /health on the port the layout gave it.
+    const py = path.join(home, 'venvs/vllm-cuda/bin/python');
+    mkdirSync(path.dirname(py), { recursive: true });
+    writeFileSync(py, `#!/bin/bash
+echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES HF_HUB_OFFLINE=$HF_HUB_OFFLINE args=$*"
+port=$(printf '%s\\n' "$@" | grep -A1 -x -- --port | tail -1)
+exec python3 -c "
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == '/health' else 404); self.end_headers()
+http.server.HTTPServer(('127.0.0.1', $port), H).serve_forever()"
+`, { mode: 0o755 });
+    const spec = inferenceSpecs(l)[0]!;
+    try {
+      expect(await startService(spec)).toBe('started');
+      const log = readFileSync(path.join(home, 'logs/vllm-0.log'), 'utf8');
+      expect(log).toContain('CUDA_VISIBLE_DEVICES=0 HF_HUB_OFFLINE=1 args=-m vllm.entrypoints.openai.api_server');
+      expect(log).toContain(`--port ${port} --dtype bfloat16 --gpu-memory-utilization 0.5 --max-model-len 1024`);
+      expect(await spec.ready!()).toBe(true);
+    } finally {
+      expect(await stopService(spec.name)).toBe('stopped');
+    }
+    expect(await spec.ready!()).toBe(false);
   });
 });
