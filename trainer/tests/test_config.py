@@ -96,6 +96,8 @@ def test_old_and_new_spelling_together_is_an_error():
     ({"model": {"path": "/m"}, "loss": {"correction": "is"}}, "trainer_config.loss.correction must be one of"),
     ({"model": {"path": "/m"}, "loss": {"tis_cap": 0.5}}, "trainer_config.loss.tis_cap must be >= 1"),
     ({"model": {"path": "/m"}, "loss": {"dual_clip": 1.0}}, "trainer_config.loss.dual_clip must be 0 (off) or > 1"),
+    ({"model": {"path": "/m"}, "gpu": {"devices": [0, -1]}}, "trainer_config.gpu.devices must be a list of GPU indices"),
+    ({"model": {"path": "/m"}, "gpu": {"devices": "0,1"}}, "trainer_config.gpu.devices must be a list of GPU indices"),
 ])
 def test_bad_config_names_the_key(raw, needle):
     with pytest.raises(ConfigError) as e:
@@ -109,3 +111,9 @@ def test_clip_defaults_follow_the_loss_kind():
     p = parse_trainer_config({"model": {"path": "/m"}, "loss": {"kind": "grpo", "eps_low": None}})
     assert p.loss.clip_range() == (0.2, 0.28)
     assert p.loss.correction == "tis" and p.loss.temperature == 1.0
+
+
+def test_gpu_devices_are_read_and_kept():
+    # The run config's trainer.gpu.devices (src/layout) reach the trainer unchanged; it starts on none of them itself.
+    assert parse_trainer_config({"model": {"path": "/m"}, "gpu": {"count": 2, "devices": [2, 3]}}).gpu.devices == (2, 3)
+    assert parse_trainer_config({"model": {"path": "/m"}}).gpu.devices is None
