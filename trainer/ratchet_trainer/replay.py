@@ -68,6 +68,8 @@ def _config_of(req: dict[str, Any], store) -> Any:
     if state.get("step") != req["step"]:
         raise ReplayInputError(f"checkpoint {ckpt['uri']} is of step {state.get('step')}, not {req['step']}")
     raw = state["trainer_config"]
+    if "shared_prefix" not in raw:  # recorded before the shared-prefix layout existed: the step trained padded
+        raw = {**raw, "shared_prefix": False}
     if req.get("device"):
         raw = {**raw, "device": req["device"]}
     return parse_trainer_config(raw)

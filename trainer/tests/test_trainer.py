@@ -64,7 +64,7 @@ def test_packed_forward_keeps_samples_apart(kind, tmp_path):
 def test_packed_and_padded_steps_give_the_same_gradient(kind, tmp_path):
     results = {}
     for packing in (True, False):
-        trainer = Trainer("run", make_cfg(kind, packing=packing, micro_batch_tokens=66))
+        trainer = Trainer("run", make_cfg(kind, packing=packing, shared_prefix=False, micro_batch_tokens=66))
         grads = {}
         apply = trainer.optimizer.step
 
@@ -222,6 +222,10 @@ def test_packing_auto_is_padded_on_cpu_and_explicit_settings_win():
     assert Trainer("run", make_cfg("tiny")).packing is False  # default "auto", device cpu
     assert Trainer("run", make_cfg("tiny", packing=True)).packing is True
     assert Trainer("run", make_cfg("tiny", packing=False)).packing is False
+    # The padded layout's rows share their prefixes unless told not to; a packed row has no 4-D mask.
+    assert Trainer("run", make_cfg("tiny")).shared_prefix is True
+    assert Trainer("run", make_cfg("tiny", packing=True)).shared_prefix is False
+    assert Trainer("run", make_cfg("tiny", shared_prefix=False)).shared_prefix is False
 
 
 def _with_random_lora_b(trainer, seed=0):

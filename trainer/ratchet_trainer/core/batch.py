@@ -12,7 +12,11 @@ samples, in one of two layouts:
   where SDPA's math kernel makes a packed row slower, and it serves attention
   backends that do not read packed position ids.
 
-Both give the same logprobs and gradients (tested), so the layout is a speed
+- shared-prefix (`shared_prefix`, "auto": wherever the padded layout would be used with sdpa or
+  eager attention): the samples in one [1, L] row as a prefix tree, a prefix several samples share
+  (the episode's preamble, a group's prompt) computed once, with a 4-D attention mask.
+
+All give the same logprobs and gradients (tested), so the layout is a speed
 choice only.
 """
 
@@ -118,6 +122,9 @@ class MicroBatch:
     advantages: torch.Tensor  # [B, L]
     inference_logprobs: torch.Tensor  # [B, L]
     proximal_logprobs: torch.Tensor | None = None  # [B, L], when the batch carries them
+    # [B, L] each position's index into the batch's 1-D tensors (-1 on padding); set by the
+    # shared-prefix layout, whose positions micro_batch_token_index cannot derive from the sample ids.
+    token_index: torch.Tensor | None = None
 
 
 def load_batch(batch_ref: ArtifactRef, manifest_ref: ArtifactRef, store: S3Store | None = None) -> Batch:
@@ -314,6 +321,139 @@ def make_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device, 
         advantages=pad(batch.advantages, 0.0, torch.float32),
         inference_logprobs=pad(batch.inference_logprobs, 0.0, torch.float32),
         proximal_logprobs=pad(batch.proximal_logprobs, 0.0, torch.float32) if batch.proximal_logprobs is not None else None,
+    )
+
+
+# -- shared-prefix layout ---------------------------------------------------------------------------
+#
+# The samples of a step share long token prefixes: every episode opens with the same system prompt
+# and worked example, and a group's rollouts with the same task prompt. The shared-prefix layout lays
+# a micro-batch's samples out as a prefix tree in one row: a prefix common to several samples is
+# computed once, each continuation attends to its ancestors' tokens and causally to its own (a 4-D
+# attention mask), with the sample's own position ids. Every token then sees exactly the context it
+# has in its own sample, so logprobs and the loss are the unshared computation's, and the gradient
+# reaches a shared prefix once, summed over its continuations (tested against the padded layout).
+#
+# A node boundary never falls where a trainable token would be predicted across it: the loss reads
+# logits[r - 1] for the token at row position r, so a trainable token and its predecessor are always
+# adjacent in the row. Shared nodes hold no trainable token (each sample has its own advantage).
+
+
+def _first_true_after(mask: torch.Tensor, start: int) -> int:
+    """Index of the first True in mask after `start`, or mask's length."""
+    hit = mask[start + 1:].nonzero()
+    return start + 1 + int(hit[0]) if hit.numel() else int(mask.numel())
+
+
+def shared_prefix_tree(batch: Batch, sample_ids: list[int]) -> tuple[list[int], dict[int, list[int]]]:
+    """The prefix-tree row of these samples: `src`, the batch's flat index of each row position
+    (a shared position: the first sample's token), and for each sample the row position of each of
+    its tokens. Nodes in depth-first order, children in batch order; deterministic."""
+    off = batch.sample_offsets.tolist()
+    src: list[int] = []
+    rows: dict[int, list[int]] = {i: [] for i in sample_ids}
+
+    def emit(owner: int, members: list[int], start: int, end: int) -> None:
+        r0 = len(src)
+        src.extend(range(off[owner] + start, off[owner] + end))
+        for i in members:
+            rows[i].extend(range(r0, r0 + end - start))
+
+    def build(members: list[int], start: int) -> None:
+        # Invariant: the members share tokens [0, start), and none has a trainable token at `start`.
+        if len(members) == 1:
+            i = members[0]
+            emit(i, members, start, off[i + 1] - off[i])
+            return
+        lengths = [off[i + 1] - off[i] for i in members]
+        m = min(lengths)
+        first = members[0]
+        common = m
+        for i in members[1:]:
+            a = slice(off[first] + start, off[first] + m)
+            b = slice(off[i] + start, off[i] + m)
+            diff = ((batch.input_ids[a] != batch.input_ids[b]) | (batch.position_ids[a] != batch.position_ids[b])).nonzero()
+            if diff.numel():
+                common = min(common, start + int(diff[0]))
+        trainable = min(_first_true_after(batch.loss_mask[off[i]: off[i + 1]], start) for i in members)
+        # The shared node is [start, end): identical tokens, no trainable token after `start` up to and
+        # including `end` (where the children start), and every member keeps a token of its own.
+        end = min(common, trainable - 1, m - 1)
+        if end > start:
+            emit(first, members, start, end)
+            start = end
+        # Children: members that agree on the token at `start` may share further.
+        parts: dict[tuple[int, int], list[int]] = {}
+        for i in members:
+            key = (int(batch.input_ids[off[i] + start]), int(batch.position_ids[off[i] + start]))
+            parts.setdefault(key, []).append(i)
+        if end <= start and len(parts) == 1:  # nothing more can be shared here
+            for i in members:
+                build([i], start)
+            return
+        for part in sorted(parts.values(), key=lambda p: p[0]):
+            build(part, start)
+
+    build(sorted(sample_ids), 0)
+    return src, rows
+
+
+def shared_prefix_length(batch: Batch, sample_ids: list[int]) -> int:
+    """Tokens the shared-prefix row of these samples computes."""
+    return len(shared_prefix_tree(batch, sample_ids)[0])
+
+
+def plan_shared_micro_batches(batch: Batch, sample_ids: list[int], token_budget: int,
+                              units: list[list[int]] | None = None) -> list[list[int]]:
+    """Shared-prefix layout: whole units (default: each sample) in batch order fill a row while its
+    prefix tree has at most token_budget tokens (a unit longer than the budget gets a row alone).
+    Returns the micro-batches as lists of the given sample ids."""
+    units = units if units is not None else [[i] for i in sample_ids]
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    for u in units:
+        if cur and shared_prefix_length(batch, cur + u) > token_budget:
+            groups.append(cur)
+            cur = []
+        cur = cur + list(u)
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def make_shared_micro_batch(batch: Batch, sample_ids: list[int], device: torch.device) -> MicroBatch:
+    """One [1, L] row: the samples' prefix tree, with a [1, 1, L, L] boolean attention mask (True: attend)."""
+    src, rows = shared_prefix_tree(batch, sample_ids)
+    L = len(src)
+    idx = torch.tensor(src, dtype=torch.long)
+    allowed = torch.zeros((L, L), dtype=torch.bool)
+    off = batch.sample_offsets.tolist()
+    for i in sample_ids:
+        p = torch.tensor(rows[i], dtype=torch.long)
+        n = p.numel()
+        allowed[p[:, None], p[None, :]] |= torch.ones((n, n), dtype=torch.bool).tril()
+        mask = batch.loss_mask[off[i]: off[i + 1]]
+        # A trainable token's predecessor is the row position just before it (the loss reads logits[r - 1]).
+        if bool((mask[1:] & (p[1:] != p[:-1] + 1)).any()):
+            raise AssertionError(f"shared-prefix layout split sample {i} at a trainable token")
+
+    def take(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return t[idx].to(dtype)[None].to(device)
+
+    # Positions no trainable token owns (prompts, tool output, shared nodes) hold the sample that
+    # laid them out; the loss only reads sample_index where loss_mask is set, and there it is unique.
+    sample_of = torch.bucketize(idx, torch.tensor(off[1:], dtype=torch.long), right=True)
+    return MicroBatch(
+        sample_ids=list(sample_ids),
+        input_ids=take(batch.input_ids, torch.long),
+        position_ids=take(batch.position_ids, torch.long),
+        attention_mask=allowed[None, None].to(device),
+        sample_index=sample_of[None].to(device),
+        loss_mask=take(batch.loss_mask, torch.bool),
+        advantages=take(batch.advantages, torch.float32),
+        inference_logprobs=take(batch.inference_logprobs, torch.float32),
+        proximal_logprobs=take(batch.proximal_logprobs, torch.float32) if batch.proximal_logprobs is not None else None,
+        token_index=idx[None],
     )
 
 

@@ -166,6 +166,10 @@ class TrainerConfig:
     # "auto": packed on CUDA, padded on the CPU, where SDPA's math kernel computes a
     # packed row's full [L, L] scores (measured slower than padding; BENCHMARKS.md).
     packing: bool | str = "auto"
+    # Samples that share a token prefix (the episode's preamble, a group's prompt) in one row as a
+    # prefix tree: the prefix computed once (batch.py). "auto": on where packing is off and the
+    # attention reads a 4-D mask (sdpa, eager); the loss and gradients are the padded layout's.
+    shared_prefix: bool | str = "auto"
     # Logprobs from the last hidden states, this many tokens at a time, without
     # materialising [tokens x vocab] logits; 0 = from the model's full logits.
     logprob_chunk_tokens: int = 1024
@@ -392,6 +396,9 @@ def parse_trainer_config(raw: Mapping[str, Any]) -> TrainerConfig:
     _num(top, "seed", "", int, lo=0)
     if "packing" in top and not (isinstance(top["packing"], bool) or top["packing"] == "auto"):
         raise ConfigError(f"trainer_config.packing must be true, false or \"auto\", got {top['packing']!r}")
+    if "shared_prefix" in top and not (isinstance(top["shared_prefix"], bool) or top["shared_prefix"] == "auto"):
+        raise ConfigError(f"trainer_config.shared_prefix must be true, false or \"auto\", got {top['shared_prefix']!r}. "
+                          "Fix: true, false or \"auto\"")
     _choices(top, "")
     g = _take(top.get("gpu", {}) or {}, GpuConfig, "gpu")
     if g.get("memory_gib") is not None:

@@ -26,8 +26,9 @@ from typing import Any, Callable
 import torch
 
 from .batch import (Batch, BatchError, MicroBatch, check_batch_fits, make_micro_batch, make_packed_micro_batch,
-                    micro_batch_token_index, plan_micro_batches, plan_packed_micro_batches)
-from .config import TrainerConfig
+                    make_shared_micro_batch, micro_batch_token_index, plan_micro_batches, plan_packed_micro_batches,
+                    plan_shared_micro_batches)
+from .config import ConfigError, TrainerConfig
 from .distributed import (all_reduce_sums, collective_device, local_tensor, plan_checksum, plan_passes,
                           reduce_replicated_grads, shard_model, sum_grads, world)
 from .logprobs import HeadInput, token_logprobs
@@ -88,6 +89,21 @@ def _merge_stats(into: LossStats, s: LossStats) -> None:
             setattr(into, f.name, getattr(into, f.name) + getattr(s, f.name))
 
 
+def resolve_shared_prefix(cfg: TrainerConfig, packing: bool, attn_implementation: str) -> bool:
+    """Whether micro-batches are prefix trees (batch.py): they need an attention that reads a 4-D mask."""
+    reads_mask = attn_implementation in ("sdpa", "eager")
+    if cfg.shared_prefix is True and packing:
+        raise ConfigError("trainer_config.shared_prefix = true and packing (true, or \"auto\" on CUDA) are two layouts of "
+                          "a micro-batch; a prefix-tree row is already unpadded. Fix: set packing = false, or "
+                          "shared_prefix = false")
+    if cfg.shared_prefix is True and not reads_mask:
+        raise ConfigError(
+            f"trainer_config.shared_prefix = true needs sdpa or eager attention (a 4-D mask), but the trainer uses "
+            f"{attn_implementation} (packing = {packing}). Fix: set packing = false and model.attn_implementation = "
+            "\"sdpa\", or shared_prefix = \"auto\"")
+    return cfg.shared_prefix is True or (cfg.shared_prefix == "auto" and not packing and reads_mask)
+
+
 def step_cost(device: torch.device, wall_s: float, cpu_s: float, world_size: int) -> dict[str, float]:
     """The cost ledger's trainer figures (docs/operations.md): this process's CPU-seconds for the step, and
     GPU-seconds as the step's wall time on each rank's device (one GPU a rank), 0 on a CPU trainer."""
@@ -106,6 +122,7 @@ class Trainer:
         # Kernel options are checked before any model is built or touched.
         self.attn_implementation = resolve_attn_implementation(cfg, self.device, self.packing)
         check_kernel_support(cfg, self.device, self.attn_implementation)
+        self.shared_prefix = resolve_shared_prefix(cfg, self.packing, self.attn_implementation)
         self.rank, self.world_size = world()
         # single | replicate (whole model on every rank) | fsdp (sharded): parallelism.py
         self.parallelism = choose_parallelism(cfg, self.world_size, self.device)
@@ -285,7 +302,10 @@ class Trainer:
             step=step, grad_norm=grad_norm, tokens=total, total_tokens=int(batch.input_ids.numel()),
             samples=batch.num_samples, trajectories=norm.num_trajectories, micro_batches=passes, lr=self.cfg.optim.lr,
             updates=stats.updates, parallelism=self.parallelism,
-            padding_frac=1.0 - int(batch.input_ids.numel()) / max(forward_tokens, 1),
+            # What the forward passes computed (one epoch), against the tokens trained: a shared
+            # prefix counts once, padding counts. Shared-prefix rows hold no padding.
+            processed_tokens=forward_tokens, processed_per_trained=forward_tokens / max(total, 1),
+            padding_frac=0.0 if self.shared_prefix else 1.0 - int(batch.input_ids.numel()) / max(forward_tokens, 1),
             mismatch_exceeded=metrics["ratio_abs_dev"] > self.cfg.loss.mismatch_tolerance,
             duration_s=time.monotonic() - t0,
         )
@@ -364,6 +384,12 @@ class Trainer:
         segments share a micro-batch only for GSPO, whose ratio spans them. One process: all samples,
         no collective. Across ranks, one all-reduce checks that every rank planned the same passes
         before any of them enters the model's collectives (a mismatch would hang them)."""
+        if self.shared_prefix and self.world_size == 1:
+            # One row per micro-batch, filled while its prefix tree fits the budget. (Across ranks the
+            # plan below counts unshared tokens; each of its micro-batches is still laid out as a tree.)
+            units = batch.trajectory_units() if self.cfg.loss.kind == "gspo" else None
+            groups = plan_shared_micro_batches(batch, list(range(batch.num_samples)), budget, units)
+            return groups, len(groups)
         try:
             plans = plan_passes(batch.sample_lengths(), batch.trajectory_units(), self.world_size, budget,
                                 self.packing, keep_units=self.cfg.loss.kind == "gspo")
@@ -455,9 +481,11 @@ class Trainer:
         run's temperature, in the training forward's numerics. Across ranks, micro-batches are
         dealt round-robin, every rank runs as many passes (an idle one re-scores a micro-batch and
         drops it), and the [T] vectors are summed: each token is scored by exactly one rank."""
-        lengths = batch.sample_lengths()
-        plan = plan_packed_micro_batches if self.packing else plan_micro_batches
-        groups = plan(lengths, budget)
+        if self.shared_prefix:
+            groups = plan_shared_micro_batches(batch, list(range(batch.num_samples)), budget)
+        else:
+            plan = plan_packed_micro_batches if self.packing else plan_micro_batches
+            groups = plan(batch.sample_lengths(), budget)
         mine = groups[self.rank::self.world_size]
         passes = -(-len(groups) // self.world_size) if self.sharded else len(mine)
         out = torch.zeros(batch.input_ids.numel(), dtype=torch.float32)
@@ -469,7 +497,8 @@ class Trainer:
                 continue  # (sharded, every pass is a collective: each rank runs every one)
             lp, _ = token_logprobs(self._policy_output(self.model, mb), mb.input_ids, sel, self.cfg.loss.temperature)
             if k < len(mine):
-                idx = micro_batch_token_index(batch, ids, self.packing)[:, 1:][sel.cpu()]
+                index = mb.token_index if mb.token_index is not None else micro_batch_token_index(batch, ids, self.packing)
+                idx = index[:, 1:][sel.cpu()]
                 out[idx] = lp.float().cpu()
             if heartbeat is not None:  # progress for the stall watchdog (and the cancellation check)
                 heartbeat({"step": step, "phase": "proximal", "micro_batch": k + 1, "micro_batches": passes})
@@ -500,6 +529,8 @@ class Trainer:
             torch.cuda.empty_cache()
 
     def _micro_batch(self, batch: Batch, sample_ids: list[int]) -> MicroBatch:
+        if self.shared_prefix:
+            return make_shared_micro_batch(batch, sample_ids, self.device)
         if self.packing:
             return make_packed_micro_batch(batch, sample_ids, self.device)
         return make_micro_batch(batch, sample_ids, self.device)
