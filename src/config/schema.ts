@@ -130,6 +130,11 @@ export const TrainerConfig = z.object({
   logprob_chunk_tokens: z.number().int().min(0).max(4 * MAX_SEQ_LEN).default(1024),
   /** Several samples per row, block-diagonal attention; `auto`: on CUDA only (see trainer/README.md). */
   packing: z.union([z.boolean(), z.literal('auto')]).default('auto'),
+  /**
+   * Samples sharing a token prefix (the episode's preamble, a group's prompt) in one row as a prefix tree, the
+   * prefix computed once; same loss and gradients. `auto`: where packing is off and attention is sdpa or eager.
+   */
+  shared_prefix: z.union([z.boolean(), z.literal('auto')]).default('auto'),
   device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),
   /**
    * Several ranks: `replicate` keeps the whole model on every GPU and sums the trainable gradients once
