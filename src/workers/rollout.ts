@@ -20,6 +20,7 @@ import { componentLogger } from '../shared/logger';
 import { TASK_QUEUES } from '../shared/paths';
 import { observeSandboxes } from '../metrics';
 import { connectWorker } from './connect';
+import { serveWhileHealthy } from './serveWhileHealthy';
 import { startWorkerTelemetry } from './telemetry';
 import { startLivenessFile } from './livenessFile';
 
@@ -54,15 +55,15 @@ export async function runRolloutWorker(): Promise<void> {
   const activities = createRolloutActivities({ store, sandboxes, slots: new RolloutSlots(slots), health });
   const host = hostname();
   const probeMs = Number(process.env.RATCHET_HOST_PROBE_S ?? 15) * 1000;
-  const say = (rec: Omit<HostHealthRecord, 'workerId' | 'host' | 'checkedAt'>) => store.putJson(healthKey(sandboxes.workerId), { workerId: sandboxes.workerId, host, ...rec, checkedAt: new Date().toISOString() })
+  const say = (rec: Pick<HostHealthRecord, 'healthy' | 'error' | 'since'>) => store.putJson(healthKey(sandboxes.workerId), { workerId: sandboxes.workerId, host, ...rec, checkedAt: new Date().toISOString() })
     .catch((err: unknown) => log.warn({ err: String(err) }, 'could not write this host\'s health record; the run shows waiting-for-rollout-workers without naming it'));
   let stopping = false;
   const stop = () => { stopping = true; };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
   try {
-    for (;;) {
-      const worker = await Worker.create({
+    await serveWhileHealthy({
+      createWorker: () => Worker.create({
         connection,
         namespace,
         dataConverter,
@@ -74,34 +75,18 @@ export async function runRolloutWorker(): Promise<void> {
         maxConcurrentActivityTaskExecutions: slots,
         // Let in-flight rollouts notice cancellation and remove their sandboxes on shutdown.
         shutdownGraceTime: '10 seconds',
-      });
-      const off = health.onSick((error) => {
-        log.error({ host, err: error }, 'rollout host out of service: it stops taking rollouts until its health probe passes');
-        void say({ healthy: false, error, since: health.sick!.since });
-        worker.shutdown();
-      });
-      log.info({ taskQueue: TASK_QUEUES.rollout, slots, workerId: sandboxes.workerId, build: workerDeploymentOptions?.version ?? 'unversioned' }, 'rollout worker started');
-      try {
-        await worker.run();
-      } finally {
-        off();
-      }
-      const sick = health.sick;
-      if (stopping || !sick) break;
-      // Out of service: probe until the host can run rollouts again, saying so at each probe.
-      for (;;) {
-        await new Promise((r) => setTimeout(r, probeMs));
-        if (stopping) break;
-        const still = await probeHost(sandboxes.docker, defaultImage(), health.targets);
-        if (!still) break;
-        log.warn({ host, err: still }, 'rollout host still out of service');
-        await say({ healthy: false, error: still, since: sick.since });
-      }
-      if (stopping) break;
-      log.info({ host, was: sick.error }, 'rollout host healthy again: it takes rollouts');
-      health.markHealthy();
-      await say({ healthy: true });
-    }
+      }).then((w) => {
+        log.info({ taskQueue: TASK_QUEUES.rollout, slots, workerId: sandboxes.workerId, build: workerDeploymentOptions?.version ?? 'unversioned' }, 'rollout worker started');
+        return w;
+      }),
+      health,
+      probe: () => probeHost(sandboxes.docker, defaultImage(), health.targets),
+      say,
+      probeMs,
+      stopping: () => stopping,
+      host,
+      log,
+    });
   } finally {
     janitor.stop();
     await lease.release().catch((err: unknown) => log.warn({ err: String(err) }, 'could not release the worker lease; janitors remove its sandboxes once it expires'));
