@@ -176,7 +176,7 @@ def run_flow(args, par: str, address: str, work: Path) -> dict:
         b = on_policy_batch(ref, work, step_samples(ref.vocab_size, seq, 2 * args.nproc, seed=k), k)
         batches.append(b)
         want.append(ref.step(k, load_batch(*b)))
-    want_w = snapshot(ref)
+    want_w = {k: v.cpu() for k, v in snapshot(ref).items()}  # the saved adapter is read onto the CPU
     del ref
     if cuda:
         torch.cuda.empty_cache()
