@@ -1,7 +1,7 @@
 /**
  * bench:learn's short version (CI), the multi-turn agent case on the real stack, at the
  * smallest sizes, on the same path as the long bench (`npm run bench:learn`, out of CI): disjoint
- * task sets; path-only demonstrations by the scripted solver on real sandboxes, two of them held
+ * task sets; path-only demonstrations by the scripted solver on real sandboxes, one of them held
  * out; an SftRun whose held-out demonstration loss vLLM scores after each step; the pre-flight on
  * the RL pool; one training seed's RL run of one step from the best SFT step (file F1, RLOO,
  * difficulty filtering with one refill round, pass-rate pools, two updates); EvalSweeps of it and of
@@ -65,7 +65,7 @@ describeWithStack('bench:learn (short): SFT warm start, pre-flight, then an RL r
     if (!distBuilt()) throw new Error('dist/workers is missing: run npm run build first');
     if (!existsSync(path.join(paths.tasks(), 'train.jsonl'))) throw new Error(`no task set at ${paths.tasks()}: run bash infra/tasks.sh`);
     const o = {
-      ...AGENT_DEFAULTS, seeds: 1, steps: 1, batch: 2, rollouts: 3, refillRounds: 1, demos: 8, demoHeldOut: 2, sftSteps: 2, sftBatch: 4, sftLr: 1e-2,
+      ...AGENT_DEFAULTS, seeds: 1, steps: 1, batch: 2, rollouts: 2, refillRounds: 1, demos: 6, demoHeldOut: 1, sftSteps: 2, sftBatch: 3, sftLr: 1e-2,
       preflightTasks: 2, evalUnseen: 1, evalRandom: 1, k: 2,
     };
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-learn-agent-'));
