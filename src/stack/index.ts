@@ -114,12 +114,15 @@ async function infraScript(script: string, verb: string, log: string): Promise<v
 export async function stackUp(onEvent: (e: UpEvent) => void = () => {}, config?: { path: string; layout: StackLayout }): Promise<UpEvent[]> {
   const events: UpEvent[] = [];
   const emit = (e: UpEvent) => { events.push(e); onEvent(e); };
-  if (config) saveLayout(config.path, config.layout);
-  const saved = savedLayout();
+  const saved: SavedLayout | undefined = config
+    ? (config.layout.kind === 'gpu' ? { configPath: config.path, layout: config.layout } : undefined)
+    : savedLayout();
   if (saved) {
+    // Checked before the layout is kept: a host that cannot start it keeps the stack it had.
     const missing = gpuPrerequisites(saved);
     if (missing.length) throw new ServiceStartError(`the GPU layout of ${saved.configPath} cannot start; missing:\n  ${missing.join('\n  ')}`, logFile('vllm-0'));
   }
+  if (config) saveLayout(config.path, config.layout);
   for (const svc of INFRA) {
     if (saved && svc.name === 'inference') {
       for (const spec of inferenceSpecs(saved.layout)) emit({ component: spec.name, state: await startService(spec), log: logFile(spec.name) });

@@ -9,7 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseRunConfig } from '../../src/config/load';
 import { layoutEnv, LayoutError, stackLayout, type StackLayout } from '../../src/layout';
-import { inferenceSpecs, workerSpecs } from '../../src/stack';
+import { inferenceSpecs, stackUp, workerSpecs } from '../../src/stack';
 import { startService, stopService } from '../../src/stack/processes';
 import { saveLayout, savedLayout } from '../../src/stack/layoutFile';
 
@@ -180,6 +180,13 @@ describe('the stack takes its processes from the saved layout', () => {
     const cpuTrainer = workerSpecs().find((s) => s.name === 'worker-trainer')!;
     expect(cpuTrainer.command).toBe(path.join(home, 'venvs/trainer/bin/python'));
     expect(cpuTrainer.args).toEqual(['-m', 'ratchet_trainer.worker']);
+  });
+
+  test('ratchet up --config on a host without vLLM\'s CUDA build or the model: refused naming both fixes, and the stack it had is kept', async () => {
+    const l = stackLayout(seed('qwen3-8b-lora-1gpu.toml'), { root: path.join(__dirname, '../..'), home });
+    await expect(stackUp(() => {}, { path: 'configs/gpu/qwen3-8b-lora-1gpu.toml', layout: l }))
+      .rejects.toThrow(/cannot start; missing:\n {2}vLLM's CUDA build .*Fix: bash infra\/setup\.sh configs\/gpu\/qwen3-8b-lora-1gpu\.toml[^]*the model at .*models\/Qwen3-8B/);
+    expect(savedLayout()).toBeUndefined();
   });
 
   test('a replica starts on its GPUs with its flags, counts as started once /health answers, and stops', async () => {
