@@ -8,7 +8,7 @@ import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { BuildBatchInput, type BatchActivities } from '../contracts';
 import { readRolloutSummaries } from './rolloutSummaries';
 import { RolloutSummary, type Trajectory } from '../contracts/trajectory';
-import { buildBatchFromTrajectories, type BatchStats, type BuilderInput } from '../samples/builder';
+import { buildBatchStreaming, headerOf, type BatchStats, type RolloutHeader } from '../samples/builder';
 import { BatchBuildError } from '../samples/errors';
 import { parseTrajectory } from '../samples/parseTrajectory';
 import { writeSafetensors } from '../samples/safetensors';
@@ -38,6 +38,9 @@ export interface BatchActivityDeps {
 function fail(type: string, message: string, cause?: Error): never {
   throw ApplicationFailure.create({ type, message, nonRetryable: true, cause });
 }
+
+/** Trajectories read ahead of the one being built: their reads overlap, and no more than these are held at once. */
+const READ_WINDOW = 16;
 
 function isSummary(x: RolloutSummary | ArtifactRef): x is RolloutSummary {
   return 'trajectory' in x;
@@ -94,21 +97,24 @@ export function createBatchActivities(deps: BatchActivityDeps) {
     }
 
     const listed = input.summaries ? await readRolloutSummaries(deps.store, input.summaries, input.artifacts) : input.trajectories;
-    const inputs: BuilderInput[] = await Promise.all(listed.map(async (x): Promise<BuilderInput> => {
-      const ref = isSummary(x) ? x.trajectory : x;
-      const trajectory = await readTrajectory(ref, input.artifacts);
-      return {
-        trajectory, label: ref.uri, sha256: ref.sha256,
-        reward: isSummary(x) ? { total: x.reward, components: x.components } : undefined,
-      };
-    }));
+    const refs = listed.map((x) => (isSummary(x) ? x.trajectory : x));
+    const load = async (i: number) => ({ trajectory: await readTrajectory(refs[i]!, input.artifacts), label: refs[i]!.uri });
+    // A summary says all the plan needs; a bare reference is read once for it (and again for its tokens).
+    const headers: RolloutHeader[] = [];
+    for (const [i, x] of listed.entries()) {
+      headers.push(isSummary(x)
+        ? { group_id: x.group_id, task_id: x.task_id, rollout_index: x.rollout_index, sha256: x.trajectory.sha256, stop_reason: x.stop_reason,
+          reward: { total: x.reward, components: x.components } }
+        : headerOf({ trajectory: (await load(i)).trajectory, label: x.uri, sha256: x.sha256 }));
+    }
     const tRead = Date.now();
 
     let built;
     try {
-      built = buildBatchFromTrajectories(inputs, { ...input.orchestrator, ...(input.loss ? { loss: input.loss } : {}) }, tok, {
+      // Trajectories are read a window at a time and let go once their samples are built (issue 39, hole 11).
+      built = await buildBatchStreaming(headers, load, { ...input.orchestrator, ...(input.loss ? { loss: input.loss } : {}) }, tok, {
         runId: input.runId, step: input.step, trainerPolicyVersion: input.trainerPolicyVersion, modelName: path.basename(tok.modelPath),
-      });
+      }, { window: READ_WINDOW });
     } catch (err) {
       if (err instanceof BatchBuildError) fail(err.code, err.message, err);
       throw err;
@@ -130,7 +136,7 @@ export function createBatchActivities(deps: BatchActivityDeps) {
     const manifestRef = await runStore.put(keys.manifest, JSON.stringify(manifest));
     log.info({
       run_id: input.runId, step: input.step, samples: stats.samples, tokens: stats.tokens, trainable_tokens: stats.trainable_tokens,
-      dropped: stats.dropped, non_prefix_breaks: stats.non_prefix_breaks, read_ms: tRead - t0, build_ms: Date.now() - tRead,
+      dropped: stats.dropped, non_prefix_breaks: stats.non_prefix_breaks, plan_ms: tRead - t0, read_and_build_ms: Date.now() - tRead,
     }, 'batch built');
     return { batch, manifest: manifestRef, summary: stats };
   }

@@ -118,3 +118,35 @@ export async function withLiveness<T>(opts: LivenessOptions, work: (live: Livene
     if (abortTimer) clearTimeout(abortTimer);
   }
 }
+
+/** How often a light activity that does not heartbeat itself beats (the LIGHT proxy's heartbeat timeout is 1 minute). */
+export const LIGHT_BEAT_MS = 10_000;
+
+/**
+ * Every activity of `acts` heartbeats every `everyMs` while it runs, until it heartbeats itself
+ * (withLiveness: from then on its own beats, and its stall watchdog, decide). Without this the light
+ * activities had no heartbeat and a killed main worker stalled the run for their whole start-to-close
+ * timeout (10 minutes a kill) with no status (issue 39, hole 11). Liveness only: a light activity that
+ * hangs is bounded by its start-to-close timeout, as before.
+ */
+export function beatWhileRunning<T extends Record<string, (...args: never[]) => Promise<unknown>>>(acts: T, everyMs = LIGHT_BEAT_MS): T {
+  const out: Record<string, (...args: never[]) => Promise<unknown>> = {};
+  for (const [name, fn] of Object.entries(acts)) {
+    out[name] = async (...args: never[]) => {
+      const ctx = currentContext();
+      if (!ctx) return fn(...args);
+      let own = false;
+      const heartbeat = ctx.heartbeat.bind(ctx);
+      // The SDK's heartbeat is a readonly field of this activity's Context: wrapped here to see the activity's own beats.
+      (ctx as { heartbeat: (details?: unknown) => void }).heartbeat = (details?: unknown) => { own = true; heartbeat(details); };
+      heartbeat({ phase: 'started' });
+      const timer = setInterval(() => { if (!own) heartbeat({ phase: 'running' }); }, everyMs);
+      try {
+        return await fn(...args);
+      } finally {
+        clearInterval(timer);
+      }
+    };
+  }
+  return out as T;
+}

@@ -7,9 +7,9 @@ import type { Tensor } from './safetensors';
  */
 
 export interface PackedSample {
-  ids: readonly number[];
-  mask: readonly number[];
-  logprobs: readonly number[];
+  ids: ArrayLike<number>;
+  mask: ArrayLike<number>;
+  logprobs: ArrayLike<number>;
   advantage: number;
   trainable: number;
   /** Samples of one trajectory (a split episode's segments) are adjacent and share this index. */

@@ -5,6 +5,7 @@
  */
 import { Worker } from '@temporalio/worker';
 import { createActivities } from '../activities';
+import { beatWhileRunning } from '../activities/liveness';
 import { defaultStore } from '../artifacts/stores';
 import { componentLogger } from '../shared/logger';
 import { TASK_QUEUES } from '../shared/paths';
@@ -33,7 +34,8 @@ export async function runMainWorker(opts: MainWorkerOptions = {}): Promise<void>
     dataConverter,
     taskQueue: TASK_QUEUES.main,
     workflowsPath: opts.workflowsPath ?? require.resolve('../workflows'),
-    activities: createActivities({ store, logger: componentLogger('activities') }),
+    // Each light activity heartbeats (the LIGHT proxy's heartbeat timeout): a killed main worker is noticed in a minute.
+    activities: beatWhileRunning(createActivities({ store, logger: componentLogger('activities') })),
     // Light activities only: batch building is the heaviest, and the machine may be small.
     maxConcurrentActivityTaskExecutions: Number(process.env.RATCHET_MAIN_ACTIVITY_SLOTS ?? 8),
     ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),

@@ -8,9 +8,14 @@ import type { BatchActivities, MainActivities } from '../contracts/activities';
 import type { TrainerActivities } from '../contracts/trainer';
 import type { TrainerTimeouts } from '../contracts/run';
 
-/** Light main-worker activities. The options are exported so a long outage can hand a call to OutageWait as data. */
+/**
+ * Light main-worker activities. The options are exported so a long outage can hand a call to OutageWait as data.
+ * The main worker beats for each of them (beatWhileRunning, src/activities/liveness.ts): a killed worker is noticed
+ * at the heartbeat timeout, not after 10 minutes. Replay compares no options, so older histories replay unchanged.
+ */
 export const LIGHT: ActivityOptions = {
   startToCloseTimeout: '10 minutes',
+  heartbeatTimeout: '1 minute',
   retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 10 },
 };
 export type LightActivities = MainActivities & BatchActivities;
