@@ -292,7 +292,9 @@ async function runChunks(
         noneChecks = none ? noneChecks + 1 : 0;
         if (noneChecks >= WATCH_HANDOFF_AFTER) {
           // A long wait: its checks go to a child that continues as new, and this history holds one child per change.
-          w = await handOffRolloutWorkersWait({ ask, everyS: Math.min(tick * 2, every * 2), shown: w }, handoffs++);
+          w = await handOffRolloutWorkersWait({
+            ask, everyS: Math.min(tick * 2, every * 2), shown: w, ...(ctx.outageWaits?.perExecution ? { perExecution: ctx.outageWaits.perExecution } : {}),
+          }, handoffs++);
           none = noRolloutWorker(w);
           await setNoWorkers(none, w.unhealthy);
           if (!none) noneChecks = 0;

@@ -40,7 +40,10 @@ import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../contracts/trajectory';
 import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
-import { INFERENCE_WAIT_CAP_S, handOffInferenceWait } from './serveWait';
+import { handOffInferenceWait } from './serveWait';
+
+/** The first pause of the last step's InferenceWait child (it doubles to INFERENCE_WAIT_CAP_S). */
+const LAST_STEP_WAIT_START_S = 5;
 import { DEPRECATED_PATCHES, PATCHES } from './patches';
 import { LIGHT, light, type LightActivities } from './proxies';
 import { RunControl, mergeOverrides } from './runControl';
@@ -442,7 +445,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         // InferenceWait child that continues as new (before 0.9 it looped here, growing this history).
         if (served === CONTINUE_AS_NEW && (step + 1 >= run.maxSteps || run.stopRequested) && patched(PATCHES.lastStepInferenceWaitChild)) {
           const t = Date.now();
-          await handOffInferenceWait(syncRequest(), config.inference.sync_task_queues ?? [], INFERENCE_WAIT_CAP_S, input.outageWaits, inferenceHandoffs++);
+          await handOffInferenceWait(syncRequest(), config.inference.sync_task_queues ?? [], LAST_STEP_WAIT_START_S, input.outageWaits, inferenceHandoffs++);
           run.setWaitingForInference(false);
           served = { ms: Date.now() - t };
         }

@@ -78,6 +78,8 @@ export interface FakeOptions {
    * until a syncWeights goes through, and syncWeights fails inferenceDownTimes times first.
    */
   inferenceDownAtStart?: boolean;
+  /** Where rolloutWorkersSeen reads the rollout hosts' health records (src/rollouts/hostHealth.ts); absent: none. */
+  healthStore?: LocalArtifactStore;
   /** A rollout (in a chunk) fails, as if its worker died, where this answers true for it and the chunk's attempt. */
   chunkFailures?: (input: RolloutInput, attempt: number) => boolean;
   /** A pool of this many trainers (w1..wN), each leased to one run at a time, as the real trainer's lease does. */
@@ -180,7 +182,7 @@ export function makeFakes(opts: FakeOptions = {}) {
 
   const main = {
     // The real one: it asks the dev server whether rollout workers run or poll.
-    ...createRolloutWorkersActivities(),
+    ...createRolloutWorkersActivities(opts.healthStore ? { store: opts.healthStore } : {}),
     async storeRolloutSummaries(input: { runId: string; step: number; part?: number; shard?: number; round?: number; summaries?: RolloutSummary[]; parts?: ArtifactRef[] }): Promise<ArtifactRef> {
       if (summariesStoreDownLeft > 0) {
         summariesStoreDownLeft--;
