@@ -56,12 +56,6 @@ const { rolloutWorkersSeen } = proxyActivities<MainActivities>({
 /** Seconds without a finished rollout before the watchdog asks whether rollout workers are alive. */
 export const ROLLOUT_WORKERS_WATCH_S = 120;
 
-const { syncWeights } = proxyActivities<MainActivities>({
-  startToCloseTimeout: '5 minutes',
-  heartbeatTimeout: '1 minute',
-  retry: { maximumAttempts: 3 },
-});
-
 /** Rounds of (retry the rollout, then make sure inference serves its version) before giving up. */
 const MAX_ROUNDS = 30;
 
