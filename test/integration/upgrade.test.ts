@@ -6,13 +6,21 @@
  * finishes; the steps before the boundary ran on A and the steps after it on B; no workflow task failed
  * with a non-determinism error; `ratchet upgrade --show` reports A drained; each execution's history
  * replays on its own build's code, and B's does not replay on A's (so versioning, not luck, kept them apart).
+ * Then `ratchet gc` on the finished run deletes what its dry run lists, and its last step still replays.
+ *
+ * Build B also adds settings (issue 42): a key in [sampling] and one in [trainer]. It is a real build, a copy
+ * of this tree with those keys added to its TypeScript schema and its trainer's (buildB below). B's rollout
+ * worker and trainer join mid-run while A's rollout worker and A's trainer keep polling to the end; the run
+ * holds A's trainer when it moves to B, so that trainer meets B's trainer_config and must hand the run back.
+ * The run completes, each step once, with no non-retryable failure (ConfigError, InvalidRolloutTask/Input);
+ * every rollout of an execution on B ran on B's rollout worker (Worker Versioning), each of A's on A's.
  *
  * Isolation: making a version current on task queue `ratchet` would starve every later test's unversioned
  * workers, so everything here (workers, client, CLI) runs in a namespace of its own on the stack's dev
  * server, with a deployment name of its own. Slow on 2 CPUs (minutes).
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, promises as fs, readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, promises as fs, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
@@ -48,6 +56,36 @@ function stackSearchAttributes(): [string, string][] {
     if (!pairs.some(([n]) => n === key.name)) throw new Error(`infra/temporal.sh does not register ${key.name} (src/workflows/messages.ts SA)`);
   }
   return pairs;
+}
+
+/** Failure types that fail a step or a run outright: a version skew must never produce one. */
+const FATAL_TYPES = ['ConfigError', 'InvalidRolloutTask', 'InvalidRolloutInput'];
+
+/** `text` with `find` replaced by `find` + `add`; throws when `find` is not there (the tree changed: fix the anchor). */
+function addAfter(file: string, find: string, add: string): void {
+  const text = readFileSync(file, 'utf8');
+  if (!text.includes(find)) throw new Error(`build B: ${file} has no "${find}" to add a setting after; update the anchor in upgrade.test.ts`);
+  writeFileSync(file, text.replace(find, find + add));
+}
+
+/**
+ * Build B: this tree's code (src, dist, build B's workflow fixture, the trainer package) copied to `root`,
+ * everything else linked, with two settings added as a release would add them: [sampling] upgrade_probe and
+ * [trainer] upgrade_probe, defaults 0, in the TypeScript schema (source and built) and the trainer's dataclass.
+ */
+function buildB(root: string): void {
+  for (const e of readdirSync(REPO)) {
+    if (['.git', 'src', 'dist', 'test', 'trainer'].includes(e)) continue;
+    symlinkSync(path.join(REPO, e), path.join(root, e));
+  }
+  for (const d of ['src', 'dist', path.join('test', 'fixtures', 'upgrade'), path.join('trainer', 'ratchet_trainer')]) {
+    cpSync(path.join(REPO, d), path.join(root, d), { recursive: true });
+  }
+  for (const [file, z] of [['src/config/schema.ts', 'z'], ['dist/config/schema.js', 'zod_1.z']] as const) {
+    addAfter(path.join(root, file), `history: ${z}.enum(['tokens', 'template']).default('tokens'),`, `\n  upgrade_probe: ${z}.number().default(0),`);
+    addAfter(path.join(root, file), `parallelism: ${z}.enum(['auto', 'replicate', 'fsdp']).default('auto'),`, `\n  upgrade_probe: ${z}.number().default(0),`);
+  }
+  addAfter(path.join(root, 'trainer', 'ratchet_trainer', 'core', 'config.py'), 'parallelism: str = "auto"', '\n    upgrade_probe: float = 0.0');
 }
 
 const temporalCli = (...args: string[]) => run(TEMPORAL_BIN, [...args, '--address', ADDRESS], { encoding: 'utf8' });
@@ -124,12 +162,19 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
     }
   });
 
-  test('a run started on A moves to B at a step boundary; A retires drained; no non-determinism; histories replay', async () => {
+  test('a run started on A moves to B (which adds settings) at a step boundary; old rollout worker and trainer keep polling; A retires drained; no non-determinism; histories replay', async () => {
     const cmds = workerCommands(artifacts);
     const [, node, mainArgs, mainEnv] = cmds.main();
     const mainA = startProc('worker-main-a', node, [...mainArgs], { ...mainEnv, ...versioned(BUILD_A) }, dir);
     procs.push(mainA);
-    for (const c of [cmds.rollout(), cmds.trainer()]) procs.push(startProc(c[0], c[1], [...c[2]], { ...c[3], ...isolated }, dir));
+    const [rolloutName, , rolloutArgs, rolloutEnv] = cmds.rollout();
+    const rolloutA = startProc(`${rolloutName}-a`, node, [...rolloutArgs], { ...rolloutEnv, ...versioned(BUILD_A) }, dir);
+    const [trainerName, python, trainerArgs, trainerEnv] = cmds.trainer();
+    const trainerA = startProc(`${trainerName}-a`, python, [...trainerArgs], { ...trainerEnv, ...isolated }, dir);
+    procs.push(rolloutA, trainerA);
+    const b = path.join(dir, 'build-b');
+    await fs.mkdir(b);
+    buildB(b);
     await started(dir, mainA);
     // The very first versioned deploy needs `ratchet upgrade` too (docs/upgrades.md).
     expect(await ratchetUpgrade('--build-id', BUILD_A)).toContain(`${DEPLOYMENT}.${BUILD_A} is current`);
@@ -140,10 +185,14 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
     const firstRunId = (await handle.describe()).runId; // build A's execution: the run continues as new only at the upgrade
 
     // Mid-run: deploy B (its main worker next to A's), and once step 0 is recorded make it current.
-    const mainB = startProc('worker-main-b', node, [path.join(REPO, 'test', 'fixtures', 'upgrade', 'mainWorkerB.js')], { ...mainEnv, ...versioned(BUILD_B) }, dir);
-    procs.push(mainB);
+    const mainB = startProc('worker-main-b', node, [path.join(b, 'test', 'fixtures', 'upgrade', 'mainWorkerB.js')], { ...mainEnv, ...versioned(BUILD_B) }, dir, b);
+    const rolloutB = startProc(`${rolloutName}-b`, node, [path.join(b, 'dist', 'workers', 'rollout.js')], { ...rolloutEnv, ...versioned(BUILD_B) }, dir, b);
+    procs.push(mainB, rolloutB);
     const store = new LocalArtifactStore(artifacts);
     await until('step 0 to be recorded', async () => (await readStepRecords(store, runId)).length >= 1, 1_200_000, 1000);
+    // B's trainer only now: the run holds A's trainer (leased for step 0) when it moves to B.
+    const trainerB = startProc(`${trainerName}-b`, python, [...trainerArgs, '--metrics-port', 'off'], { ...trainerEnv, PYTHONPATH: path.join(b, 'trainer'), ...isolated }, dir, b);
+    procs.push(trainerB);
     await started(dir, mainB);
     expect(await ratchetUpgrade('--build-id', BUILD_B)).toContain(`${DEPLOYMENT}.${BUILD_B} is current`);
     expect((await describeDeployment(client, DEPLOYMENT)).current).toBe(`${DEPLOYMENT}.${BUILD_B}`);
@@ -188,6 +237,34 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
     }
     expect(nondeterministic).toEqual([]);
 
+    // Version skew (issue 42): B's settings never failed anything. A's trainer met B's trainer_config (the run still
+    // held it) and handed the run back; B's trainer took it. Every rollout ran on its own build's rollout worker.
+    const fatal: string[] = [];
+    const rolloutRan = new Map<string, Set<string>>(); // build id -> identities of the workers that ran its rollouts
+    for await (const w of client.workflow.list()) {
+      const h = client.workflow.getHandle(w.workflowId, w.runId);
+      const build = (await h.describe()).raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId ?? 'unversioned';
+      const scheduled = new Map<string, string>(); // scheduled event id -> activity type, for rollout activities
+      for (const e of (await h.fetchHistory()).events ?? []) {
+        const type = e.activityTaskScheduledEventAttributes?.activityType?.name;
+        if (type === 'rollout' || type === 'rolloutChunk') scheduled.set(String(e.eventId), type);
+        const startedRollout = e.activityTaskStartedEventAttributes;
+        if (startedRollout && scheduled.has(String(startedRollout.scheduledEventId))) {
+          rolloutRan.set(build, (rolloutRan.get(build) ?? new Set()).add(startedRollout.identity ?? '?'));
+        }
+        const failure = e.activityTaskFailedEventAttributes?.failure ?? e.workflowExecutionFailedEventAttributes?.failure;
+        const failureType = failure?.applicationFailureInfo?.type ?? failure?.cause?.applicationFailureInfo?.type;
+        if (failureType && FATAL_TYPES.includes(failureType)) fatal.push(`${w.workflowId}: ${failureType}: ${failure?.message}`);
+      }
+    }
+    expect(fatal).toEqual([]);
+    const idOf = (p: Proc) => `${p.child.pid}@${os.hostname()}`;
+    expect([...rolloutRan.get(BUILD_A) ?? []]).toEqual([idOf(rolloutA)]);
+    expect([...rolloutRan.get(BUILD_B) ?? []]).toEqual([idOf(rolloutB)]);
+    const trainerLog = async (p: Proc) => fs.readFile(path.join(dir, `${p.name}.log`), 'utf8');
+    expect(await trainerLog(trainerA)).toContain('handing the run to a newer trainer');
+    expect(await trainerLog(trainerB)).toMatch(new RegExp(`trainer leased.*${runId}`));
+
     // Retiring A was safe: the server reports it drained (no pinned execution left). The stack's dev server rechecks every
     // 10 s (infra/temporal.sh); a server with the defaults takes 3 minutes or more, hence the long timeout.
     let show = '';
@@ -207,5 +284,31 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
     await Worker.runReplayHistory(codeB, historyB, runId);
     const crossed = await Worker.runReplayHistory(codeA, historyB, runId).then(() => undefined, (err: unknown) => err as Error);
     expect(crossed?.name).toBe('DeterminismViolationError');
+
+    // Retention (issue 42), on this finished run: `ratchet gc` deletes exactly what its dry run lists (step 0's
+    // checkpoint with keep_last 2, every turn journal), and the run still replays its last step and reports.
+    const cli = (...args: string[]) => run(process.execPath, [path.join(REPO, 'dist', 'cli', 'index.js'), ...args], {
+      cwd: REPO, encoding: 'utf8', env: { ...process.env, ...isolated, RATCHET_ARTIFACTS: artifacts, NO_COLOR: '1' },
+    });
+    const runDir = path.join(artifacts, 'runs', runId);
+    const files = async () => {
+      const out = new Set<string>();
+      for (const rel of await fs.readdir(runDir, { recursive: true })) {
+        if ((await fs.stat(path.join(runDir, rel))).isFile()) out.add(path.posix.join('runs', runId, rel));
+      }
+      return out;
+    };
+    const before = await files();
+    const dry = JSON.parse((await cli('gc', runId, '--dry-run', '--keep-last', '2', '--json')).stdout) as { delete: { key: string }[]; checkpoints: { step: number; keep: string }[] };
+    expect(dry.checkpoints.filter((ck) => ck.keep !== 'whole').map((ck) => ck.step)).toEqual([0]);
+    expect(await files()).toEqual(before); // a dry run deletes nothing
+    await cli('gc', runId, '--keep-last', '2');
+    const after = await files();
+    expect([...before].filter((f) => !after.has(f)).sort()).toEqual(dry.delete.map((d) => d.key).sort());
+    expect([...after].filter((f) => !before.has(f)).map((f) => path.dirname(f))).toEqual([`runs/${runId}/records/retention`]);
+    await cli('replay-step', runId, String(MAX_STEPS - 1));
+    const report = path.join(dir, 'report.html');
+    await cli('report', runId, '--out', report);
+    expect((await fs.stat(report)).size).toBeGreaterThan(1000);
   }, 3_600_000);
 });
