@@ -81,10 +81,10 @@ export function createRolloutActivities(deps: RolloutDeps) {
    * One rollout under a liveness the caller owns: the per-rollout code path both activities share
    * (`rollout` gives it its own heartbeat; `rolloutChunk` runs many under the chunk's).
    */
-  async function runOne(rawInput: RolloutInput, live: Liveness): Promise<RolloutSummary> {
+  async function runOne(rawInput: RolloutInput, live: Liveness, attempt?: number): Promise<RolloutSummary> {
     const t0 = performance.now();
     try {
-      const summary = await runRollout(parseInput(rawInput), live);
+      const summary = await runRollout(parseInput(rawInput), live, attempt);
       rolloutsTotal.inc({ env: rawInput.envId, stop_reason: summary.stop_reason });
       // A dropped rollout (infra_error, setup_error) has no reward to show.
       if (!isUnscored(summary)) rolloutReward.observe({ env: rawInput.envId }, summary.reward);
@@ -137,7 +137,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
     return deps.slots ? deps.slots.run(one) : one();
   }
 
-  async function runRollout(input: ParsedRolloutInput, live: Liveness): Promise<RolloutSummary> {
+  async function runRollout(input: ParsedRolloutInput, live: Liveness, attempt?: number): Promise<RolloutSummary> {
     const started = performance.now();
     // A bad env id or module fails the step loudly (InvalidRolloutTask); a store blip reading the run's config is retried.
     const env = await environmentFor(input.runId, input.envId, input.artifacts);
@@ -177,7 +177,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
     let { score } = scored;
     const infra = episode.infra ?? scored.infra;
     if (infra !== undefined) {
-      retryInfrastructureFailure(infra, rlog);
+      retryInfrastructureFailure(infra, rlog, attempt);
       // Out of attempts: keep the record, drop the rollout.
       result = { ...result, stop_reason: 'infra_error', error: infra };
       score = zeroScore(env.rubric, input.rubric);

@@ -51,8 +51,8 @@ export class RolloutSlots {
 
 export interface ChunkDeps {
   store: ArtifactStore;
-  /** One rollout, through the per-rollout code path, under the chunk's liveness. */
-  runOne: (input: RolloutInput, live: Liveness) => Promise<RolloutSummary>;
+  /** One rollout, through the per-rollout code path, under the chunk's liveness; `attempt` is the rollout's own try. */
+  runOne: (input: RolloutInput, live: Liveness, attempt: number) => Promise<RolloutSummary>;
   /** The worker's rollout slots (shared with single `rollout` activities); absent: no limit but the chunk's size. */
   slots?: RolloutSlots;
 }
@@ -113,6 +113,9 @@ export function createChunkActivity(deps: ChunkDeps) {
     for (const d of input.done ?? []) done.set(d.i, d.summary);
     const beat = ctx?.info.heartbeatDetails as ChunkProgress | undefined;
     for (const d of beat?.done ?? []) if (d.i >= input.start && d.i < input.end) done.set(d.i, d.summary);
+    // Each rollout's tries in this call so far (earlier attempts' heartbeats): its attempt is its own, not the chunk's.
+    const tries = new Map<number, number>();
+    for (const t of beat?.tries ?? []) if (t.i >= input.start && t.i < input.end) tries.set(t.i, t.n);
     const clog = log.child({ run: manifest.runId, step: manifest.step, start: input.start, end: input.end, attempt: ctx?.info.attempt });
     // A later attempt (or a later call after a wait) also adopts rollouts an earlier attempt finished and
     // stored but never managed to name: heartbeats are throttled, so a worker killed just after a rollout
@@ -129,7 +132,10 @@ export function createChunkActivity(deps: ChunkDeps) {
     for (let i = input.start; i < input.end; i++) if (!done.has(i)) missing.push(i);
     if (done.size) clog.info({ done: done.size, missing: missing.length }, 'chunk resumed: only the missing rollouts run');
 
-    const progressOf = (): ChunkProgress => ({ done: [...done].map(([i, summary]): ChunkRolloutDone => ({ i, summary })) });
+    const progressOf = (): ChunkProgress => {
+      const open = [...tries].filter(([i]) => !done.has(i)).map(([i, n]) => ({ i, n }));
+      return { done: [...done].map(([i, summary]): ChunkRolloutDone => ({ i, summary })), ...(open.length ? { tries: open } : {}) };
+    };
     const failures: { i: number; err: unknown }[] = [];
     const windows = manifest.liveness;
     // Beats that carry finished rollouts, coalesced over BEAT_SOON_MS: a chunk that ends sooner costs
@@ -156,7 +162,12 @@ export function createChunkActivity(deps: ChunkDeps) {
       // The run's own cap (orchestrator.max_concurrent_rollouts) inside the chunk, then the worker's slots.
       const chunkCap = new RolloutSlots(Math.max(1, Math.min(manifest.maxConcurrentRollouts ?? missing.length, missing.length)));
       await Promise.all(missing.map(async (i) => {
-        const run = () => { queued--; return deps.runOne(rolloutInputOf(manifest, i), child); };
+        const run = () => {
+          queued--;
+          const attempt = (tries.get(i) ?? 0) + 1;
+          tries.set(i, attempt);
+          return deps.runOne(rolloutInputOf(manifest, i), child, attempt);
+        };
         queued++;
         try {
           const summary = await chunkCap.run(() => (deps.slots ? deps.slots.run(run) : run()));

@@ -89,6 +89,11 @@ export interface ChunkRolloutDone {
 /** What a chunk heartbeats, and what its failure carries (ApplicationFailure details[0]) to the next call. */
 export interface ChunkProgress {
   done: ChunkRolloutDone[];
+  /**
+   * Tries of the unfinished rollouts this call started, by index (absent before 0.9): a rollout's
+   * infrastructure failures are counted against its own tries, not the chunk's attempt number.
+   */
+  tries?: { i: number; n: number }[];
 }
 
 export interface RolloutChunkResult {

@@ -59,8 +59,9 @@ export function currentAttempt(): number {
  * Returns on the last attempt, when the caller records the rollout as infra_error (the batch
  * builder and the step's reward statistics leave it out).
  */
-export function retryInfrastructureFailure(cause: string, log: Logger): void {
-  const attempt = currentAttempt();
+export function retryInfrastructureFailure(cause: string, log: Logger, rolloutAttempt?: number): void {
+  // In a chunk, the rollout's own tries (a rollout first run on the chunk's 3rd attempt has had none before).
+  const attempt = rolloutAttempt ?? currentAttempt();
   if (attempt < INFRA_ATTEMPTS) {
     log.warn({ attempt, cause }, 'infrastructure failure: retrying the rollout');
     throw ApplicationFailure.create({ type: 'InfrastructureError', message: `infrastructure failure (attempt ${attempt}): ${cause}` });
