@@ -150,10 +150,12 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     await checkInvariants({ artifacts, runId, maxSteps, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
   }
 
-  test('kill -9 the rollout worker mid-chunk, then start it again: no rollout lost or run twice', async () => {
+  // One run for both worker kills (they are checked in different steps and phases): the rollout worker mid-chunk
+  // in step 0, then the trainer mid-step in step 1. Two runs cost CI a second run's minute and a half.
+  test('kill -9 the rollout worker mid-chunk (step 0), then the trainer mid-step (step 1), each started again: no rollout lost or run twice, no step applied twice', async () => {
     // 4 rollouts a step in one chunk, 2 at a time: the kill lands after some of the chunk's rollouts
     // finished (their trajectories stored) and while others are inside their episodes.
-    const { runId, handle } = await startRun('rollout', { rolloutsPerExample: 4 });
+    const { runId, handle } = await startRun('workers', { rolloutsPerExample: 4 });
     await waitFor(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
     // From the store, not the progress query (a chunk reports its rollouts when it ends): the first
     // wave's trajectories are stored and the second wave's sandboxes run.
@@ -172,6 +174,13 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     await sleep(3000);
     start('rollout');
 
+    // Step 1, so the retried step must first load step 0's checkpoint on the new trainer.
+    await waitFor(handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
+    await sleep(2000);
+    await killProc(workers.trainer!, 'SIGKILL');
+    await sleep(3000);
+    start('trainer');
+
     const res = await result(handle);
     expect(res).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
     await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 4, inferenceUrl: INFERENCE });
@@ -185,25 +194,12 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
       expect(trajectoryFiles(runId, 0).find((g) => g.rollout === f.rollout)?.file).toBe(f.file);
       expect(f.mtimeMs).toBeLessThan(killedAt);
     }
-    // The dead worker's lease lapsed and a janitor's sweep removed its sandboxes (within ~1.5 ttl of the kill).
+    const records = (await readStepRecords(new LocalArtifactStore(artifacts), runId)) as unknown as { step: number; trainer: { restarts: number } }[];
+    // Step 1 was retried on a new trainer rather than finishing on the dead one.
+    expect(records.find((r) => r.step === 1)!.trainer.restarts).toBeGreaterThanOrEqual(1);
+    // The dead rollout worker's lease lapsed and a janitor's sweep removed its sandboxes (within ~1.5 ttl of the kill).
     await waitForNoContainers(runId, ROLLOUT_LEASE_TTL_S * 2 * 1000);
     expect(runContainers(runId)).toEqual([]);
-  }, 1_200_000);
-
-  test('kill -9 the trainer worker mid-step, then start it again', async () => {
-    const { runId, handle } = await startRun('trainer');
-    // Step 1, so the retried step must first load step 0's checkpoint on the new trainer.
-    await waitFor(handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
-    await sleep(2000);
-    await killProc(workers.trainer!, 'SIGKILL');
-    await sleep(3000);
-    start('trainer');
-
-    const res = await result(handle);
-    await expectInvariants(runId, res);
-    const records = (await readStepRecords(new LocalArtifactStore(artifacts), runId)) as unknown as { step: number; trainer: { restarts: number } }[];
-    // The step was retried on a new trainer rather than finishing on the dead one.
-    expect(records.find((r) => r.step === 1)!.trainer.restarts).toBeGreaterThanOrEqual(1);
   }, 1_200_000);
 
   test('stop and restart the Temporal dev server mid-run', async () => {
@@ -216,19 +212,6 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
 
     await expectInvariants(runId, await result(handle));
     for (const [name, p] of Object.entries(workers)) expect([name, p!.child.exitCode]).toEqual([name, null]); // every worker rode it out
-  }, 1_200_000);
-
-  test('kill -9 vLLM mid-step, then start it again', async () => {
-    // async_level 0: step 1's rollouts use the run's policy-v1 adapter, which the restarted server no longer has.
-    const { runId, handle } = await startRun('vllm', { asyncLevel: 0 });
-    await waitForServed(adapterName(runId, 1));
-    await waitForSandbox(runId, 1);
-    const pid = Number(readFileSync(path.join(STATE, 'run', 'vllm.pid'), 'utf8').trim());
-    try { process.kill(-pid, 'SIGKILL'); } catch { process.kill(pid, 'SIGKILL'); }
-    await sleep(3000);
-    execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { stdio: 'inherit', env: { ...process.env, RATCHET_HOME: STATE } });
-
-    await expectInvariants(runId, await result(handle));
   }, 1_200_000);
 
   test('a run terminated mid-training: the next run gets its trainer at once and its adapters leave vLLM (issue 42)', async () => {
@@ -250,6 +233,8 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     await expectInvariants(b.runId, await result(b.handle));
   }, 1_200_000);
 
+  // vLLM killed mid-step: the stack's supervisor restarts it (an operator's infra/inference.sh start raced the
+  // supervisor anyway, so a second run that restarted it by hand checked nothing this one does not).
   test('kill -9 vLLM mid-step and nobody acts: the stack\'s supervisor brings it back, the run completes (issue 42)', async () => {
     if (!serviceStatus('supervisor').running) throw new Error('the stack\'s supervisor is not running. Fix: npm run build && bin/ratchet up');
     const { runId, handle } = await startRun('vllm-unattended', { asyncLevel: 0 });
