@@ -53,6 +53,8 @@ export interface RetentionInput {
   records: StepRecord[];
   state: Pick<RunStateFile, 'completedStep' | 'checkpoint'>;
   policy: RetentionPolicy;
+  /** [orchestrator] async_level of a running run: rollouts may still use the newest async_level + 1 adapters. */
+  asyncLevel?: number;
   /** `ratchet gc` on a finished run: eval episodes' journals go too (no sweep can still retry one). */
   finished?: boolean;
 }
@@ -71,7 +73,10 @@ export function planRetention(input: RetentionInput): RetentionPlan {
   }
   const byDir = new Map<string, StepRecord>();
   for (const r of input.records) if (r.checkpoint) byDir.set(lastSegment(r.checkpoint.uri), r);
-  const whole = new Set([...byDir.entries()].sort(([, a], [, b]) => b.step - a.step).slice(0, policy.keep_last).map(([d]) => d));
+  const newestFirst = [...byDir.entries()].sort(([, a], [, b]) => b.step - a.step);
+  // `ratchet set --async-level` may have raised the lag above what keep_last was checked against.
+  const keepLast = Math.max(policy.keep_last, (newestFirst[0]?.[1].overrides?.async_level ?? input.asyncLevel ?? 0) + 1);
+  const whole = new Set(newestFirst.slice(0, keepLast).map(([d]) => d));
   if (input.state.checkpoint) whole.add(lastSegment(input.state.checkpoint.uri));
 
   const fates: CheckpointFate[] = [];
@@ -82,7 +87,7 @@ export function planRetention(input: RetentionInput): RetentionPlan {
     const fate = (keep: CheckpointFate['keep'], why: string) => fates.push({ dir, step, keep, why, ...(rec?.checkpoint ? { sha256: rec.checkpoint.sha256 } : {}) });
     if (dir.includes('.tmp-') || !Number.isInteger(step)) { fate('whole', 'not a finished checkpoint (a write in progress, or unknown)'); continue; }
     if (step > input.state.completedStep) { fate('whole', 'its step is not recorded yet'); continue; }
-    if (whole.has(dir)) { fate('whole', `among the newest ${policy.keep_last} (resume, fallback, in-flight adapters)`); continue; }
+    if (whole.has(dir)) { fate('whole', `among the newest ${keepLast} (resume, fallback, in-flight adapters)`); continue; }
     const version = rec?.policy_version;
     const adapterWhy = rec?.eval_sweep ? 'an eval sweep evaluates its adapter'
       : version !== undefined && policy.keep_every > 0 && version % policy.keep_every === 0 ? `policy version ${version} is a multiple of keep_every = ${policy.keep_every}` : undefined;
@@ -92,7 +97,7 @@ export function planRetention(input: RetentionInput): RetentionPlan {
       for (const f of files) if (!f.key.startsWith(adapter)) out.push({ ...f, why: `checkpoint ${dir}: optimizer and trainer state (adapter kept: ${adapterWhy})` });
       continue;
     }
-    const why = rec ? `checkpoint ${dir}: older than the newest ${policy.keep_last}` : `checkpoint ${dir}: no winning step record names it (a losing save, or an epoch a fallback voided)`;
+    const why = rec ? `checkpoint ${dir}: older than the newest ${keepLast}` : `checkpoint ${dir}: no winning step record names it (a losing save, or an epoch a fallback voided)`;
     fate('none', why);
     for (const f of files) out.push({ ...f, why });
   }
@@ -160,11 +165,17 @@ export async function applyRetention(store: ArtifactStore, input: Omit<Retention
   return record;
 }
 
+/** What retention reads of the stored config (nothing else: a config a newer build stored must not fail here). */
+async function storedSettings(store: ArtifactStore, runId: string): Promise<{ retention?: unknown; asyncLevel?: number }> {
+  const buf = await store.read(runKeys.config(runId));
+  const c = buf && (JSON.parse(buf.toString('utf8')) as { artifacts?: { retention?: unknown }; orchestrator?: { async_level?: number } });
+  return { retention: c?.artifacts?.retention ?? undefined, asyncLevel: c?.orchestrator?.async_level };
+}
+
 /** The run's [artifacts.retention] as its stored config has it; undefined: keep everything. */
 export async function retentionOf(store: ArtifactStore, runId: string): Promise<RetentionPolicy | undefined> {
-  const buf = await store.read(runKeys.config(runId));
-  const raw = buf && (JSON.parse(buf.toString('utf8')) as { artifacts?: { retention?: unknown } }).artifacts?.retention;
-  return raw === undefined || raw === null ? undefined : RetentionConfig.parse(raw);
+  const raw = (await storedSettings(store, runId)).retention;
+  return raw === undefined ? undefined : RetentionConfig.parse(raw);
 }
 
 /**
@@ -172,10 +183,11 @@ export async function retentionOf(store: ArtifactStore, runId: string): Promise<
  * recorded step's journals. Undefined when the run keeps everything.
  */
 export async function retainAfterStep(store: ArtifactStore, state: Pick<RunStateFile, 'runId' | 'completedStep' | 'checkpoint'>, time: string): Promise<RetentionRecord | undefined> {
-  const policy = await retentionOf(store, state.runId);
-  if (!policy) return undefined;
+  const stored = await storedSettings(store, state.runId);
+  if (stored.retention === undefined) return undefined;
+  const policy = RetentionConfig.parse(stored.retention);
   const { steps } = await readRunRecords(store, state.runId);
-  const input = { runId: state.runId, records: steps, state, policy };
+  const input = { runId: state.runId, records: steps, state, policy, ...(stored.asyncLevel !== undefined ? { asyncLevel: stored.asyncLevel } : {}) };
   const plan = planRetention({ ...input, keys: await listForRetention(store, state.runId, [state.completedStep]) });
   return applyRetention(store, { ...input, by: 'run', time }, plan);
 }

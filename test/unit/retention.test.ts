@@ -77,6 +77,12 @@ describe('the retention plan', () => {
     expect(plan.delete.some((d) => d.key.includes('.journal/'))).toBe(false);
   });
 
+  test('a lag raised mid-run (ratchet set --async-level) keeps the adapters rollouts may still use', () => {
+    const raised = records.map((r) => (r.step === 9 ? { ...r, overrides: { async_level: 4 } } : r));
+    const plan = planRetention({ runId: 'r', keys, records: raised, state, policy });
+    expect(plan.checkpoints.filter((ck) => ck.keep === 'whole' && ck.step <= 9).map((ck) => ck.step).sort((a, b) => a - b)).toEqual([5, 6, 7, 8, 9]);
+  });
+
   test('ratchet check: keep_last below async_level + 1 is refused naming the key and the fix', () => {
     const issues = crossCheck(RunConfig.parse({ name: 'x', env: [{ id: 'swe-grep' }], orchestrator: { async_level: 2 }, artifacts: { retention: { keep_last: 2 } } }));
     expect(issues).toContainEqual({ key: 'artifacts.retention.keep_last', message: expect.stringMatching(/newest 3\. Fix: set artifacts\.retention\.keep_last to 3 or more/) });
