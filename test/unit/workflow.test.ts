@@ -463,7 +463,14 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
       expect((await handle.describe()).runId).toBe(handle.firstExecutionRunId);
       expect(f.records[0]!.record.weight_sync).toMatchObject({ policyVersion: 1 });
-      expect(f.syncs).toHaveLength(4);
+      // 2 tries in the run, 2 in the child (down, then served), 1 more in the run for the step record.
+      expect(f.syncs).toHaveLength(5);
+      // Issue 39: past the execution's tries the wait is an InferenceWait child (it continues as new), so a
+      // last step's outage of days does not grow the run's history; the run itself made its 2 tries and 1 after.
+      const events = (await handle.fetchHistory()).events ?? [];
+      const children = events.map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowType?.name).filter((n) => n === 'InferenceWait');
+      expect(children).toHaveLength(1);
+      expect(events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'syncWeights')).toHaveLength(3);
     });
   });
 
