@@ -14,6 +14,12 @@
  * Prints a markdown block for BENCHMARKS.md.
  *
  * Env: BENCH_GROUPS (64), BENCH_ROLLOUTS (8), BENCH_TOKENS (4096), BENCH_REPEATS (3).
+ *
+ * BENCH_MEMORY=4096,65536 instead measures buildBatch's peak memory against the number of rollouts
+ * (issue 39): short episodes (BENCH_MEMORY_TOKENS, 512) copied into groups of 8, each count built in a
+ * fresh process (its max RSS): the activity as it is (plan from the summaries, trajectories read 16
+ * ahead), and with BENCH_MEMORY_ALL=1 also the earlier way (every trajectory read and held, then built;
+ * only up to BENCH_MEMORY_ALL_MAX rollouts: it holds them all).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -31,7 +37,7 @@ import { mulberry32 } from '../shared/random';
 
 const GROUPS = Number(process.env.BENCH_GROUPS ?? 64);
 const ROLLOUTS = Number(process.env.BENCH_ROLLOUTS ?? 8);
-const TOKENS = Number(process.env.BENCH_TOKENS ?? 4096);
+const TOKEN_BUDGET = Number(process.env.BENCH_TOKENS ?? 4096);
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 3);
 const MODEL = process.env.BENCH_MODEL ?? paths.defaultModel();
 
@@ -54,7 +60,7 @@ function slice(rand: () => number, chars: number): string {
  * delta: the template is prefix-stable and every delta starts at a special token, so
  * this equals encoding the whole render), completion ids end with <|im_end|>.
  */
-function episode(tok: ModelTokenizer, g: number, r: number, rand: () => number): Trajectory {
+function episode(tok: ModelTokenizer, g: number, r: number, rand: () => number, budget = TOKEN_BUDGET): Trajectory {
   const messages: ChatMessage[] = [
     { role: 'system', content: 'You are a code search agent. Use bash to explore the repository, then call result with the files to change.' },
     { role: 'user', content: `Issue #${g}: ${slice(rand, 900)}` },
@@ -63,8 +69,8 @@ function episode(tok: ModelTokenizer, g: number, r: number, rand: () => number):
   let ids = tok.encode(rendered);
   const turns: Turn[] = [];
   const nonCanonicalTurn = (g * ROLLOUTS + r) % 16 === 5 ? 1 : -1; // a few episodes sample a non-canonical split mid-way
-  for (let k = 0; ids.length < TOKENS && k < 16; k++) {
-    const last = ids.length > TOKENS - 500;
+  for (let k = 0; ids.length < budget && k < 16; k++) {
+    const last = ids.length > budget - Math.min(500, budget / 2);
     const reply: ChatMessage = last
       ? { role: 'assistant', content: 'The fix belongs in the DOM typings.', tool_calls: [{ id: `c${k}`, type: 'function', function: { name: 'result', arguments: '{"files": ["lib/lib.dom.d.ts"]}' } }] }
       : { role: 'assistant', content: slice(rand, 250 + Math.floor(rand() * 300)), tool_calls: [{ id: `c${k}`, type: 'function', function: { name: 'bash', arguments: JSON.stringify({ cmd: `rg -n "${slice(rand, 12).replace(/\W/g, '')}" lib` }) } }] };
@@ -181,7 +187,77 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err) => {
+/** One count in a fresh process: prints {rss_mb, batch_mb, tokens, seconds}. */
+async function memoryChild(root: string, summariesRef: string, mode: string): Promise<void> {
+  const store = new LocalArtifactStore(root);
+  const cfg: BuilderConfig = {
+    seq_len: 8192, mask_truncated_completions: false, async_level: 0,
+    advantage: { kind: 'grpo', std_normalize: true, drop_uniform_groups: false }, non_prefix_policy: 'split', allow_retokenize: false,
+  };
+  const summaries = JSON.parse(summariesRef) as RolloutSummary['trajectory'];
+  const t0 = Date.now();
+  let tokens: number;
+  let batchBytes: number;
+  if (mode === 'all') {
+    const tok = loadModelTokenizer(MODEL);
+    const listed = await store.getJson(summaries) as RolloutSummary[];
+    const inputs = await Promise.all(listed.map(async (x) => ({ trajectory: await store.getJson(x.trajectory) as Trajectory, label: x.trajectory.uri,
+      sha256: x.trajectory.sha256, reward: { total: x.reward, components: x.components } })));
+    const built = buildBatchFromTrajectories(inputs, cfg, tok, { runId: 'bench', step: 0, trainerPolicyVersion: 0, modelName: 'm' });
+    tokens = built.stats.tokens;
+    batchBytes = Object.values(built.tensors).reduce((a, t) => a + t.data.byteLength, 0);
+  } else {
+    const acts = createBatchActivities({ store, logger: pino({ level: 'silent' }) });
+    const out = await acts.buildBatch({ runId: 'bench', step: 0, trainerPolicyVersion: 0, summaries, orchestrator: cfg, modelPath: MODEL });
+    tokens = out.summary.tokens;
+    batchBytes = out.batch.bytes;
+  }
+  console.log(JSON.stringify({ rss_mb: Math.round(process.resourceUsage().maxRSS / 1024), batch_mb: Math.round(batchBytes / 2 ** 20), tokens, seconds: (Date.now() - t0) / 1000 }));
+}
+
+async function memoryMain(counts: number[]): Promise<void> {
+  const tok = loadModelTokenizer(MODEL);
+  const rand = mulberry32(99);
+  const pool: Trajectory[] = [];
+  for (let g = 0; g < 16; g++) for (let r = 0; r < 2; r++) pool.push(episode(tok, g, r, rand, Number(process.env.BENCH_MEMORY_TOKENS ?? 512)));
+  const rows: string[] = [];
+  for (const n of counts) {
+    const root = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-builder-mem-'));
+    try {
+      const store = new LocalArtifactStore(root);
+      const summaries: RolloutSummary[] = [];
+      let jsonBytes = 0;
+      for (let k = 0; k < n; k++) {
+        const g = Math.floor(k / 8);
+        const reward = (k * 7919) % 3 === 0 ? 1 : 0;
+        const t: Trajectory = { ...pool[k % pool.length]!, task_id: `task-${g}`, group_id: `g${g}`, rollout_index: k % 8,
+          reward: { total: reward, components: { correct_files: reward } } };
+        const ref = await store.putJson(runKeys.trajectory('bench', 0, t.group_id, t.rollout_index), t);
+        jsonBytes += ref.bytes;
+        summaries.push({ task_id: t.task_id, group_id: t.group_id, rollout_index: t.rollout_index, trajectory: ref, reward,
+          components: t.reward!.components, stop_reason: 'completed', policy_version: 0, completion_tokens: 0, tool_calls: 0, model_ms: 0, tools_ms: 0, sandbox_ms: 0 });
+      }
+      const ref = await store.putJson(runKeys.rolloutSummaries('bench', 0), summaries);
+      for (const mode of process.env.BENCH_MEMORY_ALL === '1' && n <= Number(process.env.BENCH_MEMORY_ALL_MAX ?? Infinity) ? ['stream', 'all'] : ['stream']) {
+        const out = JSON.parse(execFileSync(process.execPath, [__filename], {
+          encoding: 'utf8', env: { ...process.env, BENCH_MEMORY_CHILD: JSON.stringify({ root, ref: JSON.stringify(ref), mode }) }, maxBuffer: 1 << 24,
+        }).trim().split('\n').pop()!) as { rss_mb: number; batch_mb: number; tokens: number; seconds: number };
+        rows.push(`| ${n.toLocaleString('en-US')} | ${mode === 'all' ? 'every trajectory held (before)' : 'streamed (buildBatch now)'} | ` +
+          `${(jsonBytes / 2 ** 20).toFixed(0)} | ${out.tokens.toLocaleString('en-US')} | ${out.batch_mb} | ${out.rss_mb} | ${out.rss_mb - out.batch_mb} | ${out.seconds.toFixed(1)} |`);
+        console.error(rows[rows.length - 1]);
+      }
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  }
+  console.log(['| rollouts | buildBatch | trajectory JSON (MiB) | packed tokens | batch (MiB) | peak RSS (MiB) | peak RSS − batch (MiB) | seconds |',
+    '| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |', ...rows,
+    '', `Machine: ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'cpu'}, Node ${process.version}.`].join('\n'));
+}
+
+const child = process.env.BENCH_MEMORY_CHILD ? JSON.parse(process.env.BENCH_MEMORY_CHILD) as { root: string; ref: string; mode: string } : undefined;
+(child ? memoryChild(child.root, child.ref, child.mode)
+  : process.env.BENCH_MEMORY ? memoryMain(process.env.BENCH_MEMORY.split(',').map(Number)) : main()).catch((err) => {
   console.error(err);
   process.exit(1);
 });
