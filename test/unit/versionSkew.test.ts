@@ -63,10 +63,10 @@ describe('a payload from a newer build is handed back, not failed', () => {
   test('a rollout input from a newer build: ConfigFromNewerBuild, retryable; a malformed one stays InvalidRolloutInput', async () => {
     const { rollout } = createRolloutActivities({ store: store(), sandboxes: {} as SandboxManager });
     const input = rolloutInputOf(StepManifest.parse(manifest), 0);
-    const newer = await rollout({ ...input, sampling: { ...input.sampling, speculative_tokens: 4 } } as RolloutInput).catch((e: unknown) => e as ApplicationFailure);
-    expect([newer.type, newer.nonRetryable]).toEqual([CONFIG_FROM_NEWER_BUILD, false]);
-    const bad = await rollout({ ...input, policyVersion: -1 }).catch((e: unknown) => e as ApplicationFailure);
-    expect([bad.type, bad.nonRetryable]).toEqual(['InvalidRolloutInput', true]);
+    const newer = await rollout({ ...input, sampling: { ...input.sampling, speculative_tokens: 4 } } as RolloutInput).then(() => undefined, (e: unknown) => e as ApplicationFailure);
+    expect([newer?.type, newer?.nonRetryable]).toEqual([CONFIG_FROM_NEWER_BUILD, false]);
+    const bad = await rollout({ ...input, policyVersion: -1 }).then(() => undefined, (e: unknown) => e as ApplicationFailure);
+    expect([bad?.type, bad?.nonRetryable]).toEqual(['InvalidRolloutInput', true]);
   });
 
   test('the environment resolver reads a stored config with sections and keys this build does not know', async () => {
