@@ -6,7 +6,8 @@
  * finishes; the steps before the boundary ran on A and the steps after it on B; no workflow task failed
  * with a non-determinism error; `ratchet upgrade --show` reports A drained; each execution's history
  * replays on its own build's code, and B's does not replay on A's (so versioning, not luck, kept them apart).
- * Then `ratchet gc` on the finished run deletes what its dry run lists, and its last step still replays.
+ * Then `ratchet gc` on the finished run deletes what its dry run lists, and its last step still replays (with
+ * build B's code, which trained it: build A's trainer refuses B's trainer_config, in a replay as in a run).
  *
  * Build B also adds settings (issue 42): a key in [sampling] and one in [trainer]. It is a real build, a copy
  * of this tree with those keys added to its TypeScript schema and its trainer's (buildB below). B's rollout
@@ -306,7 +307,10 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
     const after = await files();
     expect([...before].filter((f) => !after.has(f)).sort()).toEqual(dry.delete.map((d) => d.key).sort());
     expect([...after].filter((f) => !before.has(f)).map((f) => path.dirname(f))).toEqual([`runs/${runId}/records/retention`]);
-    await cli('replay-step', runId, String(MAX_STEPS - 1));
+    // The last step trained on build B (its trainer_state.json has B's key): replayed with B's code, as a step must be.
+    await run(process.execPath, [path.join(b, 'dist', 'cli', 'index.js'), 'replay-step', runId, String(MAX_STEPS - 1)], {
+      cwd: b, encoding: 'utf8', env: { ...process.env, ...isolated, RATCHET_ARTIFACTS: artifacts, NO_COLOR: '1' },
+    });
     const report = path.join(dir, 'report.html');
     await cli('report', runId, '--out', report);
     expect((await fs.stat(report)).size).toBeGreaterThan(1000);
