@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--model-config", help="config.json: random weights of this architecture instead of model.path")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--label", default="")
+    ap.add_argument("--steps", help="comma-separated step numbers to replay (default: all); each on the initial adapter")
     args = ap.parse_args()
 
     from ratchet_trainer.core import Trainer
@@ -51,7 +52,7 @@ def main() -> None:
     trainer = Trainer(run_id, cfg)
     for step_dir in sorted((run / "steps").iterdir(), key=lambda p: int(p.name)):
         bpath, mpath = step_dir / "batch.safetensors", step_dir / "batch.json"
-        if not bpath.exists():
+        if not bpath.exists() or (args.steps and step_dir.name not in args.steps.split(",")):
             continue
         refs = [{"uri": p.resolve().as_uri(), "sha256": sha256_file(p), "bytes": p.stat().st_size} for p in (bpath, mpath)]
         batch = load_batch(*refs)
