@@ -38,9 +38,9 @@ describeWithStack('rollout hosts out of service (chunked path, fake rollouts, re
 
   /** Every execution of a workflow id. */
   async function executions(workflowId: string): Promise<number> {
-    let n = 0;
-    for await (const _ of env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) n++;
-    return n;
+    const found = [];
+    for await (const execution of env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) found.push(execution.runId);
+    return found.length;
   }
 
   test('every host out of service: waiting-for-healthy-rollout-hosts names it; the watch continues as new; the step goes on once the host is back', async () => {
