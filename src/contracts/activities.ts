@@ -257,7 +257,7 @@ export interface RolloutWorkersSeen {
   /**
    * Rollout hosts that took themselves out of service (a sandbox that cannot start, a task file that
    * cannot be read) and say so in the store: at most UNHEALTHY_HOSTS_NAMED, each error cut to
-   * UNHEALTHY_ERROR_CHARS (src/contracts/step.ts). Absent before 0.9.
+   * UNHEALTHY_ERROR_CHARS (src/contracts/step.ts). Absent before 0.8.
    */
   unhealthy?: UnhealthyRolloutHost[];
 }

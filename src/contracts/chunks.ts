@@ -90,7 +90,7 @@ export interface ChunkRolloutDone {
 export interface ChunkProgress {
   done: ChunkRolloutDone[];
   /**
-   * Tries of the unfinished rollouts this call started, by index (absent before 0.9): a rollout's
+   * Tries of the unfinished rollouts this call started, by index (absent before 0.8): a rollout's
    * infrastructure failures are counted against its own tries, not the chunk's attempt number.
    */
   tries?: { i: number; n: number }[];

@@ -114,7 +114,7 @@ export interface RolloutProgressSignal {
   waitingForRolloutWorkers?: boolean;
   /**
    * With waitingForRolloutWorkers: the rollout hosts that took themselves out of service, and why
-   * (boundedHosts); non-empty, the parent shows waiting-for-healthy-rollout-hosts. Absent before 0.9.
+   * (boundedHosts); non-empty, the parent shows waiting-for-healthy-rollout-hosts. Absent before 0.8.
    */
   unhealthyRolloutHosts?: UnhealthyRolloutHost[];
 }

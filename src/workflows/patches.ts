@@ -104,44 +104,44 @@ export const PATCHES = {
    * A chunk call that ended in a timeout (start-to-close, heartbeat) keeps the rollouts its last heartbeat
    * named, and every call after a failed one lists the store for rollouts an earlier call finished (issue 39).
    */
-  chunkTimeoutKeepsDone: 'v0.9-chunk-timeout-keeps-done',
+  chunkTimeoutKeepsDone: 'v0.8-chunk-timeout-keeps-done',
   /**
    * A chunk that failed with RolloutHostUnhealthy (its worker took itself out of service) is called again
    * without using a round; the rollout-worker watchdog names the hosts out of service
    * (waiting-for-healthy-rollout-hosts) when no worker polls (issue 39).
    */
-  rolloutHostHealth: 'v0.9-rollout-host-health',
+  rolloutHostHealth: 'v0.8-rollout-host-health',
   /**
    * A chunk that failed with InferenceUnavailable (its rollouts' inference server stopped answering) shows
    * waiting-for-inference at once and puts inference back without using a round (issue 39).
    */
-  chunkInferenceUnavailable: 'v0.9-chunk-inference-unavailable',
+  chunkInferenceUnavailable: 'v0.8-chunk-inference-unavailable',
   /**
    * The rollout-worker watchdog: after a few checks that found no worker, the wait goes to a
    * RolloutWorkersWait child that continues as new; while workers run but no chunk finishes, its
    * checks back off (issue 39).
    */
-  rolloutWorkersWaitChild: 'v0.9-rollout-workers-wait-child',
+  rolloutWorkersWaitChild: 'v0.8-rollout-workers-wait-child',
   /** The last step's (or a stopping run's) inference wait goes to an InferenceWait child that continues as new (issue 39). */
-  lastStepInferenceWaitChild: 'v0.9-last-step-inference-wait-child',
+  lastStepInferenceWaitChild: 'v0.8-last-step-inference-wait-child',
   /**
    * A trainer that lost its process mid-step (a timeout: the process vanished, a partition, a reboot) is
    * infrastructure, never the batch's doing: two such losses no longer record TrainerKilled, the step is
    * trained again on a replacement (issue 39).
    */
-  trainerLossNotPoison: 'v0.9-trainer-loss-not-poison',
+  trainerLossNotPoison: 'v0.8-trainer-loss-not-poison',
   /**
    * TrainerFault (an error the trainer has no type for; it fenced itself): the run re-announces and retries
    * on the replacement instead of failing; a batch whose trainer.step fails with the same error class on two
    * different trainer processes is recorded as PoisonBatch and skipped (issue 39).
    */
-  trainerProcessFault: 'v0.9-trainer-process-fault',
+  trainerProcessFault: 'v0.8-trainer-process-fault',
   /**
    * After a checkpoint fallback (epoch > 0), task sampling gets the epoch and the group ids carry it, so a
    * retrained step's trajectories and turn journals are keyed apart from the voided epoch's: its rollouts are
    * sampled afresh (issue 39). Checked only in an epoch above 0: histories without a fallback are unchanged.
    */
-  epochGroupIds: 'v0.9-epoch-group-ids',
+  epochGroupIds: 'v0.8-epoch-group-ids',
 } as const;
 
 /**

@@ -442,7 +442,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         run.publish();
         let served = await serveCurrent();
         // The last step (or a stopping run) has no next execution to serve it: the rest of the wait goes to an
-        // InferenceWait child that continues as new (before 0.9 it looped here, growing this history).
+        // InferenceWait child that continues as new (before 0.8 it looped here, growing this history).
         while (served === CONTINUE_AS_NEW && (step + 1 >= run.maxSteps || run.stopRequested) && patched(PATCHES.lastStepInferenceWaitChild)) {
           await handOffInferenceWait(syncRequest(), config.inference.sync_task_queues ?? [], LAST_STEP_WAIT_START_S, input.outageWaits, inferenceHandoffs++);
           // Served now: one more (idempotent) sync here gives the step record its weight_sync as any step's.
