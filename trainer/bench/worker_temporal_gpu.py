@@ -384,9 +384,11 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp")
     ap.add_argument("--out", default="worker-temporal.json")
     args = ap.parse_args()
-    if not (0 < args.kill_rank < args.nproc and 0 <= args.oom_rank < args.nproc):
-        raise SystemExit(f"--kill-rank must be a follower rank (1..{args.nproc - 1}) and --oom-rank a rank (0..{args.nproc - 1}). "
-                         "Fix: pass ranks below --nproc")
+    # A one-GPU job has only rank 0 to kill: the Temporal worker itself dies, as a lone trainer process does.
+    lowest_kill = 0 if args.nproc == 1 else 1
+    if not (lowest_kill <= args.kill_rank < args.nproc and 0 <= args.oom_rank < args.nproc):
+        raise SystemExit(f"--kill-rank must be a follower rank ({lowest_kill}..{args.nproc - 1}; rank 0 only on one GPU) and "
+                         f"--oom-rank a rank (0..{args.nproc - 1}). Fix: pass ranks below --nproc")
     raise SystemExit(driver(args))
 
 
