@@ -27,6 +27,16 @@ export const sync = proxyActivities<MainActivities>({
   retry: { maximumAttempts: 3 },
 });
 
+/** A step's rollout summaries, written in parts (StepRollouts, RolloutShard); exported so a store wait can hand the call off. */
+export const SUMMARIES_OPTIONS: ActivityOptions = {
+  startToCloseTimeout: '5 minutes',
+  retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
+};
+export const { storeRolloutSummaries } = proxyActivities<MainActivities>(SUMMARIES_OPTIONS);
+
+/** Are rollout workers alive? Asked by the rollout-workers watch only when no rollout finished for a while. */
+export const { rolloutWorkersSeen } = proxyActivities<MainActivities>({ startToCloseTimeout: '30 seconds', retry: { maximumAttempts: 3 } });
+
 /** Only `trainer.announce` goes to the shared queue; it waits as long as it takes for a trainer to appear. */
 export const announcer = proxyActivities<TrainerActivities>({
   taskQueue: 'ratchet-trainer',

@@ -9,11 +9,10 @@
  * polls or runs a chunk, nothing is queued any more, or the hosts out of service changed), so
  * the caller's history holds one child per change, however long the wait.
  */
-import { continueAsNew, executeChild, log, proxyActivities, sleep, workflowInfo } from '@temporalio/workflow';
-import type { RolloutWorkersInput, RolloutWorkersSeen, MainActivities } from '../contracts/activities';
+import { continueAsNew, executeChild, log, sleep, workflowInfo } from '@temporalio/workflow';
+import type { RolloutWorkersInput, RolloutWorkersSeen } from '../contracts/activities';
 import { boundedHosts } from '../contracts/step';
-
-const { rolloutWorkersSeen } = proxyActivities<MainActivities>({ startToCloseTimeout: '30 seconds', retry: { maximumAttempts: 3 } });
+import { rolloutWorkersSeen } from './proxies';
 
 /** Checks one execution makes before it continues as new (~10 events each). */
 export const ROLLOUT_WORKERS_CHECKS_PER_EXECUTION = 100;

@@ -50,6 +50,7 @@ import { syncAllHosts } from './inferenceWait';
 import { syncQuorum } from '../shared/replicas';
 import { rolloutProgressSignal, shardStatusSignal } from './messages';
 import { PATCHES } from './patches';
+import { SUMMARIES_OPTIONS, rolloutWorkersSeen, storeRolloutSummaries } from './proxies';
 import { DEFAULT_HANDOFF_AFTER, callOf, capFor, handOff, outageOf } from './outageWait';
 import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './serveWait';
 import { waitForStore, type OutageWaiter } from './storeWait';
@@ -63,12 +64,6 @@ const CHUNK_OPTIONS: ActivityOptions = {
   heartbeatTimeout: '1 minute',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 };
-const SUMMARIES_OPTIONS: ActivityOptions = {
-  startToCloseTimeout: '5 minutes',
-  retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
-};
-const { storeRolloutSummaries } = proxyActivities<MainActivities>(SUMMARIES_OPTIONS);
-const { rolloutWorkersSeen } = proxyActivities<MainActivities>({ startToCloseTimeout: '30 seconds', retry: { maximumAttempts: 3 } });
 
 /** Rounds of (the chunk's retries, then make sure inference serves the step's version) before the step fails. */
 const MAX_ROUNDS = 30;

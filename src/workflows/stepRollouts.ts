@@ -28,6 +28,7 @@ import { trainingPriority } from '../shared/fairness';
 import { syncQuorum } from '../shared/replicas';
 import { rolloutProgressSignal } from './messages';
 import { DEPRECATED_PATCHES, PATCHES } from './patches';
+import { SUMMARIES_OPTIONS, rolloutWorkersSeen, storeRolloutSummaries } from './proxies';
 import type { OutageType } from '../contracts/outage';
 import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, callOf, handOff, outageOf } from './outageWait';
 import { waitForStore, type OutageWaiter } from './storeWait';
@@ -41,17 +42,6 @@ const ROLLOUT_OPTIONS: ActivityOptions = {
   heartbeatTimeout: '1 minute',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 };
-const SUMMARIES_OPTIONS: ActivityOptions = {
-  startToCloseTimeout: '5 minutes',
-  retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
-};
-const { storeRolloutSummaries } = proxyActivities<MainActivities>(SUMMARIES_OPTIONS);
-
-// Are rollout workers alive? Asked by the watchdog only when no rollout finished for a while.
-const { rolloutWorkersSeen } = proxyActivities<MainActivities>({
-  startToCloseTimeout: '30 seconds',
-  retry: { maximumAttempts: 3 },
-});
 
 /** Seconds without a finished rollout before the watchdog asks whether rollout workers are alive. */
 export const ROLLOUT_WORKERS_WATCH_S = 120;
