@@ -26,7 +26,7 @@ export function checkSft(c: RunConfig): CheckLine[] {
       text = readFileSync(file, 'utf8');
     } catch (err) {
       lines.push(fail('sft', `sft.data.${i}: cannot read ${file}: ${(err as Error).message}. ` +
-        'Fix: make demonstrations (npm run sft:demos -- --out <file>) or name an existing JSONL file of trajectories'));
+        'Fix: make demonstrations (bin/ratchet demos --out <file>) or name an existing JSONL file of trajectories'));
       return;
     }
     try {

@@ -5,6 +5,7 @@ import { CliError, EXIT, EXIT_HELP } from './exit';
 import { c } from './term';
 import * as check from './check';
 import * as codecServer from './codecServer';
+import * as demos from './demos';
 import * as doctor from './doctor';
 import * as down from './down';
 import * as evalCmd from './eval';
@@ -36,7 +37,7 @@ export function buildProgram(): Command {
     .showHelpAfterError('(add --help for usage and examples)')
     .addHelpText('after', `\nExamples:\n  $ ratchet up && ratchet doctor\n  $ ratchet train configs/swe-grep/smoke.toml --run-id smoke-1 --wait\n` +
       `  $ ratchet status smoke-1\n  $ ratchet restart smoke-1   # a failed or terminated run, from its last completed step\n  $ ratchet schedule eval --run smoke-1 --every 30m\n  $ ratchet report smoke-1\n\n${EXIT_HELP}\n\nWeb UI: ${DEFAULTS.temporalUi}`);
-  for (const m of [up, down, doctor, check, train, status, pause, resume, stop, set, restart, fallback, release, gc, upgrade, layout, lineage, replayStep, evalCmd, schedule, report, harbor, codecServer]) m.register(program);
+  for (const m of [up, down, doctor, check, train, status, pause, resume, stop, set, restart, fallback, release, gc, upgrade, layout, lineage, replayStep, evalCmd, schedule, report, harbor, demos, codecServer]) m.register(program);
   // Every subcommand: usage errors exit 2, and --help exits 0, instead of process.exit inside commander.
   const exitOverride = (cmd: Command) => {
     cmd.exitOverride();

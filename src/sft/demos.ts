@@ -5,14 +5,12 @@
  * as a real trajectory. Those that reach `minReward` are kept: the solver's wrong
  * guesses are not imitated.
  *
- *   npm run sft:demos -- --tasks .ratchet/tasks/train.jsonl --out demos.jsonl [--env swe-grep|debug|code-repair] [--limit 24] [--min-reward 1]
- *
- * The output is a JSONL file of ratchet.trajectory/v1 objects for [sft] data.
+ * `ratchet demos` (src/cli/demos.ts) writes them as a JSONL file of ratchet.trajectory/v1
+ * objects for [sft] data.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import pino from 'pino';
 import type { ModelClient } from '../agent/model';
 import { createRolloutActivities } from '../activities/rollout';
 import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
@@ -92,34 +90,4 @@ export async function makeDemonstrations(o: DemoOptions): Promise<DemoResult> {
   await Promise.all(Array.from({ length: Math.max(1, o.concurrency ?? 2) }, worker));
   const ran = all.filter((t): t is Trajectory => t !== undefined);
   return { kept: successful(ran, o.minReward), all: ran, skipped };
-}
-
-async function main(): Promise<void> {
-  const arg = (name: string): string | undefined => {
-    const i = process.argv.indexOf(`--${name}`);
-    return i >= 0 ? process.argv[i + 1] : undefined;
-  };
-  const taskFile = arg('tasks') ?? '.ratchet/tasks/train.jsonl';
-  const out = arg('out') ?? 'demos.jsonl';
-  const limit = Number(arg('limit') ?? '1000000');
-  const minReward = Number(arg('min-reward') ?? '1');
-  const envId = arg('env') ?? 'swe-grep';
-  const { loadTasks } = await import('../tasks/load');
-  const { SandboxManager } = await import('../sandbox/manager');
-  const tasks = (await loadTasks(taskFile, { onInvalid: 'skip' })).tasks.slice(0, limit);
-  const sandboxes = new SandboxManager({ log: pino({ level: 'warn' }) });
-  const { kept, all, skipped } = await makeDemonstrations({ envId, tasks, taskSetDir: path.dirname(taskFile), sandboxes, minReward, concurrency: 2 });
-  writeFileSync(out, kept.map((t) => JSON.stringify(t)).join('\n') + (kept.length ? '\n' : ''));
-  const rewards = all.map((t) => t.reward?.total ?? 0);
-  process.stdout.write(`${kept.length} of ${all.length} demonstrations reached reward ${minReward} -> ${out} ` +
-    `(mean reward ${(rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length)).toFixed(3)})` +
-    `${skipped.length ? `; ${skipped.length} task(s) skipped: the solver cannot replay their gold patch (first: ${skipped[0]!.instance_id}: ${skipped[0]!.reason})` : ''}\n`);
-  await sandboxes.close();
-}
-
-if (require.main === module) {
-  main().catch((err: unknown) => {
-    process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
-    process.exit(1);
-  });
 }

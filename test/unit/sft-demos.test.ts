@@ -1,7 +1,7 @@
 /**
  * The scripted swe-grep solver: its steps from what it reads, and a whole demonstration
  * through the rollout activity (a host-directory sandbox with a tiny project; the real
- * sandboxes are exercised by `npm run sft:demos`), which SFT then tokenizes with the
+ * sandboxes are exercised by `ratchet demos`), which SFT then tokenizes with the
  * model's template.
  */
 import { calledNames, definitionFromSearch, failingTest } from '../../src/sft/solvers/sweGrep';
