@@ -28,7 +28,7 @@ export interface OutageWaitLimits {
 }
 
 /**
- * InferenceWait's input (src/workflows/serveWait.ts): StepRollouts' long wait for inference,
+ * InferenceWait's input (src/workflows/inferenceWait.ts): StepRollouts' long wait for inference,
  * the weight sync that puts the step's version back, tried until it goes through.
  */
 export interface InferenceWaitInput {

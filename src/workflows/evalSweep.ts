@@ -13,7 +13,7 @@ import { evalSeed } from '../shared/evalSeed';
 import { EVAL_STEP } from '../shared/steps';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { evalPriority } from '../shared/fairness';
-import { syncAllHosts } from './inferenceWait';
+import { syncAllHosts } from './weightSync';
 import { DEPRECATED_PATCHES } from './patches';
 
 export type { EvalSweepInput, EvalSweepResult } from '../contracts/eval';

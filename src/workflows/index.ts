@@ -4,7 +4,7 @@ export { SftRun } from './sftRun';
 export { StepRollouts } from './stepRollouts';
 export { EvalSweep } from './evalSweep';
 export { OutageWait } from './outageWait';
-export { InferenceWait } from './serveWait';
+export { InferenceWait } from './inferenceWait';
 export { RolloutShard } from './stepChunks';
 export { RolloutWorkersWait } from './rolloutWorkersWait';
 export { ReleaseRun } from './releaseRun';

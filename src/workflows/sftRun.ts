@@ -6,7 +6,7 @@
  * sync → step record. It is TrainRun without rollouts, and it reuses TrainRun's
  * parts unchanged: the leased trainer session and its exactly-once step ledger
  * (trainerSession.ts), checkpoints, weight sync that waits out a down server
- * (inferenceWait.ts), status/progress/pause/resume/stop (runControl.ts), the step
+ * (weightSync.ts), status/progress/pause/resume/stop (runControl.ts), the step
  * record and run state (stepRecord.ts, so `ratchet status` and `ratchet report`
  * read it like any run), continue-as-new with only ResumeState.
  *
@@ -23,7 +23,7 @@ import type { BuildBatchOutput } from '../contracts/activities';
 import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { RolloutStats } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
-import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
+import { CONTINUE_AS_NEW, syncUntilServed } from './weightSync';
 import { PATCHES } from './patches';
 import { LIGHT, light, type LightActivities } from './proxies';
 import { RunControl } from './runControl';

@@ -32,8 +32,8 @@ import { SUMMARIES_OPTIONS, rolloutWorkersSeen, storeRolloutSummaries } from './
 import type { OutageType } from '../contracts/outage';
 import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, callOf, handOff, outageOf } from './outageWait';
 import { waitForStore, type OutageWaiter } from './storeWait';
-import { syncAllHosts } from './inferenceWait';
-import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './serveWait';
+import { syncAllHosts } from './weightSync';
+import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './inferenceWait';
 
 const ROLLOUT_OPTIONS: ActivityOptions = {
   taskQueue: 'ratchet-rollout',
@@ -241,7 +241,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   /**
    * Make sure inference serves the step's version, once for every lane that asks meanwhile (one
    * wait, not one per lane). A host whose sync worker does not pick up is inference down too. After
-   * a few tries the wait goes to an InferenceWait child that continues as new (serveWait.ts).
+   * a few tries the wait goes to an InferenceWait child that continues as new (inferenceWait.ts).
    */
   let serving: Promise<void> | undefined;
   let inferenceHandoffs = 0;

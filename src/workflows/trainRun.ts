@@ -6,7 +6,7 @@
  * it) carries only ResumeState; everything large lives in the artifact store.
  *
  * The parts live beside it: runControl.ts (status, progress, pause/resume/stop),
- * trainerSession.ts (the run's leased trainer), inferenceWait.ts (weight sync
+ * trainerSession.ts (the run's leased trainer), weightSync.ts (weight sync
  * that waits out a down server), stepRecord.ts (what a finished step writes),
  * proxies.ts (activity timeouts and retries), patches.ts (behaviour changes
  * behind patched(), so runs started on older code replay).
@@ -39,8 +39,8 @@ import { syncQuorum } from '../shared/replicas';
 import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from '../contracts/trajectory';
-import { CONTINUE_AS_NEW, syncUntilServed } from './inferenceWait';
-import { handOffInferenceWait } from './serveWait';
+import { CONTINUE_AS_NEW, syncUntilServed } from './weightSync';
+import { handOffInferenceWait } from './inferenceWait';
 
 /** The first pause of the last step's InferenceWait child (it doubles to INFERENCE_WAIT_CAP_S). */
 const LAST_STEP_WAIT_START_S = 5;

@@ -1,10 +1,10 @@
 /**
- * What StepRollouts' inference wait counts as inference down (src/workflows/serveWait.ts): with
+ * What StepRollouts' inference wait counts as inference down (src/workflows/inferenceWait.ts): with
  * per-host sync queues, an inference host whose worker never picks the sync up (schedule-to-start
  * timeout) is a down host to wait for, not a failed run (issue 25, hole 3).
  */
 import { ActivityFailure, ApplicationFailure, RetryState, TimeoutFailure, TimeoutType } from '@temporalio/common';
-import { inferenceDown } from '../../src/workflows/serveWait';
+import { inferenceDown } from '../../src/workflows/inferenceWait';
 
 const activityFailure = (cause: Error) => new ActivityFailure('activity failed', 'syncWeights', '1', RetryState.NON_RETRYABLE_FAILURE, 'main', cause);
 
