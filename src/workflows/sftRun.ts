@@ -20,15 +20,14 @@ import type { ArtifactRef } from '../artifacts/ref';
 import { storeSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { BuildBatchOutput } from '../contracts/activities';
-import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
+import { pickResume, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { RolloutStats } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
 import { CONTINUE_AS_NEW, syncUntilServed } from './weightSync';
 import { PATCHES } from './patches';
-import { LIGHT, light, type LightActivities } from './proxies';
-import { RunControl } from './runControl';
+import { light } from './proxies';
+import { openRunPrologue } from './runPrologue';
 import { runStateAfter, stepRecord } from './stepRecord';
-import { patientActivities } from './storeWait';
 import { TrainerSession, isStepFault, type TrainedStep } from './trainerSession';
 
 /** An SFT step has no rollouts: its record's rollout figures are zero. */
@@ -43,25 +42,8 @@ export function sftConfig(config: RunConfig): RunConfig {
 }
 
 export async function SftRun(input: TrainRunInput): Promise<TrainRunResult> {
-  const info = workflowInfo();
-  const runId = input.runId ?? info.workflowId;
-  const run = new RunControl(runId);
-  run.outageLimits = input.outageWaits;
-  const patient = patientActivities<LightActivities>(run, LIGHT);
-  run.step = input.resume?.nextStep ?? 0;
-  run.policyVersion = input.resume?.policyVersion ?? 0;
-  run.installHandlers();
-
-  let loaded: LoadedConfig;
-  let resume: ResumeState | undefined = input.resume;
-  if (resume) {
-    const config = await patient.readConfig(resume.configRef, resume.artifacts);
-    loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
-  } else {
-    const opened = await patient.openRun({ configPath: input.configPath, runId, ...(input.initFrom ? { initFrom: input.initFrom } : {}) });
-    loaded = opened.loaded;
-    resume = opened.resume;
-  }
+  const { run, patient, loaded, resume } = await openRunPrologue(input);
+  const runId = run.runId;
   const sft = loaded.config.sft;
   if (!sft) {
     throw ApplicationFailure.nonRetryable(`${input.configPath}: an SftRun needs an [sft] section naming its trajectories, e.g. [sft] data = ["demos.jsonl"]. ` +

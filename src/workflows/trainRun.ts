@@ -45,17 +45,17 @@ import { handOffInferenceWait } from './inferenceWait';
 /** The first pause of the last step's InferenceWait child (it doubles to INFERENCE_WAIT_CAP_S). */
 const LAST_STEP_WAIT_START_S = 5;
 import { DEPRECATED_PATCHES, PATCHES } from './patches';
-import { LIGHT, light, type LightActivities } from './proxies';
-import { RunControl, mergeOverrides } from './runControl';
+import { light } from './proxies';
+import { mergeOverrides } from './runControl';
+import { openRunPrologue } from './runPrologue';
 import { rolloutStats } from '../rollouts/stats';
 import { StepRollouts } from './stepRollouts';
-import { patientActivities } from './storeWait';
 import { runStateAfter, stepRecord } from './stepRecord';
 import { stepLineage } from './lineage';
 import { EVAL_WAIT_AT_END, evalDue, evalSettingsOf, evalVersionsToCarry, keepFromWithEvals, plannedSweep, startEvalSweep, sweepInput } from './evalCadence';
 import { CheckpointLoadFailed, TrainerSession, isStepFault, type StepFault, type TrainedStep } from './trainerSession';
 import type { RunStateFile, TaskFileDigest } from '../contracts/records';
-import { pickResume, type LoadedConfig, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
+import { pickResume, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
 import { trainingPriority } from '../shared/fairness';
 import { addCost, budgetsOf, budgetsOfSection, exhaustedBudget, hasBudgets, zeroCost } from '../contracts/cost';
@@ -98,28 +98,9 @@ function upgradeWaiting(): boolean {
 
 export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const info = workflowInfo();
-  const runId = input.runId ?? info.workflowId;
-  const run = new RunControl(runId);
-  run.outageLimits = input.outageWaits;
-  // Light activities that wait out a down store or a full disk (storeWait.ts).
-  const patient = patientActivities<LightActivities>(run, LIGHT);
-  run.step = input.resume?.nextStep ?? 0;
-  run.policyVersion = input.resume?.policyVersion ?? 0;
-  run.installHandlers();
-
   // ---- open the run: config (validated, stored, hashed) and where to start ----
-  let loaded: LoadedConfig;
-  let resume: ResumeState | undefined = input.resume;
-  if (resume) {
-    const settings = resume.artifacts;
-    const config = await patient.readConfig(resume.configRef, settings);
-    loaded = { runId, config, configRef: resume.configRef, configSha256: resume.configRef.sha256 };
-  } else {
-    // --init-from travels in openRun's input only (no new command): histories without it replay unchanged.
-    const opened = await patient.openRun({ configPath: input.configPath, runId, ...(input.initFrom ? { initFrom: input.initFrom } : {}) });
-    loaded = opened.loaded;
-    resume = opened.resume;
-  }
+  const { run, patient, loaded, resume } = await openRunPrologue(input);
+  const runId = run.runId;
   const config: RunConfig = loaded.config;
   const artifacts = storeSettings(config.artifacts);
   // Where the run lives, for `ratchet eval` on any host (no credentials: settings only).
