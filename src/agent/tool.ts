@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { ToolSpec } from '../contracts/trajectory';
 import type { Task } from '../tasks/schema';
-import type { Sandbox } from '../envs/sandbox';
+import type { Sandbox } from '../sandbox/interface';
 
 /** What a tool sees: the episode's sandbox and task, and env state shared across its tools. */
 export interface ToolContext {

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { defineTool, type Tool } from '../agent/tool';
-import { formatExec, REPO_DIR } from './sandbox';
+import { REPO_DIR } from '../sandbox/interface';
+import { formatExec } from './sandbox';
 
 /** A shell in the sandbox, cwd /work/repo: `bash` in swe-grep, `shell` in code-repair. */
 export function shellTool(name: string, description: string): Tool {

@@ -8,7 +8,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { programName } from '../agent/loop';
-import type { ExecResult, Sandbox } from '../envs/sandbox';
+import type { ExecResult, Sandbox } from '../sandbox/interface';
 import type { CommandLog } from '../endpoint/recorder';
 import type { RouteHandler } from '../endpoint/server';
 

@@ -4,7 +4,7 @@
  * A wrapper around the worker's SandboxManager, one per rollout attempt; an attempt
  * that throws (and is retried) takes its figures with it.
  */
-import type { AcquireOptions, Sandbox, SandboxManager } from '../envs/sandbox';
+import type { AcquireOptions, Sandbox, SandboxManager } from '../sandbox/interface';
 import type { SandboxCost } from '../contracts/trajectory';
 
 export interface MeteredSandboxes extends SandboxManager {

@@ -13,7 +13,7 @@ import type { ArtifactStore } from '../artifacts/store';
 import type { JournalTurn } from '../contracts/journal';
 import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { ResumeRecord } from '../contracts/trajectory';
-import { REPO_DIR, type AcquireOptions, type Sandbox, type SandboxManager } from '../envs/sandbox';
+import { REPO_DIR, type AcquireOptions, type Sandbox, type SandboxManager } from '../sandbox/interface';
 import type { Environment } from '../envs/types';
 import { harnessSpecFor, runHarness } from '../harness/run';
 import type { Liveness } from '../shared/liveness';

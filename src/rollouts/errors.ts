@@ -6,7 +6,7 @@
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import type { Sandbox } from '../envs/sandbox';
+import type { Sandbox } from '../sandbox/interface';
 import type { Logger } from '../shared/logger';
 
 /**

@@ -5,8 +5,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { ParsedRolloutInput } from '../contracts/rollout';
-import type { AcquireOptions, SandboxManager } from '../envs/sandbox';
-import { REPO_DIR } from '../envs/sandbox';
+import type { AcquireOptions, SandboxManager } from '../sandbox/interface';
+import { REPO_DIR } from '../sandbox/interface';
 import { parsePytestSummary, type TestEvidence } from '../envs/tests';
 import { pytestCommand } from '../envs/tests-run';
 import { scoreRubric, zeroScore, type Environment, type Score } from '../envs/types';

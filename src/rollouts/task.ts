@@ -1,7 +1,7 @@
 /** A rollout's task: its id, its row (inline or from the task file), and where its repository comes from. */
 import * as path from 'node:path';
 import type { ParsedRolloutInput } from '../contracts/rollout';
-import type { AcquireOptions } from '../envs/sandbox';
+import type { AcquireOptions } from '../sandbox/interface';
 import { loadTask, resolveDataset } from '../tasks/load';
 import type { Task } from '../tasks/schema';
 import { TaskSetupError } from '../tasks/setupError';

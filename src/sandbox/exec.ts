@@ -1,12 +1,12 @@
 import { performance } from 'node:perf_hooks';
 import { Readable, Writable, type Duplex } from 'node:stream';
 import type Docker from 'dockerode';
-import type { ExecResult } from '../envs/sandbox';
+import type { ExecResult } from './interface';
 import type { Logger } from '../shared/logger';
 import { AGENT_USER } from './options';
 import { OutputCollector } from './output';
 
-/** What an exec returns: the one shape environments see (src/envs/sandbox.ts), which this module implements. */
+/** What an exec returns: the one shape environments see (interface.ts), which this module implements. */
 export type { ExecResult };
 
 export interface ExecParams {

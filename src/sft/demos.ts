@@ -17,7 +17,7 @@ import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
 import { RunConfig } from '../config/schema';
 import type { RolloutInput } from '../contracts/rollout';
 import { Trajectory } from '../contracts/trajectory';
-import type { SandboxManager } from '../envs/sandbox';
+import type { SandboxManager } from '../sandbox/interface';
 import type { Task } from '../tasks/schema';
 import { codeRepairSolver } from './solvers/codeRepair';
 import { debugSolver } from './solvers/debug';

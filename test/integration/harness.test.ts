@@ -17,7 +17,7 @@ import pino from 'pino';
 import type { SandboxConfig } from '../../src/config/schema';
 import { harbor } from '../../src/envs/harbor';
 import { nano } from '../../src/envs/harnesses';
-import { REPO_DIR } from '../../src/envs/sandbox';
+import { REPO_DIR } from '../../src/sandbox/interface';
 import { scoreRubric } from '../../src/envs/types';
 import { runHarness } from '../../src/harness/run';
 import { runEpisode } from '../../src/rollouts/episode';

@@ -13,7 +13,7 @@ import { validateSettings } from '../../src/workflows/runControl';
 import { parseBudget } from '../../src/cli/set';
 import { costLine } from '../../src/cli/follow';
 import { meterSandboxes } from '../../src/rollouts/cost';
-import type { Sandbox } from '../../src/envs/sandbox';
+import type { Sandbox } from '../../src/sandbox/interface';
 
 const summary = (i: number, sandbox?: RolloutSummary['sandbox']): RolloutSummary => ({
   task_id: `t${i}`, group_id: 'g', rollout_index: i, trajectory: { uri: 'file:///x', sha256: 'a', bytes: 1 },

@@ -6,7 +6,7 @@
 import type { ToolContext } from '../../src/agent/tool';
 import { applyPatchTool } from '../../src/envs/code-repair/apply-patch';
 import { debugTools } from '../../src/envs/debug/tools';
-import type { Sandbox } from '../../src/envs/sandbox';
+import type { Sandbox } from '../../src/sandbox/interface';
 
 const LIMIT = 256;
 const big = Array.from({ length: 60 }, (_, i) => `def f${i}(x):\n    return x + ${i}\n`).join('\n');

@@ -1,4 +1,4 @@
-import type { ExecResult, Sandbox } from '../../src/envs/sandbox';
+import type { ExecResult, Sandbox } from '../../src/sandbox/interface';
 import { isSandboxLost, isSandboxUnreachable } from '../../src/rollouts/errors';
 
 describe('isSandboxUnreachable: Docker saying the container or dockerd is gone', () => {

@@ -3,8 +3,8 @@ import { mkdtempSync, promises as fs, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Completion, CompletionRequest, ModelClient } from '../../src/agent/model';
-import type { AcquireOptions, ExecOptions, ExecResult, Sandbox, SandboxManager } from '../../src/envs/sandbox';
-import { REPO_DIR } from '../../src/envs/sandbox';
+import type { AcquireOptions, ExecOptions, ExecResult, Sandbox, SandboxManager } from '../../src/sandbox/interface';
+import { REPO_DIR } from '../../src/sandbox/interface';
 
 /**
  * Unit-test doubles. HostDirSandbox runs commands with the host's bash in a temp

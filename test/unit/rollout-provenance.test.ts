@@ -20,7 +20,7 @@ import type { RolloutInput } from '../../src/contracts/rollout';
 import { RolloutSummary, Trajectory } from '../../src/contracts/trajectory';
 import { computeEnvProvenance, envProvenance } from '../../src/envs/provenance';
 import { EnvironmentError, validateEnvironment } from '../../src/envs/load';
-import type { AcquireOptions } from '../../src/envs/sandbox';
+import type { AcquireOptions } from '../../src/sandbox/interface';
 import { rolloutStats } from '../../src/rollouts/stats';
 import { createImageDigests, type ImageInspector } from '../../src/sandbox/imageDigest';
 import { SandboxManager } from '../../src/sandbox/manager';

@@ -19,7 +19,7 @@ import type { RolloutInput } from '../../src/contracts/rollout';
 import { RunConfig } from '../../src/config/schema';
 import { CONFIG_FROM_NEWER_BUILD } from '../../src/config/skew';
 import { ENVIRONMENTS } from '../../src/envs/registry';
-import type { SandboxManager } from '../../src/envs/sandbox';
+import type { SandboxManager } from '../../src/sandbox/interface';
 
 const manifest: StepManifestInput = {
   version: 1, runId: 'skew-run', step: 3, policyVersion: 3, modelName: 'm', taskSetDir: '/fake', seed: 1, rolloutsPerExample: 2,

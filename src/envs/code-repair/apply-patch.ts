@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { ToolError } from '../../agent/loop';
 import { defineTool, type ToolContext } from '../../agent/tool';
-import { REPO_DIR, shq } from '../sandbox';
+import { REPO_DIR } from '../../sandbox/interface';
+import { shq } from '../sandbox';
 import { normalizePath } from '../shell';
 
 /** Replaces `search` with `replace` in `text`; `search` must occur exactly once. Pure. */

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { defineTool, type ToolContext } from '../../agent/tool';
 import { readRepoFile, repoPath } from '../code-repair/apply-patch';
-import { formatExec, REPO_DIR, shq } from '../sandbox';
+import { REPO_DIR } from '../../sandbox/interface';
+import { formatExec, shq } from '../sandbox';
 import { pytestCommand } from '../tests-run';
 import { lastCommandOutput, pdbCommand, pdbStdin, type PdbSession } from './pdb';
 

@@ -1,7 +1,8 @@
 import { shellTool } from '../shell';
 import { codeRepair } from '../code-repair';
 import { applyPatchTool } from '../code-repair/apply-patch';
-import { REPO_DIR, shq } from '../sandbox';
+import { REPO_DIR } from '../../sandbox/interface';
+import { shq } from '../sandbox';
 import type { ToolContext } from '../../agent/tool';
 import type { HarborRowInfo } from '../../tasks/harbor';
 import type { Environment, ScoreInput } from '../types';
