@@ -23,6 +23,11 @@ from ratchet_trainer.core.store import S3Store
 from helpers import make_cfg, make_samples, on_policy_batch, snapshot
 
 
+def _body_bytes(body) -> bytes:
+    """The bytes of a put's Body: the store sends a file-like that counts what is read (io_progress.CountingBody), as boto3 accepts."""
+    return body.read() if hasattr(body, "read") else bytes(body)
+
+
 class Backend:
     """The bucket: objects by key, and every write ever made to a key (to prove none was replaced)."""
 
@@ -49,8 +54,9 @@ class FakeS3:
         with self.b.lock:
             if IfNoneMatch == "*" and Key in self.b.objects:
                 raise _err("PreconditionFailed", 412, "PutObject")
-            self.b.objects[Key] = (bytes(Body), dict(Metadata))
-            self.b.writes.setdefault(Key, []).append(bytes(Body))
+            data = _body_bytes(Body)
+            self.b.objects[Key] = (data, dict(Metadata))
+            self.b.writes.setdefault(Key, []).append(data)
         return {}
 
     def get_object(self, *, Bucket, Key):
