@@ -195,9 +195,13 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
       killHost(h);
     }
     execFileSync('bash', [NETNS, 'down'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
-    if (stackVllmWasUp) execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
-    await restoreStackWorkers();
-    console.warn(`multi-host logs: ${logDir}`);
+    // The stack's workers come back even when its vLLM does not: every suite after this one needs them.
+    try {
+      if (stackVllmWasUp) execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
+    } finally {
+      await restoreStackWorkers();
+      console.warn(`multi-host logs: ${logDir}`);
+    }
   }, 900_000);
 
   async function waitFor(handle: WorkflowHandle<typeof TrainRun>, what: string, pred: (p: Progress) => boolean, timeoutMs = 900_000): Promise<Progress> {
