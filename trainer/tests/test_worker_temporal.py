@@ -246,6 +246,14 @@ def test_torchrun_worker_rank_killed_mid_step_fails_the_step_and_the_retry_reloa
     assert_same_update(adapter, want_w, lr=cfg.optim.lr)
 
 
+def _two_batches(tmp: Path):
+    """The tiny model's config and two on-policy batches (steps 0 and 1) that the flows below train."""
+    cfg = make_cfg("tiny", micro_batch_tokens=24)
+    ref = Trainer("run", cfg)
+    samples = make_samples(ref.vocab_size)
+    return cfg, on_policy_batch(ref, tmp, samples, 0), on_policy_batch(ref, tmp, samples, 1)
+
+
 def test_hung_but_alive_trainer_is_replaced_by_a_plain_restart_loop(tmp_path):
     """Issue 25: a trainer whose step thread hangs while the process stays alive is replaced with no
     Ratchet supervisor, only what systemd's Restart=always does: start the process again when it exits.
@@ -256,12 +264,7 @@ def test_hung_but_alive_trainer_is_replaced_by_a_plain_restart_loop(tmp_path):
     from flow_wf import TrainerRecoveryTestFlow
     from ratchet_trainer.liveness import EXIT_STALLED
 
-    cfg = make_cfg("tiny", micro_batch_tokens=24)
-    ref = Trainer("run", cfg)
-    samples = make_samples(ref.vocab_size)
-    b0 = on_policy_batch(ref, tmp_path, samples, 0)
-    b1 = on_policy_batch(ref, tmp_path, samples, 1)
-    del ref
+    cfg, b0, b1 = _two_batches(tmp_path)
     shared = f"ratchet-trainer-test-{uuid.uuid4().hex[:8]}"
     marker, exits, ready = tmp_path / "fault.marker", tmp_path / "exits", tmp_path / "trainer.ready"
     env = {**os.environ, "PYTHONPATH": str(REPO / "trainer"), "RATCHET_METRICS_PORT": "off",
@@ -340,12 +343,7 @@ def test_untyped_cuda_style_error_fences_the_trainer_and_the_step_trains_on_its_
     the restart loop starts a new one, and step 1 trains there from step 0's checkpoint, once."""
     from ratchet_trainer.liveness import EXIT_FAULTED
 
-    cfg = make_cfg("tiny", micro_batch_tokens=24)
-    ref = Trainer("run", cfg)
-    samples = make_samples(ref.vocab_size)
-    b0 = on_policy_batch(ref, tmp_path, samples, 0)
-    b1 = on_policy_batch(ref, tmp_path, samples, 1)
-    del ref
+    cfg, b0, b1 = _two_batches(tmp_path)
     shared = f"ratchet-trainer-test-{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "fault.marker"
     loop, exits, ready = _restart_loop(tmp_path, shared, {
@@ -373,12 +371,7 @@ def test_slow_checkpoint_save_beats_with_bytes_and_is_not_fenced(tmp_path):
     files sleeps 0.4 s, ~10 s a save; stall window 3 s). Before, the save reported nothing while it hashed and
     copied, and its watchdog fenced the trainer on every try. Now each chunk it copies is progress, with the
     bytes so far: both saves finish on their first attempt, no restart."""
-    cfg = make_cfg("tiny", micro_batch_tokens=24)
-    ref = Trainer("run", cfg)
-    samples = make_samples(ref.vocab_size)
-    b0 = on_policy_batch(ref, tmp_path, samples, 0)
-    b1 = on_policy_batch(ref, tmp_path, samples, 1)
-    del ref
+    cfg, b0, b1 = _two_batches(tmp_path)
     shared = f"ratchet-trainer-test-{uuid.uuid4().hex[:8]}"
     loop, exits, _ = _restart_loop(tmp_path, shared, {
         "PYTHONPATH": f"{Path(__file__).parent / 'slow_disk'}{os.pathsep}{REPO / 'trainer'}",
