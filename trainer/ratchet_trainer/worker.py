@@ -45,7 +45,7 @@ from .core.batch import BatchError
 from .core.config import ConfigError, newer_than_this_code
 from .core.errors import CheckpointError
 from .core.io_progress import io_progress
-from .core.store import DiskFull, StoreConfigError, StoreUnavailable, disk_full
+from .core.store import DiskFull, StoreConfigError, StoreUnavailable, cache_limit_bytes, disk_full
 from .core.trainer import (NonFiniteGradientError, StepConflictError, StepOrderError, StepOutOfMemoryError,
                            StepPartitionError, Trainer)
 from .lease import DEFAULT_LEASE_TTL_S, TrainerLease
@@ -556,6 +556,10 @@ def main() -> None:
         raise SystemExit(f"error: {e}") from None
     if args.lease_minutes <= 0:
         raise SystemExit(f"--lease-minutes / RATCHET_TRAINER_LEASE_MINUTES={args.lease_minutes} must be > 0. Fix: e.g. 30")
+    try:  # the S3 download cache's bound: a bad value fails here, not mid-run at the first download
+        cache_limit_bytes()
+    except StoreConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     # Under torchrun (WORLD_SIZE > 1) rank 0 is this worker and every other rank follows it (ranks.py).
     ranks = Ranks() if launched_by_torchrun() else None
     rank_pids = ranks.pids() if ranks else None

@@ -96,6 +96,8 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
             key = _agreed(lambda: _upload_no_clobber(store, key, final, weights))
             existing = _agreed(lambda: store.dir_ref(key))
             log.info("checkpoint uploaded", extra={"run_id": trainer.run_id, "step": step, "uri": existing and existing["uri"]})
+            if world()[0] == 0:
+                _drop_staging(final, step)
         else:
             log.info("checkpoint already in the store; returning it", extra={"run_id": trainer.run_id, "step": step})
         weights_ref = _agreed(lambda: store.dir_ref(f"{key}/{weights}"))
@@ -108,6 +110,18 @@ def save_checkpoint(trainer: Trainer, artifacts_root: Path, step: int, store: S3
     if weights == "adapter":
         out["adapter"] = out["weights"]
     return out
+
+
+def _drop_staging(final: Path, step: int) -> None:
+    """With an S3 store the local checkpoint is staging only: once uploaded, nothing reads it (every reader
+    follows the s3:// ref). Goes with it: staging of this run's earlier steps whose upload failed and was never
+    retried (the run moved on). A failed upload keeps its staging for the retry; a write in progress (a dot
+    name) is never touched."""
+    for d in final.parent.iterdir() if final.parent.is_dir() else ():
+        m = re.match(r"step-(\d+)", d.name)
+        if d == final or (m and int(m.group(1)) < step):
+            shutil.rmtree(d, ignore_errors=True)
+    log.info("checkpoint staging dropped", extra={"path": str(final), "step": step})
 
 
 def _sound(root: Path) -> bool:

@@ -14,8 +14,11 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
+import logging
 import os
+import re
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ from urllib.parse import urlparse
 
 from .artifacts import MANIFEST, ArtifactError, ArtifactRef, commit_dir, sha256_file, verify_dir, verify_file
 from .io_progress import CountingBody, read_all
+
+log = logging.getLogger(__name__)
 
 SHA_META = "sha256"
 
@@ -82,6 +87,80 @@ def disk_full(err: BaseException) -> DiskFull | None:
             return DiskFull(str(e.filename or "an unknown path"), f"{errno.errorcode.get(e.errno, e.errno)}: {e.strerror}")
         e = e.__cause__ or e.__context__
     return None
+
+
+# The S3 download cache (<cache root>/<bucket>/<object key>/<sha256[:16]>/, one entry per directory artifact) is an
+# LRU bounded by bytes: without a bound a long run fills the trainer's disk with every checkpoint it ever loaded.
+CACHE_LIMIT_ENV = "RATCHET_CACHE_MAX_GIB"
+DEFAULT_CACHE_GIB = 20.0
+# An entry used this recently may still be read by the call that fetched it (a load verifies the checkpoint, then
+# restores from it; another rank or process of the host may read it too): never evicted, whatever the bound.
+CACHE_IN_USE_S = 600
+_ENTRY = re.compile(r"^[0-9a-f]{16}$")
+
+
+def cache_limit_bytes() -> int:
+    """The cache's bound: $RATCHET_CACHE_MAX_GIB (GiB, may be fractional), else 20 GiB."""
+    raw = os.environ.get(CACHE_LIMIT_ENV, "").strip()
+    if not raw:
+        return int(DEFAULT_CACHE_GIB * 2**30)
+    try:
+        gib = float(raw)
+    except ValueError:
+        gib = -1.0
+    if not gib >= 0:
+        raise StoreConfigError(f"{CACHE_LIMIT_ENV}={raw!r} is not a size in GiB >= 0. Fix: e.g. {CACHE_LIMIT_ENV}=20 "
+                               "(0 keeps only what is in use)")
+    return int(gib * 2**30)
+
+
+def cache_entries(root: Path) -> list[tuple[Path, int, float]]:
+    """(entry, bytes, last used) for every committed entry under the cache root, least recently used first."""
+    out: list[tuple[Path, int, float]] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        for name in list(dirnames):
+            entry = Path(dirpath) / name
+            if ".tmp-" in name:  # a download (or an eviction) in progress: not ours to judge
+                dirnames.remove(name)
+            elif _ENTRY.match(name) and (entry / MANIFEST).is_file():
+                dirnames.remove(name)
+                size = sum((Path(d) / f).stat().st_size for d, _, fs in os.walk(entry) for f in fs)
+                out.append((entry, size, entry.stat().st_mtime))
+    return sorted(out, key=lambda e: e[2])
+
+
+def prune_cache(root: Path, limit: int, keep: set[Path] | frozenset[Path] = frozenset(), now: float | None = None) -> list[tuple[Path, int]]:
+    """Evicts least recently used entries until the cache holds at most `limit` bytes, sparing `keep` and every
+    entry used in the last CACHE_IN_USE_S seconds. Returns what went. An entry is renamed away before it is
+    deleted, so a reader finds it whole or not at all (and fetches it again)."""
+    now = time.time() if now is None else now
+    entries = cache_entries(root)
+    total = sum(size for _, size, _ in entries)
+    gone: list[tuple[Path, int]] = []
+    for entry, size, used in entries:
+        if total <= limit:
+            break
+        if entry in keep or now - used < CACHE_IN_USE_S:
+            continue
+        doomed = entry.parent / f".{entry.name}.tmp-evict-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(entry, doomed)
+        except OSError:
+            continue  # another process evicted or replaced it first
+        shutil.rmtree(doomed, ignore_errors=True)
+        total -= size
+        gone.append((entry, size))
+        for parent in entry.parents:  # the object key's now empty folders
+            if parent == root or root not in parent.parents:
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+    if gone:
+        log.info("S3 download cache: evicted least recently used entries",
+                 extra={"cache": str(root), "evicted": len(gone), "bytes": sum(b for _, b in gone), "held_bytes": total, "limit_bytes": limit})
+    return gone
 
 
 def _manifest_entries(text: str) -> list[tuple[str, str]]:
@@ -242,11 +321,14 @@ class S3Store:
         return {"uri": self.uri_of(ok), "sha256": hashlib.sha256(man).hexdigest(), "bytes": total}
 
     def fetch_dir(self, ref: ArtifactRef, what: str) -> Path:
-        """A verified local copy of a directory artifact, cached by its manifest's hash."""
+        """A verified local copy of a directory artifact, cached by its manifest's hash. Each use marks the entry
+        used (its mtime); each download then bounds the cache (prune_cache), the entry just fetched kept."""
         ok = self.key_of_uri(ref["uri"])
         dest = self.cache_root / self.bucket / ok / ref["sha256"][:16]
         try:
-            return verify_dir({**ref, "uri": dest.as_uri()}, what)
+            got = verify_dir({**ref, "uri": dest.as_uri()}, what)
+            os.utime(got)
+            return got
         except (ArtifactError, OSError):
             pass
         man = self._get(f"{ok}/{MANIFEST}")
@@ -272,7 +354,10 @@ class S3Store:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        return verify_dir({**ref, "uri": dest.as_uri()}, what)
+        got = verify_dir({**ref, "uri": dest.as_uri()}, what)
+        os.utime(got)
+        prune_cache(self.cache_root, cache_limit_bytes(), keep={got})
+        return got
 
 
 def store_for(settings: dict[str, Any] | None, cache_root: Path) -> S3Store | None:
@@ -309,4 +394,4 @@ def local_dir_ref(ref: ArtifactRef, what: str, store: S3Store | None) -> Path:
     return verify_dir(ref, what)
 
 
-__all__ = ["DiskFull", "ObjectExists", "S3Store", "StoreConfigError", "StoreUnavailable", "disk_full", "local_dir_ref", "read_file_ref", "sha256_file", "store_for"]
+__all__ = ["CACHE_LIMIT_ENV", "DiskFull", "cache_entries", "cache_limit_bytes", "prune_cache", "ObjectExists", "S3Store", "StoreConfigError", "StoreUnavailable", "disk_full", "local_dir_ref", "read_file_ref", "sha256_file", "store_for"]
