@@ -36,7 +36,8 @@ import { componentLogger } from '../shared/logger';
 import { createReplicaPools } from '../inference/pool';
 import { createEnvironmentResolver } from './environments';
 import { withLiveness, type Liveness } from './liveness';
-import { createChunkActivity, type RolloutSlots } from './rolloutChunk';
+import { createChunkActivity } from './rolloutChunk';
+import type { RolloutSlots } from '../rollouts/slots';
 import type { ChunkActivities } from '../contracts/chunks';
 
 const log = componentLogger('rollout');

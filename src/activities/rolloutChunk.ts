@@ -28,32 +28,15 @@ import { componentLogger } from '../shared/logger';
 import { withLiveness } from './liveness';
 import { createHash } from 'node:crypto';
 import { findStoredTrajectory, summaryOfStored } from '../rollouts/record';
+import { RolloutSlots } from '../rollouts/slots';
 
 const log = componentLogger('rollout-chunk');
-
-/** Counts a worker's rollouts, however they arrive (one per activity, or many in a chunk). */
-export class RolloutSlots {
-  private waiting: (() => void)[] = [];
-  private used = 0;
-  constructor(readonly size: number) {}
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.used >= this.size) await new Promise<void>((r) => this.waiting.push(r));
-    else this.used++;
-    try {
-      return await fn();
-    } finally {
-      const next = this.waiting.shift();
-      if (next) next(); else this.used--;
-    }
-  }
-  get busy(): number { return this.used; }
-}
 
 export interface ChunkDeps {
   store: ArtifactStore;
   /** One rollout, through the per-rollout code path, under the chunk's liveness; `attempt` is the rollout's own try. */
   runOne: (input: RolloutInput, live: Liveness, attempt: number) => Promise<RolloutSummary>;
-  /** The worker's rollout slots (shared with single `rollout` activities); absent: no limit but the chunk's size. */
+  /** The worker's rollout slots (shared with single `rollout` activities, src/rollouts/slots.ts); absent: no limit but the chunk's size. */
   slots?: RolloutSlots;
 }
 
@@ -156,11 +139,12 @@ export function createChunkActivity(deps: ChunkDeps) {
       // attempt's details in place (never bare 'started' details: the next attempt would run everything again).
       if (done.size) beatNow();
       const child: Liveness = { progress: () => progress(), signal: live.signal, get stalled() { return live.stalled; } };
-      // A rollout queued for one of the worker's slots is not hung: while any is, the chunk counts as moving.
+      // A rollout queued for a slot is not hung: while any is, the chunk counts as moving. The worker admitted
+      // this chunk with one slot free (src/rollouts/slots.ts), so one rollout at least runs from the start.
       let queued = 0;
       const queueTick = setInterval(() => { if (queued > 0) progress(); }, windows.heartbeat_every_s * 1000);
-      // The run's own cap (orchestrator.max_concurrent_rollouts) inside the chunk, then the worker's slots.
-      const chunkCap = new RolloutSlots(Math.max(1, Math.min(manifest.maxConcurrentRollouts ?? missing.length, missing.length)));
+      // The run's own cap (orchestrator.max_concurrent_rollouts) inside the chunk, on the worker's slots.
+      const lease = (deps.slots ?? new RolloutSlots(Infinity)).open(Math.min(manifest.maxConcurrentRollouts ?? missing.length, missing.length));
       await Promise.all(missing.map(async (i) => {
         const run = () => {
           queued--;
@@ -170,7 +154,7 @@ export function createChunkActivity(deps: ChunkDeps) {
         };
         queued++;
         try {
-          const summary = await chunkCap.run(() => (deps.slots ? deps.slots.run(run) : run()));
+          const summary = await lease.run(run);
           done.set(i, summary);
           progress();
           // Within BEAT_SOON_MS, not at the next tick: a worker killed later loses no finished rollout.
@@ -178,7 +162,10 @@ export function createChunkActivity(deps: ChunkDeps) {
         } catch (err) {
           failures.push({ i, err });
         }
-      })).finally(() => clearInterval(queueTick));
+      })).finally(() => {
+        clearInterval(queueTick);
+        lease.close();
+      });
     }).finally(() => { if (soon) clearTimeout(soon); });
 
     if (failures.length) {

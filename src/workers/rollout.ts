@@ -10,11 +10,11 @@ import { hostname } from 'node:os';
 import { Worker } from '@temporalio/worker';
 import { createRolloutActivities } from '../activities/rollout';
 import { rolloutWorkerDeployment } from '../deploy/build';
-import { RolloutSlots } from '../activities/rolloutChunk';
 import { defaultStore } from '../artifacts/stores';
 import { SandboxManager, startJanitor, sweep } from '../sandbox';
 import { defaultImage } from '../sandbox/options';
 import { HostHealth, healthKey, probeHost, type HostHealthRecord } from '../rollouts/hostHealth';
+import { RolloutSlots } from '../rollouts/slots';
 import { LeaseKeeper, LeaseStore, leaseTimingFromEnv } from '../sandbox/lease';
 import { componentLogger } from '../shared/logger';
 import { TASK_QUEUES } from '../shared/paths';
@@ -48,11 +48,11 @@ export async function runRolloutWorker(): Promise<void> {
 
   // Each slot is a sandbox plus an agent loop: size it to the host's cores and memory. Counted in
   // rollouts: a chunk activity (src/activities/rolloutChunk.ts) takes one slot per rollout it runs.
-  const slots = Number(process.env.RATCHET_ROLLOUT_SLOTS ?? 4);
+  const slots = new RolloutSlots(Number(process.env.RATCHET_ROLLOUT_SLOTS ?? 4));
   const workerDeploymentOptions = rolloutWorkerDeployment();
   // A host that cannot run rollouts (Docker, the sandbox image, its task files) stops polling until its probe passes.
   const health = new HostHealth();
-  const activities = createRolloutActivities({ store, sandboxes, slots: new RolloutSlots(slots), health });
+  const activities = createRolloutActivities({ store, sandboxes, slots, health });
   const host = hostname();
   const probeMs = Number(process.env.RATCHET_HOST_PROBE_S ?? 15) * 1000;
   const say = (rec: Pick<HostHealthRecord, 'healthy' | 'error' | 'since'>) => store.putJson(healthKey(sandboxes.workerId), { workerId: sandboxes.workerId, host, ...rec, checkedAt: new Date().toISOString() })
@@ -63,22 +63,27 @@ export async function runRolloutWorker(): Promise<void> {
   process.once('SIGTERM', stop);
   try {
     await serveWhileHealthy({
-      createWorker: () => Worker.create({
-        connection,
-        namespace,
-        dataConverter,
-        taskQueue: TASK_QUEUES.rollout,
-        ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
-        activities,
-        // Activities (single rollouts or chunks) a worker holds at once: as many as it has rollout slots,
-        // so a chunk waiting for a slot heartbeats here, and at most `slots` rollouts run.
-        maxConcurrentActivityTaskExecutions: slots,
-        // Let in-flight rollouts notice cancellation and remove their sandboxes on shutdown.
-        shutdownGraceTime: '10 seconds',
-      }).then((w) => {
-        log.info({ taskQueue: TASK_QUEUES.rollout, slots, workerId: sandboxes.workerId, build: workerDeploymentOptions?.version ?? 'unversioned' }, 'rollout worker started');
-        return w;
-      }),
+      createWorker: async () => {
+        // An activity (a chunk, or one rollout) is taken only when one of its rollouts can start at once:
+        // one that cannot stays in the task queue, so its start-to-close measures work (src/rollouts/slots.ts).
+        const admission = slots.admission();
+        const w = await Worker.create({
+          connection,
+          namespace,
+          dataConverter,
+          taskQueue: TASK_QUEUES.rollout,
+          ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
+          activities,
+          tuner: admission.tuner,
+          // Let in-flight rollouts notice cancellation and remove their sandboxes on shutdown.
+          shutdownGraceTime: '10 seconds',
+        }).catch((err: unknown) => {
+          admission.close();
+          throw err;
+        });
+        log.info({ taskQueue: TASK_QUEUES.rollout, slots: slots.size, workerId: sandboxes.workerId, build: workerDeploymentOptions?.version ?? 'unversioned' }, 'rollout worker started');
+        return { run: () => w.run().finally(admission.close), shutdown: () => w.shutdown() };
+      },
       health,
       probe: () => probeHost(sandboxes.docker, defaultImage(), health.targets),
       say,

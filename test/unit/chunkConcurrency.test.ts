@@ -9,7 +9,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { runKeys } from '../../src/artifacts/keys';
-import { createChunkActivity, RolloutSlots } from '../../src/activities/rolloutChunk';
+import { createChunkActivity } from '../../src/activities/rolloutChunk';
+import { RolloutSlots } from '../../src/rollouts/slots';
 import { StepManifest, type StepManifestInput } from '../../src/contracts/manifest';
 import { RolloutSummary } from '../../src/contracts/trajectory';
 
