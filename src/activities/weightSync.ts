@@ -3,6 +3,8 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import { LocalArtifactStore, type ArtifactStore, uriToPath, verifyLocalDir } from '../artifacts/store';
 import { storeForRef, withStoreErrors } from '../artifacts/stores';
+import { recordServed } from '../artifacts/cache';
+import { S3ArtifactStore } from '../artifacts/s3';
 import { adapterName, adapterVersion } from '../shared/adapters';
 import { replicaName } from '../shared/replicas';
 import type { Logger } from '../shared/logger';
@@ -69,6 +71,17 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
     });
     if (status !== 200) logger.warn({ baseUrl, adapter: name, status, body: text.slice(0, 200) }, 'could not unload an adapter; it only costs memory');
     return status === 200;
+  }
+
+  /** The cache must keep what the replica serves: vLLM reads an adapter's directory again when its own LoRA cache dropped it. */
+  async function keepServed(live: Liveness, baseUrl: string, cacheRoot: string): Promise<void> {
+    try {
+      const roots = [...(await servedModels(live, baseUrl)).values()].filter((r): r is string => typeof r === 'string');
+      await recordServed(cacheRoot, baseUrl, roots);
+    } catch (err) {
+      // The version is served; the next sync records the set again (until then the in-use window spares it).
+      logger.warn({ baseUrl, err: (err as Error).message }, 'could not record the adapters this replica serves for the download cache');
+    }
   }
 
   // The load/unload endpoints live beside /v1/models: <base>/load_lora_adapter.
@@ -149,8 +162,9 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
       throw ApplicationFailure.nonRetryable(`policy version ${input.policyVersion} has no adapter to serve (trainer.mode = "full"?); runtime weight sync supports LoRA adapters only`, 'WeightSyncRefused');
     }
     const adapter = input.adapter;
+    const adapterStore = adapter && storeForRef(adapter, input.artifacts, store);
     // vLLM reads a local directory: an s3:// adapter is pulled (verified) into this host's cache first.
-    const adapterDir = adapter ? await withStoreErrors(() => storeForRef(adapter, input.artifacts, store).localDir(adapter)) : undefined;
+    const adapterDir = adapter && adapterStore ? await withStoreErrors(() => adapterStore.localDir(adapter)) : undefined;
     const out: SyncWeightsResult = { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 };
     const down: string[] = [];
     const behind: string[] = [];
@@ -161,6 +175,7 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
       for (;;) {
         try {
           await syncReplica(live, url, input, adapterDir, out);
+          if (adapterStore instanceof S3ArtifactStore) await keepServed(live, url, adapterStore.cacheRoot);
           break;
         } catch (err) {
           if (!(err instanceof ReplicaDown)) throw err;

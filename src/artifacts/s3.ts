@@ -12,6 +12,7 @@ import {
   S3ServiceException,
 } from '@aws-sdk/client-s3';
 import { paths } from '../shared/paths';
+import { cacheLimitBytes, pruneCache, touchEntry } from './cache';
 import { StoreConfigError, StoreRefusedError, StoreUnavailableError } from './errors';
 import type { ArtifactRef } from './ref';
 import {
@@ -205,12 +206,18 @@ export class S3ArtifactStore implements ArtifactStore {
     return { uri: this.uriOf(this.objectKey(key)), sha256: man.sha256, bytes };
   }
 
-  /** Downloads a directory artifact into the local cache (once; a cached copy is re-verified) and returns its path. */
+  /**
+   * Downloads a directory artifact into the local cache (once; a cached copy is re-verified) and returns its
+   * path. Each use marks the entry used; each download then bounds the cache (./cache.ts: an LRU by bytes,
+   * $RATCHET_CACHE_MAX_GIB), the entry returned kept.
+   */
   async localDir(ref: ArtifactRef): Promise<string> {
     const objectKey = this.keyOfUri(ref.uri);
     const dest = path.join(this.cacheRoot, this.bucket, objectKey, ref.sha256.slice(0, 16));
     try {
-      return await verifyLocalDir(dest, ref);
+      const hit = await verifyLocalDir(dest, ref);
+      await touchEntry(hit);
+      return hit;
     } catch { /* not cached yet, or damaged: fetch it */ }
     const man = await this.getObject(`${objectKey}/${MANIFEST}`);
     if (!man) throw new ArtifactIntegrityError(ref.uri, ref.sha256, `no ${MANIFEST}`);
@@ -236,6 +243,8 @@ export class S3ArtifactStore implements ArtifactStore {
       await fs.rm(tmp, { recursive: true, force: true });
       if (!(await verifyLocalDir(dest, ref).then(() => true, () => false))) throw err;
     });
+    await touchEntry(dest);
+    await pruneCache(this.cacheRoot, cacheLimitBytes(), { keep: [dest] });
     return dest;
   }
 

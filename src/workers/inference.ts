@@ -14,6 +14,7 @@ import { defaultStore } from '../artifacts/stores';
 import { componentLogger } from '../shared/logger';
 import { DEFAULTS } from '../shared/paths';
 import { connectWorker } from './connect';
+import { cacheLimitBytes } from '../artifacts/cache';
 
 const log = componentLogger('worker-inference');
 
@@ -25,6 +26,7 @@ export async function runInferenceWorker(): Promise<void> {
   const { connection, namespace, dataConverter } = await connectWorker(log);
   const taskQueue = inferenceQueue();
   const baseUrls = (process.env.RATCHET_INFERENCE_URL ?? DEFAULTS.inferenceUrl).split(',').map((u) => u.trim()).filter(Boolean);
+  cacheLimitBytes(); // a bad RATCHET_CACHE_MAX_GIB stops the worker here, not a run at its first download
   const store = defaultStore();
   const worker = await Worker.create({
     connection,

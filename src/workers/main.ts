@@ -13,6 +13,7 @@ import { connectWorker } from './connect';
 import { startWorkerTelemetry } from './telemetry';
 import { startLivenessFile } from './livenessFile';
 import { mainWorkerDeployment } from '../deploy/build';
+import { cacheLimitBytes } from '../artifacts/cache';
 
 const log = componentLogger('worker-main');
 
@@ -25,6 +26,7 @@ export async function runMainWorker(opts: MainWorkerOptions = {}): Promise<void>
   const stopLiveness = startLivenessFile(log);
   const telemetry = await startWorkerTelemetry('main', log);
   const { connection, namespace, dataConverter } = await connectWorker(log);
+  cacheLimitBytes(); // a bad RATCHET_CACHE_MAX_GIB stops the worker here, not a run at its first download
   const store = defaultStore();
   // Worker Versioning (docs/upgrades.md): runs stay on the build they started on until a step boundary.
   const workerDeploymentOptions = mainWorkerDeployment();
