@@ -2,7 +2,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { runKeys } from '../artifacts/keys';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { ArtifactStore } from '../artifacts/store';
-import { type StoreSettings, storeSettings } from '../artifacts/settings';
+import { type StoreSettings, storeSettings } from '../config/storeSettings';
 import { checkStore, storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { ConfigError, loadRunConfig } from '../config/load';
 import { type ArtifactsConfig, RunConfig } from '../config/schema';

@@ -12,7 +12,7 @@ import { readRunRecords } from '../records/runRecords';
 import type { ArtifactStore } from '../artifacts/store';
 import { storeFor, storeForRef } from '../artifacts/stores';
 import type { RunConfig } from '../config/schema';
-import { MAX_EPISODES_PER_VERSION } from '../contracts/evalBounds';
+import { MAX_EPISODES_PER_VERSION } from '../config/evalBounds';
 import type { EvalActivities, EvalPlan, EvalSweepInput, EvalVersionSummary, RecordEvalInput } from '../contracts/eval';
 import type { Environment } from '../envs/types';
 import { scoreEval, splitEpisodes, type ScoredEpisode } from '../evals/scoring';
@@ -24,7 +24,7 @@ import { forActivity, livenessOf } from '../shared/liveness';
 import { createEnvironmentResolver } from './environments';
 import { withLiveness, type Liveness } from './liveness';
 
-/** Keeps one version's rollout results far below Temporal's 2 MB payload limit (src/contracts/evalBounds.ts). */
+/** Keeps one version's rollout results far below Temporal's 2 MB payload limit (src/config/evalBounds.ts). */
 export { MAX_EPISODES_PER_VERSION };
 
 export interface EvalDeps {

@@ -33,7 +33,7 @@ import { envProvenance } from '../envs/provenance';
 import type { AcquireOptions } from '../sandbox/interface';
 import { LIVENESS_DEFAULTS } from '../shared/liveness';
 import { componentLogger } from '../shared/logger';
-import { createReplicaPools } from '../inference/pool';
+import { createReplicaPools } from '../agent/replicaPool';
 import { createEnvironmentResolver } from './environments';
 import { withLiveness, type Liveness } from './liveness';
 import { createChunkActivity } from './rolloutChunk';
@@ -75,7 +75,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
     return c;
   };
   const environmentFor = createEnvironmentResolver(deps.store);
-  // Several replicas: the rollout moves to a live one that serves its version (src/inference/pool.ts).
+  // Several replicas: the rollout moves to a live one that serves its version (src/agent/replicaPool.ts).
   const modelFor = createReplicaPools(clientFor, { log });
 
   /**

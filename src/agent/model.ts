@@ -51,7 +51,7 @@ export interface Completion {
   completion_logprob_tokens?: string[] | null;
   prompt_tokens: number;
   completion_tokens: number;
-  /** The inference replica (base URL) that sampled it, where a replica pool chose one (src/inference/pool.ts). */
+  /** The inference replica (base URL) that sampled it, where a replica pool chose one (./replicaPool.ts). */
   replica?: string;
 }
 

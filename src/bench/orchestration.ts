@@ -30,7 +30,7 @@ import type { TrainRun } from '../workflows/trainRun';
 import { createDatasetActivities } from '../activities/dataset';
 import { createChunkActivity } from '../activities/rolloutChunk';
 import type { RolloutChunkInput, WriteStepManifestInput } from '../contracts';
-import { fanoutPlan } from '../contracts/chunks';
+import { fanoutPlan } from '../config/fanout';
 import { componentLogger } from '../shared/logger';
 import { printTimelines } from './historyTimeline';
 

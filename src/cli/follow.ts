@@ -8,7 +8,7 @@ import type { ReportStep } from '../report/records';
 import { readRestarting, restartingNote } from '../stack/supervisor';
 import { progressQuery } from '../workflows/messages';
 import type { ControlAction, Progress } from '../contracts';
-import type { Cost, CostKey } from '../contracts/cost';
+import type { Cost, CostKey } from '../shared/cost';
 import { CliError, EXIT } from './exit';
 import { notFound } from './temporal';
 import { c, fmtMs, fmtReward, ProgressBar } from './term';

@@ -4,7 +4,7 @@ import type { SettingsChange } from '../contracts/run';
 import { setSettingsUpdate } from '../workflows/messages';
 import { validateSettings } from '../workflows/runControl';
 import { controlRequest, sendControl } from './control';
-import { COST_KEYS } from '../contracts/cost';
+import { COST_KEYS } from '../shared/cost';
 
 /** --budget <figure>=<value>, repeatable: the cost ledger's figures (docs/operations.md). */
 export function parseBudget(v: string, prev: Record<string, number> = {}): Record<string, number> {

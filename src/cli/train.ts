@@ -9,7 +9,7 @@ import { followRun } from './follow';
 import { connectClient, workflowUiUrl } from './temporal';
 import { c } from './term';
 import { trainingPriority } from '../shared/fairness';
-import { storeSettings } from '../artifacts/settings';
+import { storeSettings } from '../config/storeSettings';
 import { defaultStore, storeFor } from '../artifacts/stores';
 import type { RunConfig } from '../config/schema';
 import { InitFromError, parseInitFrom, resolveInitFrom } from '../records/initFrom';

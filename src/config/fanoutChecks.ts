@@ -6,7 +6,7 @@
  */
 import {
   CHUNKS_PER_SHARD, EVENTS_PER_CHUNK, MAX_SHARDS, SUMMARY_BYTES_MAX, TEMPORAL_LIMITS, fanoutPlan,
-} from '../contracts/chunks';
+} from './fanout';
 import type { ConfigIssue } from './issue';
 import type { RunConfig } from './schema';
 

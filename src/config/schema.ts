@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { LIVENESS_DEFAULTS as LD } from '../shared/liveness';
-import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from '../contracts/chunkBounds';
-import { COST_KEYS, type CostKey } from '../contracts/cost';
-import { EVAL_EVERY_STEPS_MAX, EVAL_K_MAX } from '../contracts/evalBounds';
+import { CHUNKS_PER_SHARD, ROLLOUTS_PER_CHUNK } from './fanout';
+import { COST_KEYS, type CostKey } from '../shared/cost';
+import { EVAL_EVERY_STEPS_MAX, EVAL_K_MAX } from './evalBounds';
 import { DEFAULT_FAIRNESS_WEIGHT, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN } from '../shared/fairness';
 import { ArtifactRef } from '../artifacts/ref';
 
@@ -175,7 +175,7 @@ const InferenceConfig = z.object({
    * (inference hosts when sync_task_queues is set, else base_urls). Unset: a strict majority
    * (1 of 1, 2 of 2, 2 of 3). The replicas that missed it are recorded as behind in the step's
    * weight_sync record, and get no rollouts until a later sync brings them to the current version
-   * (src/inference/pool.ts). With two replicas, 1 lets the run go on when either dies.
+   * (src/agent/replicaPool.ts). With two replicas, 1 lets the run go on when either dies.
    */
   sync_quorum: z.number().int().min(1).max(1024).optional(),
 }).strict();
@@ -229,7 +229,7 @@ const OrchestratorConfig = z.object({
   rollouts_per_chunk: z.union([z.literal(0), z.number().int().min(ROLLOUTS_PER_CHUNK.min).max(ROLLOUTS_PER_CHUNK.max)]).default(ROLLOUTS_PER_CHUNK.default),
   /**
    * Chunks one shard child of StepRollouts runs (a step of more chunks is spread over shards; a shard continues as new as it grows).
-   * Unset: 64, and more once a step would need over 16 shards (src/contracts/chunkBounds.ts).
+   * Unset: 64, and more once a step would need over 16 shards (src/config/fanout.ts).
    */
   chunks_per_shard: z.number().int().min(CHUNKS_PER_SHARD.min).max(CHUNKS_PER_SHARD.max).optional(),
   /**
@@ -330,7 +330,7 @@ const SandboxConfig = z.object({
 
 /**
  * Optional budgets (docs/operations.md, "What a run costs and budgets"): `max_<figure>` for any figure of
- * the cost ledger (src/contracts/cost.ts). At a step boundary, a run whose cost has reached one pauses with
+ * the cost ledger (src/shared/cost.ts). At a step boundary, a run whose cost has reached one pauses with
  * status budget-exhausted until `ratchet set --budget <figure>=<value>` raises it.
  */
 const BudgetSection = z.object(Object.fromEntries(COST_KEYS.map((k) => [

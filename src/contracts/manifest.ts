@@ -73,7 +73,7 @@ export function rolloutInputOf(m: StepManifest, i: number): RolloutInput {
     sandbox: m.sandbox,
     // Spread rollouts over the replicas; a group's rollouts share none on purpose (no cache skew).
     inferenceBaseUrl: m.inferenceBaseUrls[i % m.inferenceBaseUrls.length]!,
-    // Every replica, so the rollout worker can move an episode off a dead one (src/inference/pool.ts).
+    // Every replica, so the rollout worker can move an episode off a dead one (src/agent/replicaPool.ts).
     ...(m.inferenceBaseUrls.length > 1 ? { inferenceBaseUrls: [...m.inferenceBaseUrls] } : {}),
     seed: rolloutSeed(m.seed, m.step, g, k),
     liveness: m.liveness,

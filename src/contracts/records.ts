@@ -10,10 +10,8 @@
 import { z } from 'zod';
 import { ArtifactRef } from '../artifacts/ref';
 import { ArtifactsFields } from '../config/schema';
-import { COST_KEYS, type CostKey } from './cost';
-
-export { COST_KEYS, type CostKey } from './cost';
-import { EVAL_EVERY_STEPS_MAX } from './evalBounds';
+import { COST_KEYS, type CostKey } from '../shared/cost';
+import { EVAL_EVERY_STEPS_MAX } from '../config/evalBounds';
 
 const Counts = z.record(z.string(), z.number());
 

@@ -41,7 +41,7 @@ export const RolloutInput = z.object({
   inferenceBaseUrl: z.string().url(),
   /**
    * Every inference replica of the run (inference.base_urls), when there are several: the rollout
-   * moves to another that serves its version when its own is down (src/inference/pool.ts).
+   * moves to another that serves its version when its own is down (src/agent/replicaPool.ts).
    */
   inferenceBaseUrls: z.array(z.string().url()).optional(),
   seed: z.number().int().optional(),

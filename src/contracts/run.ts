@@ -6,10 +6,10 @@
  */
 import type { Duration } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../artifacts/settings';
+import type { StoreSettings } from '../config/storeSettings';
 import type { RunConfig } from '../config/schema';
 import type { OutageWaitLimits } from './outage';
-import type { Cost, CostKey } from './cost';
+import type { Cost, CostKey } from '../shared/cost';
 import type { ControlAction, EvalSweepStarted, RunOverrides } from './records';
 import type { EvalVersionSummary } from './eval';
 import type { StepSummary, UnhealthyRolloutHost } from './step';

@@ -48,7 +48,7 @@ export const Turn = z.object({
   policy_version: z.number().int().nonnegative(),
   /**
    * The inference replica (base URL) that sampled this turn, with several replicas: a rollout whose
-   * replica went down goes on on another that serves the same version (src/inference/pool.ts).
+   * replica went down goes on on another that serves the same version (src/agent/replicaPool.ts).
    */
   replica: z.string().optional(),
   model_ms: z.number().nonnegative(),

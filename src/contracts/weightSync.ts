@@ -4,7 +4,7 @@
  * without importing ./activities.ts, which imports them back.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../artifacts/settings';
+import type { StoreSettings } from '../config/storeSettings';
 import type { ActivityLivenessInput } from '../shared/liveness';
 
 export interface SyncWeightsInput {
@@ -35,7 +35,7 @@ export interface SyncWeightsResult {
   ms: number;
   /**
    * Replicas (base URLs, or inference hosts' task queues) that were down and missed this version,
-   * with the reason; they get no rollouts until a later sync loads it (src/inference/pool.ts).
+   * with the reason; they get no rollouts until a later sync loads it (src/agent/replicaPool.ts).
    * Absent when every replica serves it.
    */
   behind?: string[];

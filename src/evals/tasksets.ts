@@ -5,7 +5,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { sha256 } from '../artifacts/store';
 import { paths, resolveConfigPath } from '../shared/paths';
 import type { EvalSection } from '../config/schema';
-import { MAX_EPISODES_PER_VERSION } from '../contracts/evalBounds';
+import { MAX_EPISODES_PER_VERSION } from '../config/evalBounds';
 import { loadTasks, TaskLoadError } from '../tasks/load';
 import type { Task } from '../tasks/schema';
 

@@ -1,7 +1,7 @@
 import type { EvalResult } from '../contracts/eval';
 import { PHASES, type PhaseName, type ReportStep } from './records';
 import type { ControlAction } from '../contracts/records';
-import { COST_KEYS, addCost, type Cost, type CostKey } from '../contracts/cost';
+import { COST_KEYS, addCost, type Cost, type CostKey } from '../shared/cost';
 
 /**
  * Turns step records and eval results into the series the report plots. Pure and

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { StepRecord, type ControlAction, type EvalSweepStarted, type RunOverrides, type StepLineage } from '../contracts/records';
-import type { Cost } from '../contracts/cost';
+import type { Cost } from '../shared/cost';
 
 /**
  * What the report reads, and its own view of a step. A run's steps are stored as

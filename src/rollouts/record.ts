@@ -14,7 +14,7 @@ import type { ParsedRolloutInput } from '../contracts/rollout';
 import type { TestEvidence } from '../envs/tests';
 import type { Environment, Score } from '../envs/types';
 import { RolloutSummary, samplingRecord, Trajectory, type RolloutProvenance, type SandboxCost, type ToolSpec } from '../contracts/trajectory';
-import { SUMMARY_BYTES_MAX } from '../contracts/chunks';
+import { SUMMARY_BYTES_MAX } from '../config/fanout';
 import { invalidRolloutTask } from './errors';
 
 /** What one attempt of a rollout ended with. */

@@ -15,8 +15,8 @@ import type { OutageWaitLimits } from '../contracts/outage';
 import type { ControlAction, RunOverrides } from '../contracts/records';
 import type { ControlRequest, LastEval, Phase, Progress, RunStatus, SettingsChange } from '../contracts/run';
 import { boundedHosts, type StepSummary, type UnhealthyRolloutHost } from '../contracts/step';
-import { COST_KEYS, type Cost, type CostKey } from '../contracts/cost';
-import { EVAL_EVERY_STEPS_MAX } from '../contracts/evalBounds';
+import { COST_KEYS, type Cost, type CostKey } from '../shared/cost';
+import { EVAL_EVERY_STEPS_MAX } from '../config/evalBounds';
 
 export class RunControl {
   finalStatus: 'completed' | 'stopped' | undefined;

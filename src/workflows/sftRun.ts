@@ -17,7 +17,7 @@
  */
 import { ApplicationFailure, CancellationScope, ContinueAsNew, condition, continueAsNew, log, patched, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
-import { storeSettings } from '../artifacts/settings';
+import { storeSettings } from '../config/storeSettings';
 import type { RunConfig } from '../config/schema';
 import type { BuildBatchOutput } from '../contracts/activities';
 import { pickResume, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';

@@ -36,8 +36,9 @@ import {
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { MainActivities } from '../contracts/activities';
+import { SHARD_EVENTS_BEFORE_CONTINUE, fanoutPlan } from '../config/fanout';
 import {
-  SHARD_EVENTS_BEFORE_CONTINUE, chunkRange, fanoutPlan,
+  chunkRange,
   type ChunkActivities, type ChunkProgress, type RolloutChunkInput, type RolloutChunkResult,
   type RolloutShardInput, type RolloutShardResult, type ShardStatusSignal, type StepChunksContext,
 } from '../contracts/chunks';
@@ -387,7 +388,7 @@ export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest:
     runId: input.runId, step: input.step, manifest: input.manifest, total, perChunk: plan.perChunk,
     policyVersion: input.policyVersion, ...(input.adapter ? { adapter: input.adapter } : {}), keepFromVersion: input.keepFromVersion,
     baseUrls: input.config.inference.base_urls, syncTaskQueues: input.config.inference.sync_task_queues ?? [],
-    // A weight sync that reaches a quorum of replicas lets the chunks go on (the replica pool, src/inference/pool.ts).
+    // A weight sync that reaches a quorum of replicas lets the chunks go on (the replica pool, src/agent/replicaPool.ts).
     syncQuorum: syncQuorum(input.config.inference),
     weightSyncLiveness: forActivity(windows, 'weight_sync'), fairnessWeight: o.fairness_weight,
     ...(input.artifacts ? { artifacts: input.artifacts } : {}),

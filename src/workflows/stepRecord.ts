@@ -3,13 +3,13 @@
  * and the run-state file a resumed run starts from. Pure: workflow code.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../artifacts/settings';
+import type { StoreSettings } from '../config/storeSettings';
 import type { BuildBatchOutput } from '../contracts/activities';
 import type { ControlAction, EvalSweepStarted, RunOverrides, RunStateFile, StepLineage, StepRecord } from '../contracts/records';
 import type { LoadedConfig } from '../contracts/run';
 import type { RolloutStats } from '../contracts/step';
 import type { TrainedStep } from './trainerSession';
-import { addCost, type Cost } from '../contracts/cost';
+import { addCost, type Cost } from '../shared/cost';
 
 /** Workflow clock readings across one step (ms since the epoch). */
 export interface StepTimes {

@@ -75,7 +75,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   // The run's priority and fairness keys: runs sharing rollout workers each get their share (src/shared/fairness.ts).
   const rolloutOptions: ActivityOptions = { ...ROLLOUT_OPTIONS, priority: trainingPriority(input.runId, input.config.orchestrator.fairness_weight) };
   const { rollout } = proxyActivities<RolloutActivities>(rolloutOptions);
-  // Each rollout names every replica, so its worker can move it to a live one (src/inference/pool.ts).
+  // Each rollout names every replica, so its worker can move it to a live one (src/agent/replicaPool.ts).
   const replicaPool = baseUrls.length > 1 && patched(PATCHES.rolloutReplicaPool);
 
   const report = async (extra: { waitingForDisk?: boolean; waitingForStore?: boolean; waitingForRolloutWorkers?: boolean } = {}): Promise<void> => {

@@ -33,7 +33,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
-import { storeSettings } from '../artifacts/settings';
+import { storeSettings } from '../config/storeSettings';
 import { adapterName } from '../shared/adapters';
 import { syncQuorum } from '../shared/replicas';
 import { forActivity, livenessOf } from '../shared/liveness';
@@ -58,7 +58,7 @@ import type { RunStateFile, TaskFileDigest } from '../contracts/records';
 import { pickResume, type ResumeState, type TrainRunInput, type TrainRunResult } from '../contracts/run';
 import type { StepRolloutsInput, StepRolloutsResult } from '../contracts/step';
 import { trainingPriority } from '../shared/fairness';
-import { addCost, budgetsOf, budgetsOfSection, exhaustedBudget, hasBudgets, zeroCost } from '../contracts/cost';
+import { addCost, budgetsOf, budgetsOfSection, exhaustedBudget, hasBudgets, zeroCost } from '../shared/cost';
 
 /** Cancels rollouts started ahead whose results are not needed (stop, or continue-as-new mid-wait). */
 async function cancelPending(pending: PendingRollouts): Promise<void> {

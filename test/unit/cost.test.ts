@@ -4,7 +4,7 @@
  * rollouts' summaries and the trainer's metrics. Expected figures are computed here from the inputs.
  */
 import { ConfigError, parseRunConfig } from '../../src/config/load';
-import { COST_KEYS, addCost, budgetsOf, budgetsOfSection, exhaustedBudget, hasBudgets, zeroCost } from '../../src/contracts/cost';
+import { COST_KEYS, addCost, budgetsOf, budgetsOfSection, exhaustedBudget, hasBudgets, zeroCost } from '../../src/shared/cost';
 import { CostFigures, StepRecord } from '../../src/contracts/records';
 import type { RolloutSummary } from '../../src/contracts/trajectory';
 import { rolloutStats } from '../../src/rollouts/stats';

@@ -3,7 +3,7 @@
  * unset (0.7): shards of 64 chunks, at most 16 shards, then larger shards (the sizes measured best on
  * PostgreSQL, BENCHMARKS.md); a set value is used as it is (and every config from before 0.7 has one).
  */
-import { fanoutPlan } from '../../src/contracts/chunks';
+import { fanoutPlan } from '../../src/config/fanout';
 import { RunConfig } from '../../src/config/schema';
 
 const parsed = (o: Record<string, number>) => RunConfig.parse({ name: 't', orchestrator: o, env: [{ id: 'swe-grep' }] }).orchestrator;

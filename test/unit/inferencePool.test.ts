@@ -1,5 +1,5 @@
 /**
- * Inference replicas as a pool (src/inference/pool.ts), with fake replicas: a rollout whose replica
+ * Inference replicas as a pool (src/agent/replicaPool.ts), with fake replicas: a rollout whose replica
  * dies mid-episode goes on on a live one serving the same version; a replica that came back without
  * the version gets no turn until it is synced; the errors that move a rollout, and those that do not.
  */
@@ -9,7 +9,7 @@ import { runAgent } from '../../src/agent/loop';
 import type { Completion, CompletionRequest, ModelClient } from '../../src/agent/model';
 import { defineTool } from '../../src/agent/tool';
 import { Task } from '../../src/tasks/schema';
-import { NoReplicaServes, ReplicaHealth, ReplicaPool, adapterIdentity, createReplicaPools, isReplicaDown } from '../../src/inference/pool';
+import { NoReplicaServes, ReplicaHealth, ReplicaPool, adapterIdentity, createReplicaPools, isReplicaDown } from '../../src/agent/replicaPool';
 import { Trajectory } from '../../src/contracts/trajectory';
 import { HostDirSandbox, call, makeRepo } from './rollout-fakes';
 

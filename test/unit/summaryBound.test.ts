@@ -4,7 +4,7 @@
  * so it is bounded where the summary is built, and the summary's size is checked against
  * SUMMARY_BYTES_MAX (what the fan-out checks count on).
  */
-import { SUMMARY_BYTES_MAX } from '../../src/contracts/chunks';
+import { SUMMARY_BYTES_MAX } from '../../src/config/fanout';
 import { Trajectory } from '../../src/contracts/trajectory';
 import { COMMANDS_NAMED, OTHER_COMMANDS, boundedSummary, summaryOfStored } from '../../src/rollouts/record';
 

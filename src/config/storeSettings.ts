@@ -1,4 +1,4 @@
-import type { ArtifactsConfig } from '../config/schema';
+import type { ArtifactsConfig } from './schema';
 
 /**
  * The store settings a run's activities carry (the run config's [artifacts],

@@ -1,6 +1,6 @@
 /**
- * The bounds of the in-run eval cadence ([eval] every_steps, and `ratchet set --eval-every`), apart from
- * src/contracts/eval.ts so the config schema and the run's overrides read them without importing the eval contracts.
+ * The bounds of the in-run eval cadence ([eval] every_steps, k, and `ratchet set --eval-every`) and of one
+ * version's sweep. Pure: the schema, the run's overrides (src/contracts/records.ts) and workflow code read them.
  */
 /** [eval] every_steps: 0 is off; at most this many steps between sweeps. */
 export const EVAL_EVERY_STEPS_MAX = 1_000_000;

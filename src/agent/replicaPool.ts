@@ -10,10 +10,10 @@
  * adapter as the replica the rollout used before. A replica that came back after missing a
  * weight sync (a restarted vLLM serves no adapter) is passed over until a later sync loads the
  * version: it never samples for a version it does not hold. Each turn records the replica
- * that sampled it (Turn.replica).
+ * that sampled it (Turn.replica). A ModelClient over one OpenAIModelClient a replica (./model.ts).
  */
 import OpenAI from 'openai';
-import { InferenceUnavailableError, type Completion, type CompletionRequest, type ModelClient } from '../agent/model';
+import { InferenceUnavailableError, type Completion, type CompletionRequest, type ModelClient } from './model';
 import type { Logger } from '../shared/logger';
 import { replicaName } from '../shared/replicas';
 

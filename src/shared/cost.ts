@@ -1,7 +1,8 @@
 /**
  * The cost ledger (docs/operations.md, "What a run costs and budgets"): the figures a step
  * costs, their sum over a run, and which budget a sum has reached. Pure and zod-free, so
- * workflow code imports it; the stored shapes (CostFigures, CostBudgets) are in records.ts.
+ * workflow code imports it, and the config's [budget] section is keyed by it; the stored shapes
+ * (CostFigures, CostBudgets) are in src/contracts/records.ts.
  */
 
 /** Every figure of the ledger, a number that only grows. A budget `max_<key>` bounds the run's sum. */
