@@ -5,45 +5,18 @@
  * artifact store (runs/<run>/evals/<version>/<taskset-hash>.json) and, small, to
  * this workflow's memo, so the Web UI shows them without opening a file.
  */
-import { ApplicationFailure, deprecatePatch, log, proxyActivities, upsertMemo, workflowInfo, type ActivityOptions } from '@temporalio/workflow';
-import type { MainActivities, RolloutActivities, RolloutInput } from '../contracts';
-import type { EvalActivities, EvalEpisode, EvalPlan, EvalSweepInput, EvalSweepResult, EvalVersionSummary } from '../contracts/eval';
+import { ApplicationFailure, deprecatePatch, log, proxyActivities, upsertMemo, workflowInfo } from '@temporalio/workflow';
+import type { RolloutActivities, RolloutInput } from '../contracts';
+import type { EvalEpisode, EvalPlan, EvalSweepInput, EvalSweepResult, EvalVersionSummary } from '../contracts/eval';
 import { adapterName } from '../shared/adapters';
 import { evalSeed } from '../shared/evalSeed';
 import { EVAL_STEP } from '../shared/steps';
 import { forActivity, livenessOf } from '../shared/liveness';
-import { evalPriority } from '../shared/fairness';
 import { syncAllHosts } from './weightSync';
 import { DEPRECATED_PATCHES } from './patches';
+import { evalPlan, evalRecord, evalRolloutOptions, evalSync } from './proxies';
 
 export type { EvalSweepInput, EvalSweepResult } from '../contracts/eval';
-
-const { evalPlan, evalRecord } = proxyActivities<EvalActivities>({
-  startToCloseTimeout: '10 minutes',
-  // evalRecord reads every episode's trajectory and heartbeats on a timer meanwhile.
-  heartbeatTimeout: '1 minute',
-  retry: { maximumAttempts: 3 },
-});
-
-/** Eval rollouts: on the rollout queue beside training, below it by priority (evalRolloutOptions). */
-const EVAL_ROLLOUT_OPTIONS: ActivityOptions = {
-  // A literal: src/shared/paths imports node:path, which the workflow sandbox refuses.
-  taskQueue: 'ratchet-rollout',
-  startToCloseTimeout: '30 minutes',
-  heartbeatTimeout: '1 minute',
-  retry: { maximumAttempts: 3, nonRetryableErrorTypes: ['TaskNotFound', 'InvalidInput'] },
-};
-
-/** An eval sweep's rollouts carry the run's fairness key and run below its training by priority (src/shared/fairness.ts). */
-export function evalRolloutOptions(runId: string): ActivityOptions {
-  return { ...EVAL_ROLLOUT_OPTIONS, priority: evalPriority(runId) };
-}
-
-const { syncWeights } = proxyActivities<MainActivities>({
-  startToCloseTimeout: '5 minutes',
-  heartbeatTimeout: '1 minute',
-  retry: { maximumAttempts: 5 },
-});
 
 /** Runs fn over items with at most `width` in flight: bounded fan-out, deterministic order of results. */
 async function slidingWindow<T, R>(items: T[], width: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
@@ -116,7 +89,7 @@ export async function EvalSweep(input: EvalSweepInput): Promise<EvalSweepResult>
         deprecatePatch(DEPRECATED_PATCHES.evalSyncHosts);
         await syncAllHosts(req, plan.syncTaskQueues);
       } else {
-        await syncWeights(req);
+        await evalSync.syncWeights(req);
       }
     }
     const episodes = await slidingWindow(jobs, input.maxConcurrent ?? 4, async ({ t, ti, s }): Promise<EvalEpisode> => {

@@ -5,8 +5,10 @@
  */
 import { proxyActivities, type ActivityOptions } from '@temporalio/workflow';
 import type { BatchActivities, MainActivities } from '../contracts/activities';
+import type { EvalActivities } from '../contracts/eval';
 import type { TrainerActivities } from '../contracts/trainer';
 import type { TrainerTimeouts } from '../contracts/run';
+import { evalPriority, trainingPriority } from '../shared/fairness';
 
 /**
  * Light main-worker activities. The options are exported so a long outage can hand a call to OutageWait as data.
@@ -33,6 +35,22 @@ export const SUMMARIES_OPTIONS: ActivityOptions = {
   retry: { initialInterval: '2 seconds', maximumInterval: '30 seconds', maximumAttempts: 10 },
 };
 export const { storeRolloutSummaries } = proxyActivities<MainActivities>(SUMMARIES_OPTIONS);
+
+/** The rollout worker's queue. A literal: src/shared/paths imports node:path, which the workflow sandbox refuses. */
+export const ROLLOUT_TASK_QUEUE = 'ratchet-rollout';
+
+const CHUNK_OPTIONS: ActivityOptions = {
+  taskQueue: ROLLOUT_TASK_QUEUE,
+  // A chunk runs its rollouts at once; slots on the worker may queue some (src/activities/rolloutChunk.ts).
+  startToCloseTimeout: '2 hours',
+  heartbeatTimeout: '1 minute',
+  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
+};
+
+/** A step's rollout chunks (StepRollouts, RolloutShard), at the run's training priority and fairness weight. */
+export function chunkOptions(runId: string, fairnessWeight: number): ActivityOptions {
+  return { ...CHUNK_OPTIONS, priority: trainingPriority(runId, fairnessWeight) };
+}
 
 /** Are rollout workers alive? Asked by the rollout-workers watch only when no rollout finished for a while. */
 export const { rolloutWorkersSeen } = proxyActivities<MainActivities>({ startToCloseTimeout: '30 seconds', retry: { maximumAttempts: 3 } });
@@ -74,5 +92,40 @@ export function syncOn(taskQueue: string) {
     startToCloseTimeout: '10 minutes',
     heartbeatTimeout: '1 minute',
     retry: { maximumAttempts: 3 },
+  });
+}
+
+/** EvalSweep's planning and its per-version record on `ratchet`. */
+export const { evalPlan, evalRecord } = proxyActivities<EvalActivities>({
+  startToCloseTimeout: '10 minutes',
+  // evalRecord reads every episode's trajectory and heartbeats on a timer meanwhile.
+  heartbeatTimeout: '1 minute',
+  retry: { maximumAttempts: 3 },
+});
+
+/** Eval rollouts: on the rollout queue beside training, below it by priority (evalRolloutOptions). */
+const EVAL_ROLLOUT_OPTIONS: ActivityOptions = {
+  taskQueue: ROLLOUT_TASK_QUEUE,
+  startToCloseTimeout: '30 minutes',
+  heartbeatTimeout: '1 minute',
+  retry: { maximumAttempts: 3, nonRetryableErrorTypes: ['TaskNotFound', 'InvalidInput'] },
+};
+
+/** An eval sweep's rollouts carry the run's fairness key and run below its training by priority (src/shared/fairness.ts). */
+export function evalRolloutOptions(runId: string): ActivityOptions {
+  return { ...EVAL_ROLLOUT_OPTIONS, priority: evalPriority(runId) };
+}
+
+/** EvalSweep's weight sync of a version to evaluate (more attempts than a step's `sync`). */
+export const evalSync = proxyActivities<MainActivities>({
+  startToCloseTimeout: '5 minutes',
+  heartbeatTimeout: '1 minute',
+  retry: { maximumAttempts: 5 },
+});
+
+/** `ratchet release`: a trainer that is gone frees nothing and needs nothing, so schedule-to-start says so in 30 s. */
+export function releaseOn(taskQueue: string) {
+  return proxyActivities<TrainerActivities>({
+    taskQueue, scheduleToStartTimeout: '30 seconds', startToCloseTimeout: '10 minutes', retry: { maximumAttempts: 1 },
   });
 }

@@ -4,18 +4,13 @@
  * inference (unloadRunAdapters). The input carries who asked and why, so this workflow's history records
  * the action like a control update (docs/operations.md). Workflow code.
  */
-import { proxyActivities } from '@temporalio/workflow';
 import type { ReleaseRunInput, ReleaseRunResult } from '../contracts/run';
-import type { TrainerActivities } from '../contracts/trainer';
-import { light } from './proxies';
+import { light, releaseOn } from './proxies';
 
 export async function ReleaseRun(input: ReleaseRunInput): Promise<ReleaseRunResult> {
   let trainer: ReleaseRunResult['trainer'] = { state: 'none-recorded' };
   if (input.trainerQueue) {
-    // A trainer that is gone frees nothing and needs nothing: schedule-to-start says so in 30 s.
-    const onQueue = proxyActivities<TrainerActivities>({
-      taskQueue: input.trainerQueue, scheduleToStartTimeout: '30 seconds', startToCloseTimeout: '10 minutes', retry: { maximumAttempts: 1 },
-    });
+    const onQueue = releaseOn(input.trainerQueue);
     try {
       const r = await onQueue['trainer.release']({ run_id: input.runId });
       trainer = { state: r.released ? 'released' : 'not-held', queue: input.trainerQueue, worker_id: r.worker_id };

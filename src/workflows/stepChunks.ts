@@ -31,7 +31,6 @@ import {
   sleep,
   startChild,
   workflowInfo,
-  type ActivityOptions,
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
@@ -51,20 +50,12 @@ import { syncAllHosts } from './weightSync';
 import { syncQuorum } from '../shared/replicas';
 import { rolloutProgressSignal, shardStatusSignal } from './messages';
 import { PATCHES } from './patches';
-import { SUMMARIES_OPTIONS, rolloutWorkersSeen, storeRolloutSummaries } from './proxies';
+import { ROLLOUT_TASK_QUEUE, SUMMARIES_OPTIONS, chunkOptions, rolloutWorkersSeen, storeRolloutSummaries } from './proxies';
 import { DEFAULT_HANDOFF_AFTER, callOf, capFor, handOff, outageOf } from './outageWait';
 import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './inferenceWait';
 import { waitForStore, type OutageWaiter } from './storeWait';
 import { handOffRolloutWorkersWait, noRolloutWorker } from './rolloutWorkersWait';
 import { boundedHosts, type UnhealthyRolloutHost } from '../contracts/step';
-
-const CHUNK_OPTIONS: ActivityOptions = {
-  taskQueue: 'ratchet-rollout',
-  // A chunk runs its rollouts at once; slots on the worker may queue some (src/activities/rolloutChunk.ts).
-  startToCloseTimeout: '2 hours',
-  heartbeatTimeout: '1 minute',
-  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
-};
 
 /** Rounds of (the chunk's retries, then make sure inference serves the step's version) before the step fails. */
 const MAX_ROUNDS = 30;
@@ -117,8 +108,8 @@ async function runChunks(
   ctx: StepChunksContext, first: number, end: number, window: number,
   report: (done: number, waits: Waits) => Promise<void>, stopAt: () => boolean, doneBefore: number,
 ): Promise<{ parts: ArtifactRef[]; done: number }> {
-  const chunkOptions: ActivityOptions = { ...CHUNK_OPTIONS, priority: trainingPriority(ctx.runId, ctx.fairnessWeight) };
-  const { rolloutChunk } = proxyActivities<ChunkActivities>(chunkOptions);
+  const options = chunkOptions(ctx.runId, ctx.fairnessWeight);
+  const { rolloutChunk } = proxyActivities<ChunkActivities>(options);
   const parts: ArtifactRef[] = [];
   const waits: Waits = { ...NO_WAITS };
   let done = doneBefore;
@@ -196,7 +187,7 @@ async function runChunks(
     for (let round = 1, wait = 2, tries = 0, fault: OutageType = 'DiskFull'; ; round++) {
       try {
         const r = tries >= handoffAfter
-          ? await handOff<RolloutChunkResult>(callOf<ChunkActivities, 'rolloutChunk'>(chunkOptions, 'rolloutChunk', req), fault, wait, ctx.outageWaits, outageHandoffs++)
+          ? await handOff<RolloutChunkResult>(callOf<ChunkActivities, 'rolloutChunk'>(options, 'rolloutChunk', req), fault, wait, ctx.outageWaits, outageHandoffs++)
           : await rolloutChunk(req);
         if (onDisk.has(c) || onStore.has(c) || onInference.has(c)) await waitEnds(c);
         return r;
@@ -260,7 +251,7 @@ async function runChunks(
     let seen = done;
     const info = workflowInfo();
     const knownWait = () => waits.waitingForInference || onDisk.size > 0 || onStore.size > 0;
-    const ask = { workflowId: info.workflowId, runId: info.runId, taskQueue: CHUNK_OPTIONS.taskQueue! };
+    const ask = { workflowId: info.workflowId, runId: info.runId, taskQueue: ROLLOUT_TASK_QUEUE };
     let noneChecks = 0;
     let handoffs = 0;
     while (!over) {

@@ -18,7 +18,7 @@ import type { EvalPlan, EvalSweepInput } from '../../src/contracts/eval';
 import { EVAL_STEP } from '../../src/shared/steps';
 import { ref } from './workflowFakes';
 import { ConfigError, parseRunConfig } from '../../src/config/load';
-import { evalRolloutOptions } from '../../src/workflows/evalSweep';
+import { evalRolloutOptions } from '../../src/workflows/proxies';
 import {
   DEFAULT_FAIRNESS_WEIGHT, EVAL_PRIORITY, FAIRNESS_KEY_MAX_BYTES, FAIRNESS_WEIGHT_MAX, FAIRNESS_WEIGHT_MIN, TRAINING_PRIORITY,
   fairnessKeyOf, trainingPriority,
