@@ -125,7 +125,8 @@ export function gpuHostLines(c: RunConfig, l: Extract<StackLayout, { kind: 'gpu'
         'Fix: stop what else holds this GPU (nvidia-smi lists it), lower inference.gpu_memory_utilization or the trainer\'s memory (docs/gpu.md), or use other GPUs (trainer.gpu.devices, inference.gpus)'));
     }
   }
-  lines.push(vllm.ok ? ok('gpu', vllm.detail) : fail('gpu', `${vllm.detail}. ${fixSetup}, which installs vLLM's CUDA build into ${venvDir}`));
+  // A trainer-only host (--only trainer) runs no vLLM: its CUDA build is the inference hosts' to check.
+  if (l.inference.length) lines.push(vllm.ok ? ok('gpu', vllm.detail) : fail('gpu', `${vllm.detail}. ${fixSetup}, which installs vLLM's CUDA build into ${venvDir}`));
   const tg = l.trainer.gpus;
   if (tg.length > 1) {
     const pairs: string[] = [];

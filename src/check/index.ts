@@ -81,17 +81,24 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
 /** The GPU host lines for a config that runs on this host's GPUs (src/layout); none for the CPU stack. */
 async function checkGpuHost(config: RunConfig): Promise<CheckLine[]> {
   let layout;
+  const lines: CheckLine[] = [];
   try {
     layout = stackLayout(config, { root: REPO_ROOT, home: ratchetHome() });
   } catch (err) {
     if (!(err instanceof LayoutError)) throw err;
-    return [config.inference.base_urls.some((u) => !/\/\/(127\.0\.0\.1|localhost)[:/]/.test(u))
-      ? ok('gpu', `inference.base_urls name other hosts: their GPUs are checked there (${err.message.split('. Fix')[0]})`)
-      : fail('gpu', err.message)];
+    if (!config.inference.base_urls.some((u) => !/\/\/(127\.0\.0\.1|localhost)[:/]/.test(u))) return [fail('gpu', err.message)];
+    // vLLM on other hosts: this host is the trainer's (ratchet up --config <config> --only trainer); its GPUs are checked for that.
+    lines.push(ok('gpu', `inference.base_urls name other hosts: their GPUs are checked there; this host's for the trainer alone (${err.message.split('. Fix')[0]})`));
+    try {
+      layout = stackLayout(config, { root: REPO_ROOT, home: ratchetHome() }, { only: 'trainer' });
+    } catch (e) {
+      if (!(e instanceof LayoutError)) throw e;
+      return [fail('gpu', e.message)];
+    }
   }
   if (layout.kind !== 'gpu') return [];
   const host = await queryGpuHost().catch((err: Error) => ({ error: err.message }));
   const venv = paths.venv(layout.vllmVenv);
   const running = [...layout.inference, layout.trainer].some((p) => isAlive(readPid(p.name)));
-  return gpuHostLines(config, layout, host, await vllmCudaBuild(venv), venv, running);
+  return [...lines, ...gpuHostLines(config, layout, host, await vllmCudaBuild(venv), venv, running)];
 }

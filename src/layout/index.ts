@@ -67,10 +67,19 @@ export interface GpuUse {
   vllmUtilization: number;
 }
 
+/**
+ * The parts of a layout a host runs: all of it, or (a GPU host that trains while vLLM serves from other hosts)
+ * the trainer alone: `ratchet up --config <config> --only trainer`.
+ */
+export const LAYOUT_PARTS = ['trainer'] as const;
+export type LayoutPart = (typeof LAYOUT_PARTS)[number];
+
 export type StackLayout =
   | { kind: 'cpu' }
   | {
     kind: 'gpu';
+    /** Set: this host runs that part alone (no vLLM, Temporal, dockerd or TS workers here). */
+    only?: LayoutPart;
     model: { path: string; hub?: string; servedName: string };
     /** The venv vLLM's CUDA build lives in ($RATCHET_HOME/venvs/<name>). */
     vllmVenv: string;
@@ -137,9 +146,18 @@ function inferenceGroups(c: RunConfig, trainerGpus: number[]): number[][] {
   return Array.from({ length: n }, (_, i) => [next + i]);
 }
 
-/** The stack a config describes on this host. Pure: reads no file, asks no GPU. */
-export function stackLayout(c: RunConfig, paths: LayoutPaths): StackLayout {
-  if (c.trainer.device !== 'cuda') return { kind: 'cpu' };
+/**
+ * The stack a config describes on this host; with `only`, the part of it this host runs (the config's
+ * inference.base_urls may then name other hosts: their vLLM is started there). Pure: reads no file, asks no GPU.
+ */
+export function stackLayout(c: RunConfig, paths: LayoutPaths, opts: { only?: LayoutPart } = {}): StackLayout {
+  if (c.trainer.device !== 'cuda') {
+    if (opts.only) {
+      throw new LayoutError(`--only ${opts.only}: trainer.device = "${c.trainer.device}" makes the CPU layout, which starts the whole CPU stack on one host. ` +
+        'Fix: set trainer.device = "cuda" for a GPU host that trains alone, or run ratchet up --config without --only');
+    }
+    return { kind: 'cpu' };
+  }
   const t = c.trainer;
   const trainerGpus = t.gpu.devices ? [...t.gpu.devices] : Array.from({ length: t.gpu.count }, (_, i) => i);
   if (trainerGpus.length !== t.gpu.count) {
@@ -148,7 +166,8 @@ export function stackLayout(c: RunConfig, paths: LayoutPaths): StackLayout {
   if (new Set(trainerGpus).size !== trainerGpus.length) {
     throw new LayoutError(`trainer.gpu.devices = [${trainerGpus.join(', ')}] names a GPU twice. Fix: one rank per GPU, each GPU once`);
   }
-  const groups = inferenceGroups(c, trainerGpus);
+  // The trainer alone: vLLM runs elsewhere, so none of its GPU groups, ports or shares is this host's.
+  const groups = opts.only === 'trainer' ? [] : inferenceGroups(c, trainerGpus);
   const util = c.inference.gpu_memory_utilization;
   const shared = groups.flat().filter((g) => trainerGpus.includes(g));
   if (shared.length > 0 && util === undefined) {
@@ -228,6 +247,7 @@ export function stackLayout(c: RunConfig, paths: LayoutPaths): StackLayout {
   });
   return {
     kind: 'gpu',
+    ...(opts.only ? { only: opts.only } : {}),
     model: { path: modelPath, ...(c.model.hub ? { hub: c.model.hub } : {}), servedName: c.inference.served_model },
     vllmVenv: VLLM_CUDA_VENV,
     inference,
@@ -256,6 +276,7 @@ export function layoutEnv(l: StackLayout): string {
   const kv: [string, string][] = [['RATCHET_LAYOUT_KIND', l.kind]];
   if (l.kind === 'gpu') {
     kv.push(
+      ['RATCHET_LAYOUT_ONLY', l.only ?? ''],
       ['RATCHET_LAYOUT_MODEL_PATH', l.model.path],
       ['RATCHET_LAYOUT_MODEL_HUB', l.model.hub ?? ''],
       ['RATCHET_LAYOUT_VLLM_VENV', l.vllmVenv],

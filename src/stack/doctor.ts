@@ -262,6 +262,12 @@ async function runGpuDoctor(opts: DoctorOptions, saved: SavedLayout): Promise<Ch
   const l = saved.layout;
   const base = { temporalAddress: opts.temporalAddress ?? '', namespace: opts.namespace ?? '', profile: opts.profile ?? '', servedModel: l.model.servedName };
   const lora = l.inference.some((r) => r.args.includes('--enable-lora'));
+  if (l.only === 'trainer') {
+    // A trainer-only host: Temporal (another host's, TEMPORAL_ADDRESS) and the trainer; vLLM and dockerd are checked where they run.
+    const results = [...await runChecksOf([['temporal', checkTemporal], ['trainer-env', checkTrainerEnv]], { ...base, inferenceUrl: '' }), ...await gpuResults(saved)];
+    if (l.trainer.ranks > 1) results.push({ component: 'nccl', ...(await checkNccl(l)) });
+    return results;
+  }
   const results = [
     ...await runChecksOf([['temporal', checkTemporal], ['docker', checkDocker]], { ...base, inferenceUrl: l.inference[0]!.baseUrl }),
     ...(await Promise.all(l.inference.map(async (r) => (await runChecksOf([[r.name, checkInferenceHealth]], { ...base, inferenceUrl: r.baseUrl }))

@@ -25,16 +25,21 @@ const INFRA = [
   { name: 'inference', script: 'infra/inference.sh', log: 'vllm' },
 ] as const;
 
-/** The workers; on a GPU layout (src/layout, saved by `ratchet up --config`) the trainer is its torchrun job. */
+/**
+ * The workers; on a GPU layout (src/layout, saved by `ratchet up --config`) the trainer is its torchrun job,
+ * and a trainer-only host (`--only trainer`) runs that alone.
+ */
 export function workerSpecs(layout: GpuLayout | undefined = savedLayout()?.layout): ServiceSpec[] {
   const node = process.execPath;
   const dist = path.join(REPO_ROOT, 'dist', 'workers');
   const t = layout?.trainer;
+  const torchrun: ServiceSpec | undefined = t && { name: t.name, command: t.command, args: t.args, cwd: t.cwd, env: t.env, minUptimeMs: 15_000, readyTimeoutMs: 300_000 };
+  if (layout?.only === 'trainer') return [torchrun!];
   return [
     { name: 'worker-main', command: node, args: [path.join(dist, 'main.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-main') }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
     { name: 'worker-rollout', command: node, args: [path.join(dist, 'rollout.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-rollout') }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
     // torchrun starts a process per GPU, each importing torch and initialising CUDA and NCCL: more time than one CPU process.
-    t ? { name: t.name, command: t.command, args: t.args, cwd: t.cwd, env: t.env, minUptimeMs: 15_000, readyTimeoutMs: 300_000 } : {
+    torchrun ?? {
       name: 'worker-trainer',
       command: path.join(paths.venv('trainer'), 'bin', 'python'),
       args: ['-m', 'ratchet_trainer.worker'],
@@ -70,7 +75,7 @@ function gpuPrerequisites(saved: SavedLayout): string[] {
   const l = saved.layout;
   const setup = `bash infra/setup.sh ${saved.configPath}   (or bash infra/main.sh ${saved.configPath})`;
   const missing: string[] = [];
-  if (!existsSync(l.inference[0]?.command ?? '')) missing.push(`vLLM's CUDA build (${l.inference[0]?.command}). Fix: ${setup}`);
+  if (l.inference.length && !existsSync(l.inference[0]!.command)) missing.push(`vLLM's CUDA build (${l.inference[0]?.command}). Fix: ${setup}`);
   if (!existsSync(l.trainer.command)) missing.push(`torchrun in the trainer venv (${l.trainer.command}). Fix: bash infra/trainer-env.sh`);
   if (!existsSync(path.join(l.model.path, 'config.json'))) {
     missing.push(`the model at ${l.model.path}. Fix: ${l.model.hub ? setup : `put the Hugging Face model directory (config.json, weights, tokenizer) there, or set model.hub and run ${setup}`}`);
@@ -123,7 +128,8 @@ export async function stackUp(onEvent: (e: UpEvent) => void = () => {}, config?:
     if (missing.length) throw new ServiceStartError(`the GPU layout of ${saved.configPath} cannot start; missing:\n  ${missing.join('\n  ')}`, logFile('vllm-0'));
   }
   if (config) saveLayout(config.path, config.layout);
-  for (const svc of INFRA) {
+  // A trainer-only host: Temporal, dockerd, vLLM and the TS workers run on other hosts.
+  for (const svc of saved?.layout.only === 'trainer' ? [] : INFRA) {
     if (saved && svc.name === 'inference') {
       for (const spec of inferenceSpecs(saved.layout)) emit({ component: spec.name, state: await startService(spec), log: logFile(spec.name) });
       continue;
@@ -156,7 +162,7 @@ export async function stackDown(onEvent: (e: UpEvent) => void = () => {}): Promi
     const e: UpEvent = { component: spec.name, state: await stopService(spec.name, 30_000), log: logFile(spec.name) };
     events.push(e); onEvent(e);
   }
-  for (const svc of [...INFRA].reverse()) {
+  for (const svc of savedLayout()?.layout.only === 'trainer' ? [] : [...INFRA].reverse()) {
     if (svc.name === 'dockerd') continue; // other tenants may use it; leaving it up costs nothing
     await infraScript(svc.script, 'stop', svc.log);
     const e: UpEvent = { component: svc.name, state: 'stopped', log: logFile(svc.log) };

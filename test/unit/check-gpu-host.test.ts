@@ -4,7 +4,7 @@
  * vLLM CUDA venv whose python prints versions. The expected numbers are worked out here from the configs'
  * keys and the fake's memory figures, apart from the code under test.
  */
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { runChecks } from '../../src/check';
@@ -67,6 +67,19 @@ afterEach(() => {
 });
 
 describe('ratchet check on a GPU host (fake nvidia-smi)', () => {
+  test('a trainer-only host (vLLM on other hosts): its GPU is checked for the trainer alone, with no vLLM build asked for', async () => {
+    fakeHost([80000], 'OK', false);
+    const cfg = path.join(dir, 'trainer-host.toml');
+    writeFileSync(cfg, readFileSync(seed('qwen3-8b-lora-1gpu.toml'), 'utf8').replace('http://127.0.0.1:8000/v1', 'http://10.0.0.5:8000/v1'));
+    const r = await runChecks(cfg, { stack: false, gpuHost: true, host: async () => ({ cpus: 64, memoryBytes: 512 * 2 ** 30, source: 'test' }) });
+    const msg = r.lines.filter((l) => l.section === 'gpu').map((l) => `${l.level} ${l.message}`).join('\n');
+    expect(msg).toMatch(/ok inference\.base_urls name other hosts: their GPUs are checked there; this host's for the trainer alone/);
+    // The trainer's estimate alone (22.6 GiB, as in seed 001 below) on GPU 0: no vLLM share here.
+    expect(msg).toMatch(/ok GPU 0: the trainer's estimate 22\.6 GiB = 22\.6 GiB fits its 78\.1 GiB free/);
+    expect(msg).not.toMatch(/vLLM CUDA build|vllm-cuda/);
+    expect(r.lines.filter((l) => l.section === 'gpu' && l.level === 'fail')).toEqual([]);
+  });
+
   test('seed 001: vLLM 0.5 x 79.6 GiB + the trainer\'s 22.6 GiB fit GPU 0; driver, CUDA and vLLM\'s build named', async () => {
     fakeHost([80000, 80000, 80000, 80000]);
     const lines = await gpuLines('qwen3-8b-lora-1gpu.toml');

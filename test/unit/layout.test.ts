@@ -138,6 +138,28 @@ describe('layouts the keys describe', () => {
     expect(() => stackLayout(c, P)).toThrow(message);
   });
 
+  test('a trainer-only host (--only trainer): the torchrun job alone on its GPUs, vLLM on other hosts named in base_urls', () => {
+    // Seed 003's 14B with its replicas on two other hosts, which the full layout (one host's) refuses.
+    const edit = (t: string) => t.replace(/base_urls = \[.*\]/, 'base_urls = ["http://10.0.0.5:8000/v1", "http://10.0.0.6:8000/v1"]')
+      .replace('gpu_memory_utilization = 0.4\n', '');
+    expect(() => stackLayout(seed('qwen3-14b-4gpu.toml', edit), P)).toThrow(/inference\.base_urls\[0\].*another host/);
+    const l = gpuLayout(stackLayout(seed('qwen3-14b-4gpu.toml', edit), P, { only: 'trainer' }));
+    expect(l.only).toBe('trainer');
+    expect(l.inference).toEqual([]);
+    expect(l.trainer.args).toEqual(['--standalone', '--nproc-per-node', '4', '--max-restarts', '0', '-m', 'ratchet_trainer.worker']);
+    expect(l.trainer.sharesGpu).toBe(false);
+    expect(l.trainer.env).toEqual({ CUDA_VISIBLE_DEVICES: '0,1,2,3', PYTHONUNBUFFERED: '1', HF_HUB_OFFLINE: '1', RATCHET_LIVENESS_FILE: '/state/run/worker-trainer.alive' });
+    expect(l.gpus).toEqual([0, 1, 2, 3].map((index) => ({ index, trainer: true, inference: [], vllmUtilization: 0 })));
+    expect(layoutEnv(l)).toMatch(/^RATCHET_LAYOUT_ONLY=trainer$/m);
+    expect(layoutEnv(l)).toMatch(/^RATCHET_LAYOUT_INFERENCE_COUNT=0$/m);
+    // Seed 001 as it is (vLLM would share GPU 0 at 0.5): on a trainer-only host the GPU is the trainer's alone.
+    const one = gpuLayout(stackLayout(seed('qwen3-8b-lora-1gpu.toml'), P, { only: 'trainer' }));
+    expect([one.inference, one.trainer.env.PYTORCH_CUDA_ALLOC_CONF, one.gpus]).toEqual([[], undefined, [{ index: 0, trainer: true, inference: [], vllmUtilization: 0 }]]);
+    // The CPU layout is one host's whole stack: --only is refused, naming the key and the fix.
+    const cpu = parseRunConfig(readFileSync(path.join(__dirname, '../../configs/swe-grep/smoke.toml'), 'utf8'), 'smoke.toml');
+    expect(() => stackLayout(cpu, P, { only: 'trainer' })).toThrow(/--only trainer: trainer\.device = "\w+" makes the CPU layout.*Fix: set trainer\.device = "cuda"/);
+  });
+
   test('the env format survives a shell: eval gives back each command line word for word', () => {
     const c = seed('qwen3-8b-lora-1gpu.toml', (t) => t.replace('path = ".ratchet/models/Qwen3-8B"', 'path = "/models/it\'s Qwen3 8B"'));
     const l = gpuLayout(stackLayout(c, P));
@@ -180,6 +202,18 @@ describe('the stack takes its processes from the saved layout', () => {
     const cpuTrainer = workerSpecs().find((s) => s.name === 'worker-trainer')!;
     expect(cpuTrainer.command).toBe(path.join(home, 'venvs/trainer/bin/python'));
     expect(cpuTrainer.args).toEqual(['-m', 'ratchet_trainer.worker']);
+  });
+
+  test('a trainer-only layout: the stack is the trainer\'s torchrun job alone (no vLLM, Temporal, dockerd or TS workers); without torchrun it is refused', async () => {
+    const l = stackLayout(seed('qwen3-8b-lora-1gpu.toml'), { root: path.join(__dirname, '../..'), home }, { only: 'trainer' });
+    saveLayout('configs/gpu/qwen3-8b-lora-1gpu.toml', l);
+    expect(inferenceSpecs()).toEqual([]);
+    expect(workerSpecs().map((s) => [s.name, s.command])).toEqual([['worker-trainer', path.join(home, 'venvs/trainer/bin/torchrun')]]);
+    rmSync(path.join(home, 'run', 'layout.json'));
+    // Set-up missing: torchrun and the model are named; vLLM's CUDA build is not (this host runs none).
+    const err = await stackUp(() => {}, { path: 'configs/gpu/qwen3-8b-lora-1gpu.toml', layout: l }).then(() => undefined, (e: Error) => e);
+    expect(err?.message).toMatch(/cannot start; missing:\n {2}torchrun in the trainer venv .*Fix: bash infra\/trainer-env\.sh\n {2}the model at /);
+    expect(err?.message).not.toMatch(/vLLM/);
   });
 
   test('ratchet up --config on a host without vLLM\'s CUDA build or the model: refused naming both fixes, and the stack it had is kept', async () => {
