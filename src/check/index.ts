@@ -6,6 +6,7 @@ import { isAlive, readPid } from '../stack/processes';
 import { paths, ratchetHome, REPO_ROOT, resolveConfigPath } from '../shared/paths';
 import { checkDatasets, checkEnvironments } from './data';
 import { checkHostLimits, hostCapacity, type HostCapacity } from './host';
+import { checkWeightSync } from './weightSync';
 import { checkGpuMemory } from './gpu';
 import { gpuHostLines, queryGpuHost, vllmCudaBuild } from './gpuHost';
 import { checkModel } from './model';
@@ -69,6 +70,7 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
   lines.push(...dataLines);
   lines.push(...checkModel(config, envs, tasksByEnv));
   lines.push(...checkSampling(config));
+  lines.push(...checkWeightSync(config));
   lines.push(...checkSft(config));
   lines.push(...await checkEval(config));
   lines.push(...checkGpuMemory(config));
