@@ -2,7 +2,7 @@ import { ConfigError, loadRunConfig } from '../config/load';
 import type { RunConfig } from '../config/schema';
 import { EnvironmentError, resolveEnvSections } from '../envs/load';
 import { LayoutError, stackLayout } from '../layout';
-import { isAlive, readPid } from '../stack/processes';
+import { isAlive, readPid } from '../shared/pidFiles';
 import { paths, ratchetHome, REPO_ROOT, resolveConfigPath } from '../shared/paths';
 import { checkDatasets, checkEnvironments } from './data';
 import { checkHostLimits, hostCapacity, type HostCapacity } from './host';

@@ -14,7 +14,7 @@ import { LocalArtifactStore, uriToPath, verifyRef } from '../artifacts/store';
 import { readRunRecords } from '../records/runRecords';
 import { adapterName, adapterVersion } from '../shared/adapters';
 import { workerSpecs } from '../stack';
-import { readPid } from '../stack/processes';
+import { readPid } from '../shared/pidFiles';
 
 const run = promisify(execFile);
 

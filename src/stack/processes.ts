@@ -3,6 +3,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, r
 import * as net from 'node:net';
 import * as path from 'node:path';
 import { paths } from '../shared/paths';
+import { isAlive, pidFile, readPid } from '../shared/pidFiles';
 
 /**
  * A tiny process supervisor for the local stack: background processes with a
@@ -25,30 +26,8 @@ export interface ServiceSpec {
   minUptimeMs?: number;
 }
 
-export function pidFile(name: string): string {
-  return path.join(paths.run(), `${name}.pid`);
-}
 export function logFile(name: string): string {
   return path.join(paths.logs(), `${name}.log`);
-}
-
-export function readPid(name: string): number | undefined {
-  try {
-    const pid = Number(readFileSync(pidFile(name), 'utf8').trim());
-    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-export function isAlive(pid: number | undefined): boolean {
-  if (!pid) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 export function portOpen(port: number, host = '127.0.0.1', timeoutMs = 500): Promise<boolean> {

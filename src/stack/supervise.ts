@@ -15,7 +15,8 @@ import { promisify } from 'node:util';
 import { componentLogger } from '../shared/logger';
 import { paths, REPO_ROOT } from '../shared/paths';
 import { inferenceSpecs, workerSpecs } from './index';
-import { pidFile, readPid, startService, type ServiceSpec } from './processes';
+import { pidFile, readPid } from '../shared/pidFiles';
+import { startService, type ServiceSpec } from './processes';
 import { livenessFileOf, restartingFile, STALE_ENV, Supervisor, type Supervised } from './supervisor';
 
 const run = promisify(execFile);

@@ -20,7 +20,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, renameSync, statSync, uti
 import * as path from 'node:path';
 import type { Logger } from '../shared/logger';
 import { paths } from '../shared/paths';
-import { isAlive } from './processes';
+import { isAlive } from '../shared/pidFiles';
 
 export const STALE_ENV = 'RATCHET_SUPERVISOR_STALE_S';
 

@@ -5,7 +5,8 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import { describeWithStack } from '../helpers/stack';
-import { isAlive, readPid, serviceStatus } from '../../src/stack/processes';
+import { isAlive, readPid } from '../../src/shared/pidFiles';
+import { serviceStatus } from '../../src/stack/processes';
 import { livenessFileOf } from '../../src/stack/supervisor';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

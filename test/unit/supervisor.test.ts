@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { isAlive } from '../../src/stack/processes';
+import { isAlive } from '../../src/shared/pidFiles';
 import { staleAfterMs } from '../../src/stack/supervise';
 import { readRestarting, restartingNote, Supervisor, type Supervised } from '../../src/stack/supervisor';
 import { logger } from '../../src/shared/logger';
