@@ -8,7 +8,7 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
-import { recordedHistoryToObject } from '../unit/workflowHistories';
+import { recordedHistoryToObject } from '../../src/shared/historyJson';
 
 export const HISTORIES_ROOT = path.join(__dirname, '..', 'fixtures', 'histories');
 // RATCHET_HISTORIES_RELEASE names the next release's folder while package.json still has the current one.

@@ -21,7 +21,7 @@ import { AGENT_DEFAULTS, runAgentBench } from '../../src/bench/learnAgentBench';
 import { agentSection } from '../../src/bench/learnAgentSection';
 import { paths } from '../../src/shared/paths';
 import { describeWithStack } from '../helpers/stack';
-import { distBuilt } from './trainrunStack';
+import { distBuilt } from '../helpers/trainrunStack';
 
 /** The LoRA B tensors of a run's newest checkpoint, by name, as raw bytes (PEFT starts every B at zero). */
 function loraB(runId: string, step?: number): Map<string, Buffer> {

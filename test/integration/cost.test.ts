@@ -21,7 +21,7 @@ import { progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
 import { LABELS } from '../../src/sandbox/labels';
 import { readStepRecords } from '../../src/records/runRecords';
 import { LocalArtifactStore } from '../../src/artifacts/store';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const LONG = process.env.RATCHET_LONG_TESTS === '1';

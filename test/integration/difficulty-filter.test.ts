@@ -14,7 +14,7 @@ import { LocalArtifactStore } from '../../src/artifacts/store';
 import { readRunState, readStepRecords } from '../../src/records/runRecords';
 import { startTrainRun } from '../../src/workflows/client';
 import type { TaskPool } from '../../src/samples/taskPool';
-import { distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';
+import { distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 describeWithStack('difficulty filtering and pass-rate pools on the real stack', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-filter-'));

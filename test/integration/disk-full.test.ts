@@ -19,7 +19,7 @@ import { describeWithStack, REPO } from '../helpers/stack';
 import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -12,7 +12,7 @@ import { runChecks } from '../../src/check';
 import { Trajectory } from '../../src/contracts/trajectory';
 import { startTrainRun } from '../../src/workflows/client';
 import { describeLong, REPO } from '../helpers/stack';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 

@@ -27,7 +27,7 @@ import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contract
 import {
   checkInvariants, distBuilt, killProc, ROLLOUT_LEASE_TTL_S, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
   type Proc, type TinyConfigOptions,
-} from './trainrunStack';
+} from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -25,7 +25,7 @@ import { logger } from '../../src/shared/logger';
 import { writeTaskSubset } from '../../src/tasks/subset';
 import { startTrainRun } from '../../src/workflows/client';
 import { describeLong, describeWithStack, REPO, STATE, TEMPORAL_BIN } from '../helpers/stack';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const HELDOUT = path.join(STATE, 'tasks', 'heldout.jsonl');

@@ -27,7 +27,7 @@ import { defaultImage, SandboxManager } from '../../src/sandbox';
 import { HarborTaskError, loadHarborTasks } from '../../src/tasks/harbor';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { startFakeVllm, type FakeReply } from '../helpers/fakeVllm';
-import { call, ScriptedModel } from '../unit/rollout-fakes';
+import { call, ScriptedModel } from '../helpers/rolloutFakes';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const MODEL_DIR = path.join(STATE, 'models', 'SmolLM2-135M-Instruct');
@@ -129,7 +129,7 @@ describeWithStack('the endpoint in front of the real vLLM', ['inference', 'model
   test('recorded ids are the ids vLLM returned; masks cover exactly the completions', async () => {
     const models = (await (await fetch(`${INFERENCE}/models`)).json()) as { data: { id: string }[] };
     const script = path.join(REPO, 'test', 'fixtures', 'harness', 'fake_harness.py');
-    const sandboxes = new (await import('../unit/rollout-fakes')).FakeSandboxManager({ 'a.py': 'x = 1\n' });
+    const sandboxes = new (await import('../helpers/rolloutFakes')).FakeSandboxManager({ 'a.py': 'x = 1\n' });
     const sandbox = await sandboxes.acquire({ labels, limits });
     const result = await runHarness({
       spec: { name: 'recorder', command: ['/usr/bin/python3', script, path.join(REPO, 'harness')], timeout_s: 300, args: { mode: 'echo_ids', turns: 3 } },

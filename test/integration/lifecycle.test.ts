@@ -22,7 +22,7 @@ import { readRunRecords, readRunState } from '../../src/records/runRecords';
 import {
   checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
   type Proc, type TinyConfigOptions,
-} from './trainrunStack';
+} from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -42,8 +42,8 @@ import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { controlUpdates, progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
-import { auditStoreAgainstRecords, checkInvariantsInStore } from './multihostInvariants';
-import { distBuilt, killProc, startProc, takeOverStackWorkers, type Proc } from './trainrunStack';
+import { auditStoreAgainstRecords, checkInvariantsInStore } from '../helpers/multihostInvariants';
+import { distBuilt, killProc, startProc, takeOverStackWorkers, type Proc } from '../helpers/trainrunStack';
 
 const NETNS = path.join(REPO, 'infra', 'cluster', 'netns.sh');
 const HOSTS = { control: '10.77.0.10', 'rollout-a': '10.77.0.11', 'rollout-b': '10.77.0.12', inference: '10.77.0.13', trainer: '10.77.0.14' } as const;

@@ -22,7 +22,7 @@ import { describeWithStack, REPO } from '../helpers/stack';
 import { uriToPath } from '../../src/artifacts/store';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { RolloutSummary, Trajectory, TrainRunInput } from '../../src/contracts';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const LIVE = 'http://127.0.0.1:8000/v1';
 const DOOMED_PORT = 8001;

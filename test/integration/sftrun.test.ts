@@ -29,7 +29,7 @@ import { makeDemonstrations } from '../../src/sft/demos';
 import { adapterName } from '../../src/shared/adapters';
 import { SandboxManager } from '../../src/sandbox/manager';
 import { loadTasks } from '../../src/tasks/load';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const TASKS = path.join(REPO, '.ratchet', 'tasks', 'train.jsonl');

@@ -9,7 +9,7 @@
  * partitions and one inference replica of two lost for good) are `npm run soak`, out of CI.
  */
 import { describeLong } from '../helpers/stack';
-import { distBuilt } from './trainrunStack';
+import { distBuilt } from '../helpers/trainrunStack';
 import { componentLogger } from '../../src/shared/logger';
 import { runSoak } from '../../src/soak/run';
 import { PARTITION_KINDS } from '../../src/soak/schedule';

@@ -4,11 +4,15 @@
  * through a path: trajectories, batches, checkpoints, adapters, step records and
  * run state all go through s3://. Weight sync goes through an inference-host
  * worker (inference.sync_task_queues) that pulls each adapter from S3 into its own
- * cache before vLLM loads it. Tiny: 1 task x 2 rollouts, 2 steps.
+ * cache before vLLM loads it. Tiny: 1 task x 2 rollouts, 2 steps. Storage stays bounded (issue 42):
+ * the run's [artifacts.retention] deletes journals in MinIO as it goes, the trainer drops its staging
+ * copies, and `ratchet gc` on the finished run deletes exactly what its dry run lists.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { readStepRecords } from '../../src/activities/metrics';
 import type { ArtifactRef } from '../../src/artifacts/ref';
@@ -22,8 +26,9 @@ import { generateReport } from '../../src/report';
 import { writeTaskSubset } from '../../src/tasks/subset';
 import type { EvalSweepResult } from '../../src/contracts/eval';
 import { MINIO, REPO, describeWithStack, useMinioCredentials } from '../helpers/stack';
-import { distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
+import { distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from '../helpers/trainrunStack';
 
+const run = promisify(execFile);
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const QUEUE = `ratchet-inference-it-${process.pid}`;
 
@@ -66,7 +71,8 @@ describeWithStack('TrainRun with an s3:// artifact store (real MinIO, private wo
     const base = await tinyConfig(dir);
     const config = path.join(dir, 'tiny-s3.toml');
     const text = (await fs.readFile(base, 'utf8')).replace('[sampling]', `[inference]\nsync_task_queues = ["${QUEUE}"]\n[sampling]`);
-    await fs.writeFile(config, `${text}[artifacts]\nurl = "${url}"\nendpoint = "${MINIO.endpoint}"\n`);
+    // [artifacts.retention]: the run deletes each recorded step's turn journals in MinIO as it goes (issue 42).
+    await fs.writeFile(config, `${text}[artifacts]\nurl = "${url}"\nendpoint = "${MINIO.endpoint}"\n[artifacts.retention]\nkeep_last = 2\n`);
     const runId = `it-trainrun-s3-${Date.now()}`;
     const result = await (await startTrainRun(client, config, { runId })).result();
     trainedRunId = runId;
@@ -100,6 +106,19 @@ describeWithStack('TrainRun with an s3:// artifact store (real MinIO, private wo
     expect((last as unknown as { weight_sync?: { policyVersion?: number; adapter?: string } }).weight_sync?.policyVersion).toBe(2);
     const models = (await (await fetch(`${INFERENCE}/models`)).json()) as { data: { id: string }[] };
     expect(models.data.map((m) => m.id).filter((id) => id.startsWith(`${runId}/`))).toEqual([]);
+
+    // Storage stays bounded (issue 42). The trainer's staging copies went once uploaded.
+    const staging = path.join(privateDir('trainer'), 'runs', runId, 'checkpoints');
+    expect(existsSync(staging) ? (await fs.readdir(staging)).filter((n) => n.startsWith('step-')) : []).toEqual([]);
+    // Each recorded step's turn journals went, and the run recorded what it deleted.
+    const keys = await store.list(`runs/${runId}`);
+    expect(keys.filter((k) => k.includes('/steps/') && k.includes('.journal/'))).toEqual([]);
+    const applied = await Promise.all(keys.filter((k) => k.includes('/records/retention/')).map(async (k) => JSON.parse((await store.read(k))!.toString()) as { by: string; deleted: { keys: number } }));
+    expect(applied.length).toBeGreaterThan(0);
+    expect(applied.every((r) => r.by === 'run' && r.deleted.keys > 0)).toBe(true);
+    // The inference host's download cache keeps what vLLM served (vLLM's own /v1/models roots): the last version's adapter.
+    const served = JSON.parse(await fs.readFile(path.join(dir, 'inference-home', 'cache', 's3', 'served.json'), 'utf8')) as Record<string, string[]>;
+    expect(Object.values(served).flat().some((d) => d.includes(`/runs/${runId}/checkpoints/${(last.adapter as ArtifactRef).uri.split('/').slice(-2, -1)[0]}/adapter/`))).toBe(true);
   }, 1_500_000);
 
   test('ratchet eval and ratchet report find the run in S3 through its memo: results written there, report read from there', async () => {
@@ -122,4 +141,40 @@ describeWithStack('TrainRun with an s3:// artifact store (real MinIO, private wo
     const report = await generateReport(runId, { out: path.join(dir, 'report.html'), store: storeFor(settings, defaultStore()) });
     expect([report.steps, report.evals]).toEqual([2, 1]);
   }, 900_000);
+
+  test('ratchet gc on the finished run in MinIO: its dry run lists exactly what then goes; the checkpoints, records and trajectories stay', async () => {
+    if (!trainedRunId) throw new Error('the training test above did not finish: nothing to collect');
+    const runId = trainedRunId;
+    const store = new S3ArtifactStore({ url, endpoint: MINIO.endpoint }, path.join(dir, 'checker-cache-gc'));
+    const records = await readStepRecords(store, runId);
+    // A losing save of step 0 (a redone step's other attempt, which no record names): step 0's objects copied under another batch hash.
+    const step0 = (records[0]!.checkpoint as ArtifactRef).uri.split('/').pop()!;
+    const losing = 'step-0-0123456789abcdef';
+    for (const k of await store.list(`runs/${runId}/checkpoints/${step0}`)) await store.put(k.replace(`/${step0}/`, `/${losing}/`), (await store.read(k))!);
+    const before = (await store.listSized(`runs/${runId}`)).map((o) => o.key);
+    // What gc may delete, read off the listing: the losing save and every turn journal left (the eval episodes').
+    const expected = before.filter((k) => k.includes(`/checkpoints/${losing}/`) || k.includes('.journal/')).sort();
+    expect(expected.filter((k) => k.includes(losing)).length).toBeGreaterThan(2);
+
+    const cli = async (...args: string[]) => (await run(process.execPath, [path.join(REPO, 'dist', 'cli', 'index.js'), 'gc', runId, '--json', ...args], {
+      cwd: REPO, encoding: 'utf8', env: { ...process.env, NO_COLOR: '1' },
+    })).stdout;
+    const dry = JSON.parse(await cli('--dry-run', '--keep-last', '2')) as { delete: { key: string }[] };
+    expect(dry.delete.map((d) => d.key).sort()).toEqual(expected);
+    expect((await store.listSized(`runs/${runId}`)).map((o) => o.key)).toEqual(before); // a dry run deletes nothing
+
+    const done = JSON.parse(await cli('--keep-last', '2')) as { deleted: { keys: number }; pruned: { dir: string; kept: string }[] };
+    expect(done.deleted.keys).toBe(expected.length);
+    expect(done.pruned).toEqual([{ dir: losing, step: 0, kept: 'none' }]);
+    const after = (await store.listSized(`runs/${runId}`)).map((o) => o.key);
+    expect(after.filter((k) => !before.includes(k)).map((k) => path.posix.dirname(k))).toEqual([`runs/${runId}/records/retention`]);
+    expect(after.filter((k) => before.includes(k))).toEqual(before.filter((k) => !expected.includes(k)));
+    // What must stay stayed whole: each recorded step's checkpoint and adapter download and verify, its batch reads.
+    for (const r of records) {
+      await store.localDir(r.checkpoint as ArtifactRef);
+      await store.localDir(r.adapter as ArtifactRef);
+      await store.get((r.batch as { batch: ArtifactRef }).batch);
+    }
+    expect(after.some((k) => /\/steps\/1\/rollouts\/.+\.json$/.test(k) && !k.includes('.journal/'))).toBe(true);
+  }, 300_000);
 });

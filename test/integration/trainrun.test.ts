@@ -23,7 +23,7 @@ import { EvalResult, type EvalSweepResult } from '../../src/contracts/eval';
 import { EVAL_PRIORITY } from '../../src/shared/fairness';
 import { writeTaskSubset } from '../../src/tasks/subset';
 import { DEFAULT_METRICS_PORTS } from '../../src/workers/telemetry';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const HELDOUT_SOURCES = [path.join(STATE, 'tasks', 'heldout.jsonl'), path.join(REPO, 'taskgen', 'fixtures', 'sample_tasks.jsonl')];

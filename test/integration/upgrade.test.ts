@@ -34,7 +34,7 @@ import { describeDeployment } from '../../src/deploy/upgrade';
 import { readStepRecords } from '../../src/records/runRecords';
 import { startTrainRun } from '../../src/workflows/client';
 import { SA } from '../../src/workflows/messages';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from './trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const run = promisify(execFile);
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { programName, runAgent, type AgentRunInput } from '../../src/agent/loop';
 import { defineTool } from '../../src/agent/tool';
 import { Task } from '../../src/tasks/schema';
-import { call, HostDirSandbox, makeRepo, ScriptedModel } from './rollout-fakes';
+import { call, HostDirSandbox, makeRepo, ScriptedModel } from '../helpers/rolloutFakes';
 
 describe('programName', () => {
   it.each([

@@ -12,7 +12,7 @@ import { EVAL_STEP } from '../../src/shared/steps';
 import { isUnscored, Trajectory, type ChatMessage, type RolloutSummary } from '../../src/contracts/trajectory';
 import { OpenAIModelClient } from '../../src/agent/model';
 import { FAKE_END_OF_TURN, fakeEncode, fakePromptIds, startFakeVllm } from '../helpers/fakeVllm';
-import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
+import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from '../helpers/rolloutFakes';
 
 // Some cases run real git, Python and retry back-offs in subprocesses: on a loaded 2-core CI
 // machine they take more than jest's 5 s default (they are not timing tests).

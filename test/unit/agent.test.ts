@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { runAgent, ToolError, type AgentRunInput } from '../../src/agent/loop';
 import { defineTool, toolSpec, zodToJsonSchema } from '../../src/agent/tool';
 import { Task } from '../../src/tasks/schema';
-import { call, HostDirSandbox, makeRepo, ScriptedModel, type ScriptedTurn } from './rollout-fakes';
+import { call, HostDirSandbox, makeRepo, ScriptedModel, type ScriptedTurn } from '../helpers/rolloutFakes';
 
 const task = Task.parse({
   instance_id: 't1', repo: 'demo', base_commit: 'HEAD', problem_statement: 'bug', patch: '', FAIL_TO_PASS: ['t::a'],

@@ -15,7 +15,7 @@ import { verifiedRestartState } from '../../src/cli/restart';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import type { RunStateFile, StepRecord } from '../../src/contracts';
 import { readRunRecords, readRunState } from '../../src/records/runRecords';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 const logger = pino({ level: 'silent' });
 

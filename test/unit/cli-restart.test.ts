@@ -5,7 +5,7 @@ import type { ArtifactStore } from '../../src/artifacts/store';
 import { CliError, EXIT } from '../../src/cli/exit';
 import { buildProgram } from '../../src/cli';
 import type { RunStateFile } from '../../src/contracts';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 const state: RunStateFile = {
   format: 'ratchet.run-state/v1', runId: 'r1', configSha256: 'x', completedStep: 4, nextStep: 5, policyVersion: 5,

@@ -3,7 +3,7 @@ import { RunStateFile, StepRecord, type LoadedConfig } from '../../src/contracts
 import { rolloutStats } from '../../src/rollouts/stats';
 import { reportStep } from '../../src/report/records';
 import { runStateAfter, stepRecord, type FinishedStep } from '../../src/workflows/stepRecord';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 const roundTrip = (x: unknown): unknown => JSON.parse(JSON.stringify(x));
 

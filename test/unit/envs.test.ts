@@ -5,7 +5,7 @@ import { numberLines, rewriteLines } from '../../src/envs/debug/tools';
 import { ENVIRONMENTS, getEnvironment } from '../../src/envs/registry';
 import { parsePytestSummary } from '../../src/envs/tests';
 import { Task } from '../../src/tasks/schema';
-import { CALC_FILES, HostDirSandbox, makeRepo } from './rollout-fakes';
+import { CALC_FILES, HostDirSandbox, makeRepo } from '../helpers/rolloutFakes';
 
 const task = Task.parse({
   instance_id: 'calc-1', repo: 'calc', base_commit: 'HEAD', problem_statement: 'add(2, 3) returns -1', patch: '',

@@ -7,11 +7,10 @@
 import { promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { Worker } from '@temporalio/worker';
 import { WorkflowFailedError } from '@temporalio/client';
-import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
-import { SA } from '../../src/workflows/messages';
+import { describeWithStack } from '../helpers/stack';
+import { useFakeWorld } from '../helpers/fakeWorld';
 import { createEvalActivities } from '../../src/activities/eval';
 import type { EvalSweepInput } from '../../src/contracts/eval';
 import { LocalArtifactStore } from '../../src/artifacts/store';
@@ -27,8 +26,7 @@ import { recordedArtifacts } from '../../src/cli/evalInput';
 jest.setTimeout(120_000);
 
 describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval activities, fake rollout, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
+  const world = useFakeWorld();
   let tmp: string;
   let runStore: LocalArtifactStore;
   let envStoreDir: string;
@@ -36,12 +34,6 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
   const savedEnv = process.env.RATCHET_ARTIFACTS_URL;
 
   beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
-    });
-    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
-
     tmp = await fs.mkdtemp(path.join(os.tmpdir(), 'ratchet-evalart-'));
     runStore = new LocalArtifactStore(path.join(tmp, 'run-store'));
     envStoreDir = path.join(tmp, 'env-store');
@@ -61,7 +53,6 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
   }, 180_000);
 
   afterAll(async () => {
-    await env?.teardown();
     if (savedEnv === undefined) delete process.env.RATCHET_ARTIFACTS_URL;
     else process.env.RATCHET_ARTIFACTS_URL = savedEnv;
     if (tmp) await fs.rm(tmp, { recursive: true, force: true });
@@ -95,15 +86,15 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
         };
       },
     };
-    const conn = env.nativeConnection;
+    const conn = world.env.nativeConnection;
     const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: main }),
+      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: world.bundle, activities: main }),
       Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: rollout }),
       Worker.create({ connection: conn, taskQueue: 'evalart-inference-host', activities: { async syncWeights(i: SyncWeightsInput) { hostSynced.push(i); return { ms: 1 }; } } }),
     ]);
     const all = Promise.all(workers.map((w) => w.run()));
     try {
-      const result = await env.client.workflow.execute('EvalSweep', { taskQueue: 'ratchet', workflowId: `evalart-${++n}-${Date.now()}`, args: [input] })
+      const result = await world.env.client.workflow.execute('EvalSweep', { taskQueue: 'ratchet', workflowId: `evalart-${++n}-${Date.now()}`, args: [input] })
         .then((r) => ({ ok: true as const, r }), (err: unknown) => ({ ok: false as const, err }));
       return { result, synced, hostSynced, rollouts };
     } finally {
@@ -154,11 +145,6 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
     expect(synced).toHaveLength(0);
   });
 });
-
-const quietLogger = {
-  trace: () => undefined, debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined,
-  log: () => undefined,
-};
 
 describe('recordedArtifacts (the store ratchet eval uses without --config)', () => {
   const clientWith = (describe: () => Promise<unknown>) => ({ workflow: { getHandle: () => ({ describe }) } }) as unknown as Client;

@@ -10,13 +10,13 @@
  */
 import { Client } from '@temporalio/client';
 import { Context } from '@temporalio/activity';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
+import { Worker } from '@temporalio/worker';
+import { describeWithStack } from '../helpers/stack';
 import type { RolloutInput, StepRolloutsInput } from '../../src/contracts';
 import type { EvalPlan, EvalSweepInput } from '../../src/contracts/eval';
 import { EVAL_STEP } from '../../src/shared/steps';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
+import { useFakeWorld } from '../helpers/fakeWorld';
 import { ConfigError, parseRunConfig } from '../../src/config/load';
 import { evalRolloutOptions } from '../../src/workflows/proxies';
 import {
@@ -67,27 +67,12 @@ describe('priority and fairness keys (src/shared/fairness.ts)', () => {
 });
 
 describeWithStack('runs share workers fairly (real dev server, one rollout worker)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
-
-  beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    [env, bundle] = await Promise.all([
-      TestWorkflowEnvironment.createLocal({
-        server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', extraArgs: [...TEMPORAL_DEV_ARGS, '--namespace', 'shares', '--namespace', 'priority'] },
-      }),
-      bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger }),
-    ]);
-  }, 120_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
+  const world = useFakeWorld({ namespaces: ['shares', 'priority'] });
 
   /** The order in which the rollout worker started rollouts; each takes ROLLOUT_MS. */
   function rolloutWorker(dispatches: Dispatch[], namespace: string, rolloutMs: number) {
     return Worker.create({
-      connection: env.nativeConnection, namespace, taskQueue: ROLLOUT_QUEUE, maxConcurrentActivityTaskExecutions: SLOTS,
+      connection: world.env.nativeConnection, namespace, taskQueue: ROLLOUT_QUEUE, maxConcurrentActivityTaskExecutions: SLOTS,
       activities: {
         rollout: async (input: RolloutInput) => {
           dispatches.push({ runId: input.runId, step: input.step, scheduledAt: Context.current().info.scheduledTimestampMs, at: Date.now() });
@@ -100,7 +85,7 @@ describeWithStack('runs share workers fairly (real dev server, one rollout worke
 
   function mainWorker(namespace: string) {
     return Worker.create({
-      connection: env.nativeConnection, namespace, taskQueue: 'ratchet', workflowBundle: bundle, maxConcurrentActivityTaskExecutions: 20,
+      connection: world.env.nativeConnection, namespace, taskQueue: 'ratchet', workflowBundle: world.bundle, maxConcurrentActivityTaskExecutions: 20,
       activities: {
         storeRolloutSummaries: async () => ref('summaries'),
         evalPlan: async (input: EvalSweepInput): Promise<EvalPlan> => evalPlan(input.runId, 200),
@@ -122,7 +107,7 @@ describeWithStack('runs share workers fairly (real dev server, one rollout worke
 
   /** The workflows' literal rollout queue; each test has a namespace of its own, so none sees the other's leftover tasks. */
   const ROLLOUT_QUEUE = 'ratchet-rollout';
-  const clientFor = (namespace: string) => new Client({ connection: env.connection, namespace });
+  const clientFor = (namespace: string) => new Client({ connection: world.env.connection, namespace });
 
   test('three runs of different sizes and weights each get their weighted share of one worker', async () => {
     const dispatches: Dispatch[] = [];
@@ -228,8 +213,3 @@ async function until(cond: () => boolean | Promise<boolean>, timeoutMs: number):
     await new Promise((r) => setTimeout(r, 50));
   }
 }
-
-const quietLogger = {
-  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
-  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
-};

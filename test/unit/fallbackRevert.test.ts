@@ -14,7 +14,7 @@ import type { RunStateFile, StepRecord } from '../../src/contracts';
 import { commitFallback, planFallback } from '../../src/records/fallback';
 import { commitRevert, planRevert, RevertError } from '../../src/records/revert';
 import { readRunRecords, readRunState } from '../../src/records/runRecords';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 const logger = pino({ level: 'silent' });
 const who = { identity: 'ops@host', reason: 'the fallback came from a 503', time: '2026-01-02T00:00:00.000Z' };

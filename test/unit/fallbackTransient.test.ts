@@ -18,7 +18,7 @@ import { verifiedRestartState } from '../../src/cli/restart';
 import { CliError, EXIT } from '../../src/cli/exit';
 import type { RunStateFile, StepRecord } from '../../src/contracts';
 import { checkpointProblem, planFallback } from '../../src/records/fallback';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 const logger = pino({ level: 'silent' });
 

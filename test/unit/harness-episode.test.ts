@@ -33,7 +33,7 @@ import { createRolloutActivities } from '../../src/activities/rollout';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import type { RolloutInput } from '../../src/contracts/rollout';
 import { Trajectory, type RolloutSummary } from '../../src/contracts/trajectory';
-import { CALC_FILES, FakeSandboxManager, ScriptedModel } from './rollout-fakes';
+import { CALC_FILES, FakeSandboxManager, ScriptedModel } from '../helpers/rolloutFakes';
 
 jest.setTimeout(30_000);
 

@@ -9,7 +9,7 @@ import { startEndpoint } from '../../src/endpoint/server';
 import { runHarness, type HarnessRunInput } from '../../src/harness/run';
 import { REPO } from '../helpers/stack';
 import { startFakeVllm, type FakeVllm } from '../helpers/fakeVllm';
-import { FakeSandboxManager, type HostDirSandbox } from './rollout-fakes';
+import { FakeSandboxManager, type HostDirSandbox } from '../helpers/rolloutFakes';
 
 const PY = '/usr/bin/python3';
 const SCRIPT = path.join(REPO, 'test', 'fixtures', 'harness', 'fake_harness.py');

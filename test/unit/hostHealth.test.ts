@@ -11,14 +11,14 @@ import * as path from 'node:path';
 import Docker from 'dockerode';
 import pino from 'pino';
 import { ApplicationFailure } from '@temporalio/common';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
+import { Worker } from '@temporalio/worker';
 import { RunConfig } from '../../src/config/schema';
 import { SandboxManager, defaultImage } from '../../src/sandbox';
 import { HostHealth, hostFaultOf, probeHost, unhealthyHosts, healthKey } from '../../src/rollouts/hostHealth';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { serveWhileHealthy } from '../../src/workers/serveWhileHealthy';
-import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { describeWithStack } from '../helpers/stack';
+import { useFakeWorld } from '../helpers/fakeWorld';
 
 jest.setTimeout(120_000);
 
@@ -86,16 +86,10 @@ describe('health records in the store', () => {
 });
 
 describeWithStack('a worker out of service stops polling until its probe passes (real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    env = await TestWorkflowEnvironment.createLocal({ server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1' } });
-  }, 120_000);
-  afterAll(async () => { await env?.teardown(); });
+  const world = useFakeWorld({ workflowsPath: require.resolve('../fixtures/workflows/retryActivity') });
 
   test('the first host fault shuts the worker; no task reaches it while the probe fails; it serves again after', async () => {
-    const workflowBundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../fixtures/workflows/retryActivity'), logger: new DefaultLogger('WARN') });
-    const wfWorker = await Worker.create({ connection: env.nativeConnection, taskQueue: 'hh-wf', workflowBundle });
+    const wfWorker = await Worker.create({ connection: world.env.nativeConnection, taskQueue: 'hh-wf', workflowBundle: world.bundle });
     const wfRunning = wfWorker.run();
     const health = new HostHealth();
     const calls: number[] = [];
@@ -107,7 +101,7 @@ describeWithStack('a worker out of service stops polling until its probe passes 
     let current: Worker | undefined;
     const serving = serveWhileHealthy({
       createWorker: () => Worker.create({
-        connection: env.nativeConnection, taskQueue: 'hh-test', shutdownGraceTime: '1 second', identity: `hh-${++created}`,
+        connection: world.env.nativeConnection, taskQueue: 'hh-test', shutdownGraceTime: '1 second', identity: `hh-${++created}`,
         activities: {
           async work() {
             calls.push(Date.now());
@@ -128,7 +122,7 @@ describeWithStack('a worker out of service stops polling until its probe passes 
       log,
     });
     try {
-      const handle = await env.client.workflow.start('RetryActivity', { taskQueue: 'hh-wf', workflowId: `hh-${process.pid}` });
+      const handle = await world.env.client.workflow.start('RetryActivity', { taskQueue: 'hh-wf', workflowId: `hh-${process.pid}` });
       // Out of service: the retries (every 200 ms) find no poller on this host for 3 s.
       await waitFor(() => said.length >= 3);
       await new Promise((r) => setTimeout(r, 3_000));

@@ -18,7 +18,7 @@ import { RunConfig } from '../../src/config/schema';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import type { RunStateFile, StepRecord } from '../../src/contracts';
 import { InitFromError, parseInitFrom, resolveInitFrom } from '../../src/records/initFrom';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 const logger = pino({ level: 'silent' });
 const MODEL = '/models/SmolLM2-135M-Instruct';

@@ -12,7 +12,7 @@ import { createMetricsActivities, readStepRecords } from '../../src/activities/m
 import type { FallbackRecord, RunStateFile, StepRecord } from '../../src/contracts';
 import { readRunRecords, readRunState } from '../../src/records/runRecords';
 import { winningState, winningSteps } from '../../src/records/winners';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 function record(step: number, batch: string | undefined, meanReward: number, time = '2026-01-01T00:00:00Z', epoch?: number): StepRecord {
   return {

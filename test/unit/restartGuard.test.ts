@@ -10,8 +10,7 @@ import { createHash } from 'node:crypto';
 import { promises as fs, mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
+import { Worker } from '@temporalio/worker';
 import pino from 'pino';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { createMetricsActivities } from '../../src/activities/metrics';
@@ -19,10 +18,11 @@ import { buildProgram } from '../../src/cli';
 import { EXIT } from '../../src/cli/exit';
 import * as temporalCli from '../../src/cli/temporal';
 import type { RunStateFile, StepRecord } from '../../src/contracts';
-import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { describeWithStack } from '../helpers/stack';
+import { useFakeWorld } from '../helpers/fakeWorld';
 import { commitFallback, planFallback } from '../../src/records/fallback';
 import { readRunRecords, readRunState } from '../../src/records/runRecords';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 jest.setTimeout(120_000);
 
@@ -65,19 +65,16 @@ async function runWithCorruptNewest(root: string, runId: string): Promise<void> 
 }
 
 describeWithStack('ratchet restart on a running or completed run (real dev server, real store)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
+  const world = useFakeWorld({ workflowsPath: require.resolve('../fixtures/workflows/trainRunStub') });
   let root: string;
 
   beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    env = await TestWorkflowEnvironment.createLocal({ server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1' } });
-    jest.spyOn(temporalCli, 'connectClient').mockImplementation(async () => ({ client: env.client, close: async () => undefined }) as never);
+    jest.spyOn(temporalCli, 'connectClient').mockImplementation(async () => ({ client: world.env.client, close: async () => undefined }) as never);
     root = mkdtempSync(path.join(os.tmpdir(), 'ratchet-rg-'));
   }, 180_000);
 
   afterAll(async () => {
     jest.restoreAllMocks();
-    await env?.teardown();
   });
 
   const restart = (run: string) => buildProgram().parseAsync(['node', 'ratchet', 'restart', run]).then(() => undefined, (e: unknown) => e);
@@ -85,7 +82,7 @@ describeWithStack('ratchet restart on a running or completed run (real dev serve
   it('RUNNING: refused, and the store is byte-equal before and after', async () => {
     await runWithCorruptNewest(root, 'rg-running');
     // Nothing polls this queue: the run stays RUNNING.
-    await env.client.workflow.start('TrainRun', { taskQueue: 'nobody-polls-this', workflowId: 'rg-running', memo: { artifacts: { root } } });
+    await world.env.client.workflow.start('TrainRun', { taskQueue: 'nobody-polls-this', workflowId: 'rg-running', memo: { artifacts: { root } } });
     const before = await snapshot(root);
     const err = await restart('rg-running');
     expect(err).toMatchObject({ code: EXIT.failure, message: expect.stringMatching(/is running/) });
@@ -94,9 +91,8 @@ describeWithStack('ratchet restart on a running or completed run (real dev serve
 
   it('COMPLETED: refused, and the store is byte-equal before and after', async () => {
     await runWithCorruptNewest(root, 'rg-done');
-    const workflowBundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../fixtures/workflows/trainRunStub'), logger: new DefaultLogger('WARN') });
-    const worker = await Worker.create({ connection: env.nativeConnection, taskQueue: 'rg-done', workflowBundle });
-    await worker.runUntil(env.client.workflow.execute('TrainRun', { taskQueue: 'rg-done', workflowId: 'rg-done', memo: { artifacts: { root } } }));
+    const worker = await Worker.create({ connection: world.env.nativeConnection, taskQueue: 'rg-done', workflowBundle: world.bundle });
+    await worker.runUntil(world.env.client.workflow.execute('TrainRun', { taskQueue: 'rg-done', workflowId: 'rg-done', memo: { artifacts: { root } } }));
     const before = await snapshot(root);
     const err = await restart('rg-done');
     expect(err).toMatchObject({ code: EXIT.failure, message: expect.stringMatching(/is completed/) });
@@ -119,7 +115,7 @@ describeWithStack('ratchet restart on a running or completed run (real dev serve
 
   it('fallback revert on a RUNNING run: refused, the store byte-equal', async () => {
     await wrongFallback('rv-running');
-    await env.client.workflow.start('TrainRun', { taskQueue: 'nobody-polls-this', workflowId: 'rv-running', memo: { artifacts: { root } } });
+    await world.env.client.workflow.start('TrainRun', { taskQueue: 'nobody-polls-this', workflowId: 'rv-running', memo: { artifacts: { root } } });
     const before = await snapshot(root);
     const err = await revert('rv-running', '--reason', 'the store was down');
     expect(err).toMatchObject({ code: EXIT.failure, message: expect.stringMatching(/is running; nothing written.*ratchet stop/s) });
@@ -128,7 +124,7 @@ describeWithStack('ratchet restart on a running or completed run (real dev serve
 
   it('fallback revert on a TERMINATED run: the state before the fallback is back, recorded with identity and reason; a second revert is refused', async () => {
     await wrongFallback('rv-term');
-    const handle = await env.client.workflow.start('TrainRun', { taskQueue: 'nobody-polls-this', workflowId: 'rv-term', memo: { artifacts: { root } } });
+    const handle = await world.env.client.workflow.start('TrainRun', { taskQueue: 'nobody-polls-this', workflowId: 'rv-term', memo: { artifacts: { root } } });
     await handle.terminate('test');
     const store = new LocalArtifactStore(root);
     expect(await readRunState(store, 'rv-term')).toMatchObject({ completedStep: 0, epoch: 1 });

@@ -17,7 +17,7 @@ import { crossCheck } from '../../src/config/crossChecks';
 import type { RunStateFile, StepRecord } from '../../src/contracts';
 import { planFallback } from '../../src/records/fallback';
 import { planRetention, prunedCheckpoints } from '../../src/records/retention';
-import { ref } from './workflowFakes';
+import { ref } from '../helpers/workflowFakes';
 
 const uri = (dir: string): ArtifactRef => ({ uri: `file:///store/runs/r/checkpoints/${dir}`, sha256: dir.padEnd(64, '0'), bytes: 1 });
 

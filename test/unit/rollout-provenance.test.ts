@@ -26,7 +26,7 @@ import { createImageDigests, type ImageInspector } from '../../src/sandbox/image
 import { SandboxManager } from '../../src/sandbox/manager';
 import { REPO_ROOT } from '../../src/shared/paths';
 import { stepLineage } from '../../src/workflows/lineage';
-import { CALC_FILES, call, FakeSandboxManager, ScriptedModel } from './rollout-fakes';
+import { CALC_FILES, call, FakeSandboxManager, ScriptedModel } from '../helpers/rolloutFakes';
 
 jest.setTimeout(30_000);
 

@@ -12,7 +12,7 @@ import { isTransientReadError } from '../../src/rollouts/errors';
 import { StoreUnavailableError } from '../../src/artifacts/errors';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import type { RolloutSummary } from '../../src/contracts/trajectory';
-import { call, CALC_FILES, FakeSandboxManager, ScriptedModel } from './rollout-fakes';
+import { call, CALC_FILES, FakeSandboxManager, ScriptedModel } from '../helpers/rolloutFakes';
 
 jest.setTimeout(30_000);
 

@@ -8,38 +8,23 @@
 import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandle } from '@temporalio/client';
-import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { describeWithStack } from '../helpers/stack';
 import { SA, progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { healthKey } from '../../src/rollouts/hostHealth';
-import { makeFakes } from './workflowFakes';
+import { makeFakes, useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
 
 jest.setTimeout(240_000);
 
 describeWithStack('rollout hosts out of service (chunked path, fake rollouts, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
-
-  beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
-    });
-    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
-  }, 180_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
+  const world = useFakeWorld();
 
   /** Every execution of a workflow id. */
   async function executions(workflowId: string): Promise<number> {
     const found = [];
-    for await (const execution of env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) found.push(execution.runId);
+    for await (const execution of world.env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) found.push(execution.runId);
     return found.length;
   }
 
@@ -52,16 +37,10 @@ describeWithStack('rollout hosts out of service (chunked path, fake rollouts, re
     });
     await sick();
     const fakes = makeFakes({ healthStore, orchestrator: { batch_size: 2, rollouts_per_example: 4, rollouts_per_chunk: 4, max_steps: 1, max_concurrent_rollouts: 8 } });
-    const conn = env.nativeConnection;
-    const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
-      ...['w1', 'w2'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
-    ]);
-    const running = workers.map((w) => w.run());
-    try {
+    // No rollout worker polls until the host is back.
+    await withFakeWorkers(world, fakes, { trainers: ['w1', 'w2'], rollouts: false }, async (_f, { startRolloutWorker }) => {
       const runId = `hosts-${process.pid}`;
-      const handle: WorkflowHandle<typeof TrainRun> = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle: WorkflowHandle<typeof TrainRun> = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId,
         args: [{ configPath: 'configs/fake.toml', runId, rolloutWorkersWatchS: 1, outageWaits: { handoffAfter: 2, perExecution: 2, capS: 1 } }],
       });
@@ -71,7 +50,7 @@ describeWithStack('rollout hosts out of service (chunked path, fake rollouts, re
       expect((await handle.describe()).typedSearchAttributes.get(SA.status)).toBe('waiting-for-healthy-rollout-hosts');
       // The watch moved to a child that continues as new; keep the record fresh meanwhile, as the sick worker does.
       const stepId = `${runId}-step-0-rollouts`;
-      const childOf = async () => ((await env.client.workflow.getHandle(stepId).fetchHistory()).events ?? [])
+      const childOf = async () => ((await world.env.client.workflow.getHandle(stepId).fetchHistory()).events ?? [])
         .map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes)
         .filter((a) => a?.workflowType?.name === 'RolloutWorkersWait').map((a) => a!.workflowId!);
       await waitFor(async () => (await childOf()).length > 0);
@@ -79,20 +58,15 @@ describeWithStack('rollout hosts out of service (chunked path, fake rollouts, re
       await waitFor(async () => { await sick(); return (await executions(child)) >= 2; });
       // The host is back: its worker polls again.
       await healthStore.putJson(healthKey('rollout-host-7:123'), { workerId: 'rollout-host-7:123', host: 'rollout-host-7', healthy: true, checkedAt: new Date().toISOString() });
-      const rollout = await Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout });
-      workers.push(rollout);
-      running.push(rollout.run());
+      startRolloutWorker();
       expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
       expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([8]);
       expect(fakes.events.filter((e) => e.what === 'rollout-start')).toHaveLength(8);
       // However long the wait, the step's own history holds a handful of checks and one child per change.
-      const stepEvents = ((await env.client.workflow.getHandle(stepId).fetchHistory()).events ?? []).length;
+      const stepEvents = ((await world.env.client.workflow.getHandle(stepId).fetchHistory()).events ?? []).length;
       expect(stepEvents).toBeLessThan(120);
       expect((await handle.query(progressQuery)).status).toBe('completed');
-    } finally {
-      for (const w of workers) w.shutdown();
-      await Promise.all(running);
-    }
+    });
   });
 });
 
@@ -103,8 +77,3 @@ async function waitFor(pred: () => Promise<boolean>, timeoutMs = 90_000): Promis
     await new Promise((r) => setTimeout(r, 200));
   }
 }
-
-const quietLogger = {
-  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
-  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
-};

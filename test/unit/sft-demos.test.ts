@@ -9,7 +9,7 @@ import { makeDemonstrations } from '../../src/sft/demos';
 import { sftSegments } from '../../src/sft/trajectories';
 import { loadModelTokenizer } from '../../src/samples/tokenizer';
 import { SMOLLM2_DIR, smolLM2Available } from '../fixtures/samples/simulate';
-import { CALC_FILES, FakeSandboxManager } from './rollout-fakes';
+import { CALC_FILES, FakeSandboxManager } from '../helpers/rolloutFakes';
 
 jest.setTimeout(60_000);
 

@@ -10,8 +10,8 @@ import { describeWithStack } from '../helpers/stack';
 import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
 import type { SftRun } from '../../src/workflows/sftRun';
 import type { TrainRunInput } from '../../src/contracts';
-import { makeFakes, type FakeOptions } from './workflowFakes';
-import { useFakeWorld, withFakeWorkers } from './fakeWorld';
+import { makeFakes, type FakeOptions } from '../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
 import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(120_000);

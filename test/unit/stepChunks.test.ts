@@ -7,67 +7,37 @@
  * every execution's history under Temporal's 10,240-event warning.
  * RATCHET_RECORD_HISTORIES=1 records the new paths' histories for the replay test.
  */
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandle } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
-import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
-import { SA, progressQuery } from '../../src/workflows/messages';
+import { describeWithStack } from '../helpers/stack';
+import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { RolloutProgressSignal, TrainRunInput } from '../../src/contracts';
-import { makeFakes, type FakeOptions } from './workflowFakes';
+import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions } from '../helpers/fakeWorld';
 import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(300_000);
 
 describeWithStack('StepRollouts in chunks and shards (fake rollouts, real chunk activity, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
+  const world = useFakeWorld();
 
-  beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
-    });
-    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
-  }, 180_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
-
-  async function withWorkers<T>(opts: FakeOptions & { rolloutSlots?: number }, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> {
-    const fakes = makeFakes(opts);
-    const conn = env.nativeConnection;
-    const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main, maxConcurrentActivityTaskExecutions: 16 }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout, maxConcurrentActivityTaskExecutions: opts.rolloutSlots ?? 16 }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
-      ...['w1', 'w2'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
-    ]);
-    const running = workers.map((w) => w.run());
-    try {
-      return await fn(fakes);
-    } finally {
-      for (const w of workers) w.shutdown();
-      await Promise.all(running);
-    }
-  }
+  const withWorkers = <T>(opts: FakeOptions & { rolloutSlots?: number }, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
+    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2'], mainSlots: 16, rolloutSlots: opts.rolloutSlots ?? 16 }, fn);
 
   let n = 0;
   async function run(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandle<typeof TrainRun>> {
     const runId = `chunks-${process.pid}-${++n}`;
-    const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+    const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
       taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
     });
     return handle;
   }
-  const rolloutsOf = (handle: WorkflowHandle, step = 0) => env.client.workflow.getHandle(`${handle.workflowId}-step-${step}-rollouts`);
+  const rolloutsOf = (handle: WorkflowHandle, step = 0) => world.env.client.workflow.getHandle(`${handle.workflowId}-step-${step}-rollouts`);
 
   /** Every execution (run) of a workflow id, oldest first, with its history's event count. */
   async function executions(workflowId: string): Promise<{ runId: string; events: number }[]> {
     const runs: string[] = [];
-    for await (const w of env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push(w.runId);
+    for await (const w of world.env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push(w.runId);
     const out = await Promise.all(runs.map(async (runId) => ({ runId, events: await countEvents(workflowId, runId) })));
     return out.reverse();
   }
@@ -75,7 +45,7 @@ describeWithStack('StepRollouts in chunks and shards (fake rollouts, real chunk 
     let count = 0;
     let nextPageToken: Uint8Array | undefined;
     do {
-      const page = await env.client.workflowService.getWorkflowExecutionHistory({
+      const page = await world.env.client.workflowService.getWorkflowExecutionHistory({
         namespace: 'default', execution: { workflowId, runId }, maximumPageSize: 1000, nextPageToken,
       });
       count += page.history?.events?.length ?? 0;
@@ -179,7 +149,7 @@ describeWithStack('StepRollouts in chunks and shards (fake rollouts, real chunk 
       expect(ledger).toBeLessThanOrEqual(served);
       expect(ledger).toBeGreaterThanOrEqual(served - 3 * runs.length);
       const first = (await executions(shards[0]!))[0]!;
-      await recordHistory(env.client.workflow.getHandle(shards[0]!, first.runId), 'rolloutshard-continued-as-new');
+      await recordHistory(world.env.client.workflow.getHandle(shards[0]!, first.runId), 'rolloutshard-continued-as-new');
       await recordHistory(step, 'steprollouts-shards');
     });
   });
@@ -205,8 +175,3 @@ describeWithStack('StepRollouts in chunks and shards (fake rollouts, real chunk 
     });
   });
 });
-
-const quietLogger = {
-  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
-  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
-};

@@ -5,15 +5,13 @@
  * status the parent shows, and the step completes by itself once the fault is fixed.
  * RATCHET_RECORD_HISTORIES=1 records the step's histories for the replay test (infra/record-histories.sh).
  */
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
-import { describeWithStack, TEMPORAL_BIN } from '../helpers/stack';
+import { describeWithStack } from '../helpers/stack';
 import { SA, progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { RolloutProgressSignal, TrainRunInput } from '../../src/contracts';
-import { makeFakes, type FakeOptions } from './workflowFakes';
+import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions, type FakeStack } from '../helpers/fakeWorld';
 import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(180_000);
@@ -22,57 +20,21 @@ jest.setTimeout(180_000);
 const shortOutage = { handoffAfter: 2, perExecution: 2, capS: 1 };
 
 describeWithStack('StepRollouts waits (fake activities, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
-
-  beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA) },
-    });
-    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
-  }, 180_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
-
-  interface Stack { fakes: ReturnType<typeof makeFakes>; startRolloutWorker: () => void }
+  const world = useFakeWorld();
 
   /** The fake stack around fn; with `rolloutWorker: false` no rollout worker runs until fn starts one. */
-  async function withWorkers<T>(opts: FakeOptions & { rolloutWorker?: boolean }, fn: (s: Stack) => Promise<T>): Promise<T> {
-    const fakes = makeFakes(opts);
-    const conn = env.nativeConnection;
-    const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
-      ...['w1', 'w2'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
-    ]);
-    const running = workers.map((w) => w.run());
-    const startRolloutWorker = () => {
-      const w = Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout });
-      running.push(w.then(async (rw) => { workers.push(rw); await rw.run(); }));
-    };
-    if (opts.rolloutWorker !== false) startRolloutWorker();
-    try {
-      return await fn({ fakes, startRolloutWorker });
-    } finally {
-      // A worker created late may still be starting: let it join before shutting everything down.
-      await new Promise((r) => setTimeout(r, 200));
-      for (const w of workers) w.shutdown();
-      await Promise.all(running);
-    }
-  }
+  const withWorkers = <T>(opts: FakeOptions & { rolloutWorker?: boolean }, fn: (s: FakeStack) => Promise<T>): Promise<T> =>
+    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2'], rollouts: opts.rolloutWorker !== false }, (_f, stack) => fn(stack));
 
   let n = 0;
   async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
     const runId = `waits-${process.pid}-${++n}`;
-    return env.client.workflow.start<typeof TrainRun>('TrainRun', {
+    return world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
       taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
     });
   }
 
-  const rolloutsOf = (handle: WorkflowHandle, step = 0) => env.client.workflow.getHandle(`${handle.workflowId}-step-${step}-rollouts`);
+  const rolloutsOf = (handle: WorkflowHandle, step = 0) => world.env.client.workflow.getHandle(`${handle.workflowId}-step-${step}-rollouts`);
 
   /** The children of type `type` a workflow started, and how many executions each child's chain has. */
   async function children(handle: WorkflowHandle, type: string): Promise<{ id: string; executions: number }[]> {
@@ -82,7 +44,7 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       .map((a) => a!.workflowId!);
     return Promise.all(ids.map(async (id) => {
       const runs: string[] = [];
-      for await (const w of env.client.workflow.list({ query: `WorkflowId = '${id}'` })) runs.push(w.runId);
+      for await (const w of world.env.client.workflow.list({ query: `WorkflowId = '${id}'` })) runs.push(w.runId);
       return { id, executions: runs.length };
     }));
   }
@@ -188,8 +150,3 @@ async function waitFor(pred: () => Promise<boolean>, timeoutMs = 60_000): Promis
     await sleep(100);
   }
 }
-
-const quietLogger = {
-  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
-  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
-};

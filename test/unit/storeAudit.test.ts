@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { runKeys } from '../../src/artifacts/keys';
 import type { StepRecord } from '../../src/contracts';
-import { auditStoreAgainstRecords } from '../integration/multihostInvariants';
+import { auditStoreAgainstRecords } from '../helpers/multihostInvariants';
 
 const sha = (b: string): string => createHash('sha256').update(b).digest('hex');
 const RUN = 'r1';

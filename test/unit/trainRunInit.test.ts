@@ -11,8 +11,8 @@ import { describeWithStack } from '../helpers/stack';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { TrainRunInput } from '../../src/contracts';
 import { adapterName } from '../../src/shared/adapters';
-import { FAKE_INIT, makeFakes, type FakeOptions } from './workflowFakes';
-import { useFakeWorld, withFakeWorkers } from './fakeWorld';
+import { FAKE_INIT, makeFakes, type FakeOptions } from '../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
 import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(120_000);

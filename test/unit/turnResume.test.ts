@@ -9,7 +9,7 @@ import { LocalArtifactStore } from '../../src/artifacts/store';
 import type { RolloutInput } from '../../src/contracts/rollout';
 import { Trajectory, type RolloutSummary } from '../../src/contracts/trajectory';
 import { longestChain, readJournal, TurnJournal } from '../../src/rollouts/journal';
-import { CALC_FILES, call, FakeSandboxManager } from './rollout-fakes';
+import { CALC_FILES, call, FakeSandboxManager } from '../helpers/rolloutFakes';
 
 jest.setTimeout(30_000);
 

@@ -4,66 +4,28 @@
  * continue-as-new, a dead trainer and a down inference server.
  * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
  */
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
+import { describeWithStack } from '../helpers/stack';
 import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { ReleaseRunInput, ReleaseRunResult, TrainRunInput } from '../../src/contracts';
-import { makeFakes, type FakeOptions } from './workflowFakes';
+import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions } from '../helpers/fakeWorld';
 import { recordHistory } from '../helpers/histories';
 import { TRAINING_PRIORITY } from '../../src/shared/fairness';
 
 jest.setTimeout(120_000);
 
 describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
+  const world = useFakeWorld();
 
-  beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: {
-        executable: { type: 'existing-path', path: TEMPORAL_BIN },
-        ip: '127.0.0.1',
-        searchAttributes: Object.values(SA),
-        extraArgs: TEMPORAL_DEV_ARGS,
-      },
-    });
-    bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger });
-  }, 180_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
-
-  /** Runs the fake stack (main, rollout, trainer-announce and per-trainer workers) around fn. */
-  async function withWorkers<T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> {
-    const fakes = makeFakes(opts);
-    const conn = env.nativeConnection;
-    const workers = await Promise.all([
-      Worker.create({ connection: conn, taskQueue: 'ratchet', workflowBundle: bundle, activities: fakes.main }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-rollout', activities: fakes.rollout }),
-      Worker.create({ connection: conn, taskQueue: 'ratchet-trainer', activities: fakes.announce }),
-      ...['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
-      ...Object.keys(opts.hostQueues ?? {}).map((q) => Worker.create({ connection: conn, taskQueue: q, activities: fakes.inferenceHost(q) })),
-    ]);
-    let result: T | undefined;
-    const all = Promise.all(workers.map((w) => w.run()));
-    try {
-      result = await fn(fakes);
-    } finally {
-      for (const w of workers) w.shutdown();
-      await all;
-    }
-    return result;
-  }
+  /** Runs the fake stack (main, rollout, trainer-announce, seven trainers and any inference host queues) around fn. */
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
+    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'], hostQueues: Object.keys(opts.hostQueues ?? {}) }, fn);
 
   let n = 0;
   async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
     const runId = `run-${process.pid}-${++n}`;
-    return env.client.workflow.start<typeof TrainRun>('TrainRun', {
+    return world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
       taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
     });
   }
@@ -88,7 +50,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const p = await handle.query(progressQuery);
       expect(p).toMatchObject({ status: 'completed', step: 3, policyVersion: 3 });
       await record(handle, 'trainrun-sync');
-      await record(env.client.workflow.getHandle(`${handle.workflowId}-step-1-rollouts`), 'steprollouts');
+      await record(world.env.client.workflow.getHandle(`${handle.workflowId}-step-1-rollouts`), 'steprollouts');
     });
   });
 
@@ -104,7 +66,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const trainerCalls = parent.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name?.match(/^trainer\.(load|step|save)$/));
       expect(trainerCalls.map((a) => a!.activityType!.name)).toEqual(['trainer.load', 'trainer.step', 'trainer.save']);
       for (const a of trainerCalls) expect(a!.priority).toMatchObject(keyed);
-      const steps = (await env.client.workflow.getHandle(`${runId}-step-0-rollouts`).fetchHistory()).events ?? [];
+      const steps = (await world.env.client.workflow.getHandle(`${runId}-step-0-rollouts`).fetchHistory()).events ?? [];
       const rollouts = steps.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name === 'rollout');
       expect(rollouts).toHaveLength(6);
       for (const a of rollouts) expect(a!.priority).toMatchObject(keyed);
@@ -193,7 +155,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.announces()).toBe(2);
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
       expect(f.records[1]!.record.trainer).toMatchObject({ restarts: 1 });
-      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-trainer-kept-then-replaced-1');
+      await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-trainer-kept-then-replaced-1');
       await record(handle, 'trainrun-trainer-kept-then-replaced-3');
     });
   });
@@ -224,7 +186,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const { winningSteps } = await import('../../src/records/winners');
       const fb = f.fallbacks[0]!.result;
       expect(winningSteps(f.records.map((r) => r.record), fb.fellBack ? [fb.record] : []).map((r) => [r.step, r.epoch ?? 0, r.policy_version])).toEqual([[0, 0, 1], [1, 1, 2], [2, 1, 3]]);
-      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-checkpoint-fallback-1');
+      await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-checkpoint-fallback-1');
       await record(handle, 'trainrun-checkpoint-fallback-2');
     });
   });
@@ -330,12 +292,12 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       await waitFor(async () => f.leased.get('w1') === a.workflowId);
       await a.terminate('test: terminated, so it never releases its trainer');
       const input: ReleaseRunInput = { runId: a.workflowId, trainerQueue: 'trainer-w1', baseUrls: ['http://r1/v1'], identity: 'me@host', reason: 'test' };
-      const released = await env.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-1`, args: [input] }) as ReleaseRunResult;
+      const released = await world.env.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-1`, args: [input] }) as ReleaseRunResult;
       expect(released).toMatchObject({ runId: a.workflowId, trainer: { state: 'released', worker_id: 'w1' } });
       expect(f.leased.size).toBe(0);
       expect(f.unloads).toEqual([a.workflowId]);
       // Again: the trainer no longer holds the run.
-      const again = await env.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-2`, args: [input] }) as ReleaseRunResult;
+      const again = await world.env.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-2`, args: [input] }) as ReleaseRunResult;
       expect(again.trainer.state).toBe('not-held');
     });
   });
@@ -356,7 +318,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       await expect(first.result()).rejects.toThrow();
       expect(f.records.map((r) => r.record.step)).toEqual([0]);
       // What `ratchet restart` does: the same workflow id again; openRun finds the state file.
-      const again = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const again = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: first.workflowId, args: [{ configPath: 'configs/fake.toml', runId: first.workflowId }],
       });
       expect(await again.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
@@ -452,7 +414,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
       expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
-      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-pause-before-continue-as-new');
+      await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-pause-before-continue-as-new');
       await record(handle, 'trainrun-pause-after-continue-as-new');
     });
   });
@@ -486,7 +448,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.records[0]!.record.weight_sync).toBeUndefined();
       // 2 failed attempts in each of the first two executions, then served in the third, then step 1's.
       expect(f.syncs.map((x) => x.policyVersion)).toEqual([1, 1, 1, 1, 1, 1, 2]);
-      await record(env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-inference-wait-continue-as-new-1');
+      await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-inference-wait-continue-as-new-1');
       await record(handle, 'trainrun-inference-wait-continue-as-new-3');
     });
   });
@@ -543,7 +505,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       .map((a) => a!.workflowId!);
     return Promise.all(ids.map(async (id) => {
       const executions: string[] = [];
-      for await (const w of env.client.workflow.list({ query: `WorkflowId = '${id}'` })) executions.push(w.runId);
+      for await (const w of world.env.client.workflow.list({ query: `WorkflowId = '${id}'` })) executions.push(w.runId);
       return { id, executions: executions.length };
     }));
   }
@@ -589,7 +551,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(result.stepsCompleted).toBe(1);
       expect(f.events.filter((e) => e.what === 'rollout-disk-full').length).toBe(5);
       expect(f.batches.map((b) => f.summariesOf(b).length)).toEqual([6]);
-      const children = await outageChildren(env.client.workflow.getHandle(`${handle.workflowId}-step-0-rollouts`));
+      const children = await outageChildren(world.env.client.workflow.getHandle(`${handle.workflowId}-step-0-rollouts`));
       expect(children.length).toBe(1);
       expect((await handle.query(progressQuery)).status).toBe('completed');
     });
@@ -621,8 +583,3 @@ async function waitFor(pred: () => Promise<boolean>, timeoutMs = 30_000): Promis
     await sleep(100);
   }
 }
-
-const quietLogger = {
-  log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined,
-  warn: (m: string) => console.warn(m), error: (m: string) => console.error(m),
-};

@@ -9,8 +9,8 @@ import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { describeWithStack } from '../helpers/stack';
 import { SA, controlUpdates, progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import { makeFakes } from './workflowFakes';
-import { useFakeWorld, withFakeWorkers } from './fakeWorld';
+import { makeFakes } from '../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
 import { recordHistory } from '../helpers/histories';
 
 jest.setTimeout(150_000);

@@ -7,8 +7,8 @@
 import { describeWithStack } from '../helpers/stack';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import { taskIdOf, type RolloutInput } from '../../src/contracts';
-import { makeFakes, type FakeOptions } from './workflowFakes';
-import { useFakeWorld, withFakeWorkers } from './fakeWorld';
+import { makeFakes, type FakeOptions } from '../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
 
 jest.setTimeout(150_000);
 

@@ -8,7 +8,7 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import { recordedHistoryFromObject } from './workflowHistories';
+import { recordedHistoryFromObject } from '../../src/shared/historyJson';
 import { storedHistories } from '../helpers/histories';
 
 jest.setTimeout(300_000);

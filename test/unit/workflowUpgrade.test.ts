@@ -6,45 +6,28 @@
  * steps before the boundary ran on A and the steps after it on B, no workflow task
  * failed (no non-determinism error), and A's history still replays on today's code.
  */
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { Worker, type WorkflowBundle } from '@temporalio/worker';
 import type { WorkerDeploymentVersion } from '@temporalio/common';
-import { describeWithStack, TEMPORAL_BIN, TEMPORAL_DEV_ARGS } from '../helpers/stack';
-import { SA } from '../../src/workflows/messages';
+import { describeWithStack } from '../helpers/stack';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import { makeFakes } from './workflowFakes';
+import { makeFakes, useFakeWorld, workflowBundle } from '../helpers/fakeWorld';
 import { recordHistory } from '../helpers/histories';
 import { describeDeployment, setCurrentBuild } from '../../src/deploy/upgrade';
 
 jest.setTimeout(180_000);
 
-const quietLogger = new DefaultLogger('WARN');
-
 describeWithStack('TrainRun upgrade by worker deployment (fake activities, real dev server)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundleA: WorkflowBundleWithSourceMap;
-  let bundleB: WorkflowBundleWithSourceMap;
-
+  const world = useFakeWorld();
+  let bundleB: WorkflowBundle;
   beforeAll(async () => {
-    Runtime.install({ logger: quietLogger });
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1', searchAttributes: Object.values(SA), extraArgs: TEMPORAL_DEV_ARGS },
-    });
-    [bundleA, bundleB] = await Promise.all([
-      bundleWorkflowCode({ workflowsPath: require.resolve('../../src/workflows'), logger: quietLogger }),
-      bundleWorkflowCode({ workflowsPath: require.resolve('../fixtures/upgrade/workflowsB'), logger: quietLogger }),
-    ]);
+    bundleB = await workflowBundle(require.resolve('../fixtures/upgrade/workflowsB'));
   }, 240_000);
-
-  afterAll(async () => {
-    await env?.teardown();
-  });
 
   test('a run started on build A moves to build B at a step boundary; A retires; no non-determinism', async () => {
     const deploymentName = `ratchet-upgrade-${process.pid}`;
     const fakes = makeFakes({ orchestrator: { max_steps: 5, async_level: 1 }, trainMs: 700, rolloutMs: 20 });
-    const conn = env.nativeConnection;
-    const versioned = (buildId: string, workflowBundle: WorkflowBundleWithSourceMap) => Worker.create({
+    const conn = world.env.nativeConnection;
+    const versioned = (buildId: string, workflowBundle: WorkflowBundle) => Worker.create({
       connection: conn, taskQueue: 'ratchet', workflowBundle, activities: fakes.main,
       workerDeploymentOptions: { version: { deploymentName, buildId } satisfies WorkerDeploymentVersion, useWorkerVersioning: true, defaultVersioningBehavior: 'PINNED' },
     });
@@ -55,15 +38,15 @@ describeWithStack('TrainRun upgrade by worker deployment (fake activities, real 
       ...['w1', 'w2'].map((w) => Worker.create({ connection: conn, taskQueue: `trainer-${w}`, activities: fakes.trainerFor(w), shutdownGraceTime: '1 second' })),
     ]);
     const running = others.map((w) => w.run());
-    const workerA = await versioned('A', bundleA);
+    const workerA = await versioned('A', world.bundle);
     const runningA = workerA.run();
     let workerB: Worker | undefined;
     let runningB: Promise<void> | undefined;
     try {
-      await setCurrentBuild(env.client, deploymentName, 'A');
+      await setCurrentBuild(world.env.client, deploymentName, 'A');
       const runId = `upgrade-${process.pid}`;
       // continue-as-new only for the upgrade: the regular cadence is far away.
-      const handle = await env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 100 }],
       });
       const firstRunId = handle.firstExecutionRunId;
@@ -72,8 +55,8 @@ describeWithStack('TrainRun upgrade by worker deployment (fake activities, real 
       // Deploy B and make it current (what `ratchet upgrade` does).
       workerB = await versioned('B', bundleB);
       runningB = workerB.run();
-      await setCurrentBuild(env.client, deploymentName, 'B');
-      expect((await describeDeployment(env.client, deploymentName)).current).toBe(`${deploymentName}.B`);
+      await setCurrentBuild(world.env.client, deploymentName, 'B');
+      expect((await describeDeployment(world.env.client, deploymentName)).current).toBe(`${deploymentName}.B`);
 
       // Retire A once the run has moved off it (its first step on B is recorded).
       await until(() => fakes.records.some((r) => r.record.build?.build_id === 'B'));
@@ -94,20 +77,20 @@ describeWithStack('TrainRun upgrade by worker deployment (fake activities, real 
 
       // Step children are pinned to their parent's build.
       for (const [s, b] of builds) {
-        const child = await env.client.workflow.getHandle(`${runId}-step-${s}-rollouts`).describe();
+        const child = await world.env.client.workflow.getHandle(`${runId}-step-${s}-rollouts`).describe();
         expect(child.raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId).toBe(b);
       }
 
       // No workflow task failed anywhere in the chain (a non-determinism error would show as one).
       const executions: string[] = [];
-      for await (const w of env.client.workflow.list({ query: `WorkflowId = '${runId}'` })) executions.push(w.runId);
+      for await (const w of world.env.client.workflow.list({ query: `WorkflowId = '${runId}'` })) executions.push(w.runId);
       expect(executions.length).toBe(2);
       for (const execRunId of executions) {
-        const events = (await env.client.workflow.getHandle(runId, execRunId).fetchHistory()).events ?? [];
+        const events = (await world.env.client.workflow.getHandle(runId, execRunId).fetchHistory()).events ?? [];
         expect(events.filter((e) => e.workflowTaskFailedEventAttributes)).toEqual([]);
       }
       // A's history (today's code) is kept for the replay test; B's execution has B's test-only timer.
-      await recordHistory(env.client.workflow.getHandle(runId, firstRunId), 'trainrun-upgrade-build-a');
+      await recordHistory(world.env.client.workflow.getHandle(runId, firstRunId), 'trainrun-upgrade-build-a');
     } finally {
       workerB?.shutdown();
       if (workerA.getState() === 'RUNNING') workerA.shutdown();

@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, existsSync, promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import type { StepRecord } from '../../src/contracts';
-import { REPO, STATE } from '../helpers/stack';
+import { REPO, STATE } from './stack';
 import { checkRun } from '../../src/soak/invariants';
 import { workerSpecs } from '../../src/stack';
 import { serviceStatus, startService, stopService } from '../../src/stack/processes';
