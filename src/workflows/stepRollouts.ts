@@ -57,8 +57,9 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   if (input.manifest && patched(PATCHES.stepChunks)) {
     return chunkedStepRollouts({ ...input, manifest: input.manifest, taskCount: input.taskCount ?? 0 });
   }
-  // The pre-0.6 per-rollout window below: new runs cannot reach it since 0.8 (rollouts_per_chunk = 0 is refused);
-  // it stays for runs of 0.6/0.7 inside the support window, and goes in the release after 0.9 (docs/upgrades.md).
+  // The pre-0.6 per-rollout window below: only a run configured with rollouts_per_chunk = 0 reaches it (refused for
+  // new runs since 0.8; no shipped config had it). It goes once the tests and histories that pin it move to chunks
+  // (docs/upgrades.md, "The per-rollout fan-out").
   const perTask = input.config.orchestrator.rollouts_per_example;
   const total = input.tasks.length * perTask;
   const window = Math.min(input.config.orchestrator.max_concurrent_rollouts, 1000, total);
