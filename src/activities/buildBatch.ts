@@ -3,7 +3,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { runKeys } from '../artifacts/keys';
 import { ArtifactRef } from '../artifacts/ref';
 import { ArtifactIntegrityError, type ArtifactStore } from '../artifacts/store';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import { storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { BuildBatchInput, type BatchActivities } from '../contracts';
 import { readRolloutSummaries } from './rolloutSummaries';

@@ -16,7 +16,7 @@ import * as path from 'node:path';
 import { RUNS_PREFIX, runKeys } from '../artifacts/keys';
 import { S3ArtifactStore } from '../artifacts/s3';
 import { LocalArtifactStore, type ArtifactStore } from '../artifacts/store';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import { createWeightSyncActivities } from '../activities/weightSync';
 import { DEFAULTS, paths } from '../shared/paths';
 import { componentLogger } from '../shared/logger';

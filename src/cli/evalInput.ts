@@ -3,7 +3,7 @@ import type { Client } from '@temporalio/client';
 import type { EvalSweepInput } from '../contracts/eval';
 import { loadEvalTaskset } from '../evals/tasksets';
 import { runKeys } from '../artifacts/keys';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import { defaultStore, storeFor } from '../artifacts/stores';
 import { CliError, EXIT } from './exit';
 import { runArtifacts } from './runStore';

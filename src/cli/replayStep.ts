@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import * as path from 'node:path';
 import type { Command } from 'commander';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import { defaultStore, storeFor } from '../artifacts/stores';
 import type { StepRecord } from '../contracts/records';
 import { readStepRecords } from '../records/runRecords';

@@ -8,7 +8,7 @@
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy } from '@temporalio/client';
 import type { Command } from 'commander';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import { DiskFullError, StoreUnavailableError } from '../artifacts/errors';
 import { type ArtifactStore, uriToPath } from '../artifacts/store';
 import { runKeys } from '../artifacts/keys';

@@ -6,7 +6,8 @@
  * local directory). Settings only; credentials come from the environment.
  */
 import type { Client } from '@temporalio/client';
-import { storeSettings, type StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
+import { storeSettings } from '../config/storeSettings';
 import type { ArtifactStore } from '../artifacts/store';
 import { defaultStore, storeFor } from '../artifacts/stores';
 import { loadRunConfig } from '../config/load';

@@ -1,13 +1,10 @@
+import type { StoreSettings } from '../artifacts/settings';
 import type { ArtifactsConfig } from './schema';
 
 /**
- * The store settings a run's activities carry (the run config's [artifacts],
- * never a credential), so a worker on any host writes where the run says.
- * Pure: workflow code imports it.
+ * The store settings of the run config's [artifacts] (never a credential), which the run's
+ * activities carry, or undefined for the workers' default store. Pure: workflow code imports it.
  */
-export type StoreSettings = Pick<ArtifactsConfig, 'url' | 'root' | 'endpoint' | 'region' | 'force_path_style'>;
-
-/** The settings to pass along, or undefined for the workers' default store. */
 export function storeSettings(a: ArtifactsConfig | undefined): StoreSettings | undefined {
   if (!a || (!a.url && !a.root)) return undefined;
   const out: StoreSettings = {};

@@ -7,7 +7,7 @@
  */
 import { z } from 'zod';
 import { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import { ArtifactsFields, type RunConfig } from '../config/schema';
 import { RolloutSummary } from './trajectory';
 import type { EvalActivities } from './eval';

@@ -7,7 +7,7 @@
  * are the config's (src/config/fanout.ts).
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RolloutSummary } from './trajectory';
 import type { UnhealthyRolloutHost } from './step';
 import type { OutageWaitLimits } from './outage';

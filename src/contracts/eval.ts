@@ -7,7 +7,7 @@
  */
 import { z } from 'zod';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from './trajectory';
 import type { LivenessWindows } from '../shared/liveness';

@@ -6,7 +6,7 @@
  */
 import type { Duration } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { OutageWaitLimits } from './outage';
 import type { Cost, CostKey } from '../shared/cost';

@@ -3,7 +3,7 @@
  * when the run opens, and one step's batch built from it.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { BuildBatchOutput } from './batch';
 
 export interface PrepareSftDataInput {

@@ -5,7 +5,7 @@
  * The step's stored record (metrics.jsonl) is in ./records.ts. Pure: workflow code.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { RolloutSummary } from './trajectory';
 import type { LivenessWindows } from '../shared/liveness';

@@ -5,7 +5,7 @@
  * on both sides. Pure: workflow code imports it.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { ActivityLivenessInput } from '../shared/liveness';
 import type { InitResolved } from '../config/schema';
 

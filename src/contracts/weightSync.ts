@@ -4,7 +4,7 @@
  * without importing ./activities.ts, which imports them back.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { ActivityLivenessInput } from '../shared/liveness';
 
 export interface SyncWeightsInput {

@@ -15,7 +15,7 @@
  *   curve over policy versions, and each sweep evaluates its own version only.
  */
 import { ChildWorkflowCancellationType, ParentClosePolicy, log, startChild, workflowInfo } from '@temporalio/workflow';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
 import type { EvalSweepInput } from '../contracts/eval';
 import type { EvalSweepStarted } from '../contracts/records';

@@ -3,7 +3,7 @@
  * and the run-state file a resumed run starts from. Pure: workflow code.
  */
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { BuildBatchOutput } from '../contracts/activities';
 import type { ControlAction, EvalSweepStarted, RunOverrides, RunStateFile, StepLineage, StepRecord } from '../contracts/records';
 import type { LoadedConfig } from '../contracts/run';

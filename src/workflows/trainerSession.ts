@@ -7,7 +7,7 @@
  */
 import { ActivityFailure, ApplicationFailure, TimeoutFailure, deprecatePatch, log, patched, type ActivityOptions } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
-import type { StoreSettings } from '../config/storeSettings';
+import type { StoreSettings } from '../artifacts/settings';
 import type { InitResolved, RunConfig } from '../config/schema';
 import { forActivity, type LivenessWindows } from '../shared/liveness';
 import { trainingPriority } from '../shared/fairness';
