@@ -35,6 +35,7 @@ import * as path from 'node:path';
 import pino from 'pino';
 import type { Client } from '@temporalio/client';
 import { connectClient } from '../cli/temporal';
+import { awaitResult } from '../connection/awaitResult';
 import { LocalArtifactStore } from '../artifacts/store';
 import { parseRunConfig } from '../config/load';
 import { sweGrepRubric } from '../envs/swe-grep/rewards';
@@ -360,6 +361,7 @@ export function readEvalEpisodes(runId: string, version: number, splitOf: Readon
 }
 
 const log = (msg: string) => process.stderr.write(`[bench:learn agent ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+const retryNote = (err: Error, downMs: number) => log(`Temporal unreachable for ${Math.round(downMs / 1000)} s (${err.message}); waiting for it`);
 
 /** What a bench SftRun came from and how it stopped, kept beside the bench's results (`--sft-run` reads it). */
 const sftMetaFile = (sftRunId: string) => path.join(paths.artifacts(), 'bench', `learn-agent-demos-${sftRunId}.json`);
@@ -435,7 +437,7 @@ export async function warmStart(o: AgentLearnOptions, p: { dir: string; demoFile
   log(`SftRun ${p.runId}: at most ${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}, stopped after ${o.sftPatience} steps without a lower held-out loss`);
   const handle = await p.client.workflow.start('SftRun', { taskQueue: TASK_QUEUES.main, workflowId: p.runId, args: [{ configPath: config, runId: p.runId } satisfies TrainRunInput] });
   let finished = false;
-  const done = handle.result().finally(() => { finished = true; });
+  const done = awaitResult(handle, { onRetry: retryNote }).finally(() => { finished = true; });
   const losses: number[] = [];
   let stopAsked = false;
   const store = new LocalArtifactStore();
@@ -565,10 +567,10 @@ async function armReports(arms: ArmRun[]): Promise<string[]> {
 
 /** An EvalSweep of one version of a run, seeded by task and sample only (common random numbers across arms). */
 async function evaluate(client: Client, o: { runId: string; version: number; evalFile: string; k: number; workflowId: string }): Promise<void> {
-  await client.workflow.execute('EvalSweep', {
+  await awaitResult(await client.workflow.start('EvalSweep', {
     taskQueue: TASK_QUEUES.main, workflowId: o.workflowId,
     args: [{ runId: o.runId, versions: [o.version], taskset: o.evalFile, k: o.k, force: true, maxConcurrent: 2, seeds: 'task-sample' }],
-  });
+  }), { onRetry: retryNote });
 }
 
 /**
@@ -612,7 +614,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
       const runId = `${name}-${stamp}`;
       const configPath = path.join(dir, `${name}.toml`);
       writeFileSync(configPath, agentRunConfigToml(o, { name, lr: a.lr, seed: a.seed, dataset: rlFile, initFrom: warm }));
-      await client.workflow.execute('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [{ configPath, runId } satisfies TrainRunInput] });
+      await awaitResult(await client.workflow.start('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [{ configPath, runId } satisfies TrainRunInput] }), { onRetry: retryNote });
       const records = await readStepRecords(new LocalArtifactStore(), runId);
       const finalVersion = finalVersionOf(records);
       log(`${runId}: trained to v${finalVersion}; EvalSweep of v${finalVersion} on the held-out tasks x k=${o.k}`);
