@@ -4,16 +4,21 @@
  * run's, measured on the local stack: SmolLM2-135M, LoRA r=8, 10 rollouts a step), each step recorded
  * through the real recordStep activity, which applies the run's retention as it does in a run. No model,
  * trainer or sandbox runs: the bytes are random, the keys and the deletions are the run's own.
+ * With an S3 store each host also keeps local copies: the trainer its staging copy of each checkpoint,
+ * deleted once uploaded (trainer core/checkpoint.py, so none stays), and the inference host an adapter a
+ * step in its S3 download cache, bounded by the real pruneCache and recordServed (src/artifacts/cache.ts)
+ * on a simulated clock of --step-s seconds a step, async_level + 1 versions served at a time.
  *   npm run bench:retention [-- --steps 50 --keep-last 3 --keep-every 10 --adapter-mb 9.4 --optimizer-mb 19 \
- *     --rollouts 10 --trajectory-kb 22 --journal-kb 17 --batch-kb 110]
+ *     --rollouts 10 --trajectory-kb 22 --journal-kb 17 --batch-kb 110 --cache-mib 64 --step-s 60 --async-level 1]
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
 import { runKeys } from '../artifacts/keys';
-import { LocalArtifactStore } from '../artifacts/store';
+import { pruneCache, recordServed } from '../artifacts/cache';
+import { LocalArtifactStore, MANIFEST } from '../artifacts/store';
 import { createMetricsActivities } from '../activities/metrics';
 import { RunConfig } from '../config/schema';
 import type { RunStateFile, StepRecord } from '../contracts';
@@ -28,6 +33,7 @@ const o = {
   steps: arg('steps', 50), keepLast: arg('keep-last', 3), keepEvery: arg('keep-every', 10),
   adapterMb: arg('adapter-mb', 9.4), optimizerMb: arg('optimizer-mb', 19), rollouts: arg('rollouts', 10),
   trajectoryKb: arg('trajectory-kb', 22), journalKb: arg('journal-kb', 17), batchKb: arg('batch-kb', 110),
+  cacheMib: arg('cache-mib', 64), stepS: arg('step-s', 60), asyncLevel: arg('async-level', 1),
 };
 const MB = 2 ** 20;
 
@@ -90,11 +96,38 @@ async function run(retention: boolean, src: string): Promise<number[]> {
   return sizes;
 }
 
+/** Bytes in an inference host's S3 download cache after each step: an adapter downloaded a step (as localDir writes it), then bounded. */
+async function inferenceCache(bounded: boolean): Promise<number[]> {
+  const root = mkdtempSync(path.join(tmpdir(), 'ratchet-bench-cache-'));
+  const t0 = Date.UTC(2026, 0, 1);
+  const dirs: string[] = [];
+  const sizes: number[] = [];
+  for (let s = 0; s < o.steps; s++) {
+    const dir = path.join(root, 'bkt', 'runs', 'bench', 'checkpoints', `step-${s}-${randomBytes(8).toString('hex')}`, 'adapter', randomBytes(8).toString('hex'));
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(path.join(dir, 'adapter_model.safetensors'), randomBytes(Math.round(o.adapterMb * MB)));
+    writeFileSync(path.join(dir, MANIFEST), randomBytes(200));
+    const now = new Date(t0 + s * o.stepS * 1000);
+    utimesSync(dir, now, now);
+    dirs.push(dir);
+    if (bounded) {
+      // Served after this step's sync: the newest async_level + 1 versions (weight sync unloads older ones).
+      await recordServed(root, 'http://127.0.0.1:8000/v1', dirs.slice(-(o.asyncLevel + 1)));
+      await pruneCache(root, o.cacheMib * MB, { keep: [dir], nowMs: now.getTime() });
+    }
+    sizes.push(bytesUnder(root));
+  }
+  rmSync(root, { recursive: true, force: true });
+  return sizes;
+}
+
 async function main(): Promise<void> {
   const src = checkpointSource();
   const keep = await run(false, src);
   const pruned = await run(true, src);
   rmSync(src, { recursive: true, force: true });
+  const cacheBefore = await inferenceCache(false);
+  const cacheNow = await inferenceCache(true);
   const last = o.steps - 1;
   const tail = Math.min(10, o.steps - 1);
   const perStep = (xs: number[]) => (xs[last]! - xs[last - tail]!) / tail;
@@ -114,6 +147,19 @@ async function main(): Promise<void> {
     '',
     `With retention the checkpoints stay at ${o.keepLast} whole plus an adapter every ${o.keepEvery} versions; what still grows is what lineage,`,
     'replay-step and reports read (trajectories, batches, records) and one adapter per keep_every steps.',
+    '',
+    `With an S3 store, each host's local copies (not in the store; before 0.8 none was ever deleted). The trainer's staging copy of a checkpoint`,
+    `(${(o.adapterMb + o.optimizerMb).toFixed(1)} MiB here) is deleted once uploaded (trainer/tests/test_staging_cache.py): before, one a step, ${f((o.adapterMb + o.optimizerMb) * MB * o.steps)} after ${o.steps} steps (computed, not run). The inference host's`,
+    `download cache gets an adapter a step; bounded by the real \`pruneCache\` at \`RATCHET_CACHE_MAX_GIB\` = ${o.cacheMib} MiB (the default is 20 GiB) on a`,
+    `simulated clock of ${o.stepS} s a step, ${o.asyncLevel + 1} versions served at a time (never evicted, nor copies used in the last 10 minutes):`,
+    '',
+    '| inference host\'s S3 download cache | after the last step | growth per step at steady state (last 10 steps) |',
+    '| --- | --- | --- |',
+    `| unbounded (before 0.8) | ${f(cacheBefore[last]!)} | ${f(perStep(cacheBefore))} |`,
+    `| bounded at ${o.cacheMib} MiB | ${f(cacheNow[last]!)} | ${f(perStep(cacheNow))} |`,
+    '',
+    `What stays bounded is the cache's steady state: the adapters downloaded in the last 10 minutes (${Math.ceil(600 / o.stepS)} at ${o.stepS} s a step) are in use and`,
+    'may hold it above a bound smaller than they are.',
   ];
   writeBenchSection('retention', lines);
   console.log(lines.join('\n'));
