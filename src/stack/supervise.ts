@@ -10,8 +10,10 @@
  */
 import { execFile } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
+import { request } from 'node:http';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
+import { Connection } from '@temporalio/client';
 import { componentLogger } from '../shared/logger';
 import { paths, REPO_ROOT } from '../shared/paths';
 import { inferenceSpecs, workerSpecs } from './index';
@@ -68,14 +70,39 @@ function mtimeOf(file: string): number | undefined {
   }
 }
 
-/** A command that exits 0 within timeoutMs. */
-async function succeeds(cmd: string, args: string[], timeoutMs: number): Promise<boolean> {
-  try {
-    await run(cmd, args, { timeout: timeoutMs, killSignal: 'SIGKILL' });
-    return true;
-  } catch {
-    return false;
-  }
+/**
+ * The Temporal server's gRPC health check over one kept connection. In-process, not the CLI: spawning a
+ * 100 MB binary every pass costs CPU, and on a loaded, swapping host the spawn itself outlasted the
+ * probe's timeout until the supervisor killed a server that was answering (05:40 on 2026-11-28).
+ */
+export function temporalHealthProbe(address: string, timeoutMs = 10_000): () => Promise<boolean> {
+  let conn: Promise<Connection> | undefined;
+  return async () => {
+    try {
+      conn ??= Connection.connect({ address, connectTimeout: timeoutMs });
+      const c = await conn;
+      const res = await c.withDeadline(Date.now() + timeoutMs, () => c.healthService.check({}));
+      return res.status === 1; // SERVING
+    } catch {
+      const stale = conn;
+      conn = undefined; // a restarted server needs a new connection
+      stale?.then((c) => c.close()).catch(() => undefined);
+      return false;
+    }
+  };
+}
+
+/** dockerd's GET /_ping on its socket, in-process for the same reason as the Temporal probe. */
+export function dockerPingProbe(socketPath = '/var/run/docker.sock', timeoutMs = 15_000): () => Promise<boolean> {
+  return () => new Promise((resolve) => {
+    const req = request({ socketPath, path: '/_ping', timeout: timeoutMs }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on('timeout', () => { req.destroy(); resolve(false); });
+    req.on('error', () => resolve(false));
+    req.end();
+  });
 }
 
 /** Starts a service through its infra script (which owns its flags, pid file and health wait). */
@@ -105,13 +132,13 @@ export function serviceSupervised(staleMs: number, env: NodeJS.ProcessEnv = proc
     {
       name: 'temporal', pid: () => pidIn(temporalPid), startedAt: () => mtimeOf(temporalPid), livenessFile: livenessFileOf('temporal'),
       staleAfterMs: staleMs, startGraceMs: 60_000,
-      probe: () => succeeds(paths.temporalBin(), ['operator', 'cluster', 'health', '--address', temporalAddress], 10_000),
+      probe: temporalHealthProbe(temporalAddress),
       restart: () => infraStart('temporal.sh'),
     },
     {
       name: 'dockerd', pid: () => pidIn(dockerPid), startedAt: () => mtimeOf(dockerPid), livenessFile: livenessFileOf('dockerd'),
       staleAfterMs: staleMs, startGraceMs: 60_000,
-      probe: () => succeeds('docker', ['info', '--format', '{{.ID}}'], 15_000),
+      probe: dockerPingProbe(env.DOCKER_HOST?.startsWith('unix://') ? env.DOCKER_HOST.slice('unix://'.length) : undefined),
       restart: () => infraStart('docker.sh'),
     },
   ];

@@ -8,6 +8,7 @@ import { describeWithStack } from '../helpers/stack';
 import { isAlive, readPid } from '../../src/shared/pidFiles';
 import { serviceStatus } from '../../src/stack/processes';
 import { livenessFileOf } from '../../src/stack/supervisor';
+import { dockerPingProbe, temporalHealthProbe } from '../../src/stack/supervise';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -34,6 +35,12 @@ describeWithStack('ratchet up supervises its workers', ['temporalServer'], () =>
       expect([name, existsSync(file)]).toEqual([name, true]);
       expect(Date.now() - statSync(file).mtimeMs).toBeLessThan(15_000);
     }
+  });
+
+  test('the service probes answer true for the stack\'s live Temporal server and dockerd', async () => {
+    expect(await temporalHealthProbe(`127.0.0.1:${process.env.RATCHET_TEMPORAL_PORT ?? '7233'}`)()).toBe(true);
+    expect(await dockerPingProbe()()).toBe(true);
+    for (const name of ['temporal', 'dockerd']) expect([name, Date.now() - statSync(livenessFileOf(name)).mtimeMs < 15_000]).toEqual([name, true]);
   });
 
   test('a frozen (SIGSTOP) rollout worker is killed -9 and started again', async () => {
