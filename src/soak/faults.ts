@@ -12,6 +12,7 @@ import { workerSpecs } from '../stack';
 import { isAlive, readPid } from '../shared/pidFiles';
 import { serviceStatus, startService } from '../stack/processes';
 import { paths, REPO_ROOT } from '../shared/paths';
+import { defaultImage } from '../sandbox/options';
 import type { Logger } from '../shared/logger';
 import type { FaultKind } from './schedule';
 
@@ -27,6 +28,12 @@ export interface FaultOptions {
   replicaPidFile?: string;
   /** How long a killed worker stays dead before it is started again. */
   restartDelayMs: number;
+  /** How long an incident (INCIDENT_KINDS) lasts before the operator's repair. */
+  incidentMs?: number;
+  /** The run under the soak (slow-save slows the trainer's reads of its checkpoints). */
+  runId?: string;
+  /** Where an armed trainer writes that its injected error fired (a fresh path per fault). */
+  markerFile?: string;
   logger: Logger;
 }
 
@@ -35,6 +42,8 @@ const WORKER_OF: Partial<Record<FaultKind, string>> = {
   'kill-rollout': 'worker-rollout',
   'kill-trainer': 'worker-trainer',
   'hang-trainer': 'worker-trainer',
+  'trainer-untyped-error': 'worker-trainer',
+  'slow-save': 'worker-trainer',
 };
 
 /** Signals a process's whole group (services start detached, as group leaders), else the process. */
@@ -123,14 +132,50 @@ function pidFromFile(file: string | undefined): number | undefined {
   }
 }
 
+const exec = (cmd: string, args: string[]) => run(cmd, args, { timeout: 120_000 });
+
+/**
+ * The trainer stopped (SIGTERM, as a deploy does) and started again with `env` added: an operator's
+ * restart, armed with an incident. Its replacement after the incident (the supervisor's, or
+ * ensureWorker's) has the stack's environment again.
+ */
+async function restartTrainerWith(pid: number, env: Record<string, string>): Promise<void> {
+  signalGroup(pid, 'SIGTERM');
+  await waitGone(pid, 60_000);
+  if (isAlive(pid)) {
+    signalGroup(pid, 'SIGKILL');
+    await waitGone(pid, 10_000);
+  }
+  const spec = workerSpecs().find((s) => s.name === 'worker-trainer');
+  if (!spec) throw new Error('soak: no worker-trainer in the stack');
+  const started = await startService({ ...spec, env: { ...spec.env, ...env } });
+  if (started !== 'started') throw new Error('the stack\'s supervisor restarted the trainer before the armed one could start: the incident was not armed');
+}
+
+/** The slow disk the trainer tests use (trainer/tests/slow_disk): reads of 64 KiB or more under `under` sleep first, until `untilS`. */
+export function slowDiskEnv(under: string, readS: number, untilS: number): Record<string, string> {
+  return {
+    PYTHONPATH: [path.join(REPO_ROOT, 'trainer', 'tests', 'slow_disk'), path.join(REPO_ROOT, 'trainer')].join(path.delimiter),
+    RATCHET_TEST_SLOW_READ_UNDER: under, RATCHET_TEST_SLOW_READ_S: String(readS), RATCHET_TEST_SLOW_READ_UNTIL: String(untilS),
+  };
+}
+
+/** trainer_stall_s of a soak with slow saves (the schema allows 60; a CPU micro-batch may take a minute). */
+export const SLOW_SAVE_STALL_S = 120;
+/** How long the disk stays slow after a slow-save incident starts: a save started in it outlasts SLOW_SAVE_STALL_S. */
+const SLOW_SAVE_WINDOW_S = 2 * SLOW_SAVE_STALL_S;
+
+/** The injected error: the words torch uses for a CUDA fault, on a RuntimeError (no type of ours). */
+export const CUDA_STYLE_ERROR = 'CUDA error: an illegal memory access was encountered (injected by the soak)';
+
 /** The target's pid, or a reason the fault cannot be injected now. */
 async function targetPid(kind: FaultKind, opts: FaultOptions): Promise<number | string> {
   if (kind === 'lose-replica') return pidFromFile(opts.replicaPidFile) ?? 'no second inference replica is running (the soak starts one with --replica-loss)';
   const worker = WORKER_OF[kind];
   if (worker) return readPid(worker) ?? `${worker} is not running`;
   if (kind === 'hang-vllm') return vllmPid() ?? 'vLLM is not running';
-  if (kind === 'restart-dockerd') return (await dockerdPid()) ?? 'dockerd is not running';
-  return 0; // restart-temporal goes through its script
+  if (kind === 'restart-dockerd' || kind === 'sick-host-dockerd') return (await dockerdPid()) ?? 'dockerd is not running';
+  return 0; // restart-temporal goes through its script; sick-host-image through docker's CLI
 }
 
 /**
@@ -182,6 +227,45 @@ export async function injectFault(kind: FaultKind, opts: FaultOptions): Promise<
       // For good: no operator brings it back during the run; the run must go on with one.
       signalGroup(pid, 'SIGKILL');
       await waitGone(pid, 10_000);
+      return;
+    }
+    case 'sick-host-dockerd': {
+      // Longer than a restart: rollouts fail to start their sandboxes, the host takes itself out of service.
+      signalGroup(pid, 'SIGTERM');
+      await waitGone(pid, 60_000);
+      if (isAlive(pid)) signalGroup(pid, 'SIGKILL');
+      await sleep(opts.incidentMs ?? 60_000);
+      await infra('docker.sh', 'start');
+      return;
+    }
+    case 'sick-host-image': {
+      // The tag goes (docker rmi of a tag another tag shares only untags), so the image's layers stay for the repair.
+      const image = defaultImage();
+      const keep = `ratchet-soak-keep:${Date.now().toString(36)}`;
+      await exec('docker', ['tag', image, keep]);
+      try {
+        await exec('docker', ['rmi', image]);
+        await sleep(opts.incidentMs ?? 60_000);
+      } finally {
+        await exec('docker', ['tag', keep, image]);
+        await exec('docker', ['rmi', keep]);
+      }
+      return;
+    }
+    case 'trainer-untyped-error': {
+      if (!opts.markerFile) throw new Error('soak: trainer-untyped-error needs a marker file');
+      // Raised once, by the next trainer.step; the trainer reports TrainerFault, fences itself (exit 76), and the
+      // supervisor starts a plain one, on which the workflow retries the step.
+      await restartTrainerWith(pid, {
+        RATCHET_TRAINER_FAULT_RAISE: CUDA_STYLE_ERROR, RATCHET_TRAINER_FAULT_ONCE: '1', RATCHET_TRAINER_FAULT_MARKER: opts.markerFile,
+      });
+      return;
+    }
+    case 'slow-save': {
+      if (!opts.runId) throw new Error('soak: slow-save needs the run id');
+      // Each 1 MiB read of the run's checkpoints (~30 to hash a save of the soak's model) sleeps 6 s for
+      // SLOW_SAVE_WINDOW_S: a save within it outlasts the soak's trainer_stall_s, beating its bytes between reads.
+      await restartTrainerWith(pid, slowDiskEnv(`/runs/${opts.runId}/checkpoints/`, 6, Math.ceil(Date.now() / 1000) + SLOW_SAVE_WINDOW_S));
       return;
     }
     case 'restart-dockerd': {

@@ -8,19 +8,22 @@
  *
  *   npm run soak [-- --steps 20 --faults 20 --seed 1 --hang-s 60 --no-baseline]
  *   npm run soak -- --partitions [--partition-s 60] [--replica-loss] [--kinds a,b,..]
+ *   npm run soak -- --incidents [--incident-s 60]
  *
  * --partitions adds network partitions to the schedule (iptables DROP of vLLM's or the
  * Temporal server's port on the loopback, healed after --partition-s; needs root);
  * --replica-loss starts a second vLLM replica (port 8001) and kills it for good a third
  * of the way in. Their figures go to their own BENCHMARKS.md section (soak-partitions),
- * beside the crash-only soak's.
+ * beside the crash-only soak's. --incidents adds the incidents an operator fixes (issue 39: a sick
+ * rollout host, a trainer raising an untyped error, a slow save; INCIDENT_KINDS), each repaired after
+ * --incident-s; their figures go to the soak-incidents section.
  *
  * Needs `ratchet up` (the soak kills and restarts the stack's own processes).
  */
 import { componentLogger } from '../shared/logger';
 import { machineLine, writeBenchSection } from '../bench/benchmarksFile';
 import { percentile, runSoak, type SoakReport } from './run';
-import { FAULT_KINDS, PARTITION_KINDS, REPLICA_LOSS, type FaultKind } from './schedule';
+import { FAULT_KINDS, INCIDENT_KINDS, PARTITION_KINDS, REPLICA_LOSS, type FaultKind } from './schedule';
 
 const arg = (name: string, fallback: string): string => {
   const i = process.argv.indexOf(`--${name}`);
@@ -32,7 +35,7 @@ function summary(r: SoakReport): string[] {
   const survived = hit.filter((f) => f.recoveryS !== undefined && !f.error);
   const rec = survived.map((f) => f.recoveryS!);
   const lines = [
-    `Run ${r.runId}: ${r.steps} steps, seed ${r.seed}, hangs of ${r.hangS} s${r.partitionS !== undefined ? `, partitions of ${r.partitionS} s` : ''}${r.replicaLoss ? ', one inference replica of two lost for good' : ''}.`,
+    `Run ${r.runId}: ${r.steps} steps, seed ${r.seed}, hangs of ${r.hangS} s${r.partitionS !== undefined ? `, partitions of ${r.partitionS} s` : ''}${r.replicaLoss ? ', one inference replica of two lost for good' : ''}${r.incidentS !== undefined ? `, incidents of ${r.incidentS} s` : ''}.`,
     '',
     '| # | fault | step | phase at injection | recovered in s |',
     '| ---: | --- | ---: | --- | ---: |',
@@ -42,7 +45,9 @@ function summary(r: SoakReport): string[] {
     r.baselineWallS !== undefined
       ? `Wall time ${r.wallS.toFixed(0)} s with faults, ${r.baselineWallS.toFixed(0)} s without (same config, same soak): ${(r.wallS / r.baselineWallS).toFixed(2)}x.`
       : `Wall time ${r.wallS.toFixed(0)} s (no fault-free baseline in this soak).`,
-    r.violations.length === 0 ? 'Invariants: all hold (steps once each, ledger, sha256, served version, no sandbox or stray worker left).' : `Violations:\n${r.violations.map((v) => `- ${v}`).join('\n')}`,
+    r.violations.length === 0
+      ? 'Invariants: all hold (the run completed; each step recorded once with every rollout, none lost or doubled; each trained step applied once by the optimizer; sha256; served version; no checkpoint fallback; no sandbox or stray worker left).'
+      : `Violations:\n${r.violations.map((v) => `- ${v}`).join('\n')}`,
   ];
   return lines;
 }
@@ -56,24 +61,31 @@ async function main(): Promise<void> {
   const partitions = process.argv.includes('--partitions');
   const replicaLoss = process.argv.includes('--replica-loss');
   const partitionS = Number(arg('partition-s', '60'));
-  const known: readonly string[] = [...FAULT_KINDS, ...PARTITION_KINDS];
+  const incidents = process.argv.includes('--incidents');
+  const incidentS = Number(arg('incident-s', '60'));
+  const known: readonly string[] = [...FAULT_KINDS, ...PARTITION_KINDS, ...INCIDENT_KINDS];
   const kindsArg = arg('kinds', '');
   const kinds = kindsArg
     ? kindsArg.split(',').map((k) => {
       if (!known.includes(k)) throw new Error(`soak: unknown fault kind "${k}" in --kinds. Fix: use some of ${known.join(', ')} (${REPLICA_LOSS} is --replica-loss)`);
       return k as FaultKind;
     })
-    : partitions ? [...FAULT_KINDS, ...PARTITION_KINDS] : undefined;
+    : partitions || incidents ? [...FAULT_KINDS, ...(partitions ? PARTITION_KINDS : []), ...(incidents ? INCIDENT_KINDS : [])] : undefined;
   const withNetwork = partitions || replicaLoss || (kinds ?? []).some((k) => (PARTITION_KINDS as readonly string[]).includes(k));
-  const report = await runSoak({ steps, faults, seed, hangS, baseline, kinds, partitionS: withNetwork ? partitionS : undefined, replicaLoss, logger: componentLogger('soak') });
+  const withIncidents = incidents || (kinds ?? []).some((k) => (INCIDENT_KINDS as readonly string[]).includes(k));
+  const report = await runSoak({
+    steps, faults, seed, hangS, baseline, kinds, partitionS: withNetwork ? partitionS : undefined, replicaLoss, incidentS: withIncidents ? incidentS : undefined, logger: componentLogger('soak'),
+  });
   const lines = summary(report);
   process.stdout.write(`${lines.join('\n')}\n`);
   if (baseline) {
-    const extra = `${partitions ? ` --partitions --partition-s ${partitionS}` : ''}${kindsArg ? ` --kinds ${kindsArg}` : ''}${replicaLoss ? ' --replica-loss' : ''}`;
-    writeBenchSection(withNetwork ? 'soak-partitions' : 'soak', [
-      withNetwork
-        ? '### Soak with network partitions and replica loss (real CPU stack; beside the crash-only soak above)'
-        : '### Soak: a long run under a seeded fault schedule (real CPU stack)',
+    const extra = `${partitions ? ` --partitions --partition-s ${partitionS}` : ''}${incidents ? ` --incidents --incident-s ${incidentS}` : ''}${kindsArg ? ` --kinds ${kindsArg}` : ''}${replicaLoss ? ' --replica-loss' : ''}`;
+    writeBenchSection(withIncidents ? 'soak-incidents' : withNetwork ? 'soak-partitions' : 'soak', [
+      withIncidents
+        ? '### Soak with the incidents an operator fixes (issue 39; real CPU stack; beside the soaks above)'
+        : withNetwork
+          ? '### Soak with network partitions and replica loss (real CPU stack; beside the crash-only soak above)'
+          : '### Soak: a long run under a seeded fault schedule (real CPU stack)',
       '',
       `Command: \`npm run soak -- --steps ${steps} --faults ${faults} --seed ${seed} --hang-s ${hangS}${extra}\` (source \`src/soak/\`, config \`configs/swe-grep/soak.toml\`).`,
       `Machine: ${machineLine()}.`,

@@ -17,9 +17,11 @@ import type { TrainRun } from '../workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../contracts';
 import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
 import type { Logger } from '../shared/logger';
-import { healPort, injectFault } from './faults';
+import { SLOW_SAVE_STALL_S, healPort, injectFault } from './faults';
 import { releaseHistoriesDir, saveRunHistories } from './histories';
 import { checkRun, leftoverSandboxes, strayWorkers } from './invariants';
+import { readRunRecords } from '../records/runRecords';
+import { LocalArtifactStore } from '../artifacts/store';
 import { comparePoints, planFaults, REPLICA_LOSS, STEP_PHASES, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
 
 export const SOAK_CONFIG = path.join(REPO_ROOT, 'configs', 'swe-grep', 'soak.toml');
@@ -36,6 +38,8 @@ export interface SoakOptions {
   partitionS?: number;
   /** A second inference replica for the run, killed for good once mid-run (REPLICA_LOSS). */
   replicaLoss?: boolean;
+  /** How long an incident (INCIDENT_KINDS) lasts before it is repaired. */
+  incidentS?: number;
   /** How long the run may take to move on after one fault before the soak calls it stuck. */
   recoverTimeoutS?: number;
   logger: Logger;
@@ -56,6 +60,7 @@ export interface SoakReport {
   hangS: number;
   partitionS?: number;
   replicaLoss?: boolean;
+  incidentS?: number;
   wallS: number;
   baselineWallS?: number;
   faults: FaultOutcome[];
@@ -76,9 +81,11 @@ async function replica(verb: 'start' | 'stop'): Promise<void> {
 }
 
 /** The soak config with this soak's step count: a copy in a temp dir, the committed file unchanged. */
-export function configFor(steps: number, extraBaseUrls: string[] = []): string {
-  const doc = parse(readFileSync(SOAK_CONFIG, 'utf8')) as { orchestrator: Record<string, unknown>; inference: { base_urls: string[]; sync_quorum?: number } };
+export function configFor(steps: number, extraBaseUrls: string[] = [], opts: { trainerStallS?: number } = {}): string {
+  const doc = parse(readFileSync(SOAK_CONFIG, 'utf8')) as { orchestrator: Record<string, unknown>; inference: { base_urls: string[]; sync_quorum?: number }; liveness?: Record<string, unknown> };
   doc.orchestrator.max_steps = steps;
+  // A slow save must outlast the trainer's stall window to show that its progress beats keep it alive.
+  if (opts.trainerStallS !== undefined) doc.liveness = { ...doc.liveness, trainer_stall_s: opts.trainerStallS };
   doc.inference.base_urls = [...doc.inference.base_urls, ...extraBaseUrls];
   // A replica lost for good: the weight sync must go on with the one left. The default quorum, a strict
   // majority, is 2 of 2, and the run would wait for inference until the replica came back (it never does).
@@ -134,6 +141,7 @@ function inPhase(p: Progress, phase: PlannedFault['phase']): boolean {
  */
 async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: PlannedFault[], opts: SoakOptions): Promise<FaultOutcome[]> {
   const outcomes: FaultOutcome[] = [];
+  const markers = mkdtempSync(path.join(os.tmpdir(), 'ratchet-soak-markers-'));
   let finished = false;
   void handle.result().then(() => { finished = true; }, () => { finished = true; });
   for (const planned of plan) {
@@ -154,7 +162,10 @@ async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: Planne
     f.hitAt = { step: p.step, phase: p.phase, rolloutsDone: p.rolloutsDone };
     const t0 = Date.now();
     try {
-      await injectFault(f.kind, { hangMs: opts.hangS * 1000, partitionMs: (opts.partitionS ?? 60) * 1000, replicaPidFile: path.join(replicaRunDir(), 'vllm.pid'), restartDelayMs: 3000, logger: opts.logger });
+      await injectFault(f.kind, {
+        hangMs: opts.hangS * 1000, partitionMs: (opts.partitionS ?? 60) * 1000, replicaPidFile: path.join(replicaRunDir(), 'vllm.pid'), restartDelayMs: 3000,
+        incidentMs: (opts.incidentS ?? 60) * 1000, runId: handle.workflowId, markerFile: path.join(markers, `fault-${f.index}`), logger: opts.logger,
+      });
     } catch (err) {
       f.error = `injection failed: ${(err as Error).message}`;
       continue;
@@ -189,8 +200,9 @@ export function soakPlan(opts: Pick<SoakOptions, 'seed' | 'faults' | 'steps' | '
 const PARTITIONED_PORTS = [8000, 7233];
 
 export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
-  const configPath = configFor(opts.steps, opts.replicaLoss ? [`http://127.0.0.1:${REPLICA_PORT}/v1`] : []);
   const plan = soakPlan(opts);
+  const configPath = configFor(opts.steps, opts.replicaLoss ? [`http://127.0.0.1:${REPLICA_PORT}/v1`] : [],
+    plan.some((f) => f.kind === 'slow-save') ? { trainerStallS: SLOW_SAVE_STALL_S } : {});
   // A soak killed mid-partition leaves its iptables rule: whatever is left, this soak starts healed.
   for (const port of PARTITIONED_PORTS) await healPort(port).catch(() => undefined);
   if (opts.replicaLoss) {
@@ -226,6 +238,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     if (result) {
       const checked = await checkRun({ runId, artifactsRoot: paths.artifacts(), maxSteps: opts.steps, rolloutsPerStep: rolloutsPerStep(configPath), inferenceUrl: DEFAULTS.inferenceUrl });
       violations.push(...checked.violations);
+      // The soak corrupts no checkpoint: a fallback it finds was committed by a transient error.
+      const { fallbacks } = await readRunRecords(new LocalArtifactStore(paths.artifacts()), runId);
+      violations.push(...fallbacks.map((fb) => `a checkpoint fallback was committed though no checkpoint was corrupted: ${JSON.stringify(fb).slice(0, 300)}`));
     }
     // The janitor sweeps on its own schedule: give it a minute before calling a sandbox left over.
     let left: string[] = [];
@@ -237,7 +252,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     const prefix = `real-soak-${opts.steps}-steps-${opts.faults}-faults-seed-${opts.seed}`;
     await saveRunHistories(client, runId, path.join(paths.home(), 'test-reports', 'soak-histories'), prefix);
     if (process.env.RATCHET_RECORD_HISTORIES === '1') await saveRunHistories(client, runId, releaseHistoriesDir(), prefix);
-    return { runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, partitionS: opts.partitionS, replicaLoss: opts.replicaLoss, wallS, baselineWallS, faults, violations };
+    return { runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, partitionS: opts.partitionS, replicaLoss: opts.replicaLoss, incidentS: opts.incidentS, wallS, baselineWallS, faults, violations };
   } finally {
     for (const port of PARTITIONED_PORTS) await healPort(port).catch(() => undefined);
     if (opts.replicaLoss) await replica('stop').catch(() => undefined);

@@ -26,9 +26,23 @@ export const PARTITION_KINDS = [
   'partition-inference', // nothing reaches vLLM (port 8000)
   'partition-temporal', // nothing reaches the Temporal server (port 7233): every worker, the soak too
 ] as const;
+/**
+ * Incidents an operator fixes (issue 39; `npm run soak -- --incidents`), each repaired after --incident-s:
+ * a sick rollout host (its dockerd stopped, or the sandbox image removed then restored), a trainer
+ * raising an untyped error (a CUDA-style RuntimeError on its next step, once: it fences itself and its
+ * replacement trains the step), and saves slower than trainer_stall_s (the trainer's reads of the run's
+ * artifacts slowed for a while; the save beats its progress). Not in FAULT_KINDS, so a seed's schedule of
+ * the crash faults is unchanged.
+ */
+export const INCIDENT_KINDS = [
+  'sick-host-dockerd', // dockerd stopped for --incident-s: the rollout host takes itself out of service
+  'sick-host-image', // the sandbox image's tag removed for --incident-s, then restored
+  'trainer-untyped-error', // the trainer restarted armed to raise RuntimeError('CUDA error: ...') once
+  'slow-save', // the trainer restarted on a slow disk for the run's artifacts, for a while
+] as const;
 /** Losing one inference replica of two for good (`--replica-loss`): once per soak, never planned by the seed. */
 export const REPLICA_LOSS = 'lose-replica' as const;
-export type FaultKind = (typeof FAULT_KINDS)[number] | (typeof PARTITION_KINDS)[number] | typeof REPLICA_LOSS;
+export type FaultKind = (typeof FAULT_KINDS)[number] | (typeof PARTITION_KINDS)[number] | (typeof INCIDENT_KINDS)[number] | typeof REPLICA_LOSS;
 
 /** The phases of one step, in the order a step goes through them. */
 export const STEP_PHASES = ['sampling', 'rollouts', 'building-batch', 'training', 'saving', 'weight-sync', 'metrics'] as const satisfies readonly Phase[];

@@ -1,6 +1,7 @@
-import { comparePoints, FAULT_KINDS, PARTITION_KINDS, planFaults, REPLICA_LOSS, STEP_PHASES, TARGET_PHASES } from '../../src/soak/schedule';
-import { partitionRule } from '../../src/soak/faults';
+import { comparePoints, FAULT_KINDS, INCIDENT_KINDS, PARTITION_KINDS, planFaults, REPLICA_LOSS, STEP_PHASES, TARGET_PHASES } from '../../src/soak/schedule';
+import { CUDA_STYLE_ERROR, SLOW_SAVE_STALL_S, partitionRule, slowDiskEnv } from '../../src/soak/faults';
 import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
 import { parse } from 'smol-toml';
 import { configFor, percentile, soakPlan } from '../../src/soak/run';
 
@@ -94,5 +95,36 @@ describe("the soak's config", () => {
     expect(lossy.inference.sync_quorum).toBe(1);
     const plain = parse(readFileSync(configFor(4), 'utf8')) as { inference: { sync_quorum?: number } };
     expect(plain.inference.sync_quorum).toBeUndefined();
+  });
+});
+
+describe('soak incidents an operator fixes (issue 39)', () => {
+  test('incident kinds are opt-in: a seed\'s default schedule is unchanged; with --incidents every one is drawn once the faults cover a round', () => {
+    expect(planFaults({ seed: 56, faults: 3, steps: 5 }).map((f) => f.kind)).toEqual(['restart-temporal', 'kill-main', 'hang-trainer']);
+    expect(new Set<string>(FAULT_KINDS)).not.toContain('slow-save');
+    const kinds = [...FAULT_KINDS, ...INCIDENT_KINDS];
+    const plan = soakPlan({ seed: 1, faults: 40, steps: 21, kinds });
+    expect(new Set(plan.map((f) => f.kind))).toEqual(new Set(kinds));
+    // 40 faults over 11 kinds: each incident class at least 3 times.
+    for (const k of INCIDENT_KINDS) expect(plan.filter((f) => f.kind === k).length).toBeGreaterThanOrEqual(3);
+  });
+
+  test('a soak with slow saves runs with trainer_stall_s low enough for a slow save to outlast it; others keep the default', () => {
+    const slow = parse(readFileSync(configFor(4, [], { trainerStallS: SLOW_SAVE_STALL_S }), 'utf8')) as { liveness?: { trainer_stall_s?: number } };
+    expect(slow.liveness?.trainer_stall_s).toBe(SLOW_SAVE_STALL_S);
+    expect(SLOW_SAVE_STALL_S).toBeGreaterThanOrEqual(60); // the schema's least
+    const plain = parse(readFileSync(configFor(4), 'utf8')) as { liveness?: unknown };
+    expect(plain.liveness).toBeUndefined();
+  });
+
+  test('the slow disk slows reads of the run\'s checkpoints until its window ends, through the tests\' sitecustomize', () => {
+    const env = slowDiskEnv('/runs/r1/checkpoints/', 6, 1_900_000_000);
+    expect(env.PYTHONPATH!.split(':')[0]).toMatch(/trainer\/tests\/slow_disk$/);
+    expect(readFileSync(path.join(env.PYTHONPATH!.split(':')[0]!, 'sitecustomize.py'), 'utf8')).toContain('RATCHET_TEST_SLOW_READ_UNTIL');
+    expect(env).toMatchObject({ RATCHET_TEST_SLOW_READ_UNDER: '/runs/r1/checkpoints/', RATCHET_TEST_SLOW_READ_S: '6', RATCHET_TEST_SLOW_READ_UNTIL: '1900000000' });
+  });
+
+  test('the injected trainer error has no type of ours: torch\'s words for a CUDA fault', () => {
+    expect(CUDA_STYLE_ERROR).toMatch(/^CUDA error: /);
   });
 });
