@@ -95,6 +95,21 @@ function mergeDone(a: ChunkProgress['done'] | undefined, b: ChunkProgress['done'
   return [...m.values()].sort((x, y) => x.i - y.i);
 }
 
+/**
+ * The chunk's next call after a failed one: what the failure's details (or, for a timeout, its last
+ * heartbeat) name as finished is passed in `done`, so only the rest runs. `keepTimedOut` is asked only
+ * for a failure without details (patch v0.8-chunk-timeout-keeps-done: before it, a round that ended in
+ * a timeout ran its finished rollouts again).
+ */
+export function afterFailedCall(req: RolloutChunkInput, err: unknown, keepTimedOut: () => boolean): RolloutChunkInput {
+  const progress = progressOf(err);
+  if (progress) return { ...req, done: progress.done };
+  // A timeout carries no failure details, only the last heartbeat's; and a call with `done` set lists the
+  // store for rollouts an earlier call stored but never named (heartbeats are throttled).
+  if (keepTimedOut()) return { ...req, done: mergeDone(req.done, timedOutProgressOf(err)?.done) };
+  return req;
+}
+
 /** A chunk's failure of this type, after its Temporal retries (rolloutChunk names the worst of its rollouts'). */
 const failedWith = (err: unknown, type: string): boolean =>
   err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === type;
@@ -193,13 +208,7 @@ async function runChunks(
         return r;
       } catch (err) {
         // What the chunk finished stays finished: the next call runs only the rest.
-        const progress = progressOf(err);
-        if (progress) req = { ...req, done: progress.done };
-        else if (patched(PATCHES.chunkTimeoutKeepsDone)) {
-          // A timeout carries no failure details, only the last heartbeat's; and a call with `done` set lists the
-          // store for rollouts an earlier call stored but never named (heartbeats are throttled).
-          req = { ...req, done: mergeDone(req.done, timedOutProgressOf(err)?.done) };
-        }
+        req = afterFailedCall(req, err, () => patched(PATCHES.chunkTimeoutKeepsDone));
         // The worker took itself out of service (its sandboxes cannot start, its task files cannot be read):
         // the chunk goes to a healthy host, or waits in the queue for one; no round is used.
         if (failedWith(err, 'RolloutHostUnhealthy') && patched(PATCHES.rolloutHostHealth)) {

@@ -17,9 +17,10 @@ import { runKeys } from '../../src/artifacts/keys';
 import { createChunkActivity } from '../../src/activities/rolloutChunk';
 import { RolloutSlots } from '../../src/rollouts/slots';
 import { StepManifest } from '../../src/contracts/manifest';
-import type { RolloutChunkInput } from '../../src/contracts/chunks';
+import type { ChunkProgress, RolloutChunkInput } from '../../src/contracts/chunks';
 import { RolloutSummary } from '../../src/contracts/trajectory';
-import type { AdmissionProbe } from './workflows/admissionProbe';
+import { Context } from '@temporalio/activity';
+import type { AdmissionProbe, TimeoutProbe } from './workflows/admissionProbe';
 
 jest.setTimeout(120_000);
 
@@ -120,5 +121,38 @@ describeWithStack('rollout admission (real worker, real dev server, real chunk a
   test('control, the worker option before (activities counted, not rollouts): worker A takes both chunks, B none', async () => {
     const seen = await twoWorkers('admit-old', (slots) => ({ maxConcurrentActivityTaskExecutions: slots.size }));
     expect(seen.map((s) => s.worker)).toEqual(['A', 'A']);
+  });
+
+  test('a round that ends in a heartbeat timeout keeps the rollouts its last heartbeat named (the next call passes them in done)', async () => {
+    const summary = (i: number) => RolloutSummary.parse({
+      task_id: `t${i >> 1}`, group_id: `s0-g${i >> 1}`, rollout_index: i % 2, trajectory: { uri: 'file:///x', sha256: 'cd'.repeat(32), bytes: 1 },
+      reward: 0, components: {}, stop_reason: 'completed', policy_version: 0, completion_tokens: 1, tool_calls: 0, model_ms: 1, tools_ms: 1, sandbox_ms: 1,
+    });
+    const taskQueue = 'timeout-probe';
+    // The chunk names rollout 0 finished and 1 on its first try, then its worker freezes: no heartbeat after.
+    const rollout = await Worker.create({
+      connection: env.nativeConnection, taskQueue,
+      activities: {
+        rolloutChunk: async () => {
+          Context.current().heartbeat({ done: [{ i: 0, summary: summary(0) }], tries: [{ i: 1, n: 1 }] } satisfies ChunkProgress);
+          await new Promise((r) => setTimeout(r, 3500));
+          throw new Error('frozen worker woke up');
+        },
+      },
+    });
+    const wf = await Worker.create({ connection: env.nativeConnection, taskQueue: `${taskQueue}-wf`, workflowBundle: bundle });
+    const running = [rollout.run(), wf.run()];
+    try {
+      const probe = (keep: boolean) => env.client.workflow.execute<typeof TimeoutProbe>('TimeoutProbe', {
+        taskQueue: `${taskQueue}-wf`, workflowId: `${taskQueue}-${keep}-${Date.now()}`, args: [{ taskQueue, chunk: chunks[0]!, keep }],
+      });
+      expect(await probe(true)).toEqual([0]);
+      // Before the patch: nothing kept, the next call ran rollout 0 again.
+      expect(await probe(false)).toBeNull();
+    } finally {
+      rollout.shutdown();
+      wf.shutdown();
+      await Promise.all(running);
+    }
   });
 });
