@@ -139,17 +139,13 @@ const exec = (cmd: string, args: string[]) => run(cmd, args, { timeout: 120_000 
  * restart, armed with an incident. Its replacement after the incident (the supervisor's, or
  * ensureWorker's) has the stack's environment again.
  */
-async function restartTrainerWith(pid: number, env: Record<string, string>): Promise<void> {
-  signalGroup(pid, 'SIGTERM');
-  await waitGone(pid, 60_000);
-  if (isAlive(pid)) {
-    signalGroup(pid, 'SIGKILL');
-    await waitGone(pid, 10_000);
-  }
+async function restartTrainerWith(env: Record<string, string>): Promise<void> {
+  // Off the supervisor's books while it stops (stopService), so the armed start is the one that runs.
+  await stopService('worker-trainer', 60_000);
   const spec = workerSpecs().find((s) => s.name === 'worker-trainer');
   if (!spec) throw new Error('soak: no worker-trainer in the stack');
   const started = await startService({ ...spec, env: { ...spec.env, ...env } });
-  if (started !== 'started') throw new Error('the stack\'s supervisor restarted the trainer before the armed one could start: the incident was not armed');
+  if (started !== 'started') throw new Error('a trainer was already running again before the armed one could start: the incident was not armed');
 }
 
 /** The slow disk the trainer tests use (trainer/tests/slow_disk): reads of 64 KiB or more under `under` sleep first, until `untilS`. */
@@ -256,7 +252,7 @@ export async function injectFault(kind: FaultKind, opts: FaultOptions): Promise<
       if (!opts.markerFile) throw new Error('soak: trainer-untyped-error needs a marker file');
       // Raised once, by the next trainer.step; the trainer reports TrainerFault, fences itself (exit 76), and the
       // supervisor starts a plain one, on which the workflow retries the step.
-      await restartTrainerWith(pid, {
+      await restartTrainerWith({
         RATCHET_TRAINER_FAULT_RAISE: CUDA_STYLE_ERROR, RATCHET_TRAINER_FAULT_ONCE: '1', RATCHET_TRAINER_FAULT_MARKER: opts.markerFile,
       });
       return;
@@ -265,7 +261,7 @@ export async function injectFault(kind: FaultKind, opts: FaultOptions): Promise<
       if (!opts.runId) throw new Error('soak: slow-save needs the run id');
       // Each 1 MiB read of the run's checkpoints (~30 to hash a save of the soak's model) sleeps 6 s for
       // SLOW_SAVE_WINDOW_S: a save within it outlasts the soak's trainer_stall_s, beating its bytes between reads.
-      await restartTrainerWith(pid, slowDiskEnv(`/runs/${opts.runId}/checkpoints/`, 6, Math.ceil(Date.now() / 1000) + SLOW_SAVE_WINDOW_S));
+      await restartTrainerWith(slowDiskEnv(`/runs/${opts.runId}/checkpoints/`, 6, Math.ceil(Date.now() / 1000) + SLOW_SAVE_WINDOW_S));
       return;
     }
     case 'restart-dockerd': {
