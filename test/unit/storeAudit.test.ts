@@ -1,5 +1,5 @@
 /**
- * The multi-host test's store audit (test/integration/multihostInvariants.ts) can fail: a
+ * The multi-host test's store audit (test/helpers/multihostInvariants.ts) can fail: a
  * stale attempt's bytes under a trajectory's content key, or under one file of the recorded
  * checkpoint, or state.json rolled back, each break it. On a local store with the keys a
  * run writes (src/artifacts/keys.ts).

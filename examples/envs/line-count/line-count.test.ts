@@ -17,7 +17,7 @@ import { scoreRubric, type ScoreInput } from '../../../src/envs/types';
 import type { RolloutSummary } from '../../../src/contracts/trajectory';
 import { Task } from '../../../src/tasks/schema';
 import { loadTasks } from '../../../src/tasks/load';
-import { call, FakeSandboxManager, ScriptedModel } from '../../../test/unit/rollout-fakes';
+import { call, FakeSandboxManager, ScriptedModel } from '../../../test/helpers/rolloutFakes';
 import { QWEN3_DIR } from '../../../test/fixtures/samples/simulate';
 
 jest.setTimeout(60_000);
