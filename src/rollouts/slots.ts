@@ -15,7 +15,7 @@
  * At most one permit waits on a poll at a time: an idle permit holds a slot, and a chunk admitted
  * meanwhile must not find its rollouts shut out by polls that may bring nothing.
  */
-import type { ActivitySlotInfo, CustomSlotSupplier, SlotPermit, SlotReleaseContext, WorkerTuner } from '@temporalio/worker';
+import type { ActivitySlotInfo, CustomSlotSupplier, SlotPermit, SlotReleaseContext, TunerHolder } from '@temporalio/worker';
 
 interface Waiter { lease: SlotLease; go: () => void }
 
@@ -55,7 +55,7 @@ export class RolloutSlots {
    * The activity slot supplier of one Temporal worker (its `tuner`), and `close` for when that worker
    * has stopped (a host out of service stops its worker and later starts another on the same slots).
    */
-  admission(): { tuner: WorkerTuner; close: () => void } {
+  admission(): { tuner: TunerHolder; close: () => void } {
     const a = new Admission(this);
     this.admissions.add(a);
     return {

@@ -10,7 +10,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { workerSpecs } from '../stack';
 import { isAlive, readPid } from '../shared/pidFiles';
-import { serviceStatus, startService } from '../stack/processes';
+import { serviceStatus, startService, stopService } from '../stack/processes';
 import { paths, REPO_ROOT } from '../shared/paths';
 import { defaultImage } from '../sandbox/options';
 import type { Logger } from '../shared/logger';
