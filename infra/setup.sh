@@ -34,8 +34,16 @@ node_deps() {
 }
 
 build_ts() {
+  # As bin/ratchet decides: a build newer than every source file is current, and a rerun on a set-up
+  # machine (the main job's) skips the whole-tree tsc.
+  local entry="$RATCHET_ROOT/dist/cli/index.js"
+  if [ -f "$entry" ] && [ -z "$(find "$RATCHET_ROOT/src" -name '*.ts' -newer "$entry" -print -quit)" ]; then
+    log "TypeScript build current (dist newer than src)"
+    return
+  fi
   log "building TypeScript"
   (cd "$RATCHET_ROOT" && npx tsc -p tsconfig.json)
+  touch "$entry"
 }
 
 apt_install bc ca-certificates
