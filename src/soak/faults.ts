@@ -156,10 +156,12 @@ export function slowDiskEnv(under: string, readS: number, untilS: number): Recor
   };
 }
 
-/** trainer_stall_s of a soak with slow saves (the schema allows 60; a CPU micro-batch may take a minute). */
-export const SLOW_SAVE_STALL_S = 120;
-/** How long the disk stays slow after a slow-save incident starts: a save started in it outlasts SLOW_SAVE_STALL_S. */
-const SLOW_SAVE_WINDOW_S = 2 * SLOW_SAVE_STALL_S;
+/** trainer_stall_s of a soak with slow saves: the schema's least (the soak's micro-batches take seconds on the CPU). */
+export const SLOW_SAVE_STALL_S = 60;
+/** Each 1 MiB read of the run's checkpoints sleeps this long while the disk is slow (the soak's checkpoint is ~30 MiB). */
+const SLOW_READ_S = 3;
+/** How long the disk stays slow: the replacement's load, a step and its save (each ~90 s of slow reads) fall in it. */
+const SLOW_SAVE_WINDOW_S = 4 * SLOW_SAVE_STALL_S;
 
 /** The injected error: the words torch uses for a CUDA fault, on a RuntimeError (no type of ours). */
 export const CUDA_STYLE_ERROR = 'CUDA error: an illegal memory access was encountered (injected by the soak)';
@@ -259,9 +261,8 @@ export async function injectFault(kind: FaultKind, opts: FaultOptions): Promise<
     }
     case 'slow-save': {
       if (!opts.runId) throw new Error('soak: slow-save needs the run id');
-      // Each 1 MiB read of the run's checkpoints (~30 to hash a save of the soak's model) sleeps 6 s for
-      // SLOW_SAVE_WINDOW_S: a save within it outlasts the soak's trainer_stall_s, beating its bytes between reads.
-      await restartTrainerWith(slowDiskEnv(`/runs/${opts.runId}/checkpoints/`, 6, Math.ceil(Date.now() / 1000) + SLOW_SAVE_WINDOW_S));
+      // ~30 slow reads a save or load of the soak's checkpoint: each outlasts trainer_stall_s, beating its bytes between reads.
+      await restartTrainerWith(slowDiskEnv(`/runs/${opts.runId}/checkpoints/`, SLOW_READ_S, Math.ceil(Date.now() / 1000) + SLOW_SAVE_WINDOW_S));
       return;
     }
     case 'restart-dockerd': {
