@@ -15,7 +15,6 @@ import {
   proxyActivities,
   sleep,
   workflowInfo,
-  type ActivityOptions,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { RolloutSummary } from '../contracts/trajectory';
@@ -24,24 +23,15 @@ import { rolloutSeed } from '../contracts/chunks';
 import { chunkedStepRollouts } from './stepChunks';
 import { SUMMARIES_PER_PART, type StepRolloutsInput, type StepRolloutsResult } from '../contracts/step';
 import { forActivity, livenessOf } from '../shared/liveness';
-import { trainingPriority } from '../shared/fairness';
 import { syncQuorum } from '../shared/replicas';
 import { rolloutProgressSignal } from './messages';
 import { DEPRECATED_PATCHES, PATCHES } from './patches';
-import { SUMMARIES_OPTIONS, rolloutWorkersSeen, storeRolloutSummaries } from './proxies';
+import { ROLLOUT_TASK_QUEUE, SUMMARIES_OPTIONS, rolloutOptions, rolloutWorkersSeen, storeRolloutSummaries } from './proxies';
 import type { OutageType } from '../contracts/outage';
 import { DEFAULT_HANDOFF_AFTER, DISK_WAIT_CAP_S, STORE_WAIT_CAP_S, callOf, handOff, outageOf } from './outageWait';
 import { waitForStore, type OutageWaiter } from './storeWait';
 import { syncAllHosts } from './weightSync';
 import { INFERENCE_WAIT_CAP_S, handOffInferenceWait, inferenceDown } from './inferenceWait';
-
-const ROLLOUT_OPTIONS: ActivityOptions = {
-  taskQueue: 'ratchet-rollout',
-  startToCloseTimeout: '30 minutes',
-  // Rollouts heartbeat every ~10 s and stop when stalled (src/activities/liveness.ts): a dead or hung attempt is noticed in a minute.
-  heartbeatTimeout: '1 minute',
-  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
-};
 
 /** Seconds without a finished rollout before the watchdog asks whether rollout workers are alive. */
 export const ROLLOUT_WORKERS_WATCH_S = 120;
@@ -74,8 +64,8 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   const stride = Math.max(1, Math.ceil(input.tasks.length / 8));
   const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
   // The run's priority and fairness keys: runs sharing rollout workers each get their share (src/shared/fairness.ts).
-  const rolloutOptions: ActivityOptions = { ...ROLLOUT_OPTIONS, priority: trainingPriority(input.runId, input.config.orchestrator.fairness_weight) };
-  const { rollout } = proxyActivities<RolloutActivities>(rolloutOptions);
+  const options = rolloutOptions(input.runId, input.config.orchestrator.fairness_weight);
+  const { rollout } = proxyActivities<RolloutActivities>(options);
   // Each rollout names every replica, so its worker can move it to a live one (src/agent/replicaPool.ts).
   const replicaPool = baseUrls.length > 1 && patched(PATCHES.rolloutReplicaPool);
 
@@ -164,7 +154,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   // child, which continues as new while the fault lasts, so this history grows by one child (outageWait.ts).
   const handOffRollout = async (i: number, fault: OutageType, waitS: number): Promise<RolloutSummary> => {
     await (fault === 'DiskFull' ? diskWaitStarts(i) : storeWaitStarts(i));
-    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(rolloutOptions, 'rollout', inputFor(i)), fault, waitS, input.outageWaits, waiter.outageHandoffs++);
+    return handOff<RolloutSummary>(callOf<RolloutActivities, 'rollout'>(options, 'rollout', inputFor(i)), fault, waitS, input.outageWaits, waiter.outageHandoffs++);
   };
 
   /** One try of rollout i (or its hand-off); a try that ends other than DiskFull ends its disk wait (StoreUnavailable: store wait). */
@@ -306,7 +296,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
         continue;
       }
       try {
-        const seen = await rolloutWorkersSeen({ workflowId: info.workflowId, runId: info.runId, taskQueue: ROLLOUT_OPTIONS.taskQueue! });
+        const seen = await rolloutWorkersSeen({ workflowId: info.workflowId, runId: info.runId, taskQueue: ROLLOUT_TASK_QUEUE });
         const none = seen.queued > 0 && seen.running === 0 && seen.pollers === 0;
         await setWaitingForWorkers(none);
         // While none: ask less often (each ask costs ~10 events), at most twice the period apart.
