@@ -22,9 +22,12 @@ const shortOutage = { handoffAfter: 2, perExecution: 2, capS: 1 };
 describeWithStack('StepRollouts waits (fake activities, real dev server)', ['temporalBinary'], () => {
   const world = useFakeWorld();
 
-  /** The fake stack around fn; with `rolloutWorker: false` no rollout worker runs until fn starts one. */
+  /**
+   * The fake stack around fn; with `rolloutWorker: false` no rollout worker runs until fn starts one. These waits are
+   * the pre-0.6 per-rollout path's (rollouts_per_chunk 0, docs/upgrades.md); the chunks' are rolloutHostWaits' and stepChunks'.
+   */
   const withWorkers = <T>(opts: FakeOptions & { rolloutWorker?: boolean }, fn: (s: FakeStack) => Promise<T>): Promise<T> =>
-    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2'], rollouts: opts.rolloutWorker !== false }, (_f, stack) => fn(stack));
+    withFakeWorkers(world, makeFakes({ ...opts, orchestrator: { rollouts_per_chunk: 0, ...opts.orchestrator } }), { trainers: ['w1', 'w2'], rollouts: opts.rolloutWorker !== false }, (_f, stack) => fn(stack));
 
   let n = 0;
   async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {

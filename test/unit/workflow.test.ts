@@ -18,9 +18,12 @@ jest.setTimeout(120_000);
 describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
   const world = useFakeWorld();
 
-  /** Runs the fake stack (main, rollout, trainer-announce, seven trainers and any inference host queues) around fn. */
+  /**
+   * Runs the fake stack (main, rollout, trainer-announce, seven trainers and any inference host queues) around fn.
+   * These tests pin the pre-0.6 per-rollout path (rollouts_per_chunk 0: one rollout activity each, docs/upgrades.md).
+   */
   const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
-    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'], hostQueues: Object.keys(opts.hostQueues ?? {}) }, fn);
+    withFakeWorkers(world, makeFakes({ ...opts, orchestrator: { rollouts_per_chunk: 0, ...opts.orchestrator } }), { trainers: ['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'], hostQueues: Object.keys(opts.hostQueues ?? {}) }, fn);
 
   let n = 0;
   async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {

@@ -84,8 +84,11 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       // Lineage (src/workflows/lineage.ts): the rows sampled, the batch trained on, the checkpoints, the rate.
       const l0 = f.records[0]!.record.lineage!;
       const l1 = f.records[1]!.record.lineage!;
-      expect(l0.tasks.rows).toHaveLength(2);
+      // On chunks the rows are in the step manifest, which the lineage names; history carries the count only.
+      expect(l0.tasks.rows).toEqual([]);
       expect(l0.tasks.row_count).toBe(2);
+      expect(l0.tasks.step_manifest?.sha256).toMatch(/^[0-9a-f]{64}$/);
+      expect(l1.tasks.step_manifest?.sha256).not.toBe(l0.tasks.step_manifest?.sha256);
       expect(l0.batch_sha256).toBe(f.records[0]!.record.batch!.batch.sha256);
       expect(l0.rollout_policy_versions).toEqual({ 0: 6 });
       expect(l0.trainer).toMatchObject({ step: 0, learning_rate: f.config.trainer.optim.lr, adapter_sha256: f.records[0]!.record.adapter!.sha256 });
