@@ -5,9 +5,12 @@
  * artifact root, and checks the run invariants the fault tests rely on.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, existsSync, promises as fs } from 'node:fs';
+import { createWriteStream, existsSync, mkdtempSync, promises as fs } from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
-import type { StepRecord } from '../../src/contracts';
+import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import type { Progress, StepRecord, TrainRunResult } from '../../src/contracts';
+import { progressQuery } from '../../src/workflows/messages';
 import { REPO, STATE } from './stack';
 import { checkRun } from '../../src/soak/invariants';
 import { workerSpecs } from '../../src/stack';
@@ -91,4 +94,98 @@ export async function checkInvariants(p: { artifacts: string; runId: string; max
   const { violations, records } = await checkRun({ runId: p.runId, artifactsRoot: p.artifacts, maxSteps: p.maxSteps, rolloutsPerStep: p.rolloutsPerStep, inferenceUrl: p.inferenceUrl });
   expect(violations).toEqual([]);
   return records;
+}
+
+export type WorkerKind = 'main' | 'rollout' | 'trainer';
+
+/** A suite's own Ratchet workers on the real stack (useStackWorkers). */
+export interface StackWorkers {
+  /** The suite's scratch directory (worker logs, configs) and its artifact root inside it. */
+  readonly dir: string;
+  readonly artifacts: string;
+  /** The worker of each kind now running, if any. */
+  readonly workers: Record<WorkerKind, Proc | undefined>;
+  /** A client of the stack's Temporal server; set before the suite's first test. */
+  client: Client;
+  /** Starts (again) the worker of one kind, with the suite's artifact root. */
+  start(which: WorkerKind): Proc;
+  /** Kills the worker of one kind (SIGKILL unless told) and waits for it to exit. */
+  kill(which: WorkerKind, signal?: NodeJS.Signals): Promise<void>;
+}
+
+/**
+ * The one stack fixture of the real-stack suites: before the suite, the workers `ratchet up` started are
+ * stopped, the suite's own workers of the kinds in `start` are started with a private artifact root, and a
+ * client connects; after it, they are stopped and the stack's workers started again.
+ */
+export function useStackWorkers(label: string, opts: { start?: WorkerKind[] } = {}): StackWorkers {
+  const dir = mkdtempSync(path.join(os.tmpdir(), `ratchet-${label}-`));
+  const artifacts = path.join(dir, 'artifacts');
+  const cmds = workerCommands(artifacts);
+  const workers: Record<WorkerKind, Proc | undefined> = { main: undefined, rollout: undefined, trainer: undefined };
+  let restoreStackWorkers: () => Promise<void> = async () => {};
+  let connection: Connection | undefined;
+  const stack: StackWorkers = {
+    dir, artifacts, workers, client: undefined as unknown as Client,
+    start(which) {
+      const c = cmds[which]();
+      const p = startProc(c[0], c[1], [...c[2]], c[3], dir);
+      workers[which] = p;
+      return p;
+    },
+    async kill(which, signal = 'SIGKILL') {
+      const p = workers[which];
+      if (p) await killProc(p, signal);
+    },
+  };
+  beforeAll(async () => {
+    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
+    restoreStackWorkers = await takeOverStackWorkers();
+    connection = await Connection.connect({ address: '127.0.0.1:7233' });
+    stack.client = new Client({ connection });
+    for (const which of opts.start ?? ['main', 'rollout', 'trainer']) stack.start(which);
+  });
+  afterAll(async () => {
+    for (const p of Object.values(workers)) if (p) await killProc(p, 'SIGTERM');
+    await connection?.close();
+    await restoreStackWorkers();
+  });
+  return stack;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Polls a run's progress until `pred` holds; rides out moments with no worker or no server. With
+ * `failIfEnded`, a run that ended first fails at once instead of at the deadline.
+ */
+export async function waitForProgress(
+  handle: WorkflowHandle, what: string, pred: (p: Progress) => boolean, opts: { timeoutMs?: number; failIfEnded?: boolean } = {},
+): Promise<Progress> {
+  const deadline = Date.now() + (opts.timeoutMs ?? 600_000);
+  let last: Progress | undefined;
+  while (Date.now() < deadline) {
+    try {
+      last = await handle.query(progressQuery);
+      if (pred(last)) return last;
+    } catch { /* no worker or server right now */ }
+    if (opts.failIfEnded) {
+      const { status } = await handle.describe();
+      if (status.name !== 'RUNNING') throw new Error(`the run ended (${status.name}) while waiting for ${what}; last progress: ${JSON.stringify(last)}`);
+    }
+    await sleep(500);
+  }
+  throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
+}
+
+/** A run's result, riding out a Temporal server that is briefly down; a failed run throws. */
+export async function runResult(handle: WorkflowHandle): Promise<TrainRunResult> {
+  for (;;) {
+    try {
+      return (await handle.result()) as TrainRunResult;
+    } catch (err) {
+      if (err instanceof WorkflowFailedError) throw err;
+      await sleep(2000);
+    }
+  }
 }

@@ -7,22 +7,17 @@
  * fault tests' invariants (checkInvariants). Slow by nature: minutes per test.
  * RATCHET_RECORD_HISTORIES=1 records their histories for the replay test.
  */
-import { mkdtempSync } from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
-import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
-import { describeWithStack, REPO } from '../helpers/stack';
+import type { WorkflowHandle } from '@temporalio/client';
+import { describeWithStack } from '../helpers/stack';
 import { recordHistory } from '../helpers/histories';
 import { pauseUpdate, progressQuery, resumeUpdate } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
+import type { TrainRunInput, TrainRunResult } from '../../src/contracts';
 import { restartPlan } from '../../src/cli/restart';
 import { LocalArtifactStore, uriToPath } from '../../src/artifacts/store';
 import { readRunRecords, readRunState } from '../../src/records/runRecords';
-import {
-  checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
-  type Proc, type TinyConfigOptions,
-} from '../helpers/trainrunStack';
+import { checkInvariants, runResult, tinyConfig, useStackWorkers, waitForProgress, type TinyConfigOptions } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -30,34 +25,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 jest.setTimeout(1_200_000);
 
 describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-lifecycle-'));
-  const artifacts = path.join(dir, 'artifacts');
-  const cmds = workerCommands(artifacts);
-  const workers: Record<'main' | 'rollout' | 'trainer', Proc | undefined> = { main: undefined, rollout: undefined, trainer: undefined };
-  let restoreStackWorkers: () => Promise<void> = async () => {};
-  let connection: Connection;
-  let client: Client;
-
-  const start = (which: keyof typeof workers) => {
-    const c = cmds[which]();
-    workers[which] = startProc(c[0], c[1], [...c[2]], c[3], dir);
-  };
-
-  beforeAll(async () => {
-    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
-    restoreStackWorkers = await takeOverStackWorkers();
-    connection = await Connection.connect({ address: '127.0.0.1:7233' });
-    client = new Client({ connection });
-    start('main');
-    start('rollout');
-    start('trainer');
-  });
-
-  afterAll(async () => {
-    for (const p of Object.values(workers)) if (p) await killProc(p, 'SIGTERM');
-    await connection?.close();
-    await restoreStackWorkers();
-  });
+  const stack = useStackWorkers('lifecycle');
+  const { dir, artifacts } = stack;
 
   async function startRun(label: string, opts: TinyConfigOptions & Partial<TrainRunInput> = {}): Promise<{ runId: string; handle: WorkflowHandle<typeof TrainRun> }> {
     const configPath = await tinyConfig(dir, opts);
@@ -66,32 +35,8 @@ describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'in
       configPath, runId, continueAsNewEvery: opts.continueAsNewEvery,
       trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' },
     };
-    const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
+    const handle = await stack.client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
     return { runId, handle };
-  }
-
-  async function waitFor(handle: WorkflowHandle<typeof TrainRun>, what: string, pred: (p: Progress) => boolean, timeoutMs = 600_000): Promise<Progress> {
-    const deadline = Date.now() + timeoutMs;
-    let last: Progress | undefined;
-    while (Date.now() < deadline) {
-      try {
-        last = await handle.query(progressQuery);
-        if (pred(last)) return last;
-      } catch { /* no worker right now */ }
-      await sleep(500);
-    }
-    throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
-  }
-
-  async function result(handle: WorkflowHandle<typeof TrainRun>): Promise<TrainRunResult> {
-    for (;;) {
-      try {
-        return await handle.result();
-      } catch (err) {
-        if (err instanceof WorkflowFailedError) throw err;
-        await sleep(2000);
-      }
-    }
   }
 
   async function expectInvariants(runId: string, res: TrainRunResult, maxSteps = 2): Promise<void> {
@@ -103,13 +48,13 @@ describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'in
   // one holds the trainer and the other waits for it. (Separate runs cost CI about a minute more.)
   test('two runs at once on one trainer, the second waiting for the lease when the main (workflow) worker is killed -9 and started again: both complete with exact ledgers', async () => {
     const a = await startRun('lease-a');
-    await waitFor(a.handle, 'run a training', (p) => p.phase === 'training');
+    await waitForProgress(a.handle, 'run a training', (p) => p.phase === 'training');
     const b = await startRun('lease-b');
-    await waitFor(b.handle, 'run b waiting for the trainer', (p) => p.status === 'waiting-for-trainer');
-    await killProc(workers.main!, 'SIGKILL');
+    await waitForProgress(b.handle, 'run b waiting for the trainer', (p) => p.status === 'waiting-for-trainer');
+    await stack.kill('main');
     await sleep(3000);
-    start('main');
-    const [ra, rb] = await Promise.all([result(a.handle), result(b.handle)]);
+    stack.start('main');
+    const [ra, rb] = await Promise.all([runResult(a.handle), runResult(b.handle)]);
     await expectInvariants(a.runId, ra);
     await expectInvariants(b.runId, rb);
     await recordHistory(a.handle, 'real-main-worker-killed');
@@ -120,7 +65,7 @@ describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'in
   // last completed step, no double step. A clean restart's checkpoint load is the faults test's trainer kill.
   test('a run terminated on purpose mid-training, its newest checkpoint corrupted, restarted: the trainer reload falls back to the one before, retrains the later steps once each, on record, no double step', async () => {
     const { runId, handle } = await startRun('corrupt', { maxSteps: 3 });
-    await waitFor(handle, 'step 2 training', (p) => p.step === 2 && p.phase === 'training');
+    await waitForProgress(handle, 'step 2 training', (p) => p.step === 2 && p.phase === 'training');
     await handle.terminate('lifecycle test: the run ends mid-training, then its newest checkpoint is damaged');
     const store = new LocalArtifactStore(artifacts);
     const state = (await readRunState(store, runId))!;
@@ -135,11 +80,11 @@ describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'in
     await writeFile(file, buf);
     // A restart that does not check first (what 0.5's `ratchet restart` did): the trainer's load meets the damage.
     const { input } = restartPlan(runId, (await handle.describe()).status.name, state, undefined);
-    const again = await client.workflow.start<typeof TrainRun>('TrainRun', {
+    const again = await stack.client.workflow.start<typeof TrainRun>('TrainRun', {
       taskQueue: 'ratchet', workflowId: runId,
       args: [{ ...input, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } }],
     });
-    const res = await result(again);
+    const res = await runResult(again);
     // Every step once by its winning record, the trainer's ledger exactly those steps, one optimizer step each.
     await expectInvariants(runId, res, 3);
     const recs = await readRunRecords(store, runId);
@@ -154,14 +99,14 @@ describeWithStack('TrainRun lifecycle on the real stack', ['temporalServer', 'in
   test('pause, continue-as-new while paused, resume: the pause holds across executions', async () => {
     const { runId, handle } = await startRun('pause', { maxSteps: 2, continueAsNewEvery: 1, asyncLevel: 0 });
     const first = (await handle.describe()).runId;
-    await waitFor(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
+    await waitForProgress(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
     expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
-    await waitFor(handle, 'paused in the next execution', (p) => p.step === 1 && p.status === 'paused' && p.phase === 'idle');
+    await waitForProgress(handle, 'paused in the next execution', (p) => p.step === 1 && p.status === 'paused' && p.phase === 'idle');
     expect((await handle.describe()).runId).not.toBe(first);
     await sleep(5000);
     expect(await handle.query(progressQuery)).toMatchObject({ step: 1, status: 'paused' });
     expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
-    const res = await result(handle);
+    const res = await runResult(handle);
     await expectInvariants(runId, res);
     await recordHistory(handle, 'real-pause-across-continue-as-new');
   });

@@ -11,25 +11,23 @@
  * before anything starts, naming the key.
  * RATCHET_RECORD_HISTORIES=1 records the histories for the replay test.
  */
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import * as os from 'node:os';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
-import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowFailedError } from '@temporalio/client';
 import { describeWithStack, REPO } from '../helpers/stack';
 import { recordHistory } from '../helpers/histories';
-import { progressQuery } from '../../src/workflows/messages';
 import type { SftRun } from '../../src/workflows/sftRun';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { Progress, StepRecord, TrainRunInput, TrainRunResult } from '../../src/contracts';
+import type { StepRecord, TrainRunInput } from '../../src/contracts';
 import type { EvalSweepResult } from '../../src/contracts/eval';
 import { writeTaskSubset } from '../../src/tasks/subset';
 import { makeDemonstrations } from '../../src/sft/demos';
 import { adapterName } from '../../src/shared/adapters';
 import { SandboxManager } from '../../src/sandbox/manager';
 import { loadTasks } from '../../src/tasks/load';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from '../helpers/trainrunStack';
+import { checkInvariants, runResult, useStackWorkers, waitForProgress } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const TASKS = path.join(REPO, '.ratchet', 'tasks', 'train.jsonl');
@@ -38,60 +36,12 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 jest.setTimeout(1_200_000);
 
 describeWithStack('SftRun on the real stack', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-sft-'));
-  const artifacts = path.join(dir, 'artifacts');
-  const cmds = workerCommands(artifacts);
-  const workers: Record<'main' | 'rollout' | 'trainer', Proc | undefined> = { main: undefined, rollout: undefined, trainer: undefined };
+  // The rollout worker starts for the warm start's TrainRun (an SftRun has no rollouts).
+  const stack = useStackWorkers('sft', { start: ['main', 'trainer'] });
+  const { dir, artifacts } = stack;
   /** The SFT run of the first test and its last step's record, which the warm start's tests start from. */
   let sftId = '';
   let sftRecord: StepRecord | undefined;
-  let restoreStackWorkers: () => Promise<void> = async () => {};
-  let connection: Connection;
-  let client: Client;
-  const start = (which: keyof typeof workers) => {
-    const c = cmds[which]();
-    workers[which] = startProc(c[0], c[1], [...c[2]], c[3], dir);
-  };
-
-  beforeAll(async () => {
-    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
-    restoreStackWorkers = await takeOverStackWorkers();
-    connection = await Connection.connect({ address: '127.0.0.1:7233' });
-    client = new Client({ connection });
-    start('main');
-    start('trainer');
-  });
-
-  afterAll(async () => {
-    for (const p of Object.values(workers)) if (p) await killProc(p, 'SIGTERM');
-    await connection?.close();
-    await restoreStackWorkers();
-  });
-
-  async function waitFor(handle: WorkflowHandle<typeof SftRun> | WorkflowHandle<typeof TrainRun>, what: string, pred: (p: Progress) => boolean, timeoutMs = 600_000): Promise<Progress> {
-    const deadline = Date.now() + timeoutMs;
-    let last: Progress | undefined;
-    while (Date.now() < deadline) {
-      try {
-        last = await handle.query(progressQuery);
-        if (pred(last)) return last;
-      } catch { /* no worker right now */ }
-      await sleep(500);
-    }
-    throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
-  }
-
-  async function result(handle: WorkflowHandle<typeof SftRun>): Promise<TrainRunResult> {
-    for (;;) {
-      try {
-        return await handle.result();
-      } catch (err) {
-        if (err instanceof WorkflowFailedError) throw err;
-        await sleep(2000);
-      }
-    }
-  }
-
   test('demonstrations on real sandboxes, two SFT steps through a trainer kill -9, each applied once, the adapter served', async () => {
     // Demonstrations: the scripted solver on the first tasks of the training set, on real Docker sandboxes.
     const tasks = (await loadTasks(TASKS, { onInvalid: 'skip' })).tasks.slice(0, 4);
@@ -120,19 +70,19 @@ batch_size = 2
     const runId = `it-sft-${Date.now()}`;
     sftId = runId;
     const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
-    const handle = await client.workflow.start<typeof SftRun>('SftRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
+    const handle = await stack.client.workflow.start<typeof SftRun>('SftRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
 
     // Step 1, so the retried step must first load step 0's checkpoint on the new trainer.
-    await waitFor(handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
+    await waitForProgress(handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
     // Step 0's adapter is served by vLLM now (the run unloads its adapters when it ends).
     const models = await (await fetch(`${INFERENCE}/models`)).json() as { data: { id: string }[] };
     expect(models.data.map((m) => m.id)).toContain(adapterName(runId, 1));
     await sleep(1500);
-    await killProc(workers.trainer!, 'SIGKILL');
+    await stack.kill('trainer');
     await sleep(3000);
-    start('trainer');
+    stack.start('trainer');
 
-    const res = await result(handle);
+    const res = await runResult(handle);
     await recordHistory(handle, 'real-sftrun-trainer-killed');
     expect(res).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
     // Each step applied once (ledger and optimizer count), every artifact intact, the final version served by vLLM.
@@ -149,7 +99,7 @@ batch_size = 2
     // init_from = the run: its newest step (1).
     if (!sftRecord?.adapter) throw new Error('the SFT test above did not finish with an adapter at step 1');
     const origin = sftRecord;
-    start('rollout');
+    stack.start('rollout');
 
     // The TrainRun from it.
     const rlConfig = (from: string) => {
@@ -160,18 +110,18 @@ batch_size = 2
       return f;
     };
     const rlId = `it-warm-rl-${Date.now()}`;
-    const rl = await client.workflow.start<typeof TrainRun>('TrainRun', {
+    const rl = await stack.client.workflow.start<typeof TrainRun>('TrainRun', {
       taskQueue: 'ratchet', workflowId: rlId,
       args: [{ configPath: rlConfig(sftId), runId: rlId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } }],
     });
     // While step 0's rollouts run, vLLM serves version 0 from the SFT run's adapter directory.
-    await waitFor(rl, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
+    await waitForProgress(rl, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
     const served = await (await fetch(`${INFERENCE}/models`)).json() as { data: { id: string; root?: string }[] };
     const v0 = served.data.find((m) => m.id === adapterName(rlId, 0));
     expect(v0).toBeDefined();
     expect(path.resolve(v0!.root!)).toBe(path.resolve(fileURLToPath(origin.adapter!.uri)));
 
-    const res = await result(rl);
+    const res = await runResult(rl);
     await recordHistory(rl, 'real-trainrun-init-from');
     expect(res).toMatchObject({ stepsCompleted: 1, policyVersion: 1, stopped: 'completed' });
     // The new run's own ledger (step 0 only: its checkpoint's ledger.json), one optimizer step, every artifact intact, v1 served.
@@ -188,7 +138,7 @@ batch_size = 2
     // <run>/policy-v0), not the base model: every episode's trajectory names that model.
     const heldout = path.join(dir, 'eval-1.jsonl');
     writeTaskSubset(TASKS, 1, heldout);
-    const sweep = await client.workflow.execute('EvalSweep', { taskQueue: 'ratchet', workflowId: `${rlId}-eval-v0`, args: [{ runId: rlId, versions: [0], taskset: heldout, k: 1, maxConcurrent: 1 }] }) as EvalSweepResult;
+    const sweep = await stack.client.workflow.execute('EvalSweep', { taskQueue: 'ratchet', workflowId: `${rlId}-eval-v0`, args: [{ runId: rlId, versions: [0], taskset: heldout, k: 1, maxConcurrent: 1 }] }) as EvalSweepResult;
     expect(sweep.evaluated.map((e) => e.version)).toEqual([0]);
     const trajDir = path.join(artifacts, 'runs', rlId, 'evals', 'trajectories');
     const trajectories = (readdirSync(trajDir, { recursive: true }) as string[]).filter((f) => f.endsWith('.json') && !f.includes('.journal'));
@@ -200,7 +150,7 @@ batch_size = 2
     expect(sftId).not.toBe('');
     const f = path.join(dir, 'rl-bad.toml');
     writeFileSync(f, `[model]\ninit_from = "${sftId}@9"\n[trainer]\ndevice = "cpu"\n[[env]]\nid = "swe-grep"\n`);
-    const err = await client.workflow.execute('TrainRun', { taskQueue: 'ratchet', workflowId: `it-warm-bad-${Date.now()}`, args: [{ configPath: f }] }).catch((e: unknown) => e);
+    const err = await stack.client.workflow.execute('TrainRun', { taskQueue: 'ratchet', workflowId: `it-warm-bad-${Date.now()}`, args: [{ configPath: f }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(WorkflowFailedError);
     // The run fails with openRun's ConfigError: the activity failure's cause carries the message.
     const messages: string[] = [];

@@ -8,10 +8,8 @@
  * Slow on 2 CPUs (minutes).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, promises as fs } from 'node:fs';
-import * as os from 'node:os';
+import { existsSync, promises as fs } from 'node:fs';
 import * as path from 'node:path';
-import { Client, Connection } from '@temporalio/client';
 import { describeWithStack, REPO, STATE } from '../helpers/stack';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { replayRequest, runReplay } from '../../src/cli/replayStep';
@@ -23,33 +21,14 @@ import { EvalResult, type EvalSweepResult } from '../../src/contracts/eval';
 import { EVAL_PRIORITY } from '../../src/shared/fairness';
 import { writeTaskSubset } from '../../src/tasks/subset';
 import { DEFAULT_METRICS_PORTS } from '../../src/workers/telemetry';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from '../helpers/trainrunStack';
+import { checkInvariants, tinyConfig, useStackWorkers } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const HELDOUT_SOURCES = [path.join(STATE, 'tasks', 'heldout.jsonl'), path.join(REPO, 'taskgen', 'fixtures', 'sample_tasks.jsonl')];
 
 describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-trainrun-'));
-  const artifacts = path.join(dir, 'artifacts');
-  const procs: Proc[] = [];
-  let connection: Connection;
-  let client: Client;
-  let restoreStackWorkers: () => Promise<void> = async () => {};
-
-  beforeAll(async () => {
-    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
-    restoreStackWorkers = await takeOverStackWorkers();
-    connection = await Connection.connect({ address: '127.0.0.1:7233' });
-    client = new Client({ connection });
-    const cmds = workerCommands(artifacts);
-    for (const c of [cmds.main(), cmds.rollout(), cmds.trainer()]) procs.push(startProc(c[0], c[1], [...c[2]], c[3], dir));
-  });
-
-  afterAll(async () => {
-    for (const p of procs) await killProc(p, 'SIGTERM');
-    await connection?.close();
-    await restoreStackWorkers();
-  });
+  const stack = useStackWorkers('trainrun');
+  const { dir, artifacts } = stack;
 
   let finishedRun: string | undefined;
 
@@ -61,7 +40,7 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
     const config = await tinyConfig(dir);
     await fs.appendFile(config, `[eval]\nevery_steps = 1\ntaskset = "${heldout}"\nk = 1\nmax_concurrent = 2\n`);
     const runId = `it-trainrun-${Date.now()}`;
-    const handle = await startTrainRun(client, config, { runId });
+    const handle = await startTrainRun(stack.client, config, { runId });
     const result = await handle.result();
     expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
     const records = await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 2, inferenceUrl: INFERENCE });
@@ -72,7 +51,7 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
     for (const r of records) {
       const sweep = r.eval_sweep!;
       expect(sweep).toMatchObject({ policy_version: r.policy_version, taskset: heldout, k: 1, every_steps: 1 });
-      const h = client.workflow.getHandle(sweep.workflow_id);
+      const h = stack.client.workflow.getHandle(sweep.workflow_id);
       const res = await h.result() as EvalSweepResult;
       // Evaluated, or skipped only if something else evaluated the version on this task set first.
       expect([...res.evaluated.map((e) => e.version), ...res.skipped]).toEqual([r.policy_version]);
