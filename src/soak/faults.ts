@@ -148,6 +148,14 @@ async function restartTrainerWith(env: Record<string, string>): Promise<void> {
   if (started !== 'started') throw new Error('a trainer was already running again before the armed one could start: the incident was not armed');
 }
 
+/** Kinds that leave the stack's trainer started with an incident's environment. */
+export const ARMS_TRAINER: readonly FaultKind[] = ['trainer-untyped-error', 'slow-save'];
+
+/** The stack's trainer as the stack starts it: after a soak that armed one, whoever uses the stack next gets no injected fault. */
+export async function restorePlainTrainer(): Promise<void> {
+  await restartTrainerWith({});
+}
+
 /** The slow disk the trainer tests use (trainer/tests/slow_disk): reads of 64 KiB or more under `under` sleep first, until `untilS`. */
 export function slowDiskEnv(under: string, readS: number, untilS: number): Record<string, string> {
   return {

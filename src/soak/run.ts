@@ -17,7 +17,7 @@ import type { TrainRun } from '../workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../contracts';
 import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
 import type { Logger } from '../shared/logger';
-import { SLOW_SAVE_STALL_S, healPort, injectFault } from './faults';
+import { ARMS_TRAINER, SLOW_SAVE_STALL_S, healPort, injectFault, restorePlainTrainer } from './faults';
 import { releaseHistoriesDir, saveRunHistories } from './histories';
 import { checkRun, leftoverSandboxes, strayWorkers } from './invariants';
 import { readRunRecords } from '../records/runRecords';
@@ -254,6 +254,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     if (process.env.RATCHET_RECORD_HISTORIES === '1') await saveRunHistories(client, runId, releaseHistoriesDir(), prefix);
     return { runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, partitionS: opts.partitionS, replicaLoss: opts.replicaLoss, incidentS: opts.incidentS, wallS, baselineWallS, faults, violations };
   } finally {
+    if (plan.some((f) => ARMS_TRAINER.includes(f.kind))) {
+      await restorePlainTrainer().catch((err: unknown) => opts.logger.error({ err: String(err) }, 'could not restart the stack\'s trainer without the soak\'s injected faults: restart it (bin/ratchet down/up)'));
+    }
     for (const port of PARTITIONED_PORTS) await healPort(port).catch(() => undefined);
     if (opts.replicaLoss) await replica('stop').catch(() => undefined);
     await close();
