@@ -1,7 +1,8 @@
 /**
  * The S3 artifact store against a real MinIO (infra/minio.sh): round trips, the
- * sha256 check on read, directory artifacts, and the bad-input errors a run gets
- * before it starts (wrong bucket, refused credentials, unreachable endpoint).
+ * sha256 check on read, directory artifacts, retention's listing and deletes, and the
+ * bad-input errors a run gets before it starts (wrong bucket, refused credentials,
+ * unreachable endpoint).
  */
 import { mkdtempSync, promises as fs } from 'node:fs';
 import * as os from 'node:os';
@@ -14,11 +15,15 @@ import { checkStore, storeFor } from '../../src/artifacts/stores';
 import { createConfigActivities } from '../../src/activities/config';
 import { createMetricsActivities, readStepRecords } from '../../src/activities/metrics';
 import { StepRecord } from '../../src/contracts';
+import type { ArtifactRef } from '../../src/artifacts/ref';
+import { runKeys } from '../../src/artifacts/keys';
+import { applyRetention, listForRetention, planRetention, prunedCheckpoints } from '../../src/records/retention';
 import { readRunState } from '../../src/records/runRecords';
 import { componentLogger } from '../../src/shared/logger';
 import { MINIO, describeWithStack, useMinioCredentials } from '../helpers/stack';
 
 const prefix = `test-${process.pid}-${Date.now()}`;
+const lastSegment = (uri: string) => uri.split('/').pop()!;
 const settings = () => ({ url: `s3://${MINIO.bucket}/${prefix}`, endpoint: MINIO.endpoint });
 
 describeWithStack('S3 artifact store (real MinIO)', ['minio'], () => {
@@ -103,6 +108,47 @@ describeWithStack('S3 artifact store (real MinIO)', ['minio'], () => {
     expect((await readStepRecords(store, 'r2')).map((r) => r.step)).toEqual([0, 1]);
     expect(JSON.parse((await store.read('runs/r2/state.json'))!.toString()).nextStep).toBe(2);
   });
+
+  test('retention on a run in MinIO: sizes listed over pages, deletes in batches of 1000, and what must stay stays whole (issue 42)', async () => {
+    const runId = 'ret1';
+    const src = mkdtempSync(path.join(os.tmpdir(), 'ratchet-ckpt-'));
+    await fs.mkdir(path.join(src, 'adapter'));
+    await fs.writeFile(path.join(src, 'adapter', 'adapter_model.safetensors'), Buffer.alloc(3000, 1));
+    await fs.writeFile(path.join(src, 'optimizer.pt'), Buffer.alloc(5000, 2));
+    const records: StepRecord[] = [];
+    for (const step of [0, 1, 2]) {
+      const key = runKeys.checkpoint(runId, step, `${step}`.repeat(64));
+      const adapter = await store.putDir(`${key}/adapter`, path.join(src, 'adapter'));
+      const checkpoint = await store.putDir(key, src);
+      records.push(StepRecord.parse({ format: 'ratchet.step/v1', run_id: runId, step, time: `2026-01-01T00:0${step}:00.000Z`, mean_reward: 0, rollouts: 1, policy_version: step + 1, checkpoint, adapter }));
+    }
+    // Step 1's turn journal in 1,100 parts (more than one list page and one DeleteObjects batch), and its trajectory.
+    const journal = Array.from({ length: 1100 }, (_, t) => runKeys.rolloutJournalTurn(runId, 1, 'g0', 0, t, 'a1'));
+    for (let i = 0; i < journal.length; i += 50) await Promise.all(journal.slice(i, i + 50).map((k) => store.put(k, 'turn')));
+    await store.put(runKeys.trajectory(runId, 1, 'g0', 0, 'ab'.repeat(32)), 'trajectory');
+    const before = (await store.listSized(`runs/${runId}`)).map((o) => o.key);
+    expect(before.length).toBeGreaterThan(1100);
+    const state = { completedStep: 2, checkpoint: records[2]!.checkpoint as ArtifactRef };
+    const input = { runId, records, state, policy: { keep_last: 2, keep_every: 0, journals: true } };
+    const plan = planRetention({ ...input, keys: await listForRetention(store, runId) });
+    // Read off the listing, apart from the plan: step 0's checkpoint (older than the newest 2) and every journal part.
+    const step0 = lastSegment(records[0]!.checkpoint!.uri);
+    const expected = before.filter((k) => k.includes(`/checkpoints/${step0}/`) || k.includes('.journal/')).sort();
+    expect(expected.length).toBe(1100 + 4);  // the journal, and the checkpoint's optimizer, manifest, adapter file and adapter manifest
+    expect(plan.delete.map((d) => d.key).sort()).toEqual(expected);
+
+    const record = await applyRetention(store, { ...input, by: 'gc', time: '2026-01-01T01:00:00.000Z' }, plan);
+    expect(record.deleted.keys).toBe(expected.length);
+    const after = (await store.listSized(`runs/${runId}`)).map((o) => o.key);
+    expect(after.filter((k) => !before.includes(k)).map((k) => path.posix.dirname(k))).toEqual([`runs/${runId}/records/retention`]);
+    expect(after.filter((k) => before.includes(k))).toEqual(before.filter((k) => !expected.includes(k)));
+    // The newest two checkpoints and every adapter but step 0's download whole into a fresh cache; the trajectory stays.
+    const reader = new S3ArtifactStore(settings(), mkdtempSync(path.join(os.tmpdir(), 'ratchet-s3cache-ret-')));
+    for (const r of records.slice(1)) for (const ref of [r.checkpoint, r.adapter] as ArtifactRef[]) await reader.localDir(ref);
+    await expect(reader.localDir(records[0]!.checkpoint as ArtifactRef)).rejects.toThrow(ArtifactIntegrityError);
+    expect(after.some((k) => k.startsWith(`runs/${runId}/steps/1/rollouts/g0/0-`))).toBe(true);
+    expect([...(await prunedCheckpoints(store, runId))]).toEqual([records[0]!.checkpoint!.sha256]);
+  }, 120_000);
 
   test('preflight: a missing bucket is named with the fix', async () => {
     const bad = new S3ArtifactStore({ url: 's3://no-such-bucket-ratchet/x', endpoint: MINIO.endpoint }, cache);
