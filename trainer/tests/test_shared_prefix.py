@@ -7,7 +7,6 @@ import torch
 
 from ratchet_trainer.core import Trainer, load_batch
 from ratchet_trainer.core.batch import make_micro_batch, make_shared_micro_batch, plan_shared_micro_batches, shared_prefix_tree
-from ratchet_trainer.core import tree_attention
 from ratchet_trainer.core.config import ConfigError
 from ratchet_trainer.core.trainer import resolve_shared_prefix
 from helpers import make_cfg, on_policy_batch
@@ -81,32 +80,11 @@ def test_shared_row_gives_each_sample_its_own_logits(kind, tmp_path):
     trainer.model.eval()
     with torch.no_grad():
         mb = make_shared_micro_batch(batch, ids, trainer.device)
-        shared = trainer.model(**trainer._forward_args(mb)).logits[0]
+        shared = trainer.model(**Trainer._forward_args(mb)).logits[0]
         for i in ids:
             alone = make_micro_batch(batch, [i], trainer.device)
             ref = trainer.model(input_ids=alone.input_ids, position_ids=alone.position_ids).logits[0]
             torch.testing.assert_close(shared[torch.tensor(rows[i])], ref, rtol=1e-4, atol=1e-4)
-
-
-def test_tree_attention_equals_the_masked_row(tmp_path):
-    """The node-by-node attention (tree_attention.py) against SDPA under the row's own [L, L] mask:
-    output and the gradients of queries, keys and values."""
-    trainer = Trainer("run", make_cfg("tiny", seq_len=64))
-    assert trainer.tree_attention and trainer.model.config._attn_implementation == tree_attention.NAME
-    batch = load_batch(*on_policy_batch(trainer, tmp_path, episode_samples(trainer.vocab_size), 0))
-    mb = make_shared_micro_batch(batch, list(range(batch.num_samples)), trainer.device)
-    L = mb.input_ids.shape[1]
-    assert len(mb.tree) > 3 and mb.tree[0].start == 0 and mb.tree[-1].end == L
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 3, L, 8, generator=g, requires_grad=True) for _ in range(3))
-    w = torch.randn(1, 3, L, 8, generator=g)
-    got = tree_attention.tree_attention(q, k, v, mb.tree)
-    grads = torch.autograd.grad((got * w).sum(), (q, k, v))
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mb.attention_mask)
-    ref_grads = torch.autograd.grad((ref * w).sum(), (q, k, v))
-    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
-    for a, b in zip(grads, ref_grads):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("loss", [{"kind": "grpo", "normalization": "token"}, {"kind": "gspo"},

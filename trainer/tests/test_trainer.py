@@ -53,7 +53,7 @@ def test_packed_forward_keeps_samples_apart(kind, tmp_path):
     trainer.model.eval()
     with torch.no_grad():
         mb = make_packed_micro_batch(batch, list(range(batch.num_samples)), trainer.device)
-        packed = trainer.model(**trainer._forward_args(mb)).logits[0]
+        packed = trainer.model(**Trainer._forward_args(mb)).logits[0]
         off = batch.sample_offsets.tolist()
         for i in range(batch.num_samples):
             alone = make_micro_batch(batch, [i], trainer.device)

@@ -33,7 +33,6 @@ from safetensors.torch import load_file, save_file
 
 from .artifacts import ArtifactRef, path_to_uri, sha256_file, verify_file
 from .store import S3Store, read_file_ref
-from .tree_attention import TreeNode, tree_nodes
 
 BATCH_FORMAT = "ratchet.batch/v1"
 _TENSORS = {
@@ -126,8 +125,6 @@ class MicroBatch:
     # [B, L] each position's index into the batch's 1-D tensors (-1 on padding); set by the
     # shared-prefix layout, whose positions micro_batch_token_index cannot derive from the sample ids.
     token_index: torch.Tensor | None = None
-    # The shared-prefix row's nodes (tree_attention.py): its attention without the [L, L] mask.
-    tree: tuple[TreeNode, ...] | None = None
 
 
 def load_batch(batch_ref: ArtifactRef, manifest_ref: ArtifactRef, store: S3Store | None = None) -> Batch:
@@ -457,7 +454,6 @@ def make_shared_micro_batch(batch: Batch, sample_ids: list[int], device: torch.d
         inference_logprobs=take(batch.inference_logprobs, torch.float32),
         proximal_logprobs=take(batch.proximal_logprobs, torch.float32) if batch.proximal_logprobs is not None else None,
         token_index=idx[None],
-        tree=tree_nodes(rows, L),
     )
 
 

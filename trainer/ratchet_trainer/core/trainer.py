@@ -39,7 +39,6 @@ from .model import (build_model, check_kernel_support, chunked_head_supported, c
 from .parallelism import choose_parallelism
 from .precision import MasterWeights
 from .sharded_init import build_sharded_from_rank0, upcast_trainable
-from . import tree_attention
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +149,6 @@ class Trainer:
                 upcast_trainable(model)
             prepare(model)
         self.model = model
-        # A shared-prefix row's attention node by node on the CPU (tree_attention.py), not under its [L, L] mask.
-        self.tree_attention = self.shared_prefix and self.device.type == "cpu" and self.attn_implementation == "sdpa"
-        if self.tree_attention:
-            set_attn_implementation(self.model, tree_attention.register())
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # Logprobs from hidden states in chunks, unless the model post-processes its logits.
         self.logprob_chunk_tokens = cfg.logprob_chunk_tokens if chunked_head_supported(self.model) else 0
@@ -540,14 +535,13 @@ class Trainer:
             return make_packed_micro_batch(batch, sample_ids, self.device)
         return make_micro_batch(batch, sample_ids, self.device)
 
-    def _forward_args(self, mb: MicroBatch) -> dict[str, Any]:
+    @staticmethod
+    def _forward_args(mb: MicroBatch) -> dict[str, Any]:
         # Packed rows carry no attention mask: transformers reads the restarting
         # position ids as sample boundaries (block-diagonal causal mask / varlen).
         kw: dict[str, Any] = dict(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
         if mb.attention_mask is not None:
             kw["attention_mask"] = mb.attention_mask
-        if mb.tree is not None and self.tree_attention:
-            kw["tree_nodes"] = mb.tree  # reaches the attention through the model's kwargs
         return kw
 
     def _policy_output(self, model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor | HeadInput:
