@@ -6,7 +6,7 @@ import type { StoreSettings } from '../artifacts/settings';
 import { storeSettings } from '../config/storeSettings';
 import { checkStore, storeFor, storeForRef, withStoreErrors } from '../artifacts/stores';
 import { ConfigError, loadRunConfig } from '../config/load';
-import { type ArtifactsConfig, RunConfig } from '../config/schema';
+import { type ArtifactsConfig, type RunConfig, storedRunConfig } from '../config/schema';
 import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
 import { type FetchLike, logprobsModeProblem, probeLogprobsMode, processedLogprobsReason } from '../check/logprobsMode';
 import { resolveConfigPath } from '../shared/paths';
@@ -77,7 +77,7 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
         if (config) await checkStore(runStore);
         const state = await readState(runStore, input.runId);
         if (state) {
-          const stored = RunConfig.parse(await runStore.getJson(state.configRef));
+          const stored = storedRunConfig(await runStore.getJson(state.configRef));
           await checkInferenceLogprobs(input.runId, stored);
           logger.info({ runId: input.runId, completedStep: state.completedStep, store: runStore.url }, 'resuming run from its last completed step');
           return { loaded: { runId: input.runId, config: stored, configRef: state.configRef, configSha256: state.configSha256 }, resume: pickResume({ ...state, artifacts: settings }) };
@@ -108,7 +108,7 @@ export function createConfigActivities({ store, logger, inferenceFetch }: Config
 
     /** After continue-as-new: the stored config, verified against its recorded hash, from the run's store. */
     async readConfig(ref: ArtifactRef, artifacts?: StoreSettings): Promise<RunConfig> {
-      return withStoreErrors(async () => RunConfig.parse(await storeForRef(ref, artifacts, store).getJson(ref)));
+      return withStoreErrors(async () => storedRunConfig(await storeForRef(ref, artifacts, store).getJson(ref)));
     },
   } satisfies ConfigActivities;
 }

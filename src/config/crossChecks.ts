@@ -10,7 +10,7 @@ import { fanoutIssues } from './fanoutChecks';
 import type { ConfigIssue } from './issue';
 export type { ConfigIssue };
 
-/** The rollout activity's start-to-close timeout (src/workflows/stepRollouts.ts): an episode must fit in it. */
+/** How long a whole rollout may take: an episode must fit in it. */
 export const ROLLOUT_TIMEOUT_S = 30 * 60;
 
 export function crossCheck(c: RunConfig): ConfigIssue[] {

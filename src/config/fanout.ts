@@ -5,7 +5,7 @@
  * code imports it. What crosses history between StepRollouts, its shards and the worker is in
  * src/contracts/chunks.ts.
  */
-/** orchestrator.rollouts_per_chunk: the default, and its bounds (0 = one activity per rollout, the pre-0.6 path). */
+/** orchestrator.rollouts_per_chunk: the default, and its bounds. */
 export const ROLLOUTS_PER_CHUNK = { default: 16, min: 1, max: 64 } as const;
 /**
  * orchestrator.chunks_per_shard: the default, and its bounds. Unset (0.7): at least `default` (64) chunks a
@@ -53,7 +53,7 @@ export interface FanoutPlan {
 
 /** How a step of `total` rollouts is cut; the same plan in the workflow, in `ratchet check` and in the bench. */
 export function fanoutPlan(total: number, o: { rollouts_per_chunk?: number; chunks_per_shard?: number; max_concurrent_rollouts: number }): FanoutPlan {
-  const perChunk = o.rollouts_per_chunk || ROLLOUTS_PER_CHUNK.default;
+  const perChunk = o.rollouts_per_chunk ?? ROLLOUTS_PER_CHUNK.default;
   const chunks = Math.ceil(total / perChunk);
   // Unset: shards of 64 chunks, at most AUTO_SHARDS of them (above). Configs before 0.7 always
   // carry a number (the schema's default then), so a step started then plans as it did.

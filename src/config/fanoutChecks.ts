@@ -16,17 +16,6 @@ export function fanoutIssues(c: RunConfig): ConfigIssue[] {
   const issues: ConfigIssue[] = [];
   const events = TEMPORAL_LIMITS.historyEventsWarn;
 
-  if (o.rollouts_per_chunk === 0) {
-    // The pre-0.6 per-rollout fan-out is retired for new runs (issue 44). Stored configs of runs started on 0.6 and
-    // 0.7 still parse with it (RunConfig), so those runs go on after an in-place upgrade (docs/upgrades.md).
-    issues.push({
-      key: 'orchestrator.rollouts_per_chunk',
-      message: '0 (one activity per rollout, tasks inline) is the pre-0.6 fan-out, retired for new runs in 0.8. ' +
-        'Fix: remove the key (default 16) or set 1-64: rollouts run in chunks over shards, the tasks in the step manifest',
-    });
-    return issues;
-  }
-
   const plan = fanoutPlan(total, o);
   if (plan.shards > MAX_SHARDS) {
     issues.push({

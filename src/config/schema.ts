@@ -216,17 +216,19 @@ const OrchestratorConfig = z.object({
   /** How many policy versions a rollout may lag the trainer (prime-rl's async_level). */
   async_level: z.number().int().min(0).max(8).default(0),
   /**
-   * In-flight rollouts at once. Per-rollout activities (rollouts_per_chunk = 0): at most 1,000, far below
-   * Temporal's 2,000 pending activities; in chunks, spread over the shards (ratchet check bounds each),
-   * in whole chunks, and a chunk runs at most this many of its rollouts at once.
+   * In-flight rollouts at once, spread over the shards (ratchet check bounds each), in whole chunks;
+   * a chunk runs at most this many of its rollouts at once.
    */
   max_concurrent_rollouts: z.number().int().positive().max(65_536).default(8),
   /**
    * Rollouts one activity runs at once (src/activities/rolloutChunk.ts): its input is a reference to the step
    * manifest and a range, each finished rollout is stored at once, and a retry runs only what is missing.
-   * 0: one activity per rollout, tasks inline (the pre-0.6 path; small steps only).
+   * 0 was the pre-0.6 per-rollout fan-out, removed in 0.8 (docs/upgrades.md).
    */
-  rollouts_per_chunk: z.union([z.literal(0), z.number().int().min(ROLLOUTS_PER_CHUNK.min).max(ROLLOUTS_PER_CHUNK.max)]).default(ROLLOUTS_PER_CHUNK.default),
+  rollouts_per_chunk: z.number().int().min(ROLLOUTS_PER_CHUNK.min, {
+    message: `must be ${ROLLOUTS_PER_CHUNK.min}-${ROLLOUTS_PER_CHUNK.max}; 0 (one activity per rollout, tasks inline) was the pre-0.6 fan-out, ` +
+      `removed in 0.8. Fix: remove the key (default ${ROLLOUTS_PER_CHUNK.default}) or set ${ROLLOUTS_PER_CHUNK.min}-${ROLLOUTS_PER_CHUNK.max}`,
+  }).max(ROLLOUTS_PER_CHUNK.max).default(ROLLOUTS_PER_CHUNK.default),
   /**
    * Chunks one shard child of StepRollouts runs (a step of more chunks is spread over shards; a shard continues as new as it grows).
    * Unset: 64, and more once a step would need over 16 shards (src/config/fanout.ts).
@@ -533,6 +535,19 @@ export function crossFieldIssues(c: z.infer<typeof RunConfig>): { path: string[]
 }
 
 export type RunConfig = z.infer<typeof RunConfig>;
+
+/**
+ * A config a run stored in its store, parsed. A run started on 0.6 or 0.7 with rollouts_per_chunk = 0 (the
+ * per-rollout fan-out, removed in 0.8) reads it as the default: restarted, or continued as new on this build,
+ * it runs its steps in chunks (docs/upgrades.md, "The per-rollout fan-out").
+ */
+export function storedRunConfig(raw: unknown): RunConfig {
+  const o = (raw as { orchestrator?: Record<string, unknown> } | undefined)?.orchestrator;
+  if (o?.rollouts_per_chunk !== 0) return RunConfig.parse(raw);
+  const orchestrator = { ...o };
+  delete orchestrator.rollouts_per_chunk;
+  return RunConfig.parse({ ...(raw as object), orchestrator });
+}
 export type EnvConfig = z.infer<typeof EnvConfig>;
 export type SandboxConfig = z.infer<typeof SandboxConfig>;
 export type TrainerConfig = z.infer<typeof TrainerConfig>;

@@ -7,7 +7,6 @@
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
-import type { RolloutSummary } from './trajectory';
 import type { LivenessWindows } from '../shared/liveness';
 import type { OutageWaitLimits } from './outage';
 
@@ -67,7 +66,7 @@ export interface StepRolloutsInput {
   /** Served for policyVersion (to reload it into a replica that restarted). */
   adapter?: ArtifactRef;
   keepFromVersion: number;
-  /** The step's tasks inline (rollouts_per_chunk = 0, and histories from before v0.6-step-chunks); empty when `manifest` is set. */
+  /** Always empty: the tasks are in `manifest` (they were inline in the removed per-rollout fan-out). */
   tasks: SampledTask[];
   /** The step manifest (src/contracts/manifest.ts): tasks and settings by reference, run in chunks (v0.6-step-chunks). */
   manifest?: ArtifactRef;
@@ -96,9 +95,9 @@ export interface StepRolloutsInput {
  */
 export const SUMMARIES_PER_PART = 1000;
 
-/** StepRollouts returns its summaries as one artifact ref (new), or inline (histories from before the summaries-by-ref patch). */
+/** StepRollouts' summaries, as one artifact ref. */
 /** `events`: the history events of StepRollouts and its shards (the cost ledger's temporal_child_events); absent before it. */
-export type StepRolloutsResult = RolloutSummary[] | { summaries: ArtifactRef; count: number; events?: number };
+export type StepRolloutsResult = { summaries: ArtifactRef; count: number; events?: number };
 
 /** Sent by a step's rollout child to its parent, by workflow id, as groups finish (signal `rolloutProgress`). */
 export interface RolloutProgressSignal {

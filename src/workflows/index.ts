@@ -5,6 +5,6 @@ export { StepRollouts } from './stepRollouts';
 export { EvalSweep } from './evalSweep';
 export { OutageWait } from './outageWait';
 export { InferenceWait } from './inferenceWait';
-export { RolloutShard } from './stepChunks';
+export { RolloutShard } from './rolloutShard';
 export { RolloutWorkersWait } from './rolloutWorkersWait';
 export { ReleaseRun } from './releaseRun';

@@ -36,5 +36,5 @@ export const SA = {
   status: defineSearchAttributeKey('RatchetStatus', SearchAttributeType.KEYWORD),
 } as const;
 
-/** Sent by a RolloutShard to its StepRollouts, by workflow id: its done count and waits (stepChunks.ts). */
+/** Sent by a RolloutShard to its StepRollouts, by workflow id: its done count and waits (rolloutShard.ts). */
 export const shardStatusSignal = defineSignal<[ShardStatusSignal]>('shardStatus');

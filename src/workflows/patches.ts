@@ -38,20 +38,6 @@ export const PATCHES = {
    */
   replicaQuorum: 'v0.6-replica-quorum',
   /**
-   * With several inference replicas, StepRollouts names them all in each rollout's input (inferenceBaseUrls):
-   * the rollout worker moves an episode whose replica is down to a live one serving the same version.
-   */
-  rolloutReplicaPool: 'v0.6-rollout-replica-pool',
-  /**
-   * A step's fan-out at scale (issue 24): TrainRun writes the step manifest (tasks and rollout settings,
-   * by reference) with writeStepManifest instead of sampleTasks' inline tasks, and StepRollouts runs the
-   * rollouts in chunks (rolloutChunk, orchestrator.rollouts_per_chunk) spread over RolloutShard children
-   * (src/workflows/stepChunks.ts). Not taken with rollouts_per_chunk = 0.
-   */
-  stepManifest: 'v0.6-step-manifest',
-  /** StepRollouts given a manifest runs it in chunks and shards (src/workflows/stepChunks.ts). */
-  stepChunks: 'v0.6-step-chunks',
-  /**
    * [model] init_from (a warm start): the run's version 0 is the origin run's adapter, not the base model.
    * trainer.load gets it as its initial adapter wherever the run has no checkpoint of its own, version 0 is
    * served as `<run>/policy-v0` before the first rollout, and kept while rollouts may use it. Checked only
@@ -145,10 +131,16 @@ export const PATCHES = {
 } as const;
 
 /**
- * Patches of releases before the support window (0.5 and older; `step-rollouts-summaries-by-ref`
- * shipped in 0.5 without a version in its id). Their old branches are gone: workflow code calls
- * `deprecatePatch(id)` where it called `patched(id)`, so histories recorded with or without the
- * marker replay. Removed with their calls in 0.9.
+ * Patches whose old branches are gone: workflow code calls `deprecatePatch(id)` where it
+ * called `patched(id)`, so histories recorded with or without the marker replay. Removed
+ * with their calls in 0.9. Those of releases before the support window (0.5 and older;
+ * `step-rollouts-summaries-by-ref` shipped in 0.5 without a version in its id), and the
+ * three 0.6 patches whose old branch was the pre-0.6 per-rollout fan-out, which no shipped
+ * 0.6 or 0.7 config took (docs/upgrades.md, "The per-rollout fan-out").
+ *
+ * Gone with the per-rollout window itself (no call left; ids not to be reused):
+ * v0.4-disk-wait-status-held, v0.5-rollout-store-wait, v0.5-step-inference-wait,
+ * v0.5-rollout-workers-watch, step-rollouts-summaries-by-ref, v0.5-step-summaries-store-wait.
  */
 export const DEPRECATED_PATCHES = {
   /** A trainer whose lease another run took (TrainerNotLoaded/TrainerBusy) is replaced like a dead one. */
@@ -165,44 +157,27 @@ export const DEPRECATED_PATCHES = {
   inferenceWaitContinueAsNew: 'v0.2-inference-wait-continue-as-new',
   /** A pause survives continue-as-new. */
   pauseCarried: 'v0.2-pause-carried',
-  /** StepRollouts returns its summaries as one artifact ref instead of inline (src/workflows/stepRollouts.ts). */
-  summariesByRef: 'step-rollouts-summaries-by-ref',
   /** StoreUnavailable: the run waits (waiting-for-store) and calls again, instead of failing. */
   storeWait: 'v0.3-store-wait',
   /** DiskFull: the run waits (waiting-for-disk) and calls again, instead of failing. */
   diskWait: 'v0.4-disk-wait',
-  /** A rollout's disk wait shows waiting-for-disk from its first DiskFull to its first try that ends otherwise (no flapping between tries). */
-  diskWaitHeld: 'v0.4-disk-wait-status-held',
   /** A store/disk wait that outlasts a few tries hands the call to an OutageWait child that continues as new. */
   outageHandoff: 'v0.4-outage-handoff',
-  /**
-   * StepRollouts' storeRolloutSummaries waits out StoreUnavailable / DiskFull (the parent shows
-   * waiting-for-store / waiting-for-disk) and hands a long wait to OutageWait, instead of failing the step.
-   */
-  stepSummariesStoreWait: 'v0.5-step-summaries-store-wait',
-  /**
-   * A rollout that fails with StoreUnavailable (its trajectory write, its config read) waits like a
-   * full disk: waiting-for-store, no round or attempt used, handed to OutageWait when long.
-   */
-  rolloutStoreWait: 'v0.5-rollout-store-wait',
-  /**
-   * StepRollouts' inference wait: one shared wait for every lane (not one per lane); a schedule-to-start
-   * timeout on an inference host's queue is inference down (not a failed run); after a few tries the wait
-   * moves to an InferenceWait child that continues as new, so this history stays bounded.
-   */
-  stepInferenceWait: 'v0.5-step-inference-wait',
-  /**
-   * StepRollouts' rollout-worker watchdog: with no rollout finished for a while, an activity asks Temporal
-   * whether any rollout is running or any rollout worker polls; if none, the run shows
-   * waiting-for-rollout-workers until one does. Adds a timer per watch period (and the check when idle).
-   */
-  rolloutWorkersWatch: 'v0.5-rollout-workers-watch',
   /** EvalSweep syncs adapters on each inference host's own queue (inference.sync_task_queues), as TrainRun does. */
   evalSyncHosts: 'v0.3-eval-sync-hosts',
   /** TrainRun records its [artifacts] settings in its memo, so `ratchet eval` finds the run's store. */
   artifactsMemo: 'v0.3-artifacts-memo',
   /** A step whose batch kills (or hangs) its trainer twice in trainer.step is recorded as TrainerKilled and skipped. */
   trainerKilledStepFault: 'v0.5-trainer-killed-step-fault',
+  /**
+   * A step's fan-out at scale (issue 24): TrainRun writes the step manifest (tasks and rollout settings,
+   * by reference) with writeStepManifest instead of sampleTasks' inline tasks.
+   */
+  stepManifest: 'v0.6-step-manifest',
+  /** StepRollouts runs the manifest in chunks and shards (src/workflows/stepRollouts.ts, rolloutShard.ts). */
+  stepChunks: 'v0.6-step-chunks',
+  /** Each per-rollout activity named every inference replica (inferenceBaseUrls); chunks always have. */
+  rolloutReplicaPool: 'v0.6-rollout-replica-pool',
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its

@@ -47,19 +47,6 @@ const CHUNK_OPTIONS: ActivityOptions = {
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 };
 
-const ROLLOUT_OPTIONS: ActivityOptions = {
-  taskQueue: ROLLOUT_TASK_QUEUE,
-  startToCloseTimeout: '30 minutes',
-  // Rollouts heartbeat every ~10 s and stop when stalled (src/activities/liveness.ts): a dead or hung attempt is noticed in a minute.
-  heartbeatTimeout: '1 minute',
-  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
-};
-
-/** One rollout each: StepRollouts' pre-0.6 per-rollout window (rollouts_per_chunk 0), at the run's training priority. */
-export function rolloutOptions(runId: string, fairnessWeight: number | undefined): ActivityOptions {
-  return { ...ROLLOUT_OPTIONS, priority: trainingPriority(runId, fairnessWeight) };
-}
-
 /** A step's rollout chunks (StepRollouts, RolloutShard), at the run's training priority and fairness weight. */
 export function chunkOptions(runId: string, fairnessWeight: number): ActivityOptions {
   return { ...CHUNK_OPTIONS, priority: trainingPriority(runId, fairnessWeight) };

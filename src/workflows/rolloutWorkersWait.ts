@@ -1,5 +1,5 @@
 /**
- * RolloutWorkersWait: the long tail of the rollout-worker watchdog (stepChunks.ts), in its own
+ * RolloutWorkersWait: the long tail of the rollout-worker watchdog (rolloutShard.ts), in its own
  * workflow that continues as new. Workflow code.
  *
  * With no rollout worker polling, the watchdog asks Temporal every tick whether one came back:

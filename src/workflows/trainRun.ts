@@ -38,7 +38,6 @@ import { adapterName } from '../shared/adapters';
 import { syncQuorum } from '../shared/replicas';
 import { forActivity, livenessOf } from '../shared/liveness';
 import type { RunConfig } from '../config/schema';
-import type { RolloutSummary } from '../contracts/trajectory';
 import { CONTINUE_AS_NEW, syncUntilServed } from './weightSync';
 import { handOffInferenceWait } from './inferenceWait';
 
@@ -48,7 +47,6 @@ import { DEPRECATED_PATCHES, PATCHES } from './patches';
 import { light } from './proxies';
 import { mergeOverrides } from './runControl';
 import { openRunPrologue } from './runPrologue';
-import { rolloutStats } from '../rollouts/stats';
 import { StepRollouts } from './stepRollouts';
 import { runStateAfter, stepRecord } from './stepRecord';
 import { stepLineage } from './lineage';
@@ -73,11 +71,10 @@ async function cancelPending(pending: PendingRollouts): Promise<void> {
 interface PendingRollouts {
   step: number;
   policyVersion: number;
-  /** Tasks in the step (their rows are in the step manifest, or were inline before v0.6-step-manifest). */
+  /** Tasks in the step (their rows are in the step manifest). */
   tasks: number;
-  /** The step manifest (tasks by reference), where the step has one; else the tasks themselves (inline). */
-  manifest?: ArtifactRef;
-  inlineTasks?: StepRolloutsInput['tasks'];
+  /** The step manifest (tasks by reference). */
+  manifest: ArtifactRef;
   /** Each env's task file as the sampling activity read it (its answer: absent from older workers). */
   taskFiles?: TaskFileDigest[];
   handle: ChildWorkflowHandle<typeof StepRollouts>;
@@ -200,13 +197,13 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
    * masked...) is not sent to the trainer: it is recorded with the builder's
    * cause as an error, the policy stays where it is, and the run goes on.
    */
-  async function buildBatchOrSkip(s: number, rollouts: RolloutSummary[] | undefined, summaries: ArtifactRef | undefined) {
+  async function buildBatchOrSkip(s: number, summaries: ArtifactRef) {
     try {
       const built = await patient.buildBatch({
         runId, step: s, trainerPolicyVersion: run.policyVersion, orchestrator: orchNow(), modelPath: config.model.path, artifacts,
         // An input field only (no new command): replays of older histories are unaffected.
         loss: { kind: config.trainer.loss.kind, normalization: config.trainer.loss.normalization },
-        ...(summaries ? { summaries } : { trajectories: rollouts }),
+        summaries,
       });
       return { built, emptyBatch: undefined };
     } catch (err) {
@@ -227,7 +224,6 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       ...(epoch && patched(PATCHES.epochGroupIds) ? { epoch } : {}),
       ...(taskPool ? { taskPool, poolFloor: orch.pass_rate_pool.floor, ...(artifacts ? { artifacts } : {}) } : {}),
     };
-    const envs = config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight }));
     const policyVersion = run.policyVersion;
     const common = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter: servedAdapter(), keepFromVersion: keepFrom(),
@@ -237,33 +233,21 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
       ...(input.shardEventsBeforeContinue !== undefined ? { shardEventsBeforeContinue: input.shardEventsBeforeContinue } : {}),
     };
-    let childInput: StepRolloutsInput;
-    let taskCount: number;
-    let taskFiles: TaskFileDigest[] | undefined;
-    // Tasks by reference: the step manifest, written once, and rollouts in chunks (issue 24). A stored
-    // config from before rollouts_per_chunk gets its default (16) on parsing; 0 keeps the inline path.
-    if ((orch.rollouts_per_chunk ?? 16) > 0 && patched(PATCHES.stepManifest)) {
-      const written = await patient.writeStepManifest({
-        runId, step: s, seed, batchSize, taskSetDir, policyVersion, modelName: modelFor(policyVersion), ...sampling,
-        rolloutsPerExample: orch.rollouts_per_example, sampling: config.sampling,
-        envs: config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight, args: e.args, rubric: e.rubric })),
-        sandbox: config.sandbox, inferenceBaseUrls: config.inference.base_urls, liveness: forActivity(windows, 'rollout'),
-        ...(artifacts ? { artifacts } : {}),
-        // An activity's input is not part of replay's check (only its type and id), so older histories replay.
-        maxConcurrentRollouts: orch.max_concurrent_rollouts,
-      });
-      taskSetDir = written.taskSetDir;
-      taskCount = written.tasks;
-      taskFiles = written.files;
-      childInput = { ...common, tasks: [], manifest: written.manifest, taskCount, taskSetDir };
-    } else {
-      const sampled = await light.sampleTasks({ runId, step: s, seed, batchSize, taskSetDir, envs, ...sampling });
-      taskSetDir = sampled.taskSetDir;
-      taskCount = sampled.tasks.length;
-      taskFiles = sampled.files;
-      childInput = { ...common, tasks: sampled.tasks, taskSetDir };
-    }
-    const tasks = taskCount;
+    // Tasks by reference: the step manifest, written once, and rollouts in chunks (issue 24). The inline
+    // sampleTasks path (rollouts_per_chunk = 0) is gone (docs/upgrades.md, "The per-rollout fan-out").
+    deprecatePatch(DEPRECATED_PATCHES.stepManifest);
+    const written = await patient.writeStepManifest({
+      runId, step: s, seed, batchSize, taskSetDir, policyVersion, modelName: modelFor(policyVersion), ...sampling,
+      rolloutsPerExample: orch.rollouts_per_example, sampling: config.sampling,
+      envs: config.env.map((e) => ({ id: e.id, dataset: e.dataset, weight: e.weight, args: e.args, rubric: e.rubric })),
+      sandbox: config.sandbox, inferenceBaseUrls: config.inference.base_urls, liveness: forActivity(windows, 'rollout'),
+      ...(artifacts ? { artifacts } : {}),
+      // An activity's input is not part of replay's check (only its type and id), so older histories replay.
+      maxConcurrentRollouts: orch.max_concurrent_rollouts,
+    });
+    taskSetDir = written.taskSetDir;
+    const tasks = written.tasks;
+    const childInput: StepRolloutsInput = { ...common, tasks: [], manifest: written.manifest, taskCount: tasks, taskSetDir };
     run.rolloutCounts.set(s, { done: 0, total: tasks * orch.rollouts_per_example });
     const scope = new CancellationScope();
     const handle = await scope.run(() => startChild(StepRollouts, {
@@ -272,7 +256,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       taskQueue: info.taskQueue,
       priority: trainingPriority(runId, orch.fairness_weight),
     }));
-    return { step: s, policyVersion, tasks, ...(childInput.manifest ? { manifest: childInput.manifest } : { inlineTasks: childInput.tasks }), ...(taskFiles ? { taskFiles } : {}), handle, scope, startedAt: Date.now() };
+    return { step: s, policyVersion, tasks, manifest: written.manifest, ...(written.files ? { taskFiles: written.files } : {}), handle, scope, startedAt: Date.now() };
   }
 
   /**
@@ -293,8 +277,6 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       run.phase = 'rollouts';
       run.publish();
       const res: StepRolloutsResult = await more.handle.result();
-      // A new StepRollouts always returns its summaries by reference (the summaries-by-ref patch predates this one).
-      if (Array.isArray(res)) throw ApplicationFailure.nonRetryable('a refill round returned its summaries inline; expected a reference', 'InvalidRolloutResult');
       refs.push(res.summaries);
       versions.push(more.policyVersion);
       childEvents += res.events ?? 0;
@@ -347,16 +329,14 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       run.prefetchedStep = undefined;
       run.phase = 'rollouts';
       run.publish();
-      // Inline summaries (histories from before the summaries-by-ref patch) or one artifact ref.
       const childResult: StepRolloutsResult = await current.handle.result();
-      const rollouts = Array.isArray(childResult) ? childResult : undefined;
-      let summaries = Array.isArray(childResult) ? undefined : childResult.summaries;
+      let summaries = childResult.summaries;
       // Difficulty filtering: the batch is the informative groups of every round; the statistics are over all of them.
-      const filtered = summaries && orch.difficulty_filter?.enabled && patched(PATCHES.difficultyFilter)
+      const filtered = orch.difficulty_filter?.enabled && patched(PATCHES.difficultyFilter)
         ? await refillUntilInformative(step, current, summaries) : undefined;
       if (filtered) summaries = filtered.all;
       // Pass-rate pools: this step's rollouts (every round) counted before the next step samples.
-      const pool = pools && summaries ? await patient.updateTaskPool({
+      const pool = pools ? await patient.updateTaskPool({
         runId, step, ...(taskPool ? { previous: taskPool } : {}), summaries, passReward: orch.pass_rate_pool.pass_reward, ...(artifacts ? { artifacts } : {}),
       }) : undefined;
       if (pool) taskPool = pool.pool;
@@ -368,7 +348,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         ? { built: undefined, emptyBatch: `step ${step} of run ${runId}: no group of its ${filtered.refill.rounds.length} round(s) had rewards that differ, so every advantage is 0 ` +
             'and there is nothing to train on. Fix: raise orchestrator.difficulty_filter.max_refill_rounds, sample easier or harder tasks ' +
             '(orchestrator.pass_rate_pool), or check the rubric' }
-        : await buildBatchOrSkip(step, rollouts, filtered ? filtered.kept : summaries);
+        : await buildBatchOrSkip(step, filtered ? filtered.kept : summaries);
       const tBatch = Date.now();
 
       // Overlap: the next step's rollouts run on the current policy while this step trains.
@@ -442,12 +422,10 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         ? plannedSweep(runId, step, run.policyVersion, every, config, epoch) : undefined;
 
       run.phase = 'metrics';
-      const stats = rollouts
-        ? { ...rolloutStats(rollouts, versionBefore, orch.limit_ended), rollouts: rollouts.length }
-        : await patient.rolloutStatsOf({ summaries: summaries!, trainerPolicyVersion: versionBefore, artifacts, limitEnded: orch.limit_ended });
+      const stats = await patient.rolloutStatsOf({ summaries, trainerPolicyVersion: versionBefore, artifacts, limitEnded: orch.limit_ended });
       const record = stepRecord({
         lineage: stepLineage({
-          build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.inlineTasks ?? current.tasks, ...(current.manifest ? { stepManifest: current.manifest } : {}), versionBefore,
+          build: buildOf(), config, configSha256: loaded.configSha256, seed, step, taskSetDir, tasks: current.tasks, stepManifest: current.manifest, versionBefore,
           stalenessHistogram: stats.stalenessHistogram, batch: built, parentCheckpoint, checkpoint, adapter, trained: !!trained,
           learningRate: run.overrides.learning_rate, taskFiles: current.taskFiles, trainerCode: trained?.saved.code, ...(init ? { initFrom: init } : {}),
           sandboxImageDigests: stats.sandboxImageDigests, envModules: stats.envModules,
@@ -456,7 +434,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
         runId, step, versionBefore, policyVersion: run.policyVersion, samplingPolicyVersion: current.policyVersion, stats, built, trained, synced, error, checkpoint, adapter,
         times: { start: t0, rolloutsStarted: current.startedAt, rollouts: tRollouts, batch: tBatch, train: tTrain, sync: tSync }, epoch,
         temporalEvents: workflowInfo().historyLength - events0, runCostBefore: run.cost,
-        ...(!Array.isArray(childResult) && childResult.events !== undefined ? { temporalChildEvents: childResult.events + (filtered?.childEvents ?? 0) } : {}),
+        ...(childResult.events !== undefined ? { temporalChildEvents: childResult.events + (filtered?.childEvents ?? 0) } : {}),
         ...(filtered ? { refill: filtered.refill } : {}),
         ...(pool ? { taskPool: pool } : {}),
         ...(sweep ? { evalSweep: sweep } : {}),

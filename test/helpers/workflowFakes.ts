@@ -135,8 +135,7 @@ export function makeFakes(opts: FakeOptions = {}) {
   const now = () => Date.now();
   const config = RunConfig.parse({
     name: 'fake',
-    // rollouts_per_chunk unset (16): the step manifest and chunks, as every shipped config runs. The suites that pin the
-    // pre-0.6 per-rollout path (docs/upgrades.md, "The per-rollout fan-out") set rollouts_per_chunk: 0.
+    // rollouts_per_chunk unset (16): the step manifest and chunks, as every shipped config runs.
     orchestrator: { batch_size: 2, rollouts_per_example: 3, max_steps: 3, async_level: 0, max_concurrent_rollouts: 4, ...opts.orchestrator },
     env: [{ id: 'swe-grep' }],
     ...(opts.sft ? { sft: { data: ['demos.jsonl'], batch_size: 4, ...opts.sft } } : {}),

@@ -1,6 +1,6 @@
 import { ConfigError, parseRunConfig } from '../../src/config/load';
 import { toTrainerConfig } from '../../src/workflows/trainerConfig';
-import { RunConfig } from '../../src/config/schema';
+import { RunConfig, storedRunConfig } from '../../src/config/schema';
 
 describe('run config', () => {
   test('a minimal config gets every default', () => {
@@ -91,11 +91,13 @@ describe('[artifacts]: the run chooses its store', () => {
 
 test('a step with more rollouts than StepRollouts can hold is refused with the numbers and the fix', () => {
   const env = '[[env]]\nid = "swe-grep"\n';
-  // The per-rollout fan-out (rollouts_per_chunk = 0) is refused for new runs, naming the key and the fix.
+  // The per-rollout fan-out (rollouts_per_chunk = 0) was removed: 0 is invalid, naming the key and the fix.
   expect(() => parseRunConfig(`${env}[orchestrator]\nrollouts_per_chunk = 0\nbatch_size = 2\n`, 'x.toml'))
-    .toThrow(/x.toml: orchestrator.rollouts_per_chunk: 0 \(one activity per rollout, tasks inline\) is the pre-0.6 fan-out, retired for new runs.*Fix: remove the key/);
-  // A stored config of a run started on 0.6 or 0.7 still parses with it (that run goes on after an in-place upgrade).
-  expect(RunConfig.parse({ env: [{ id: 'swe-grep' }], orchestrator: { rollouts_per_chunk: 0 } }).orchestrator.rollouts_per_chunk).toBe(0);
+    .toThrow(/x.toml: orchestrator.rollouts_per_chunk: must be 1-64; 0 \(one activity per rollout, tasks inline\) was the pre-0.6 fan-out, removed in 0.8.*Fix: remove the key/);
+  expect(() => RunConfig.parse({ env: [{ id: 'swe-grep' }], orchestrator: { rollouts_per_chunk: 0 } })).toThrow(/removed in 0.8/);
+  // A config a 0.6/0.7 run stored with 0 reads as the default: restarted on this build, the run goes on in chunks.
+  expect(storedRunConfig({ env: [{ id: 'swe-grep' }], orchestrator: { rollouts_per_chunk: 0, batch_size: 3 } }).orchestrator)
+    .toMatchObject({ rollouts_per_chunk: 16, batch_size: 3 });
   // In chunks over shards, the same step (and a 65,536-rollout one) fits.
   expect(parseRunConfig(`${env}[orchestrator]\nbatch_size = 1001\nrollouts_per_example = 10\n`, 'x.toml').orchestrator.rollouts_per_chunk).toBe(16);
   expect(parseRunConfig(`${env}[orchestrator]\nbatch_size = 8192\nrollouts_per_example = 8\nmax_concurrent_rollouts = 16384\n`, 'x.toml').orchestrator.batch_size).toBe(8192);

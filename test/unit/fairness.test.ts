@@ -13,6 +13,7 @@ import { Context } from '@temporalio/activity';
 import { Worker } from '@temporalio/worker';
 import { describeWithStack } from '../helpers/stack';
 import type { RolloutInput, StepRolloutsInput } from '../../src/contracts';
+import type { RolloutChunkInput, RolloutChunkResult } from '../../src/contracts/chunks';
 import type { EvalPlan, EvalSweepInput } from '../../src/contracts/eval';
 import { EVAL_STEP } from '../../src/shared/steps';
 import { ref } from '../helpers/workflowFakes';
@@ -69,7 +70,10 @@ describe('priority and fairness keys (src/shared/fairness.ts)', () => {
 describeWithStack('runs share workers fairly (real dev server, one rollout worker)', ['temporalBinary'], () => {
   const world = useFakeWorld({ namespaces: ['shares', 'priority'] });
 
-  /** The order in which the rollout worker started rollouts; each takes ROLLOUT_MS. */
+  /**
+   * The order in which the rollout worker started rollouts (an eval's) and chunks of one rollout (a
+   * training step's, whose manifest ref names the run: stepInput); each takes rolloutMs.
+   */
   function rolloutWorker(dispatches: Dispatch[], namespace: string, rolloutMs: number) {
     return Worker.create({
       connection: world.env.nativeConnection, namespace, taskQueue: ROLLOUT_QUEUE, maxConcurrentActivityTaskExecutions: SLOTS,
@@ -78,6 +82,12 @@ describeWithStack('runs share workers fairly (real dev server, one rollout worke
           dispatches.push({ runId: input.runId, step: input.step, scheduledAt: Context.current().info.scheduledTimestampMs, at: Date.now() });
           await new Promise((r) => setTimeout(r, rolloutMs));
           return { reward: 1 };
+        },
+        rolloutChunk: async (input: RolloutChunkInput): Promise<RolloutChunkResult> => {
+          const runId = input.manifest.uri.replace('file:///fake/manifest-', '');
+          dispatches.push({ runId, step: 0, scheduledAt: Context.current().info.scheduledTimestampMs, at: Date.now() });
+          await new Promise((r) => setTimeout(r, rolloutMs));
+          return { summaries: ref(`chunk-${runId}-${input.start}`), count: input.end - input.start, ran: input.end - input.start };
         },
       },
     });
@@ -94,12 +104,13 @@ describeWithStack('runs share workers fairly (real dev server, one rollout worke
     });
   }
 
+  /** A step of `rollouts` chunks of one rollout each, in one StepRollouts (at most 1,000 chunks: no shard). */
   function stepInput(runId: string, rollouts: number, inFlight: number, weight: number): StepRolloutsInput {
     return {
       runId, step: 0, policyVersion: 0, modelName: 'm', keepFromVersion: 0, taskSetDir: '/tmp', seed: 1,
-      tasks: Array.from({ length: rollouts }, (_, i) => ({ groupId: `g${i}`, envIndex: 0, envId: 'debug', datasetPath: '/tmp/d.jsonl', instanceId: `t${i}` })),
+      tasks: [], manifest: ref(`manifest-${runId}`), taskCount: rollouts,
       config: {
-        orchestrator: { rollouts_per_example: 1, max_concurrent_rollouts: inFlight, fairness_weight: weight },
+        orchestrator: { rollouts_per_example: 1, rollouts_per_chunk: 1, chunks_per_shard: 1000, max_concurrent_rollouts: inFlight, fairness_weight: weight },
         inference: { base_urls: ['http://127.0.0.1:1/v1'] }, env: [{ args: {}, rubric: {} }], sampling: {}, sandbox: {},
       },
     } as unknown as StepRolloutsInput;
@@ -121,7 +132,7 @@ describeWithStack('runs share workers fairly (real dev server, one rollout worke
     const mainRun = main.run();
     // Every run's window is scheduled before the rollout worker polls: a backlog for each.
     const handles = await Promise.all(runs.map((r) => client.workflow.start('StepRollouts', {
-      taskQueue: 'ratchet', workflowId: `${r.runId}-step-0-rollouts`, args: [stepInput(r.runId, 2000, r.inFlight, r.weight)],
+      taskQueue: 'ratchet', workflowId: `${r.runId}-step-0-rollouts`, args: [stepInput(r.runId, 1000, r.inFlight, r.weight)],
     })));
     await waitForBacklog(client, runs.reduce((n, r) => n + r.inFlight, 0));
     const worker = await rolloutWorker(dispatches, 'shares', 15);
@@ -135,7 +146,7 @@ describeWithStack('runs share workers fairly (real dev server, one rollout worke
       main.shutdown();
       await Promise.all([workerRun, mainRun]);
     }
-    // Every run keeps a backlog throughout (2,000 rollouts each); the first 20 dispatches settle the counters.
+    // Every run keeps a backlog throughout (1,000 rollouts each); the first 20 dispatches settle the counters.
     const window = dispatches.slice(20, 20 + MEASURED);
     const totalWeight = runs.reduce((w, r) => w + r.weight, 0);
     const shares = runs.map((r) => ({

@@ -18,12 +18,9 @@ jest.setTimeout(120_000);
 describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
   const world = useFakeWorld();
 
-  /**
-   * Runs the fake stack (main, rollout, trainer-announce, seven trainers and any inference host queues) around fn.
-   * These tests pin the pre-0.6 per-rollout path (rollouts_per_chunk 0: one rollout activity each, docs/upgrades.md).
-   */
+  /** Runs the fake stack (main, rollout, trainer-announce, seven trainers and any inference host queues) around fn. */
   const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
-    withFakeWorkers(world, makeFakes({ ...opts, orchestrator: { rollouts_per_chunk: 0, ...opts.orchestrator } }), { trainers: ['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'], hostQueues: Object.keys(opts.hostQueues ?? {}) }, fn);
+    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'], hostQueues: Object.keys(opts.hostQueues ?? {}) }, fn);
 
   let n = 0;
   async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
@@ -70,9 +67,10 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(trainerCalls.map((a) => a!.activityType!.name)).toEqual(['trainer.load', 'trainer.step', 'trainer.save']);
       for (const a of trainerCalls) expect(a!.priority).toMatchObject(keyed);
       const steps = (await world.env.client.workflow.getHandle(`${runId}-step-0-rollouts`).fetchHistory()).events ?? [];
-      const rollouts = steps.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name === 'rollout');
-      expect(rollouts).toHaveLength(6);
-      for (const a of rollouts) expect(a!.priority).toMatchObject(keyed);
+      // 2 tasks x 3 rollouts in chunks of 16: one chunk activity.
+      const chunks = steps.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name === 'rolloutChunk');
+      expect(chunks).toHaveLength(1);
+      for (const a of chunks) expect(a!.priority).toMatchObject(keyed);
     });
   });
 
@@ -543,20 +541,6 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.records.map((r) => r.record.step)).toEqual([0, 1]);
       const children = await outageChildren(handle);
       expect(children.length).toBe(1);
-    });
-  });
-
-  test('a rollout\'s disk full for long: the rollout is handed to OutageWait and the step completes with every rollout', async () => {
-    await withWorkers({ rolloutDiskFullTimes: 5, orchestrator: { max_steps: 1 } }, async (f) => {
-      const handle = await start({ outageWaits: shortOutage });
-      await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-disk');
-      const result = await handle.result();
-      expect(result.stepsCompleted).toBe(1);
-      expect(f.events.filter((e) => e.what === 'rollout-disk-full').length).toBe(5);
-      expect(f.batches.map((b) => f.summariesOf(b).length)).toEqual([6]);
-      const children = await outageChildren(world.env.client.workflow.getHandle(`${handle.workflowId}-step-0-rollouts`));
-      expect(children.length).toBe(1);
-      expect((await handle.query(progressQuery)).status).toBe('completed');
     });
   });
 });

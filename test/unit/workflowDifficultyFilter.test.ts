@@ -42,14 +42,11 @@ describeWithStack('TrainRun difficulty filtering (fake activities, real dev serv
     return out;
   };
 
-  test.each([
-    ['per-rollout activities', 0],
-    ['chunks', 2],
-  ])('refills to batch_size informative groups (%s), and trains on those only', async (_name, rolloutsPerChunk) => {
+  test('refills to batch_size informative groups (chunks of 2), and trains on those only', async () => {
     // batch_size 4. Round 0: 1 of 4 informative, 3 missing. Round 1 (3 tasks): 1 more, 2 missing. Round 2 (2 tasks): both.
     const informative = new Set(['task-0-0', 'task-0-r1-2', 'task-0-r2-0', 'task-0-r2-1']);
     const f = await run({
-      orchestrator: { batch_size: 4, rollouts_per_example: 2, max_steps: 1, rollouts_per_chunk: rolloutsPerChunk, difficulty_filter: { enabled: true, max_refill_rounds: 5 } },
+      orchestrator: { batch_size: 4, rollouts_per_example: 2, max_steps: 1, rollouts_per_chunk: 2, difficulty_filter: { enabled: true, max_refill_rounds: 5 } },
       rewardOf: rewardFrom(informative),
     });
     const rounds = tasksByRound(f, 0);

@@ -1,7 +1,7 @@
 /** Workflows for test/unit/rolloutAdmission.test.ts: chunk activities scheduled at once on a rollout queue, as StepRollouts' window does; a chunk call that times out. */
 import { proxyActivities } from '@temporalio/workflow';
 import type { ChunkActivities, RolloutChunkInput } from '../../../src/contracts/chunks';
-import { afterFailedCall } from '../../../src/workflows/stepChunks';
+import { afterFailedCall } from '../../../src/workflows/rolloutShard';
 
 export async function AdmissionProbe(input: { taskQueue: string; chunks: RolloutChunkInput[] }): Promise<number[]> {
   const { rolloutChunk } = proxyActivities<ChunkActivities>({ taskQueue: input.taskQueue, startToCloseTimeout: '1 minute', retry: { maximumAttempts: 1 } });

@@ -1,20 +1,19 @@
 /**
- * A step's rollouts in chunks, spread over shards (issue 24; patch v0.6-step-chunks).
- *
- * The step manifest (tasks and settings) is in the artifact store; a chunk activity
- * (`rolloutChunk` on ratchet-rollout) gets its reference and a range. A step of at most
- * `chunks_per_shard` chunks runs its chunks in StepRollouts itself; a larger step starts
- * one RolloutShard child per `chunks_per_shard` chunks, so no execution holds more than
- * its window of activities in flight, and a shard continues as new before its history
+ * A step's rollouts in chunks (issue 24): the chunk runner, and RolloutShard, the child
+ * workflow that runs one shard of a step's chunks. StepRollouts (./stepRollouts.ts) runs a
+ * step of at most `chunks_per_shard` chunks with the runner itself and starts one
+ * RolloutShard per `chunks_per_shard` chunks for a larger one, so no execution holds more
+ * than its window of activities in flight; a shard continues as new before its history
  * reaches SHARD_EVENTS_BEFORE_CONTINUE events. Summaries travel up as artifacts: a chunk
  * returns one ref, a shard joins its chunks' into one, StepRollouts joins the shards'.
  *
- * The waits of the per-rollout path, per chunk: a full disk or an unreachable store waits
- * (waiting-for-disk / waiting-for-store) and calls the chunk again with what it finished
- * (the failure's details), handed to OutageWait when long; a chunk whose retries ran out
- * puts inference back (one shared wait, handed to InferenceWait when long) and runs again,
- * up to MAX_ROUNDS; no rollout running and no rollout worker polling shows
- * waiting-for-rollout-workers. Every status reaches TrainRun as before: a shard signals
+ * A chunk activity (`rolloutChunk` on ratchet-rollout) gets the step manifest's reference
+ * and a range. A full disk or an unreachable store waits (waiting-for-disk /
+ * waiting-for-store) and calls the chunk again with what it finished (the failure's
+ * details), handed to OutageWait when long; a chunk whose retries ran out puts inference
+ * back (one shared wait, handed to InferenceWait when long) and runs again, up to
+ * MAX_ROUNDS; no rollout running and no rollout worker polling shows
+ * waiting-for-rollout-workers. Every status reaches TrainRun: a shard signals
  * StepRollouts, which forwards what changed.
  */
 import {
@@ -27,28 +26,21 @@ import {
   log,
   patched,
   proxyActivities,
-  setHandler,
   sleep,
-  startChild,
   workflowInfo,
-  type ChildWorkflowHandle,
 } from '@temporalio/workflow';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { MainActivities } from '../contracts/activities';
-import { SHARD_EVENTS_BEFORE_CONTINUE, fanoutPlan } from '../config/fanout';
+import { SHARD_EVENTS_BEFORE_CONTINUE } from '../config/fanout';
 import {
   chunkRange,
   type ChunkActivities, type ChunkProgress, type RolloutChunkInput, type RolloutChunkResult,
   type RolloutShardInput, type RolloutShardResult, type ShardStatusSignal, type StepChunksContext,
 } from '../contracts/chunks';
 import type { OutageType } from '../contracts/outage';
-import type { StepRolloutsInput } from '../contracts/step';
 import type { SyncWeightsInput } from '../contracts/weightSync';
-import { trainingPriority } from '../shared/fairness';
-import { forActivity, livenessOf } from '../shared/liveness';
 import { syncAllHosts } from './weightSync';
-import { syncQuorum } from '../shared/replicas';
-import { rolloutProgressSignal, shardStatusSignal } from './messages';
+import { shardStatusSignal } from './messages';
 import { PATCHES } from './patches';
 import { ROLLOUT_TASK_QUEUE, SUMMARIES_OPTIONS, chunkOptions, rolloutWorkersSeen, storeRolloutSummaries } from './proxies';
 import { DEFAULT_HANDOFF_AFTER, callOf, capFor, handOff, outageOf } from './outageWait';
@@ -66,13 +58,13 @@ const WATCH_HANDOFF_AFTER = 3;
 /** With workers alive and no chunk finishing, the checks back off to WATCH_S times this. */
 const WATCH_BACKOFF = 16;
 
-interface Waits {
+export interface Waits {
   waitingForInference: boolean; waitingForDisk: boolean; waitingForStore: boolean; waitingForRolloutWorkers: boolean;
   /** With waitingForRolloutWorkers: the hosts out of service (boundedHosts), absent when none said so. */
   unhealthyRolloutHosts?: UnhealthyRolloutHost[];
 }
 type WaitFlag = Exclude<keyof Waits, 'unhealthyRolloutHosts'>;
-const NO_WAITS: Waits = { waitingForInference: false, waitingForDisk: false, waitingForStore: false, waitingForRolloutWorkers: false };
+export const NO_WAITS: Waits = { waitingForInference: false, waitingForDisk: false, waitingForStore: false, waitingForRolloutWorkers: false };
 
 /** The finished rollouts a failed chunk carries in its details (rolloutChunk puts them there). */
 function progressOf(err: unknown): ChunkProgress | undefined {
@@ -119,7 +111,7 @@ const failedWith = (err: unknown, type: string): boolean =>
  * (at most ~8 times) and every change of a wait. Stops starting chunks once `stopAt()` says so,
  * and returns the summaries of the chunks it finished, which are always [first, first + n).
  */
-async function runChunks(
+export async function runChunks(
   ctx: StepChunksContext, first: number, end: number, window: number,
   report: (done: number, waits: Waits) => Promise<void>, stopAt: () => boolean, doneBefore: number,
 ): Promise<{ parts: ArtifactRef[]; done: number }> {
@@ -334,7 +326,7 @@ async function runChunks(
 }
 
 /** The step's summaries joined from parts (chunks' or shards'), into the step's artifact or a shard's. */
-function joinSummaries(ctx: StepChunksContext, waiter: OutageWaiter, parts: ArtifactRef[], shard?: number): Promise<ArtifactRef> {
+export function joinSummaries(ctx: StepChunksContext, waiter: OutageWaiter, parts: ArtifactRef[], shard?: number): Promise<ArtifactRef> {
   const req = {
     runId: ctx.runId, step: ctx.step, parts, ...(shard !== undefined ? { shard } : {}), ...(ctx.round ? { round: ctx.round } : {}),
     ...(ctx.artifacts ? { artifacts: ctx.artifacts } : {}),
@@ -342,7 +334,7 @@ function joinSummaries(ctx: StepChunksContext, waiter: OutageWaiter, parts: Arti
   return waitForStore(waiter, () => storeRolloutSummaries(req), callOf<MainActivities, 'storeRolloutSummaries'>(SUMMARIES_OPTIONS, 'storeRolloutSummaries', req));
 }
 
-function waiterFor(ctx: StepChunksContext, show: (w: Partial<Waits>) => void): OutageWaiter {
+export function waiterFor(ctx: StepChunksContext, show: (w: Partial<Waits>) => void): OutageWaiter {
   let store = false;
   let disk = false;
   return {
@@ -376,102 +368,4 @@ export async function RolloutShard(input: RolloutShardInput): Promise<RolloutSha
   let lastWaits: Partial<Waits> = {};
   const summaries = await joinSummaries(input.ctx, waiterFor(input.ctx, (w) => { lastWaits = { ...lastWaits, ...w }; void signal(done, lastWaits); }), all, input.shard);
   return { summaries, count: done, events: (input.eventsBefore ?? 0) + workflowInfo().historyLength };
-}
-
-/** StepRollouts' chunked path: the manifest's rollouts in chunks, in StepRollouts itself or over shards. */
-export async function chunkedStepRollouts(input: StepRolloutsInput & { manifest: ArtifactRef; taskCount: number }): Promise<{ summaries: ArtifactRef; count: number; events?: number }> {
-  const o = input.config.orchestrator;
-  const total = input.taskCount * o.rollouts_per_example;
-  const plan = fanoutPlan(total, o);
-  const windows = livenessOf(input.config);
-  const ctx: StepChunksContext = {
-    runId: input.runId, step: input.step, manifest: input.manifest, total, perChunk: plan.perChunk,
-    policyVersion: input.policyVersion, ...(input.adapter ? { adapter: input.adapter } : {}), keepFromVersion: input.keepFromVersion,
-    baseUrls: input.config.inference.base_urls, syncTaskQueues: input.config.inference.sync_task_queues ?? [],
-    // A weight sync that reaches a quorum of replicas lets the chunks go on (the replica pool, src/agent/replicaPool.ts).
-    syncQuorum: syncQuorum(input.config.inference),
-    weightSyncLiveness: forActivity(windows, 'weight_sync'), fairnessWeight: o.fairness_weight,
-    ...(input.artifacts ? { artifacts: input.artifacts } : {}),
-    ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
-    ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
-    ...(input.round ? { round: input.round } : {}),
-  };
-  const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;
-  let shown: Waits = { ...NO_WAITS };
-  let shownDone = -1;
-  const report = async (done: number, waits: Waits): Promise<void> => {
-    if (!parent) return;
-    shown = waits;
-    shownDone = done;
-    try {
-      await parent.signal(rolloutProgressSignal, { step: input.step, done, total, ...waits });
-    } catch (err) {
-      log.warn('could not report rollout progress to the parent', { error: String(err) });
-    }
-  };
-  const ownWaits: Partial<Waits> = {};
-  const waiter = waiterFor(ctx, (w) => { Object.assign(ownWaits, w); void report(shownDone < 0 ? 0 : shownDone, { ...shown, ...w }); });
-
-  if (plan.shards === 1) {
-    const { parts, done } = await runChunks(ctx, 0, plan.chunks, plan.windowPerShard, report, () => false, 0);
-    log.info('step rollouts done (chunks)', { step: input.step, total, chunks: plan.chunks, historyLength: workflowInfo().historyLength });
-    const summaries = await joinSummaries(ctx, waiter, parts);
-    return { summaries, count: done, events: workflowInfo().historyLength };
-  }
-
-  // Shards: each signals its status here; what changed goes on to TrainRun (done at most ~8 times a step).
-  const statuses = new Map<number, ShardStatusSignal>();
-  let dirty = false;
-  setHandler(shardStatusSignal, (s) => {
-    statuses.set(s.shard, s);
-    dirty = true;
-  });
-  const info = workflowInfo();
-  const startShard = (s: number): Promise<ChildWorkflowHandle<typeof RolloutShard>> => {
-    const firstChunk = s * plan.chunksPerShard;
-    return startChild(RolloutShard, {
-      args: [{ ctx, shard: s, firstChunk, endChunk: Math.min(firstChunk + plan.chunksPerShard, plan.chunks), window: plan.windowPerShard, parentWorkflowId: info.workflowId,
-        ...(input.shardEventsBeforeContinue !== undefined ? { eventsBeforeContinue: input.shardEventsBeforeContinue } : {}) }],
-      workflowId: `${info.workflowId}-shard-${s}`,
-      taskQueue: info.taskQueue,
-      priority: trainingPriority(input.runId, o.fairness_weight),
-    });
-  };
-  const handles: ChildWorkflowHandle<typeof RolloutShard>[] = [];
-  if (patched(PATCHES.shardsStartTogether)) {
-    // Every start command in one workflow task: the shards begin together, not one round trip apart.
-    handles.push(...(await Promise.all(Array.from({ length: plan.shards }, (_, s) => startShard(s)))));
-  } else {
-    for (let s = 0; s < plan.shards; s++) handles.push(await startShard(s));
-  }
-  let finished = false;
-  const results = Promise.all(handles.map((h) => h.result())).finally(() => { finished = true; });
-  const stride = Math.max(1, Math.ceil(total / 8));
-  const forward = async (): Promise<void> => {
-    while (!finished) {
-      await condition(() => finished || dirty);
-      if (!dirty) continue;
-      dirty = false;
-      const all = [...statuses.values()];
-      const done = all.reduce((a, s) => a + s.done, 0);
-      const waits: Waits = {
-        waitingForInference: all.some((s) => s.waitingForInference === true),
-        waitingForDisk: all.some((s) => s.waitingForDisk === true) || ownWaits.waitingForDisk === true,
-        waitingForStore: all.some((s) => s.waitingForStore === true) || ownWaits.waitingForStore === true,
-        waitingForRolloutWorkers: all.some((s) => s.waitingForRolloutWorkers === true),
-      };
-      const hosts = all.flatMap((s) => (s.waitingForRolloutWorkers ? s.unhealthyRolloutHosts ?? [] : []));
-      if (hosts.length) waits.unhealthyRolloutHosts = boundedHosts([...new Map(hosts.map((h) => [h.host, h])).values()]);
-      const changed = (Object.keys(waits) as (keyof Waits)[]).some((k) => JSON.stringify(waits[k]) !== JSON.stringify(shown[k]));
-      if (changed || Math.floor(done / stride) > Math.floor(Math.max(shownDone, 0) / stride)) await report(done, waits);
-    }
-  };
-  const forwarding = forward();
-  const shardResults = await results;
-  await forwarding;
-  const count = shardResults.reduce((a, r) => a + r.count, 0);
-  await report(count, { ...NO_WAITS });
-  log.info('step rollouts done (shards)', { step: input.step, total, shards: plan.shards, historyLength: workflowInfo().historyLength });
-  const summaries = await joinSummaries(ctx, waiter, shardResults.map((r) => r.summaries));
-  return { summaries, count, events: workflowInfo().historyLength + shardResults.reduce((a, r) => a + (r.events ?? 0), 0) };
 }
