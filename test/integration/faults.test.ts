@@ -12,89 +12,34 @@
 import { readStepRecords } from '../../src/records/runRecords';
 import { LocalArtifactStore } from '../../src/artifacts/store';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, statSync } from 'node:fs';
-import * as os from 'node:os';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import * as path from 'node:path';
-import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import type { WorkflowHandle } from '@temporalio/client';
 import { describeWithStack, probes, REPO, STATE } from '../helpers/stack';
 import { isAlive } from '../../src/shared/pidFiles';
 import { serviceStatus } from '../../src/stack/processes';
 import { readRestarting } from '../../src/stack/supervisor';
 import { adapterName, adapterVersion } from '../../src/shared/adapters';
-import { progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
+import type { TrainRunInput, TrainRunResult } from '../../src/contracts';
 import {
-  checkInvariants, distBuilt, killProc, ROLLOUT_LEASE_TTL_S, startProc, takeOverStackWorkers, tinyConfig, workerCommands,
-  type Proc, type TinyConfigOptions,
+  checkInvariants, ROLLOUT_LEASE_TTL_S, runResult, tinyConfig, useStackWorkers, waitForProgress, type TinyConfigOptions,
 } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-faults-'));
-  const artifacts = path.join(dir, 'artifacts');
-  const cmds = workerCommands(artifacts);
-  const workers: Record<'main' | 'rollout' | 'trainer', Proc | undefined> = { main: undefined, rollout: undefined, trainer: undefined };
-  let restoreStackWorkers: () => Promise<void> = async () => {};
-  let connection: Connection;
-  let client: Client;
-
-  const start = (which: keyof typeof workers) => {
-    const c = cmds[which]();
-    workers[which] = startProc(c[0], c[1], [...c[2]], c[3], dir);
-  };
-
-  beforeAll(async () => {
-    if (!distBuilt()) throw new Error(`dist/workers is missing: run npm run build first (in ${REPO})`);
-    restoreStackWorkers = await takeOverStackWorkers();
-    connection = await Connection.connect({ address: '127.0.0.1:7233' });
-    client = new Client({ connection });
-    start('main');
-    start('rollout');
-    start('trainer');
-  });
-
-  afterAll(async () => {
-    for (const p of Object.values(workers)) if (p) await killProc(p, 'SIGTERM');
-    await connection?.close();
-    await restoreStackWorkers();
-  });
+  const stack = useStackWorkers('faults');
+  const { dir, artifacts, workers } = stack;
 
   async function startRun(label: string, opts: TinyConfigOptions = {}): Promise<{ runId: string; handle: WorkflowHandle<typeof TrainRun> }> {
     const configPath = await tinyConfig(dir, opts);
     const runId = `it-fault-${label}-${Date.now()}`;
     // A dead trainer is noticed in 30 s instead of the CPU defaults' minutes.
     const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
-    const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
+    const handle = await stack.client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
     return { runId, handle };
-  }
-
-  /** Polls the run's progress until `pred` holds; tolerates moments with no worker or no server. */
-  async function waitFor(handle: WorkflowHandle<typeof TrainRun>, what: string, pred: (p: Progress) => boolean, timeoutMs = 600_000): Promise<Progress> {
-    const deadline = Date.now() + timeoutMs;
-    let last: Progress | undefined;
-    while (Date.now() < deadline) {
-      try {
-        last = await handle.query(progressQuery);
-        if (pred(last)) return last;
-      } catch { /* no worker or server right now */ }
-      await sleep(500);
-    }
-    throw new Error(`timed out waiting for ${what}; last progress: ${JSON.stringify(last)}`);
-  }
-
-  /** The run's result, riding out a Temporal server that is briefly down. */
-  async function result(handle: WorkflowHandle<typeof TrainRun>): Promise<TrainRunResult> {
-    for (;;) {
-      try {
-        return await handle.result();
-      } catch (err) {
-        if (err instanceof WorkflowFailedError) throw err;
-        await sleep(2000);
-      }
-    }
   }
 
   // By name, not label: a warm-pool container cannot be relabelled; its name carries run and step
@@ -157,7 +102,7 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     // 4 rollouts a step in one chunk, 2 at a time: the kill lands after some of the chunk's rollouts
     // finished (their trajectories stored) and while others are inside their episodes.
     const { runId, handle } = await startRun('workers', { rolloutsPerExample: 4 });
-    await waitFor(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
+    await waitForProgress(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
     // From the store, not the progress query (a chunk reports its rollouts when it ends): the first
     // wave's trajectories are stored and the second wave's sandboxes run.
     const deadline = Date.now() + 300_000;
@@ -170,19 +115,19 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     const killedAt = Date.now();
     const storedBeforeKill = trajectoryFiles(runId, 0);
     expect(storedBeforeKill.length).toBeGreaterThan(0);
-    await killProc(workers.rollout!, 'SIGKILL');
+    await stack.kill('rollout');
     expect(runContainers(runId).length).toBeGreaterThan(0); // what the dead worker left behind
     await sleep(3000);
-    start('rollout');
+    stack.start('rollout');
 
     // Step 1, so the retried step must first load step 0's checkpoint on the new trainer.
-    await waitFor(handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
+    await waitForProgress(handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
     await sleep(2000);
-    await killProc(workers.trainer!, 'SIGKILL');
+    await stack.kill('trainer');
     await sleep(3000);
-    start('trainer');
+    stack.start('trainer');
 
-    const res = await result(handle);
+    const res = await runResult(handle);
     expect(res).toMatchObject({ stepsCompleted: 2, policyVersion: 2, stopped: 'completed' });
     await checkInvariants({ artifacts, runId, maxSteps: 2, rolloutsPerStep: 4, inferenceUrl: INFERENCE });
     // Each rollout's trajectory exists once: a rollout run twice would have stored a second object
@@ -206,14 +151,14 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
   test('stop and restart the Temporal dev server mid-run', async () => {
     const { runId, handle } = await startRun('temporal');
     // Step 0 trains while step 1's rollouts run (async_level 1): both are in flight.
-    await waitFor(handle, 'step 0 training', (p) => p.step === 0 && p.phase === 'training');
+    await waitForProgress(handle, 'step 0 training', (p) => p.step === 0 && p.phase === 'training');
     execFileSync('bash', [path.join(REPO, 'infra', 'temporal.sh'), 'stop'], { stdio: 'inherit', env: { ...process.env, RATCHET_HOME: STATE } });
     await sleep(5000);
     // The stack's supervisor watches the dev server (issue 42) and may have started it again already: a start
     // then finds port 7233 taken and fails (seen under load). Start it only if it is still down.
     if (!probes.temporalServer()) execFileSync('bash', [path.join(REPO, 'infra', 'temporal.sh'), 'start'], { stdio: 'inherit', env: { ...process.env, RATCHET_HOME: STATE } });
 
-    await expectInvariants(runId, await result(handle));
+    await expectInvariants(runId, await runResult(handle));
     for (const [name, p] of Object.entries(workers)) expect([name, p!.child.exitCode]).toEqual([name, null]); // every worker rode it out
   }, 1_200_000);
 
@@ -221,19 +166,19 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
     const a = await startRun('terminated', { asyncLevel: 0 });
     // Step 1, with the run's policy-v1 adapter loaded in vLLM: what a terminated run leaves behind.
     await waitForServed(adapterName(a.runId, 1));
-    await waitFor(a.handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
+    await waitForProgress(a.handle, 'step 1 training', (p) => p.step === 1 && p.phase === 'training');
     await a.handle.terminate('test: terminated mid-training (issue 42)');
     const served = async () => ((await (await fetch(`${INFERENCE}/models`)).json()) as { data: { id: string }[] }).data.map((m) => m.id);
     expect(await served()).toContain(adapterName(a.runId, 1));
 
     const b = await startRun('after-terminated');
     // Until b asks for a trainer (its step 0's rollouts first), then at most a minute until it trained step 0.
-    await waitFor(b.handle, 'step 0 training', (p) => p.step === 0 && p.phase === 'training');
+    await waitForProgress(b.handle, 'step 0 training', (p) => p.step === 0 && p.phase === 'training');
     const asked = Date.now();
-    await waitFor(b.handle, 'step 0 trained', (p) => p.policyVersion >= 1 || p.step >= 1, 60_000);
+    await waitForProgress(b.handle, 'step 0 trained', (p) => p.policyVersion >= 1 || p.step >= 1, { timeoutMs: 60_000 });
     expect(Date.now() - asked).toBeLessThan(60_000);
     expect((await served()).filter((m) => adapterVersion(a.runId, m) !== undefined)).toEqual([]); // b unloaded them
-    await expectInvariants(b.runId, await result(b.handle));
+    await expectInvariants(b.runId, await runResult(b.handle));
   }, 1_200_000);
 
   // vLLM killed mid-step: the stack's supervisor restarts it (an operator's infra/inference.sh start raced the
@@ -253,7 +198,7 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
       if (!named) await sleep(200);
     }
     expect(named).toBe(true);
-    await expectInvariants(runId, await result(handle));
+    await expectInvariants(runId, await runResult(handle));
     const now = Number(readFileSync(path.join(STATE, 'run', 'vllm.pid'), 'utf8').trim());
     expect(now).not.toBe(pid);
     expect(isAlive(now)).toBe(true);
