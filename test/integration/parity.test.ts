@@ -41,13 +41,9 @@ const PROMPTS = [
 async function sample(model: string): Promise<Sample[]> {
   const out: Sample[] = [];
   for (const [i, content] of PROMPTS.entries()) {
-    const res = await fetch(`${BASE_URL}/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model, messages: [{ role: 'user', content }], temperature: TEMPERATURE, top_p: 1, top_k: -1, min_p: 0,
-        max_tokens: 40, logprobs: true, return_token_ids: true, seed: 1000 + i,
-      }),
+    const res = await postFresh('chat/completions', {
+      model, messages: [{ role: 'user', content }], temperature: TEMPERATURE, top_p: 1, top_k: -1, min_p: 0,
+      max_tokens: 40, logprobs: true, return_token_ids: true, seed: 1000 + i,
     });
     expect(res.status).toBe(200);
     const body = await res.json() as {
@@ -72,16 +68,23 @@ function trainer(args: Record<string, unknown>, dir: string): Record<string, unk
   return JSON.parse(stdout.trim().split('\n').pop()!) as Record<string, unknown>;
 }
 
-async function post(route: string, body: unknown): Promise<{ status: number; text: string }> {
+/**
+ * A POST to vLLM that survives a pooled socket closed under it: the trainer subprocess (or the suite
+ * before this one, in the same jest process) outlasts uvicorn's 5 s keep-alive, and the request
+ * goes out on a socket the server has just closed ("other side closed"). A new connection is safe:
+ * the request never reached the server.
+ */
+async function postFresh(route: string, body: unknown): Promise<Response> {
   const send = () => fetch(`${BASE_URL}/${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  let res: Response;
   try {
-    res = await send();
+    return await send();
   } catch {
-    // The trainer subprocess outlasts uvicorn's 5 s keep-alive: the pooled socket is closed
-    // under us ("other side closed") before the request is sent. A new connection is safe.
-    res = await send();
+    return send();
   }
+}
+
+async function post(route: string, body: unknown): Promise<{ status: number; text: string }> {
+  const res = await postFresh(route, body);
   return { status: res.status, text: await res.text() };
 }
 
