@@ -10,10 +10,10 @@
  */
 import { execFile } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
-import { request } from 'node:http';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
+import Docker from 'dockerode';
 import { componentLogger } from '../shared/logger';
 import { paths, REPO_ROOT } from '../shared/paths';
 import { inferenceSpecs, workerSpecs } from './index';
@@ -92,17 +92,17 @@ export function temporalHealthProbe(address: string, timeoutMs = 10_000): () => 
   };
 }
 
-/** dockerd's GET /_ping on its socket, in-process for the same reason as the Temporal probe. */
-export function dockerPingProbe(socketPath = '/var/run/docker.sock', timeoutMs = 15_000): () => Promise<boolean> {
-  return () => new Promise((resolve) => {
-    const req = request({ socketPath, path: '/_ping', timeout: timeoutMs }, (res) => {
-      res.resume();
-      resolve(res.statusCode === 200);
-    });
-    req.on('timeout', () => { req.destroy(); resolve(false); });
-    req.on('error', () => resolve(false));
-    req.end();
-  });
+/** dockerd's ping through dockerode (as doctor and the rollout hosts' probe ask it), in-process like the Temporal probe. */
+export function dockerPingProbe(socketPath?: string, timeoutMs = 15_000): () => Promise<boolean> {
+  const docker = new Docker({ ...(socketPath ? { socketPath } : {}), timeout: timeoutMs });
+  return async () => {
+    try {
+      await docker.ping();
+      return true;
+    } catch {
+      return false;
+    }
+  };
 }
 
 /** Starts a service through its infra script (which owns its flags, pid file and health wait). */
@@ -138,7 +138,7 @@ export function serviceSupervised(staleMs: number, env: NodeJS.ProcessEnv = proc
     {
       name: 'dockerd', pid: () => pidIn(dockerPid), startedAt: () => mtimeOf(dockerPid), livenessFile: livenessFileOf('dockerd'),
       staleAfterMs: staleMs, startGraceMs: 60_000,
-      probe: dockerPingProbe(env.DOCKER_HOST?.startsWith('unix://') ? env.DOCKER_HOST.slice('unix://'.length) : undefined),
+      probe: dockerPingProbe(),
       restart: () => infraStart('docker.sh'),
     },
   ];
