@@ -8,14 +8,14 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, utimesSync, writeFile
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
-import { CACHE_IN_USE_MS, CACHE_LIMIT_ENV, SERVED_FILE, cacheEntries, cacheLimitBytes, pruneCache, recordServed } from '../../src/artifacts/cache';
-import { StoreConfigError } from '../../src/artifacts/errors';
-import type { ArtifactRef } from '../../src/artifacts/ref';
-import { S3ArtifactStore } from '../../src/artifacts/s3';
-import { sha256 } from '../../src/artifacts/store';
-import { storeFor } from '../../src/artifacts/stores';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { createWeightSyncActivities } from '../../src/activities/weightSync';
+import { CACHE_IN_USE_MS, CACHE_LIMIT_ENV, SERVED_FILE, cacheEntries, cacheLimitBytes, pruneCache, recordServed } from '../../../src/artifacts/cache';
+import { StoreConfigError } from '../../../src/artifacts/errors';
+import type { ArtifactRef } from '../../../src/artifacts/ref';
+import { S3ArtifactStore } from '../../../src/artifacts/s3';
+import { sha256 } from '../../../src/artifacts/store';
+import { storeFor } from '../../../src/artifacts/stores';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { createWeightSyncActivities } from '../../../src/activities/weightSync';
 
 const HOUR = 3_600_000;
 

@@ -7,12 +7,12 @@
 import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { runKeys } from '../../src/artifacts/keys';
-import { createChunkActivity } from '../../src/activities/rolloutChunk';
-import { RolloutSlots } from '../../src/rollouts/slots';
-import { StepManifest, type StepManifestInput } from '../../src/contracts/manifest';
-import { RolloutSummary } from '../../src/contracts/trajectory';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { runKeys } from '../../../src/artifacts/keys';
+import { createChunkActivity } from '../../../src/activities/rolloutChunk';
+import { RolloutSlots } from '../../../src/rollouts/slots';
+import { StepManifest, type StepManifestInput } from '../../../src/contracts/manifest';
+import { RolloutSummary } from '../../../src/contracts/trajectory';
 
 const base: StepManifestInput = {
   version: 1, runId: 'cap-run', step: 0, policyVersion: 0, modelName: 'm', taskSetDir: '/fake', seed: 1, rolloutsPerExample: 4,

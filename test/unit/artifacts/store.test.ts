@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { ArtifactIntegrityError, LocalArtifactStore, sha256, uriToPath, verifyRef } from '../../src/artifacts/store';
+import { ArtifactIntegrityError, LocalArtifactStore, sha256, uriToPath, verifyRef } from '../../../src/artifacts/store';
 
 describe('local artifact store', () => {
   let root: string;

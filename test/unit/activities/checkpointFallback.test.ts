@@ -8,14 +8,14 @@ import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { createMetricsActivities } from '../../src/activities/metrics';
-import { createCheckpointFallbackActivities } from '../../src/activities/checkpointFallback';
-import { verifiedRestartState } from '../../src/cli/restart';
-import type { ArtifactRef } from '../../src/artifacts/ref';
-import type { RunStateFile, StepRecord } from '../../src/contracts';
-import { readRunRecords, readRunState } from '../../src/records/runRecords';
-import { ref } from '../helpers/workflowFakes';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { createMetricsActivities } from '../../../src/activities/metrics';
+import { createCheckpointFallbackActivities } from '../../../src/activities/checkpointFallback';
+import { verifiedRestartState } from '../../../src/cli/restart';
+import type { ArtifactRef } from '../../../src/artifacts/ref';
+import type { RunStateFile, StepRecord } from '../../../src/contracts';
+import { readRunRecords, readRunState } from '../../../src/records/runRecords';
+import { ref } from '../../helpers/workflowFakes';
 
 const logger = pino({ level: 'silent' });
 

@@ -5,8 +5,8 @@
  * activity beats on the timer, one that beats itself (withLiveness) is left to its own beats.
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { beatWhileRunning, withLiveness } from '../../src/activities/liveness';
-import { LIGHT } from '../../src/workflows/proxies';
+import { beatWhileRunning, withLiveness } from '../../../src/activities/liveness';
+import { LIGHT } from '../../../src/workflows/proxies';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -7,12 +7,12 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync, mkdirSync } from 'n
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { createMetricsActivities, readStepRecords } from '../../src/activities/metrics';
-import type { FallbackRecord, RunStateFile, StepRecord } from '../../src/contracts';
-import { readRunRecords, readRunState } from '../../src/records/runRecords';
-import { winningState, winningSteps } from '../../src/records/winners';
-import { ref } from '../helpers/workflowFakes';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { createMetricsActivities, readStepRecords } from '../../../src/activities/metrics';
+import type { FallbackRecord, RunStateFile, StepRecord } from '../../../src/contracts';
+import { readRunRecords, readRunState } from '../../../src/records/runRecords';
+import { winningState, winningSteps } from '../../../src/records/winners';
+import { ref } from '../../helpers/workflowFakes';
 
 function record(step: number, batch: string | undefined, meanReward: number, time = '2026-01-01T00:00:00Z', epoch?: number): StepRecord {
   return {

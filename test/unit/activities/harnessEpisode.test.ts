@@ -9,10 +9,10 @@ import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import type { AgentResult } from '../../src/agent/loop';
+import type { AgentResult } from '../../../src/agent/loop';
 
-jest.mock('../../src/harness/run', () => {
-  const actual = jest.requireActual('../../src/harness/run');
+jest.mock('../../../src/harness/run', () => {
+  const actual = jest.requireActual('../../../src/harness/run');
   return {
     ...actual,
     // The harness process itself is tested with real namespaces in harness-run.test.ts; here only
@@ -29,11 +29,11 @@ jest.mock('../../src/harness/run', () => {
   };
 });
 
-import { createRolloutActivities } from '../../src/activities/rollout';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import type { RolloutInput } from '../../src/contracts/rollout';
-import { Trajectory, type RolloutSummary } from '../../src/contracts/trajectory';
-import { CALC_FILES, FakeSandboxManager, ScriptedModel } from '../helpers/rolloutFakes';
+import { createRolloutActivities } from '../../../src/activities/rollout';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import type { RolloutInput } from '../../../src/contracts/rollout';
+import { Trajectory, type RolloutSummary } from '../../../src/contracts/trajectory';
+import { CALC_FILES, FakeSandboxManager, ScriptedModel } from '../../helpers/rolloutFakes';
 
 jest.setTimeout(30_000);
 

@@ -2,17 +2,17 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createRolloutActivities } from '../../src/activities/rollout';
-import type { RolloutInput } from '../../src/contracts/rollout';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { ENVIRONMENTS } from '../../src/envs/registry';
-import type { Environment } from '../../src/envs/types';
-import { TaskSetupError } from '../../src/tasks/setupError';
-import { EVAL_STEP } from '../../src/shared/steps';
-import { isUnscored, Trajectory, type ChatMessage, type RolloutSummary } from '../../src/contracts/trajectory';
-import { OpenAIModelClient } from '../../src/agent/model';
-import { FAKE_END_OF_TURN, fakeEncode, fakePromptIds, startFakeVllm } from '../helpers/fakeVllm';
-import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from '../helpers/rolloutFakes';
+import { createRolloutActivities } from '../../../src/activities/rollout';
+import type { RolloutInput } from '../../../src/contracts/rollout';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { ENVIRONMENTS } from '../../../src/envs/registry';
+import type { Environment } from '../../../src/envs/types';
+import { TaskSetupError } from '../../../src/tasks/setupError';
+import { EVAL_STEP } from '../../../src/shared/steps';
+import { isUnscored, Trajectory, type ChatMessage, type RolloutSummary } from '../../../src/contracts/trajectory';
+import { OpenAIModelClient } from '../../../src/agent/model';
+import { FAKE_END_OF_TURN, fakeEncode, fakePromptIds, startFakeVllm } from '../../helpers/fakeVllm';
+import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from '../../helpers/rolloutFakes';
 
 // Some cases run real git, Python and retry back-offs in subprocesses: on a loaded 2-core CI
 // machine they take more than jest's 5 s default (they are not timing tests).

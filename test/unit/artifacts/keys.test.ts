@@ -1,9 +1,9 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { isEvalResultKey, runKeys } from '../../src/artifacts/keys';
+import { isEvalResultKey, runKeys } from '../../../src/artifacts/keys';
 
 /** The layout stored runs hold: the same fixture pins the Python trainer's checkpoint keys (trainer/tests/test_artifact_keys.py). */
-const fixture = JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'fixtures', 'artifacts', 'keys.json'), 'utf8')) as {
+const fixture = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'fixtures', 'artifacts', 'keys.json'), 'utf8')) as {
   cases: { fn: keyof typeof runKeys; args: (string | number)[]; key: unknown }[];
 };
 

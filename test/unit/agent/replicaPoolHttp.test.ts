@@ -6,8 +6,8 @@
  */
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { OpenAIModelClient } from '../../src/agent/model';
-import { ReplicaPool } from '../../src/agent/replicaPool';
+import { OpenAIModelClient } from '../../../src/agent/model';
+import { ReplicaPool } from '../../../src/agent/replicaPool';
 
 const MODEL = 'run-a/policy-v1';
 

@@ -2,9 +2,9 @@ import { promises as fs, mkdtempSync, readdirSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
-import { DiskFullError, diskFullFrom, StoreUnavailableError } from '../../src/artifacts/errors';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { asActivityFailure, withStoreErrors } from '../../src/artifacts/stores';
+import { DiskFullError, diskFullFrom, StoreUnavailableError } from '../../../src/artifacts/errors';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { asActivityFailure, withStoreErrors } from '../../../src/artifacts/stores';
 
 function errno(code: string, p?: string): NodeJS.ErrnoException {
   return Object.assign(new Error(`${code}: no space left on device, write${p ? ` '${p}'` : ''}`), { code, ...(p ? { path: p } : {}) });

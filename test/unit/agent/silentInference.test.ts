@@ -6,9 +6,9 @@
  */
 import * as net from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { InferenceUnavailableError, OpenAIModelClient, type CompletionRequest } from '../../src/agent/model';
-import { isReplicaDown } from '../../src/agent/replicaPool';
-import { startFakeVllm } from '../helpers/fakeVllm';
+import { InferenceUnavailableError, OpenAIModelClient, type CompletionRequest } from '../../../src/agent/model';
+import { isReplicaDown } from '../../../src/agent/replicaPool';
+import { startFakeVllm } from '../../helpers/fakeVllm';
 
 jest.setTimeout(30_000);
 

@@ -7,12 +7,13 @@ import { mkdtempSync, rmSync, writeFileSync, readFileSync, cpSync, mkdirSync } f
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
-import { createBatchActivities } from '../../src/activities/buildBatch';
-import { LocalArtifactStore, uriToPath } from '../../src/artifacts/store';
-import type { RolloutSummary, Trajectory } from '../../src/contracts/trajectory';
-import { readSafetensors } from '../../src/samples/safetensors';
-import { loadModelTokenizer } from '../../src/samples/tokenizer';
-import { QWEN3_DIR, simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../fixtures/samples/simulate';
+import type { BatchActivities } from '../../../src/contracts';
+import { createBatchActivities } from '../../../src/activities/buildBatch';
+import { LocalArtifactStore, uriToPath } from '../../../src/artifacts/store';
+import type { RolloutSummary, Trajectory } from '../../../src/contracts/trajectory';
+import { readSafetensors } from '../../../src/samples/safetensors';
+import { loadModelTokenizer } from '../../../src/samples/tokenizer';
+import { QWEN3_DIR, simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../../fixtures/samples/simulate';
 
 const ORCH = {
   seq_len: 2048, mask_truncated_completions: false, async_level: 1,
@@ -124,4 +125,10 @@ async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
     expect(f.type).toBe('TokenizerModelMismatch');
     expect(f.message).toMatch(/says vocab_size 49152: the tokenizer does not belong to this model/);
   });
+});
+
+// Compile-time check: the activity fits the contract TrainRun calls (src/contracts).
+test('createBatchActivities implements the workflow\'s BatchActivities', () => {
+  const acts: BatchActivities = createBatchActivities({ store: new LocalArtifactStore('/nonexistent') });
+  expect(typeof acts.buildBatch).toBe('function');
 });

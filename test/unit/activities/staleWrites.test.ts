@@ -8,13 +8,13 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { createBatchActivities } from '../../src/activities/buildBatch';
-import type { ArtifactRef } from '../../src/artifacts/ref';
-import { LocalArtifactStore, sha256, type ArtifactStore } from '../../src/artifacts/store';
-import { saveTrajectory } from '../../src/rollouts/record';
-import type { RolloutSummary, Trajectory } from '../../src/contracts/trajectory';
-import { loadModelTokenizer } from '../../src/samples/tokenizer';
-import { simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../fixtures/samples/simulate';
+import { createBatchActivities } from '../../../src/activities/buildBatch';
+import type { ArtifactRef } from '../../../src/artifacts/ref';
+import { LocalArtifactStore, sha256, type ArtifactStore } from '../../../src/artifacts/store';
+import { saveTrajectory } from '../../../src/rollouts/record';
+import type { RolloutSummary, Trajectory } from '../../../src/contracts/trajectory';
+import { loadModelTokenizer } from '../../../src/samples/tokenizer';
+import { simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../../fixtures/samples/simulate';
 
 const ORCH = {
   seq_len: 2048, mask_truncated_completions: false, async_level: 1,

@@ -6,13 +6,13 @@ import { mkdtempSync, promises as fsp, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createRolloutActivities } from '../../src/activities/rollout';
-import type { RolloutInput } from '../../src/contracts/rollout';
-import { isTransientReadError } from '../../src/rollouts/errors';
-import { StoreUnavailableError } from '../../src/artifacts/errors';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import type { RolloutSummary } from '../../src/contracts/trajectory';
-import { call, CALC_FILES, FakeSandboxManager, ScriptedModel } from '../helpers/rolloutFakes';
+import { createRolloutActivities } from '../../../src/activities/rollout';
+import type { RolloutInput } from '../../../src/contracts/rollout';
+import { isTransientReadError } from '../../../src/rollouts/errors';
+import { StoreUnavailableError } from '../../../src/artifacts/errors';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import type { RolloutSummary } from '../../../src/contracts/trajectory';
+import { call, CALC_FILES, FakeSandboxManager, ScriptedModel } from '../../helpers/rolloutFakes';
 
 jest.setTimeout(30_000);
 

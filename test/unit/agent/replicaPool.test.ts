@@ -5,13 +5,13 @@
  */
 import OpenAI from 'openai';
 import { z } from 'zod';
-import { runAgent } from '../../src/agent/loop';
-import type { Completion, CompletionRequest, ModelClient } from '../../src/agent/model';
-import { defineTool } from '../../src/agent/tool';
-import { Task } from '../../src/tasks/schema';
-import { NoReplicaServes, ReplicaHealth, ReplicaPool, adapterIdentity, createReplicaPools, isReplicaDown } from '../../src/agent/replicaPool';
-import { Trajectory } from '../../src/contracts/trajectory';
-import { HostDirSandbox, call, makeRepo } from '../helpers/rolloutFakes';
+import { runAgent } from '../../../src/agent/loop';
+import type { Completion, CompletionRequest, ModelClient } from '../../../src/agent/model';
+import { defineTool } from '../../../src/agent/tool';
+import { Task } from '../../../src/tasks/schema';
+import { NoReplicaServes, ReplicaHealth, ReplicaPool, adapterIdentity, createReplicaPools, isReplicaDown } from '../../../src/agent/replicaPool';
+import { Trajectory } from '../../../src/contracts/trajectory';
+import { HostDirSandbox, call, makeRepo } from '../../helpers/rolloutFakes';
 
 const MODEL = 'run-a/policy-v2';
 const ROOT = (step: string) => `/artifacts/runs/run-a/checkpoints/${step}/adapter`;

@@ -6,10 +6,10 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { createRolloutSummaryActivities, readRolloutSummaries } from '../../src/activities/rolloutSummaries';
-import { sampleForStep } from '../../src/activities/dataset';
-import type { RolloutSummary } from '../../src/contracts/trajectory';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { createRolloutSummaryActivities, readRolloutSummaries } from '../../../src/activities/rolloutSummaries';
+import { sampleForStep } from '../../../src/activities/dataset';
+import type { RolloutSummary } from '../../../src/contracts/trajectory';
 
 const s = (group: string, i: number, reward: number, stop: RolloutSummary['stop_reason'] = 'completed'): RolloutSummary => ({
   task_id: group, group_id: group, rollout_index: i, trajectory: { uri: `file:///${group}/${i}`, sha256: 'x', bytes: 1 },

@@ -9,13 +9,13 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { runKeys } from '../../src/artifacts/keys';
-import { createChunkActivity } from '../../src/activities/rolloutChunk';
-import { StepManifest } from '../../src/contracts/manifest';
-import type { ChunkProgress } from '../../src/contracts/chunks';
-import { RolloutSummary } from '../../src/contracts/trajectory';
-import { INFRA_ATTEMPTS, retryInfrastructureFailure } from '../../src/rollouts/errors';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { runKeys } from '../../../src/artifacts/keys';
+import { createChunkActivity } from '../../../src/activities/rolloutChunk';
+import { StepManifest } from '../../../src/contracts/manifest';
+import type { ChunkProgress } from '../../../src/contracts/chunks';
+import { RolloutSummary } from '../../../src/contracts/trajectory';
+import { INFRA_ATTEMPTS, retryInfrastructureFailure } from '../../../src/rollouts/errors';
 
 const manifest = StepManifest.parse({
   version: 1, runId: 'tries-run', step: 0, policyVersion: 0, modelName: 'm', taskSetDir: '/fake', seed: 7, rolloutsPerExample: 2,

@@ -6,9 +6,9 @@
  * the real MinIO.
  */
 import { S3ServiceException } from '@aws-sdk/client-s3';
-import { StoreConfigError, StoreRefusedError, StoreUnavailableError } from '../../src/artifacts/errors';
-import { S3ArtifactStore } from '../../src/artifacts/s3';
-import { asActivityFailure, checkStore } from '../../src/artifacts/stores';
+import { StoreConfigError, StoreRefusedError, StoreUnavailableError } from '../../../src/artifacts/errors';
+import { S3ArtifactStore } from '../../../src/artifacts/s3';
+import { asActivityFailure, checkStore } from '../../../src/artifacts/stores';
 
 /** A store whose every S3 call fails with the SDK error `name` / `status`. */
 function refusing(name: string, status: number): S3ArtifactStore {

@@ -5,11 +5,11 @@
  * Real activity context (MockActivityEnvironment), fake clock.
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { StalledError, withLiveness } from '../../src/activities/liveness';
-import { createWeightSyncActivities } from '../../src/activities/weightSync';
-import { crossFieldIssues, RunConfig } from '../../src/config/schema';
-import { parseRunConfig } from '../../src/config/load';
-import { logger } from '../../src/shared/logger';
+import { StalledError, withLiveness } from '../../../src/activities/liveness';
+import { createWeightSyncActivities } from '../../../src/activities/weightSync';
+import { crossFieldIssues, RunConfig } from '../../../src/config/schema';
+import { parseRunConfig } from '../../../src/config/load';
+import { logger } from '../../../src/shared/logger';
 
 const quiet = logger.child({ component: 'test' });
 quiet.level = 'silent';

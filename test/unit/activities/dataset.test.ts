@@ -4,9 +4,9 @@
  * what the per-slot computation gave (a run resumed on new code trains on the same tasks), checked
  * against that computation written out here, and a large step must take well under a second.
  */
-import { sampleForStep, seededInts, seededPermutation } from '../../src/activities/dataset';
-import type { SampleTasksInput } from '../../src/contracts';
-import { runKeys } from '../../src/artifacts/keys';
+import { sampleForStep, seededInts, seededPermutation } from '../../../src/activities/dataset';
+import type { SampleTasksInput } from '../../../src/contracts';
+import { runKeys } from '../../../src/artifacts/keys';
 
 /** The v0.6 computation, slot by slot (a fresh permutation each time), from the same seeded primitives. */
 function perSlot(input: SampleTasksInput, idsByEnv: string[][], paths: string[]) {

@@ -2,10 +2,10 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
-import { ArtifactIntegrityError, sha256 } from '../../src/artifacts/store';
-import type { ArtifactRef } from '../../src/artifacts/ref';
-import { createInferenceHostActivities, createWeightSyncActivities } from '../../src/activities/weightSync';
-import { adapterName, adapterVersion } from '../../src/shared/adapters';
+import { ArtifactIntegrityError, sha256 } from '../../../src/artifacts/store';
+import type { ArtifactRef } from '../../../src/artifacts/ref';
+import { createInferenceHostActivities, createWeightSyncActivities } from '../../../src/activities/weightSync';
+import { adapterName, adapterVersion } from '../../../src/shared/adapters';
 
 const logger = pino({ level: 'silent' });
 

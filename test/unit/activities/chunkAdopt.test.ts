@@ -7,13 +7,13 @@
 import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { createChunkActivity } from '../../src/activities/rolloutChunk';
-import { StepManifest, rolloutInputOf } from '../../src/contracts/manifest';
-import { RolloutSummary, Trajectory } from '../../src/contracts/trajectory';
-import { runKeys } from '../../src/artifacts/keys';
-import { saveTrajectory } from '../../src/rollouts/record';
-import type { RolloutInput } from '../../src/contracts/rollout';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { createChunkActivity } from '../../../src/activities/rolloutChunk';
+import { StepManifest, rolloutInputOf } from '../../../src/contracts/manifest';
+import { RolloutSummary, Trajectory } from '../../../src/contracts/trajectory';
+import { runKeys } from '../../../src/artifacts/keys';
+import { saveTrajectory } from '../../../src/rollouts/record';
+import type { RolloutInput } from '../../../src/contracts/rollout';
 
 const manifest = StepManifest.parse({
   version: 1, runId: 'adopt-run', step: 3, policyVersion: 3, modelName: 'm', taskSetDir: '/fake', seed: 7, rolloutsPerExample: 2,
