@@ -5,11 +5,11 @@
  */
 import { existsSync } from 'node:fs';
 import * as path from 'node:path';
-import { startEndpoint } from '../../src/endpoint/server';
-import { runHarness, type HarnessRunInput } from '../../src/harness/run';
-import { REPO } from '../helpers/stack';
-import { startFakeVllm, type FakeVllm } from '../helpers/fakeVllm';
-import { FakeSandboxManager, type HostDirSandbox } from '../helpers/rolloutFakes';
+import { startEndpoint } from '../../../src/endpoint/server';
+import { runHarness, type HarnessRunInput } from '../../../src/harness/run';
+import { REPO } from '../../helpers/stack';
+import { startFakeVllm, type FakeVllm } from '../../helpers/fakeVllm';
+import { FakeSandboxManager, type HostDirSandbox } from '../../helpers/rolloutFakes';
 
 const PY = '/usr/bin/python3';
 const SCRIPT = path.join(REPO, 'test', 'fixtures', 'harness', 'fake_harness.py');

@@ -8,15 +8,15 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { Template } from '@huggingface/jinja';
-import { runAgent, type AgentRunInput } from '../../src/agent/loop';
-import { defineTool, toolSpec } from '../../src/agent/tool';
-import type { ChatMessage } from '../../src/contracts/trajectory';
-import { OpenAIModelClient } from '../../src/agent/model';
-import { parseHermesToolCalls } from '../../src/inference/toolCalls';
-import { assembleTrajectory, type TokenizerInfo } from '../../src/samples/assemble';
+import { runAgent, type AgentRunInput } from '../../../src/agent/loop';
+import { defineTool, toolSpec } from '../../../src/agent/tool';
+import type { ChatMessage } from '../../../src/contracts/trajectory';
+import { OpenAIModelClient } from '../../../src/agent/model';
+import { parseHermesToolCalls } from '../../../src/inference/toolCalls';
+import { assembleTrajectory, type TokenizerInfo } from '../../../src/samples/assemble';
 import { z } from 'zod';
 
-const template = new Template(readFileSync(path.join(__dirname, '../../configs/templates/smollm2-tools.jinja'), 'utf8'));
+const template = new Template(readFileSync(path.join(__dirname, '../../../configs/templates/smollm2-tools.jinja'), 'utf8'));
 const SPECIAL = ['<|im_start|>', '<|im_end|>'];
 
 function encode(text: string): number[] {
@@ -136,7 +136,7 @@ describe('token in, token out through the agent loop', () => {
 
 describe('a template that rewrites earlier turns', () => {
   // Like Qwen3's dropping of past reasoning: an assistant turn's text is rendered only while it is the last one.
-  const rewriting = new Template(readFileSync(path.join(__dirname, '../../configs/templates/smollm2-tools.jinja'), 'utf8')
+  const rewriting = new Template(readFileSync(path.join(__dirname, '../../../configs/templates/smollm2-tools.jinja'), 'utf8')
     .replace("{%- set text = render_content(message.content) -%}", "{%- set text = render_content(message.content) if loop.last else '' -%}"));
   const tok: TokenizerInfo = { modelPath: 'fake', templateSha256: 'x', tokenizerVocabSize: 200_000, endOfTurnIds: new Set([100_001]), decode };
   const replies = () => [

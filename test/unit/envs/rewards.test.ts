@@ -1,11 +1,11 @@
-import type { AgentStats } from '../../src/agent/loop';
-import { codeRepairRubric, testsPass } from '../../src/envs/code-repair/rewards';
-import { diffSimilarity, parseDiffFiles, sequenceRatio } from '../../src/envs/code-repair/diff-similarity';
-import { debugRubric, fixedTests } from '../../src/envs/debug/rewards';
-import { bareFunction, setScores, sweGrepRubric } from '../../src/envs/swe-grep/rewards';
-import type { TestEvidence } from '../../src/envs/tests';
-import { scoreRubric, zeroScore, type ScoreInput } from '../../src/envs/types';
-import { Task } from '../../src/tasks/schema';
+import type { AgentStats } from '../../../src/agent/loop';
+import { codeRepairRubric, testsPass } from '../../../src/envs/code-repair/rewards';
+import { diffSimilarity, parseDiffFiles, sequenceRatio } from '../../../src/envs/code-repair/diff-similarity';
+import { debugRubric, fixedTests } from '../../../src/envs/debug/rewards';
+import { bareFunction, setScores, sweGrepRubric } from '../../../src/envs/swe-grep/rewards';
+import type { TestEvidence } from '../../../src/envs/tests';
+import { scoreRubric, zeroScore, type ScoreInput } from '../../../src/envs/types';
+import { Task } from '../../../src/tasks/schema';
 
 const gold = `diff --git a/pkg/calc.py b/pkg/calc.py
 --- a/pkg/calc.py

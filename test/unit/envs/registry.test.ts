@@ -1,11 +1,11 @@
-import type { ToolContext } from '../../src/agent/tool';
-import { applySearchReplace } from '../../src/envs/code-repair/apply-patch';
-import { lastCommandOutput, pdbCommand, pdbStdin } from '../../src/envs/debug/pdb';
-import { numberLines, rewriteLines } from '../../src/envs/debug/tools';
-import { ENVIRONMENTS, getEnvironment } from '../../src/envs/registry';
-import { parsePytestSummary } from '../../src/envs/tests';
-import { Task } from '../../src/tasks/schema';
-import { CALC_FILES, HostDirSandbox, makeRepo } from '../helpers/rolloutFakes';
+import type { ToolContext } from '../../../src/agent/tool';
+import { applySearchReplace } from '../../../src/envs/code-repair/apply-patch';
+import { lastCommandOutput, pdbCommand, pdbStdin } from '../../../src/envs/debug/pdb';
+import { numberLines, rewriteLines } from '../../../src/envs/debug/tools';
+import { ENVIRONMENTS, getEnvironment } from '../../../src/envs/registry';
+import { parsePytestSummary } from '../../../src/envs/tests';
+import { Task } from '../../../src/tasks/schema';
+import { CALC_FILES, HostDirSandbox, makeRepo } from '../../helpers/rolloutFakes';
 
 const task = Task.parse({
   instance_id: 'calc-1', repo: 'calc', base_commit: 'HEAD', problem_statement: 'add(2, 3) returns -1', patch: '',

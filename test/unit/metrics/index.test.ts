@@ -1,4 +1,4 @@
-import { rolloutsTotal, rolloutReward, runtimeTelemetryOptions, sandboxPool, startMetricsServer } from '../../src/metrics';
+import { rolloutsTotal, rolloutReward, runtimeTelemetryOptions, sandboxPool, startMetricsServer } from '../../../src/metrics';
 
 describe('metrics endpoint', () => {
   it('serves Ratchet counters in Prometheus text format', async () => {

@@ -3,10 +3,10 @@
  * the model only the first output_limit_bytes, so the tools read the file whole through the
  * sandbox's file read and view or edit any part of it (they refused such files before).
  */
-import type { ToolContext } from '../../src/agent/tool';
-import { applyPatchTool } from '../../src/envs/code-repair/apply-patch';
-import { debugTools } from '../../src/envs/debug/tools';
-import type { Sandbox } from '../../src/sandbox/interface';
+import type { ToolContext } from '../../../src/agent/tool';
+import { applyPatchTool } from '../../../src/envs/code-repair/apply-patch';
+import { debugTools } from '../../../src/envs/debug/tools';
+import type { Sandbox } from '../../../src/sandbox/interface';
 
 const LIMIT = 256;
 const big = Array.from({ length: 60 }, (_, i) => `def f${i}(x):\n    return x + ${i}\n`).join('\n');

@@ -1,22 +1,22 @@
-import type { EvalPlan } from '../../src/contracts/eval';
-import { RolloutInput } from '../../src/contracts/rollout';
-import { ENVIRONMENTS } from '../../src/envs/registry';
-import { normalizePath } from '../../src/envs/shell';
-import { bareFunction, setScores } from '../../src/envs/swe-grep/rewards';
-import { scoreRubric, type EvalMetrics } from '../../src/envs/types';
-import { episodeSolved, meanPrf, passAtK, scoreEval, splitEpisodes, type ScoredEpisode } from '../../src/evals/scoring';
-import { resolveTaskset } from '../../src/evals/tasksets';
-import { runKeys } from '../../src/artifacts/keys';
-import type { RolloutSummary } from '../../src/contracts/trajectory';
-import { goldFiles, Task } from '../../src/tasks/schema';
-import { parseRunConfig } from '../../src/config/load';
-import { EVAL_STEP } from '../../src/shared/steps';
-import { evalRolloutInput, servesAdapter } from '../../src/workflows/evalSweep';
+import type { EvalPlan } from '../../../src/contracts/eval';
+import { RolloutInput } from '../../../src/contracts/rollout';
+import { ENVIRONMENTS } from '../../../src/envs/registry';
+import { normalizePath } from '../../../src/envs/shell';
+import { bareFunction, setScores } from '../../../src/envs/swe-grep/rewards';
+import { scoreRubric, type EvalMetrics } from '../../../src/envs/types';
+import { episodeSolved, meanPrf, passAtK, scoreEval, splitEpisodes, type ScoredEpisode } from '../../../src/evals/scoring';
+import { resolveTaskset } from '../../../src/evals/tasksets';
+import { runKeys } from '../../../src/artifacts/keys';
+import type { RolloutSummary } from '../../../src/contracts/trajectory';
+import { goldFiles, Task } from '../../../src/tasks/schema';
+import { parseRunConfig } from '../../../src/config/load';
+import { EVAL_STEP } from '../../../src/shared/steps';
+import { evalRolloutInput, servesAdapter } from '../../../src/workflows/evalSweep';
 import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { runVersions } from '../../src/activities/eval';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { runVersions } from '../../../src/activities/eval';
 
 /** Brute force pass@k: the fraction of k-subsets with at least one pass. */
 function bruteForce(n: number, c: number, k: number): number {
@@ -181,11 +181,11 @@ describe('resolveTaskset', () => {
 
 describe('production registration', () => {
   it('the ratchet worker bundles EvalSweep and registers its activities', async () => {
-    const workflows = await import('../../src/workflows');
+    const workflows = await import('../../../src/workflows');
     expect(Object.keys(workflows)).toEqual(expect.arrayContaining(['TrainRun', 'StepRollouts', 'EvalSweep']));
-    const { createActivities } = await import('../../src/activities');
-    const { LocalArtifactStore } = await import('../../src/artifacts/store');
-    const { logger } = await import('../../src/shared/logger');
+    const { createActivities } = await import('../../../src/activities');
+    const { LocalArtifactStore } = await import('../../../src/artifacts/store');
+    const { logger } = await import('../../../src/shared/logger');
     const acts = createActivities({ store: new LocalArtifactStore('/tmp/ratchet-unused'), logger });
     expect(Object.keys(acts)).toEqual(expect.arrayContaining(['evalPlan', 'evalRecord', 'syncWeights']));
   });

@@ -1,9 +1,9 @@
-import { buildReportData } from '../../src/report/aggregate';
-import { renderReportHtml } from '../../src/report/html';
-import { parseStepRecords, RunDataError } from '../../src/report/load';
-import { reportStep } from '../../src/report/records';
-import { zeroCost } from '../../src/shared/cost';
-import { syntheticEvalResults, syntheticReportSteps, syntheticStepRecords } from '../../src/report/synthetic';
+import { buildReportData } from '../../../src/report/aggregate';
+import { renderReportHtml } from '../../../src/report/html';
+import { parseStepRecords, RunDataError } from '../../../src/report/load';
+import { reportStep } from '../../../src/report/records';
+import { zeroCost } from '../../../src/shared/cost';
+import { syntheticEvalResults, syntheticReportSteps, syntheticStepRecords } from '../../../src/report/synthetic';
 
 describe('report data', () => {
   const records = syntheticReportSteps(10);

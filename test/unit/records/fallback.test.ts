@@ -9,16 +9,16 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import pino from 'pino';
-import { StoreUnavailableError } from '../../src/artifacts/errors';
-import type { ArtifactRef } from '../../src/artifacts/ref';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { createCheckpointFallbackActivities } from '../../src/activities/checkpointFallback';
-import { createMetricsActivities } from '../../src/activities/metrics';
-import { verifiedRestartState } from '../../src/cli/restart';
-import { CliError, EXIT } from '../../src/cli/exit';
-import type { RunStateFile, StepRecord } from '../../src/contracts';
-import { checkpointProblem, planFallback } from '../../src/records/fallback';
-import { ref } from '../helpers/workflowFakes';
+import { StoreUnavailableError } from '../../../src/artifacts/errors';
+import type { ArtifactRef } from '../../../src/artifacts/ref';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { createCheckpointFallbackActivities } from '../../../src/activities/checkpointFallback';
+import { createMetricsActivities } from '../../../src/activities/metrics';
+import { verifiedRestartState } from '../../../src/cli/restart';
+import { CliError, EXIT } from '../../../src/cli/exit';
+import type { RunStateFile, StepRecord } from '../../../src/contracts';
+import { checkpointProblem, planFallback } from '../../../src/records/fallback';
+import { ref } from '../../helpers/workflowFakes';
 
 const logger = pino({ level: 'silent' });
 

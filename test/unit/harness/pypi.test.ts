@@ -5,10 +5,10 @@
  * Skips loudly where a venv is missing.
  */
 import { existsSync } from 'node:fs';
-import { runHarness } from '../../src/harness/run';
-import { miniSweAgent, nano } from '../../src/envs/harnesses';
-import { startFakeVllm, type FakeReply, type FakeVllm } from '../helpers/fakeVllm';
-import { FakeSandboxManager } from '../helpers/rolloutFakes';
+import { runHarness } from '../../../src/harness/run';
+import { miniSweAgent, nano } from '../../../src/envs/harnesses';
+import { startFakeVllm, type FakeReply, type FakeVllm } from '../../helpers/fakeVllm';
+import { FakeSandboxManager } from '../../helpers/rolloutFakes';
 
 const call = (name: string, args: unknown, id: string) => ({ id, type: 'function' as const, function: { name, arguments: JSON.stringify(args) } });
 const isolate = process.getuid?.() === 0;

@@ -8,16 +8,16 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, writeFileSync } from '
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { runKeys } from '../../src/artifacts/keys';
-import type { ArtifactRef } from '../../src/artifacts/ref';
-import { createMetricsActivities } from '../../src/activities/metrics';
-import { RunConfig } from '../../src/config/schema';
-import { crossCheck } from '../../src/config/crossChecks';
-import type { RunStateFile, StepRecord } from '../../src/contracts';
-import { planFallback } from '../../src/records/fallback';
-import { planRetention, prunedCheckpoints } from '../../src/records/retention';
-import { ref } from '../helpers/workflowFakes';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { runKeys } from '../../../src/artifacts/keys';
+import type { ArtifactRef } from '../../../src/artifacts/ref';
+import { createMetricsActivities } from '../../../src/activities/metrics';
+import { RunConfig } from '../../../src/config/schema';
+import { crossCheck } from '../../../src/config/crossChecks';
+import type { RunStateFile, StepRecord } from '../../../src/contracts';
+import { planFallback } from '../../../src/records/fallback';
+import { planRetention, prunedCheckpoints } from '../../../src/records/retention';
+import { ref } from '../../helpers/workflowFakes';
 
 const uri = (dir: string): ArtifactRef => ({ uri: `file:///store/runs/r/checkpoints/${dir}`, sha256: dir.padEnd(64, '0'), bytes: 1 });
 

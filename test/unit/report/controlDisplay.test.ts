@@ -1,12 +1,12 @@
 /** Control actions as `ratchet status` and the HTML report show them (src/cli/follow.ts, src/report). */
-import { StepRecord } from '../../src/contracts/records';
-import { reportStep } from '../../src/report/records';
-import { buildReportData } from '../../src/report/aggregate';
-import { renderReportHtml } from '../../src/report/html';
-import { controlLine } from '../../src/cli/follow';
-import { lineageText } from '../../src/cli/lineage';
-import { MAX_LINEAGE_ROWS, stepLineage } from '../../src/workflows/lineage';
-import { RunConfig } from '../../src/config/schema';
+import { StepRecord } from '../../../src/contracts/records';
+import { reportStep } from '../../../src/report/records';
+import { buildReportData } from '../../../src/report/aggregate';
+import { renderReportHtml } from '../../../src/report/html';
+import { controlLine } from '../../../src/cli/follow';
+import { lineageText } from '../../../src/cli/lineage';
+import { MAX_LINEAGE_ROWS, stepLineage } from '../../../src/workflows/lineage';
+import { RunConfig } from '../../../src/config/schema';
 
 const record = (step: number, extra: Record<string, unknown> = {}) => StepRecord.parse({
   format: 'ratchet.step/v1', run_id: 'r', step, time: `2026-11-25T10:0${step}:00Z`, policy_version: step + 1, mean_reward: 0.5,

@@ -8,15 +8,15 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { createMetricsActivities } from '../../src/activities/metrics';
-import type { StepRecord } from '../../src/contracts';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { componentLogger } from '../../src/shared/logger';
-import { crc32c } from '../../src/metrics/sinks/tensorboard';
-import { stepScalars } from '../../src/metrics/sinks/scalars';
-import { wandbPython } from '../../src/metrics/sinks/wandb';
+import { createMetricsActivities } from '../../../src/activities/metrics';
+import type { StepRecord } from '../../../src/contracts';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { componentLogger } from '../../../src/shared/logger';
+import { crc32c } from '../../../src/metrics/sinks/tensorboard';
+import { stepScalars } from '../../../src/metrics/sinks/scalars';
+import { wandbPython } from '../../../src/metrics/sinks/wandb';
 
-const READER = path.join(__dirname, '..', 'fixtures', 'metrics', 'read_tfevents.py');
+const READER = path.join(__dirname, '..', '..', 'fixtures', 'metrics', 'read_tfevents.py');
 
 function record(step: number, reward: number): StepRecord {
   return {
@@ -79,7 +79,7 @@ if (wandbProblem) console.warn(`SKIPPING the W&B sink test: ${wandbProblem}`);
   const acts = createMetricsActivities({ store, logger: componentLogger('test') });
   await acts.recordStep({ record: record(0, 0.5), state: { completedStep: 0 } as never });
   await acts.recordStep({ record: record(1, -0.25), state: { completedStep: 1 } as never });
-  const rows = JSON.parse(execFileSync(wandbPy, [path.join(__dirname, '..', 'fixtures', 'metrics', 'read_wandb.py'), path.join(root, 'runs', 'tb-run', 'wandb')],
+  const rows = JSON.parse(execFileSync(wandbPy, [path.join(__dirname, '..', '..', 'fixtures', 'metrics', 'read_wandb.py'), path.join(root, 'runs', 'tb-run', 'wandb')],
     { encoding: 'utf8', env: { ...process.env, WANDB_SILENT: 'true' } })) as { run_id: string; step: number; values: Record<string, number> }[];
   expect(rows.map((r) => [r.run_id, r.step])).toEqual([['tb-run', 0], ['tb-run', 1]]);
   for (const [i, row] of rows.entries()) {

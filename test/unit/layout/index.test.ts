@@ -7,13 +7,13 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { parseRunConfig } from '../../src/config/load';
-import { layoutEnv, LayoutError, stackLayout, type StackLayout } from '../../src/layout';
-import { inferenceSpecs, stackUp, workerSpecs } from '../../src/stack';
-import { startService, stopService } from '../../src/stack/processes';
-import { saveLayout, savedLayout } from '../../src/stack/layoutFile';
+import { parseRunConfig } from '../../../src/config/load';
+import { layoutEnv, LayoutError, stackLayout, type StackLayout } from '../../../src/layout';
+import { inferenceSpecs, stackUp, workerSpecs } from '../../../src/stack';
+import { startService, stopService } from '../../../src/stack/processes';
+import { saveLayout, savedLayout } from '../../../src/stack/layoutFile';
 
-const seedDir = path.join(__dirname, '../../configs/gpu');
+const seedDir = path.join(__dirname, '../../../configs/gpu');
 const P = { root: '/repo', home: '/state' };
 const seed = (file: string, edit: (t: string) => string = (t) => t) =>
   parseRunConfig(edit(readFileSync(path.join(seedDir, file), 'utf8')), file);
@@ -90,7 +90,7 @@ describe('layout of the seed configs', () => {
 
 describe('layouts the keys describe', () => {
   test('a CPU config gets the CPU layout (the stack ratchet up has always started)', () => {
-    const c = parseRunConfig(readFileSync(path.join(__dirname, '../../configs/swe-grep/smoke.toml'), 'utf8'), 'smoke.toml');
+    const c = parseRunConfig(readFileSync(path.join(__dirname, '../../../configs/swe-grep/smoke.toml'), 'utf8'), 'smoke.toml');
     expect(stackLayout(c, P)).toEqual({ kind: 'cpu' });
     expect(layoutEnv(stackLayout(c, P))).toBe('RATCHET_LAYOUT_KIND=cpu');
   });
@@ -156,7 +156,7 @@ describe('layouts the keys describe', () => {
     const one = gpuLayout(stackLayout(seed('qwen3-8b-lora-1gpu.toml'), P, { only: 'trainer' }));
     expect([one.inference, one.trainer.env.PYTORCH_CUDA_ALLOC_CONF, one.gpus]).toEqual([[], undefined, [{ index: 0, trainer: true, inference: [], vllmUtilization: 0 }]]);
     // The CPU layout is one host's whole stack: --only is refused, naming the key and the fix.
-    const cpu = parseRunConfig(readFileSync(path.join(__dirname, '../../configs/swe-grep/smoke.toml'), 'utf8'), 'smoke.toml');
+    const cpu = parseRunConfig(readFileSync(path.join(__dirname, '../../../configs/swe-grep/smoke.toml'), 'utf8'), 'smoke.toml');
     expect(() => stackLayout(cpu, P, { only: 'trainer' })).toThrow(/--only trainer: trainer\.device = "\w+" makes the CPU layout.*Fix: set trainer\.device = "cuda"/);
   });
 
@@ -205,7 +205,7 @@ describe('the stack takes its processes from the saved layout', () => {
   });
 
   test('a trainer-only layout: the stack is the trainer\'s torchrun job alone (no vLLM, Temporal, dockerd or TS workers); without torchrun it is refused', async () => {
-    const l = stackLayout(seed('qwen3-8b-lora-1gpu.toml'), { root: path.join(__dirname, '../..'), home }, { only: 'trainer' });
+    const l = stackLayout(seed('qwen3-8b-lora-1gpu.toml'), { root: path.join(__dirname, '../../..'), home }, { only: 'trainer' });
     saveLayout('configs/gpu/qwen3-8b-lora-1gpu.toml', l);
     expect(inferenceSpecs()).toEqual([]);
     expect(workerSpecs().map((s) => [s.name, s.command])).toEqual([['worker-trainer', path.join(home, 'venvs/trainer/bin/torchrun')]]);
@@ -217,7 +217,7 @@ describe('the stack takes its processes from the saved layout', () => {
   });
 
   test('ratchet up --config on a host without vLLM\'s CUDA build or the model: refused naming both fixes, and the stack it had is kept', async () => {
-    const l = stackLayout(seed('qwen3-8b-lora-1gpu.toml'), { root: path.join(__dirname, '../..'), home });
+    const l = stackLayout(seed('qwen3-8b-lora-1gpu.toml'), { root: path.join(__dirname, '../../..'), home });
     await expect(stackUp(() => {}, { path: 'configs/gpu/qwen3-8b-lora-1gpu.toml', layout: l }))
       .rejects.toThrow(/cannot start; missing:\n {2}vLLM's CUDA build .*Fix: bash infra\/setup\.sh configs\/gpu\/qwen3-8b-lora-1gpu\.toml[^]*the model at .*models\/Qwen3-8B/);
     expect(savedLayout()).toBeUndefined();
@@ -226,7 +226,7 @@ describe('the stack takes its processes from the saved layout', () => {
   test('a replica starts on its GPUs with its flags, counts as started once /health answers, and stops', async () => {
     const port = 20000 + (process.pid % 20000);
     const c = seed('qwen3-8b-lora-1gpu.toml', (t) => t.replace('http://127.0.0.1:8000/v1', `http://127.0.0.1:${port}/v1`));
-    const l = gpuLayout(stackLayout(c, { root: path.join(__dirname, '../..'), home }));
+    const l = gpuLayout(stackLayout(c, { root: path.join(__dirname, '../../..'), home }));
     // A fake vLLM: prints what it was given, then answers /health on the port the layout gave it.
     const py = path.join(home, 'venvs/vllm-cuda/bin/python');
     mkdirSync(path.dirname(py), { recursive: true });

@@ -6,12 +6,12 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { main } from '../../src/cli/index';
-import { EXIT } from '../../src/cli/exit';
-import { createConfigActivities } from '../../src/activities/config';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { componentLogger } from '../../src/shared/logger';
-import { QWEN3_DIR } from '../fixtures/samples/simulate';
+import { main } from '../../../src/cli/index';
+import { EXIT } from '../../../src/cli/exit';
+import { createConfigActivities } from '../../../src/activities/config';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { componentLogger } from '../../../src/shared/logger';
+import { QWEN3_DIR } from '../../fixtures/samples/simulate';
 
 jest.setTimeout(60_000);
 
@@ -84,7 +84,7 @@ test.each([
 });
 
 test('eval metrics that name its rewards are kept', async () => {
-  const { loadEnvironment } = await import('../../src/envs/load');
+  const { loadEnvironment } = await import('../../../src/envs/load');
   const file = envModule('with-eval-metrics', envBody({ evalMetrics: `{ solved: { reward: 'right', min: 1 } }` }));
   expect(loadEnvironment({ id: 'mine', module: file }).evalMetrics).toEqual({ solved: { reward: 'right', min: 1 } });
   expect(await main(['check', config(file), '--offline'])).toBe(EXIT.ok);

@@ -8,10 +8,10 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { runKeys } from '../../src/artifacts/keys';
-import type { StepRecord } from '../../src/contracts';
-import { auditStoreAgainstRecords } from '../helpers/multihostInvariants';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { runKeys } from '../../../src/artifacts/keys';
+import type { StepRecord } from '../../../src/contracts';
+import { auditStoreAgainstRecords } from '../../helpers/multihostInvariants';
 
 const sha = (b: string): string => createHash('sha256').update(b).digest('hex');
 const RUN = 'r1';
