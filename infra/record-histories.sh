@@ -9,9 +9,9 @@ cd "$RATCHET_ROOT"
 export RATCHET_RECORD_HISTORIES=1
 release="v$(node -p 'require("./package.json").version')"
 log "recording histories into test/fixtures/histories/$release"
-npx jest --selectProjects unit --runTestsByPath test/unit/workflow.test.ts test/unit/stepRolloutsWaits.test.ts
+npx jest --selectProjects unit --runTestsByPath test/unit/workflows/trainRun.test.ts test/unit/workflows/stepRolloutsWaits.test.ts
 if [ "${1:-}" = "--stack" ]; then
   npx jest --selectProjects integration --runInBand --runTestsByPath test/integration/lifecycle.test.ts test/integration/eval-real.test.ts
 fi
-npx jest --selectProjects unit --runTestsByPath test/unit/workflowReplay.test.ts
+npx jest --selectProjects unit --runTestsByPath test/unit/workflows/replay.test.ts
 git status --short "test/fixtures/histories/$release"

@@ -4,7 +4,7 @@
  * timeout) is a down host to wait for, not a failed run (issue 25, hole 3).
  */
 import { ActivityFailure, ApplicationFailure, RetryState, TimeoutFailure, TimeoutType } from '@temporalio/common';
-import { inferenceDown } from '../../src/workflows/inferenceWait';
+import { inferenceDown } from '../../../src/workflows/inferenceWait';
 
 const activityFailure = (cause: Error) => new ActivityFailure('activity failed', 'syncWeights', '1', RetryState.NON_RETRYABLE_FAILURE, 'main', cause);
 

@@ -5,13 +5,13 @@
  * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
  */
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { describeWithStack } from '../helpers/stack';
-import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
-import type { TrainRun } from '../../src/workflows/trainRun';
-import type { ReleaseRunInput, ReleaseRunResult, TrainRunInput } from '../../src/contracts';
-import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions } from '../helpers/fakeWorld';
-import { recordHistory } from '../helpers/histories';
-import { TRAINING_PRIORITY } from '../../src/shared/fairness';
+import { describeWithStack } from '../../helpers/stack';
+import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../../src/workflows/messages';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import type { ReleaseRunInput, ReleaseRunResult, TrainRunInput } from '../../../src/contracts';
+import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions } from '../../helpers/fakeWorld';
+import { recordHistory } from '../../helpers/histories';
+import { TRAINING_PRIORITY } from '../../../src/shared/fairness';
 
 jest.setTimeout(120_000);
 
@@ -184,7 +184,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.records.map((r) => [r.record.step, r.record.epoch ?? 0, r.state.epoch ?? 0])).toEqual([[0, 0, 0], [1, 0, 0], [1, 1, 1], [2, 1, 1]]);
       // The retrained steps sample afresh: their task sampling carries the epoch (group ids, so keys, of their own).
       expect(f.sampleInputs.map((i) => [i.step, i.epoch ?? 0])).toEqual([[0, 0], [1, 0], [2, 0], [1, 1], [2, 1]]);
-      const { winningSteps } = await import('../../src/records/winners');
+      const { winningSteps } = await import('../../../src/records/winners');
       const fb = f.fallbacks[0]!.result;
       expect(winningSteps(f.records.map((r) => r.record), fb.fellBack ? [fb.record] : []).map((r) => [r.step, r.epoch ?? 0, r.policy_version])).toEqual([[0, 0, 1], [1, 1, 2], [2, 1, 3]]);
       await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-checkpoint-fallback-1');

@@ -6,13 +6,13 @@
  * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
  */
 import { WorkflowFailedError, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { describeWithStack } from '../helpers/stack';
-import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../src/workflows/messages';
-import type { SftRun } from '../../src/workflows/sftRun';
-import type { TrainRunInput } from '../../src/contracts';
-import { makeFakes, type FakeOptions } from '../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
-import { recordHistory } from '../helpers/histories';
+import { describeWithStack } from '../../helpers/stack';
+import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../../src/workflows/messages';
+import type { SftRun } from '../../../src/workflows/sftRun';
+import type { TrainRunInput } from '../../../src/contracts';
+import { makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { recordHistory } from '../../helpers/histories';
 
 jest.setTimeout(120_000);
 

@@ -6,13 +6,13 @@
  * clear message and leaves no trace.
  */
 import { WorkflowUpdateFailedError } from '@temporalio/client';
-import { describeWithStack } from '../helpers/stack';
-import { controlUpdates, pauseUpdate, progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
-import type { TrainRun } from '../../src/workflows/trainRun';
-import { makeFakes } from '../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
-import { recordHistory } from '../helpers/histories';
-import { EVAL_PRIORITY } from '../../src/shared/fairness';
+import { describeWithStack } from '../../helpers/stack';
+import { controlUpdates, pauseUpdate, progressQuery, setSettingsUpdate } from '../../../src/workflows/messages';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import { makeFakes } from '../../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { recordHistory } from '../../helpers/histories';
+import { EVAL_PRIORITY } from '../../../src/shared/fairness';
 import { temporal } from '@temporalio/proto';
 
 jest.setTimeout(150_000);

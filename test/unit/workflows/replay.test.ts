@@ -8,8 +8,8 @@
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
-import { recordedHistoryFromObject } from '../../src/shared/historyJson';
-import { storedHistories } from '../helpers/histories';
+import { recordedHistoryFromObject } from '../../../src/shared/historyJson';
+import { storedHistories } from '../../helpers/histories';
 
 jest.setTimeout(300_000);
 
@@ -25,7 +25,7 @@ test('every recorded history of every release replays deterministically', async 
   )));
   const failures: string[] = [];
   let replayed = 0;
-  for await (const r of Worker.runReplayHistories({ workflowsPath: require.resolve('../../src/workflows'), replayName: 'ratchet-replay' }, histories)) {
+  for await (const r of Worker.runReplayHistories({ workflowsPath: require.resolve('../../../src/workflows'), replayName: 'ratchet-replay' }, histories)) {
     replayed++;
     if (r.error) failures.push(`${r.workflowId}: ${r.error.message}`);
   }

@@ -6,10 +6,10 @@
  */
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
-import { DEPRECATED_PATCHES, OLDEST_UPGRADABLE_RELEASE, PATCHES } from '../../src/workflows/patches';
-import { HISTORIES_ROOT } from '../helpers/histories';
+import { DEPRECATED_PATCHES, OLDEST_UPGRADABLE_RELEASE, PATCHES } from '../../../src/workflows/patches';
+import { HISTORIES_ROOT } from '../../helpers/histories';
 
-const WORKFLOWS = path.join(__dirname, '..', '..', 'src', 'workflows');
+const WORKFLOWS = path.join(__dirname, '..', '..', '..', 'src', 'workflows');
 
 const release = (v: string): [number, number] => {
   const m = /^v?(\d+)\.(\d+)/.exec(v);

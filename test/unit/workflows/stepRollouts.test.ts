@@ -9,12 +9,12 @@
  */
 import type { WorkflowHandle } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
-import { describeWithStack } from '../helpers/stack';
-import { progressQuery } from '../../src/workflows/messages';
-import type { TrainRun } from '../../src/workflows/trainRun';
-import type { RolloutProgressSignal, TrainRunInput } from '../../src/contracts';
-import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions } from '../helpers/fakeWorld';
-import { recordHistory } from '../helpers/histories';
+import { describeWithStack } from '../../helpers/stack';
+import { progressQuery } from '../../../src/workflows/messages';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import type { RolloutProgressSignal, TrainRunInput } from '../../../src/contracts';
+import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions } from '../../helpers/fakeWorld';
+import { recordHistory } from '../../helpers/histories';
 
 jest.setTimeout(300_000);
 

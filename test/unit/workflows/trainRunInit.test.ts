@@ -7,13 +7,13 @@
  * Set RATCHET_RECORD_HISTORIES=1 to record histories for the replay test.
  */
 import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { describeWithStack } from '../helpers/stack';
-import type { TrainRun } from '../../src/workflows/trainRun';
-import type { TrainRunInput } from '../../src/contracts';
-import { adapterName } from '../../src/shared/adapters';
-import { FAKE_INIT, makeFakes, type FakeOptions } from '../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
-import { recordHistory } from '../helpers/histories';
+import { describeWithStack } from '../../helpers/stack';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import type { TrainRunInput } from '../../../src/contracts';
+import { adapterName } from '../../../src/shared/adapters';
+import { FAKE_INIT, makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { recordHistory } from '../../helpers/histories';
 
 jest.setTimeout(120_000);
 

@@ -4,11 +4,11 @@
  * it has batch_size informative groups, and stops at max_refill_rounds; the batch holds the informative groups
  * only, and the step record lists each round with the policy version that sampled it.
  */
-import { describeWithStack } from '../helpers/stack';
-import type { TrainRun } from '../../src/workflows/trainRun';
-import { taskIdOf, type RolloutInput } from '../../src/contracts';
-import { makeFakes, type FakeOptions } from '../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
+import { describeWithStack } from '../../helpers/stack';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import { taskIdOf, type RolloutInput } from '../../../src/contracts';
+import { makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
 
 jest.setTimeout(150_000);
 

@@ -6,12 +6,12 @@
  * and raising the budget lets the run go on.
  */
 import { WorkflowUpdateFailedError } from '@temporalio/client';
-import { describeWithStack } from '../helpers/stack';
-import { SA, controlUpdates, progressQuery, setSettingsUpdate } from '../../src/workflows/messages';
-import type { TrainRun } from '../../src/workflows/trainRun';
-import { makeFakes } from '../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
-import { recordHistory } from '../helpers/histories';
+import { describeWithStack } from '../../helpers/stack';
+import { SA, controlUpdates, progressQuery, setSettingsUpdate } from '../../../src/workflows/messages';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import { makeFakes } from '../../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { recordHistory } from '../../helpers/histories';
 
 jest.setTimeout(150_000);
 

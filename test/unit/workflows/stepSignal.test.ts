@@ -2,14 +2,14 @@
  * Informative groups and the sampling policy version, from a step's rollout summaries to its record,
  * `ratchet status`'s step line and the report. The expected counts are worked out by hand per group.
  */
-import { rolloutStats } from '../../src/rollouts/stats';
-import { stepRecord, type FinishedStep } from '../../src/workflows/stepRecord';
-import { StepRecord } from '../../src/contracts/records';
-import { reportStep } from '../../src/report/records';
-import { stepLine } from '../../src/cli/follow';
-import { buildReportData } from '../../src/report/aggregate';
-import { renderReportHtml } from '../../src/report/html';
-import type { RolloutSummary } from '../../src/contracts/trajectory';
+import { rolloutStats } from '../../../src/rollouts/stats';
+import { stepRecord, type FinishedStep } from '../../../src/workflows/stepRecord';
+import { StepRecord } from '../../../src/contracts/records';
+import { reportStep } from '../../../src/report/records';
+import { stepLine } from '../../../src/cli/follow';
+import { buildReportData } from '../../../src/report/aggregate';
+import { renderReportHtml } from '../../../src/report/html';
+import type { RolloutSummary } from '../../../src/contracts/trajectory';
 
 const summary = (group: string, i: number, reward: number, stop: RolloutSummary['stop_reason'] = 'completed'): RolloutSummary => ({
   task_id: group, group_id: group, rollout_index: i, trajectory: { uri: `file:///${group}/${i}`, sha256: 'x', bytes: 1 },

@@ -8,12 +8,12 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
-import { createDatasetActivities } from '../../src/activities/dataset';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { lineageText } from '../../src/cli/lineage';
-import { RunConfig } from '../../src/config/schema';
-import { StepLineage } from '../../src/contracts/records';
-import { stepLineage } from '../../src/workflows/lineage';
+import { createDatasetActivities } from '../../../src/activities/dataset';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { lineageText } from '../../../src/cli/lineage';
+import { RunConfig } from '../../../src/config/schema';
+import { StepLineage } from '../../../src/contracts/records';
+import { stepLineage } from '../../../src/workflows/lineage';
 
 const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
 

@@ -8,7 +8,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-const ROOT = join(__dirname, '..', '..');
+const ROOT = join(__dirname, '..', '..', '..');
 const KINDS = ['retried', 'waited for', 'step fault', 'fatal'] as const;
 
 function files(dir: string, ext: string): string[] {

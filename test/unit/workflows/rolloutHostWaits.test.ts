@@ -9,12 +9,12 @@ import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
-import { describeWithStack } from '../helpers/stack';
-import { SA, progressQuery } from '../../src/workflows/messages';
-import type { TrainRun } from '../../src/workflows/trainRun';
-import { LocalArtifactStore } from '../../src/artifacts/store';
-import { healthKey } from '../../src/rollouts/hostHealth';
-import { makeFakes, useFakeWorld, withFakeWorkers } from '../helpers/fakeWorld';
+import { describeWithStack } from '../../helpers/stack';
+import { SA, progressQuery } from '../../../src/workflows/messages';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import { LocalArtifactStore } from '../../../src/artifacts/store';
+import { healthKey } from '../../../src/rollouts/hostHealth';
+import { makeFakes, useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
 
 jest.setTimeout(240_000);
 

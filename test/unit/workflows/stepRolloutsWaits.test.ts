@@ -7,12 +7,12 @@
  */
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
-import { describeWithStack } from '../helpers/stack';
-import { SA, progressQuery } from '../../src/workflows/messages';
-import type { TrainRun } from '../../src/workflows/trainRun';
-import type { RolloutProgressSignal, TrainRunInput } from '../../src/contracts';
-import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions, type FakeStack } from '../helpers/fakeWorld';
-import { recordHistory } from '../helpers/histories';
+import { describeWithStack } from '../../helpers/stack';
+import { SA, progressQuery } from '../../../src/workflows/messages';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import type { RolloutProgressSignal, TrainRunInput } from '../../../src/contracts';
+import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions, type FakeStack } from '../../helpers/fakeWorld';
+import { recordHistory } from '../../helpers/histories';
 
 jest.setTimeout(180_000);
 
