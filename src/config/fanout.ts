@@ -32,7 +32,7 @@ export const TEMPORAL_LIMITS = {
 export const MAX_SHARDS = 500;
 /**
  * History events one chunk costs its execution: scheduled, started, completed, and its share of
- * workflow tasks (measured: ~4.1 per chunk on the dev server, test/unit/stepChunks.test.ts).
+ * workflow tasks (measured: ~4.1 per chunk on the dev server, test/unit/workflows/stepRollouts.test.ts).
  */
 export const EVENTS_PER_CHUNK = 5;
 /** A shard continues as new once its history holds this many events (well below the 10,240 warning). */

@@ -2,7 +2,7 @@
  * mulberry32: a tiny seeded PRNG, uniform in [0, 1). Enough to shuffle a soak's
  * fault schedule or make synthetic data reproducibly; not for anything secret.
  * Pure, so workflow code may import it. The sequences are pinned by
- * test/unit/random.test.ts: a soak replays by its seed.
+ * test/unit/shared/random.test.ts: a soak replays by its seed.
  */
 export function mulberry32(seed: number): () => number {
   let a = seed >>> 0;

@@ -1,5 +1,5 @@
 /**
- * A real run's workflow histories, for the replay test (test/unit/workflowReplay.test.ts):
+ * A real run's workflow histories, for the replay test (test/unit/workflows/replay.test.ts):
  * every execution of the TrainRun (continue-as-new chains have several) as JSON. The soak
  * writes its faulted run's into <RATCHET_HOME>/test-reports/soak-histories/ and, with
  * RATCHET_RECORD_HISTORIES=1, into test/fixtures/histories/v<version>/ as real-soak-*.json

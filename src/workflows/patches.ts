@@ -9,7 +9,7 @@
  * removed and is kept one release as `deprecatePatch(id)` (DEPRECATED_PATCHES), which
  * replays histories with and without its marker; the release after removes the call. The
  * recorded histories of releases outside the window leave test/fixtures/histories at the
- * same time. test/unit/patchWindow.test.ts holds the code to this; the replay test stays
+ * same time. test/unit/workflows/patches.test.ts holds the code to this; the replay test stays
  * the judge. Ids are never reused.
  */
 /** The oldest release whose runs this code upgrades in place (the support window above). */
@@ -181,4 +181,4 @@ export const DEPRECATED_PATCHES = {
 } as const;
 // Not a patch: the priority and fairness keys on rollout, eval and trainer activities and on the
 // StepRollouts child (src/shared/fairness.ts). Replay compares an activity's id and type, not its
-// options, so histories recorded without the keys replay unchanged (test/unit/workflowReplay.test.ts).
+// options, so histories recorded without the keys replay unchanged (test/unit/workflows/replay.test.ts).

@@ -11,7 +11,7 @@
  * and the test runs with the stack's one real vLLM (port 8000) plus a second replica on port 8001
  * that is a plain TCP forwarder to it: real vLLM answers while it lives, a dead port (connection
  * refused) once it is killed. What it cannot show: two replicas holding adapters apart (a restarted
- * replica that lost them); the unit tests (test/unit/inferencePool.test.ts) cover that with fakes.
+ * replica that lost them); the unit tests (test/unit/agent/replicaPool.test.ts) cover that with fakes.
  */
 import { mkdtempSync, promises as fs } from 'node:fs';
 import * as net from 'node:net';

@@ -1,5 +1,5 @@
 """Trains a tiny CPU run through the worker's commands and prints each step's refs as JSON, for the
-`ratchet replay-step` unit test (test/unit/replayStep.test.ts), which records them as step records.
+`ratchet replay-step` unit test (test/unit/cli/replayStep.test.ts), which records them as step records.
 
     python tests/replay_run.py <artifacts root> <run id> <steps>
 """

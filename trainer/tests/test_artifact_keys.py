@@ -1,7 +1,7 @@
 """The trainer's checkpoint keys match the TypeScript layout (src/artifacts/keys.ts), case by case.
 
 The cases are the TypeScript side's own (test/fixtures/artifacts/keys.json, checked against
-src/artifacts/keys.ts by test/unit/artifactKeys.test.ts), so a change on either side fails here.
+src/artifacts/keys.ts by test/unit/artifacts/keys.test.ts), so a change on either side fails here.
 """
 
 import json

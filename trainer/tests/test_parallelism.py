@@ -13,7 +13,7 @@ QWEN3_8B = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096, "i
 
 
 def test_the_one_gpu_estimate_is_ratchet_checks():
-    """Seed 001's shape (Qwen3-8B, LoRA r=4, checkpointing, 4,096-token rows): test/unit/check-gpu.test.ts
+    """Seed 001's shape (Qwen3-8B, LoRA r=4, checkpointing, 4,096-token rows): test/unit/check/gpu.test.ts
     computes 19.648 GiB allocated by hand (8,190,735,360 bf16 weights, 18 bytes for each of 10,911,744
     adapter parameters, 36 checkpointed layer inputs and one recomputed layer, one 1,024-token logprob chunk)."""
     cfg = make_cfg("tiny", lora={"rank": 4, "alpha": 8}, ac={"freq": 1}, seq_len=1024, micro_batch_tokens=4096)
