@@ -50,29 +50,36 @@ export interface TinyConfigOptions {
   asyncLevel?: number;
   /** Rollouts of the task per step (default 2); all of a step's rollouts are one chunk. */
   rolloutsPerExample?: number;
+  /** The run's name and its file's, `<name>.toml` (default "tiny", in a file named by the options above). */
+  name?: string;
+  /** TOML lines added to [sampling] and to [orchestrator], and whole tables after the config's own. */
+  sampling?: string;
+  orchestrator?: string;
+  tables?: string;
 }
 
-/** A tiny config: 1 task x 2 rollouts, 2 steps, 32 tokens a turn. */
+/** A tiny config: 1 task x 2 rollouts, 2 steps, 32 tokens a turn; the options add to it. */
 export async function tinyConfig(dir: string, opts: TinyConfigOptions = {}): Promise<string> {
-  const file = path.join(dir, `tiny-${opts.maxSteps ?? 2}-a${opts.asyncLevel ?? 1}-r${opts.rolloutsPerExample ?? 2}.toml`);
-  await fs.writeFile(file, `name = "tiny"
+  const file = path.join(dir, opts.name ? `${opts.name}.toml` : `tiny-${opts.maxSteps ?? 2}-a${opts.asyncLevel ?? 1}-r${opts.rolloutsPerExample ?? 2}.toml`);
+  const lines = (toml: string | undefined) => (toml ? `${toml.trim()}\n` : '');
+  await fs.writeFile(file, `name = "${opts.name ?? 'tiny'}"
 [trainer]
 device = "cpu"
 [sampling]
 max_tokens = 32
-[orchestrator]
+${lines(opts.sampling)}[orchestrator]
 batch_size = 1
 rollouts_per_example = ${opts.rolloutsPerExample ?? 2}
 max_steps = ${opts.maxSteps ?? 2}
 async_level = ${opts.asyncLevel ?? 1}
 max_concurrent_rollouts = 2
-[[env]]
+${lines(opts.orchestrator)}[[env]]
 id = "swe-grep"
 [env.args]
 max_tokens = 256
 max_tool_calls = 3
 max_turns = 3
-`);
+${lines(opts.tables)}`);
   return file;
 }
 

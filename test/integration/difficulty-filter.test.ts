@@ -14,7 +14,7 @@ import { LocalArtifactStore } from '../../src/artifacts/store';
 import { readRunState, readStepRecords } from '../../src/records/runRecords';
 import { startTrainRun } from '../../src/workflows/client';
 import type { TaskPool } from '../../src/samples/taskPool';
-import { distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from '../helpers/trainrunStack';
+import { distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 describeWithStack('difficulty filtering and pass-rate pools on the real stack', ['temporalServer', 'inference', 'docker', 'model', 'trainerVenv'], () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-filter-'));
@@ -40,32 +40,10 @@ describeWithStack('difficulty filtering and pass-rate pools on the real stack', 
   });
 
   test('two steps: at most one refill round each, a batch of informative groups only, the pool carried to the next step', async () => {
-    const config = path.join(dir, 'filter.toml');
-    await fs.writeFile(config, `name = "filter"
-[trainer]
-device = "cpu"
-[sampling]
-max_tokens = 32
-[orchestrator]
-batch_size = 1
-rollouts_per_example = 2
-max_steps = 2
-async_level = 0
-max_concurrent_rollouts = 2
-limit_ended = "mask"
-[orchestrator.difficulty_filter]
-enabled = true
-max_refill_rounds = 1
-[orchestrator.pass_rate_pool]
-enabled = true
-pass_reward = 0.5
-[[env]]
-id = "swe-grep"
-[env.args]
-max_tokens = 256
-max_tool_calls = 3
-max_turns = 3
-`);
+    const config = await tinyConfig(dir, {
+      name: 'filter', asyncLevel: 0, orchestrator: 'limit_ended = "mask"',
+      tables: '[orchestrator.difficulty_filter]\nenabled = true\nmax_refill_rounds = 1\n[orchestrator.pass_rate_pool]\nenabled = true\npass_reward = 0.5',
+    });
     const runId = `it-filter-${Date.now()}`;
     const handle = await startTrainRun(client, config, { runId });
     expect(await handle.result()).toMatchObject({ stepsCompleted: 2, stopped: 'completed' });

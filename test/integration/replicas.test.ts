@@ -22,7 +22,7 @@ import { describeWithStack, REPO } from '../helpers/stack';
 import { uriToPath } from '../../src/artifacts/store';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { RolloutSummary, Trajectory, TrainRunInput } from '../../src/contracts';
-import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, workerCommands, type Proc } from '../helpers/trainrunStack';
+import { checkInvariants, distBuilt, killProc, startProc, takeOverStackWorkers, tinyConfig, workerCommands, type Proc } from '../helpers/trainrunStack';
 
 const LIVE = 'http://127.0.0.1:8000/v1';
 const DOOMED_PORT = 8001;
@@ -100,30 +100,11 @@ describeWithStack('inference replicas are a pool (real stack)', ['temporalServer
     const doomed = await forwarder(DOOMED_PORT, 8000);
     let killed = false;
     try {
-      const configPath = path.join(dir, 'replicas.toml');
-      await fs.writeFile(configPath, `name = "replicas"
-[trainer]
-device = "cpu"
-[inference]
-base_urls = ["${LIVE}", "${DOOMED}"]
-sync_quorum = 1
-[sampling]
-max_tokens = 32
-# Every turn a tool call: episodes of several turns, so the kill can land mid-episode.
-tool_choice = "required"
-[orchestrator]
-batch_size = 1
-rollouts_per_example = 2
-max_steps = 2
-async_level = 0
-max_concurrent_rollouts = 2
-[[env]]
-id = "swe-grep"
-[env.args]
-max_tokens = 256
-max_tool_calls = 3
-max_turns = 3
-`);
+      // Every turn a tool call: episodes of several turns, so the kill can land mid-episode.
+      const configPath = await tinyConfig(dir, {
+        name: 'replicas', asyncLevel: 0, sampling: 'tool_choice = "required"',
+        tables: `[inference]\nbase_urls = ["${LIVE}", "${DOOMED}"]\nsync_quorum = 1`,
+      });
       const runId = `it-replicas-${Date.now()}`;
       const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
       const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });

@@ -27,7 +27,7 @@ import { makeDemonstrations } from '../../src/sft/demos';
 import { adapterName } from '../../src/shared/adapters';
 import { SandboxManager } from '../../src/sandbox/manager';
 import { loadTasks } from '../../src/tasks/load';
-import { checkInvariants, runResult, useStackWorkers, waitForProgress } from '../helpers/trainrunStack';
+import { checkInvariants, runResult, tinyConfig, useStackWorkers, waitForProgress } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const TASKS = path.join(REPO, '.ratchet', 'tasks', 'train.jsonl');
@@ -102,17 +102,11 @@ batch_size = 2
     stack.start('rollout');
 
     // The TrainRun from it.
-    const rlConfig = (from: string) => {
-      const f = path.join(dir, `rl-${from.replace(/[^a-z0-9]/gi, '_')}.toml`);
-      writeFileSync(f, `name = "rl"\n[model]\ninit_from = "${from}"\n[trainer]\ndevice = "cpu"\n[sampling]\nmax_tokens = 32\n` +
-        `[orchestrator]\nbatch_size = 1\nrollouts_per_example = 2\nmax_steps = 1\nasync_level = 0\nmax_concurrent_rollouts = 2\n` +
-        `[[env]]\nid = "swe-grep"\n[env.args]\nmax_tokens = 256\nmax_tool_calls = 3\nmax_turns = 3\n`);
-      return f;
-    };
+    const rlConfig = await tinyConfig(dir, { name: 'rl', maxSteps: 1, asyncLevel: 0, tables: `[model]\ninit_from = "${sftId}"` });
     const rlId = `it-warm-rl-${Date.now()}`;
     const rl = await stack.client.workflow.start<typeof TrainRun>('TrainRun', {
       taskQueue: 'ratchet', workflowId: rlId,
-      args: [{ configPath: rlConfig(sftId), runId: rlId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } }],
+      args: [{ configPath: rlConfig, runId: rlId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } }],
     });
     // While step 0's rollouts run, vLLM serves version 0 from the SFT run's adapter directory.
     await waitForProgress(rl, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
