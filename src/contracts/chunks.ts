@@ -6,6 +6,7 @@
  * worker) is in ./manifest.ts; the bounds, Temporal's limits and the plan that cuts a step
  * are the config's (src/config/fanout.ts).
  */
+import type { Duration } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RolloutSummary } from './trajectory';
@@ -80,6 +81,8 @@ export interface StepChunksContext {
   artifacts?: StoreSettings;
   outageWaits?: OutageWaitLimits;
   rolloutWorkersWatchS?: number;
+  /** TrainRunInput.rolloutHeartbeat: the chunks' heartbeat timeout (absent: CHUNK_OPTIONS'). */
+  rolloutHeartbeat?: Duration;
   /** A refill round of difficulty filtering (> 0): its summaries get their own keys. */
   round?: number;
 }

@@ -103,6 +103,11 @@ export interface TrainRunInput {
    * alive (default 120); none: the run shows waiting-for-rollout-workers. Tests shorten it.
    */
   rolloutWorkersWatchS?: number;
+  /**
+   * How fast a rollout chunk on a dead or cut-off rollout worker is noticed and retried elsewhere: its
+   * heartbeat timeout (default "1 minute"). Tests shorten it, no shorter than three [liveness] heartbeat_every_s.
+   */
+  rolloutHeartbeat?: Duration;
   /** `ratchet train --init-from <run>[@step]`: over the config's [model] init_from, for a new run (docs/training.md, "Warm start"). */
   initFrom?: string;
   /** Events a rollout shard's history may reach before it continues as new (tests set it low; default SHARD_EVENTS_BEFORE_CONTINUE). */

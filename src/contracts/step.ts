@@ -4,6 +4,7 @@
  * its parent, the step's rollout statistics and the summary TrainRun keeps of it.
  * The step's stored record (metrics.jsonl) is in ./records.ts. Pure: workflow code.
  */
+import type { Duration } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
 import type { StoreSettings } from '../artifacts/settings';
 import type { RunConfig } from '../config/schema';
@@ -85,6 +86,8 @@ export interface StepRolloutsInput {
   outageWaits?: OutageWaitLimits;
   /** TrainRunInput.rolloutWorkersWatchS. */
   rolloutWorkersWatchS?: number;
+  /** TrainRunInput.rolloutHeartbeat. */
+  rolloutHeartbeat?: Duration;
   /** A refill round of difficulty filtering (> 0; absent: the step's first round): its summaries get their own keys. */
   round?: number;
 }

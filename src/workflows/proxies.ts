@@ -3,6 +3,7 @@
  * retries in one place: what a dead worker, a slow trainer or a down server
  * looks like to the workflow is decided here.
  */
+import type { Duration } from '@temporalio/common';
 import { proxyActivities, type ActivityOptions } from '@temporalio/workflow';
 import type { BatchActivities, MainActivities } from '../contracts/activities';
 import type { EvalActivities } from '../contracts/eval';
@@ -47,9 +48,12 @@ const CHUNK_OPTIONS: ActivityOptions = {
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4 },
 };
 
-/** A step's rollout chunks (StepRollouts, RolloutShard), at the run's training priority and fairness weight. */
-export function chunkOptions(runId: string, fairnessWeight: number): ActivityOptions {
-  return { ...CHUNK_OPTIONS, priority: trainingPriority(runId, fairnessWeight) };
+/**
+ * A step's rollout chunks (StepRollouts, RolloutShard), at the run's training priority and fairness weight;
+ * `heartbeat` (TrainRunInput.rolloutHeartbeat) shortens how long a dead worker's chunk waits before its retry.
+ */
+export function chunkOptions(runId: string, fairnessWeight: number, heartbeat?: Duration): ActivityOptions {
+  return { ...CHUNK_OPTIONS, ...(heartbeat !== undefined ? { heartbeatTimeout: heartbeat } : {}), priority: trainingPriority(runId, fairnessWeight) };
 }
 
 /** Are rollout workers alive? Asked by the rollout-workers watch only when no rollout finished for a while. */

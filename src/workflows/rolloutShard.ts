@@ -115,7 +115,7 @@ export async function runChunks(
   ctx: StepChunksContext, first: number, end: number, window: number,
   report: (done: number, waits: Waits) => Promise<void>, stopAt: () => boolean, doneBefore: number,
 ): Promise<{ parts: ArtifactRef[]; done: number }> {
-  const options = chunkOptions(ctx.runId, ctx.fairnessWeight);
+  const options = chunkOptions(ctx.runId, ctx.fairnessWeight, ctx.rolloutHeartbeat);
   const { rolloutChunk } = proxyActivities<ChunkActivities>(options);
   const parts: ArtifactRef[] = [];
   const waits: Waits = { ...NO_WAITS };

@@ -51,6 +51,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
     ...(input.artifacts ? { artifacts: input.artifacts } : {}),
     ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
     ...(input.rolloutWorkersWatchS !== undefined ? { rolloutWorkersWatchS: input.rolloutWorkersWatchS } : {}),
+    ...(input.rolloutHeartbeat !== undefined ? { rolloutHeartbeat: input.rolloutHeartbeat } : {}),
     ...(input.round ? { round: input.round } : {}),
   };
   const parent = input.parentWorkflowId ? getExternalWorkflowHandle(input.parentWorkflowId) : undefined;

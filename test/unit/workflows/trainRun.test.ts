@@ -54,9 +54,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a run\'s rollouts, step children and trainer calls carry its priority and fairness keys (docs/architecture.md)', async () => {
+  test('a run\'s rollouts, step children and trainer calls carry its priority and fairness keys (docs/architecture.md); its rolloutHeartbeat input reaches the chunks', async () => {
     await withWorkers({ orchestrator: { max_steps: 1, fairness_weight: 2 } }, async () => {
-      const handle = await start();
+      const handle = await start({ rolloutHeartbeat: '30 seconds' });
       await handle.result();
       const runId = handle.workflowId;
       const keyed = { priorityKey: TRAINING_PRIORITY, fairnessKey: runId, fairnessWeight: 2 };
@@ -71,6 +71,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const chunks = steps.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name === 'rolloutChunk');
       expect(chunks).toHaveLength(1);
       for (const a of chunks) expect(a!.priority).toMatchObject(keyed);
+      // TrainRunInput.rolloutHeartbeat, through StepRollouts, is the chunk's heartbeat timeout; the trainer's keeps its default.
+      for (const a of chunks) expect(Number(a!.heartbeatTimeout?.seconds)).toBe(30);
+      for (const a of trainerCalls) expect(Number(a!.heartbeatTimeout?.seconds)).toBe(60);
     });
   });
 
