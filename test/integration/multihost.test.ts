@@ -9,12 +9,15 @@
  *   trainer    the Python trainer worker
  * One TrainRun, during which: rollout-a is cut off from the Temporal server
  * (not from S3) mid-step, and healed once its rollouts were done again on rollout-b (its
- * stale attempts still write their trajectories); every process of rollout-a is killed
- * mid-step (its rollouts finish on rollout-b); while it is down the trainer host's worker
- * is killed (a new one reloads the last checkpoint from S3); rollout-a comes back (its new
- * worker's janitor removes the dead worker's sandboxes from its daemon); and the Temporal
- * server is restarted (its state is in PostgreSQL). With RATCHET_LONG_TESTS=1 (npm run test:long)
- * two more partitions follow: the trainer host cut off from S3 in the
+ * stale attempts still write their trajectories); during that partition the trainer host's
+ * worker is killed mid-training (a new one reloads the last checkpoint from S3); every process
+ * of rollout-a is killed mid-step (its rollouts finish on rollout-b); rollout-a comes back (its
+ * new worker's janitor removes the dead worker's sandboxes from its daemon). A rollout chunk's
+ * heartbeat timeout is 30 s here (TrainRunInput.rolloutHeartbeat; 1 minute by default), so a
+ * cut-off or dead host's rollouts move within half a minute. With RATCHET_LONG_TESTS=1 (npm run
+ * test:long) three more faults follow: the Temporal server restarted (its state is in PostgreSQL;
+ * CI checks a TrainRun across a dev server restart in faults.test.ts and a workflow across this
+ * server's restart in cluster-temporal.test.ts), the trainer host cut off from S3 in the
  * middle of trainer.save, healed a minute later, and the inference host cut off from
  * everything for two minutes. One step after the last fault the test stops the run at a step
  * boundary, as an operator would. Then the fault tests' invariants (the run ended, each
@@ -54,7 +57,7 @@ const S3_ENDPOINT = `http://${HOSTS.control}:9200`;
 const INFERENCE = `http://${HOSTS.inference}:8000/v1`;
 const BUCKET = 'ratchet-multihost';
 const LEASE_TTL_S = 8;
-/** The longer partitions (trainer from S3 during save, inference for two minutes) only in npm run test:long. */
+/** The Temporal server restart and the longer partitions (trainer from S3 during save, inference for two minutes) only in npm run test:long. */
 const LONG = process.env.RATCHET_LONG_TESTS === '1';
 /**
  * A ceiling, not the plan: the test stops the run (stopAfterCurrentStep) one step after its last
@@ -97,8 +100,8 @@ const describeTopology: typeof describeWithStack = gaps.length === 0 ? describeW
   }
 };
 
-// About 9 minutes of five hosts on one 2-core machine: part of CI (the Temporal server it needs
-// is built by infra/test.sh anyway); past CI's integration deadline it skips loudly like any suite.
+// Five hosts on one 2-core machine, about 5 minutes (8 before the faults shared their waits): part of CI
+// (the Temporal server it needs is built by infra/test.sh anyway).
 describeTopology('multi-host topology: control, two rollout hosts, inference, trainer', ['clusterServer', 'postgres', 'docker', 'model', 'trainerVenv', 'temporalBinary'], () => {
   const logDir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-multihost-'));
   const procs: Proc[] = [];
@@ -293,62 +296,67 @@ max_tool_calls = 2
 max_turns = 2
 EOF`]);
     const runId = `it-multihost-${Date.now()}`;
-    const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
+    // A dead trainer, and a dead or cut-off rollout host's chunks, are noticed in 30 s (three heartbeat periods).
+    const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' }, rolloutHeartbeat: '30 seconds' };
     const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
 
     // Each fault waits for the run to reach a step, not for a phase: with async_level 1 the
     // next step's rollouts run during this step's training, so a phase can pass between polls.
     const faults: { fault: string; step: number; phase: string; heldS: number }[] = [];
     // 1. A partition: rollout-a loses the Temporal server mid-episode but keeps S3. Its activities
-    // stop heartbeating, time out (1 minute) and run again on rollout-b; its own attempts go on and
+    // stop heartbeating, time out (30 s) and run again on rollout-b; its own attempts go on and
     // write their trajectories (content-keyed, beside the retries'). Healed only once the steps
-    // whose rollouts it held are done: two steps on, as async_level 1 prefetches the next step's.
+    // whose rollouts it held are done: the next step's too, as async_level 1 prefetches them.
     await waitFor(handle, 'step 1', (p) => p.step >= 1);
     const heldAtCut = await midEpisode(runId, rolloutA);
     const cutAt = await handle.query(progressQuery);
     netns('cut', 'rollout-a', `control:${TEMPORAL_PORT}`);
     const cutT0 = Date.now();
-    await waitFor(handle, 'two steps on, with rollout-a cut off from Temporal', (p) => p.step >= cutAt.step + 2);
-    // Both steps are done, so every rollout rollout-a held at the cut completed, and not on
-    // rollout-a, which could not report to the server: they were retried on rollout-b.
+    // 2. Meanwhile the trainer host dies mid-training (another host, so its wait overlaps the partition's);
+    // a new worker there reloads the last checkpoint from S3.
+    const training = await waitFor(handle, 'a step in training, with rollout-a cut off', (p) => p.step >= cutAt.step && p.phase === 'training');
+    const trainerLostAt = training.step;
+    expect(killHost('trainer')).toBeGreaterThan(0);
+    faults.push({ fault: 'trainer killed, rollout-a cut off', step: trainerLostAt, phase: training.phase, heldS: 0 });
+    await sleep(3000);
+    trainerWorker();
+    // The step after the cut past its rollouts (its batch built or trained), so every rollout rollout-a held
+    // at the cut completed, and not on rollout-a, which could not report to the server: retried on rollout-b.
+    const pastRollouts = ['building-batch', 'training', 'saving', 'weight-sync', 'metrics'];
+    await waitFor(handle, 'the next step past its rollouts, with rollout-a cut off from Temporal',
+      (p) => p.step > trainerLostAt && ((p.step === cutAt.step + 1 && pastRollouts.includes(p.phase)) || p.step >= cutAt.step + 2));
     netns('heal', 'rollout-a');
     faults.push({ fault: `rollout-a cut off from Temporal (not S3), holding ${heldAtCut.length} rollouts`, step: cutAt.step, phase: cutAt.phase, heldS: (Date.now() - cutT0) / 1000 });
     // The same worker, healed, takes rollouts again: the partition did not kill it.
     await midEpisode(runId, rolloutA);
 
-    // 2. A rollout host dies mid-episode: every process on it, its daemon and sandboxes too.
+    // 3. A rollout host dies mid-episode: every process on it, its daemon and sandboxes too.
     const rolloutHostLostAt = (await handle.query(progressQuery)).step;
     const orphans = hostContainers('rollout-a');
     expect(orphans.length).toBeGreaterThan(0);
     expect(killHost('rollout-a')).toBeGreaterThan(0);
     faults.push({ fault: 'rollout-a killed', step: rolloutHostLostAt, phase: 'rollouts', heldS: 0 });
-
-    // 3. While rollout-a is still down, the trainer host dies mid-training (the next step's
-    // rollouts ran without rollout-a); a new worker there reloads the last checkpoint from S3.
-    const training = await waitFor(handle, 'the next step in training, without rollout-a', (p) => p.step > rolloutHostLostAt && p.phase === 'training');
-    const trainerLostAt = training.step;
-    expect(killHost('trainer')).toBeGreaterThan(0);
-    faults.push({ fault: 'trainer killed', step: trainerLostAt, phase: training.phase, heldS: 0 });
-    await sleep(3000);
-    trainerWorker();
+    // The next step's rollouts run without rollout-a (its held ones retried on rollout-b).
+    await waitFor(handle, 'the next step in training, without rollout-a', (p) => p.step > rolloutHostLostAt && p.phase === 'training');
     // rollout-a comes back: its daemon still holds the dead worker's sandboxes, which the new
     // worker's janitor removes once the dead one's lease has lapsed (rollout-b cannot see them).
     netns('dockerd', 'rollout-a', 'start');
     rolloutWorker('rollout-a');
+    // Its return is the last fault in CI: the step after it may complete while the janitor sweeps.
+    let lastFaultAt = (await handle.query(progressQuery)).step;
     const sweptBy = Date.now() + LEASE_TTL_S * 4 * 1000 + 30_000;
     const left = () => hostContainers('rollout-a').filter((id) => orphans.includes(id));
     while (left().length > 0 && Date.now() < sweptBy) await sleep(500);
     expect(left()).toEqual([]);
 
-    // 4. The Temporal server restarts; everything it knew is in PostgreSQL.
-    await waitFor(handle, 'the step after the trainer came back', (p) => p.step > trainerLostAt);
-    scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'stop'], clusterEnv);
-    await sleep(5000);
-    scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'start'], clusterEnv);
-    const temporalRestartedAt = (await waitFor(handle, 'the run after the server restart', () => true)).step;
-    faults.push({ fault: 'Temporal server restarted', step: temporalRestartedAt, phase: '', heldS: 5 });
-
     if (LONG) {
+      // 4. The Temporal server restarts; everything it knew is in PostgreSQL.
+      await waitFor(handle, 'the step after rollout-a came back', (p) => p.step > lastFaultAt);
+      scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'stop'], clusterEnv);
+      await sleep(5000);
+      scriptOnHost('control', [path.join(REPO, 'infra', 'cluster', 'temporal-server.sh'), 'start'], clusterEnv);
+      const temporalRestartedAt = (await waitFor(handle, 'the run after the server restart', () => true)).step;
+      faults.push({ fault: 'Temporal server restarted', step: temporalRestartedAt, phase: '', heldS: 5 });
       // 5. The trainer host loses S3 in the middle of trainer.save, for a minute.
       const saving = await waitFor(handle, 'trainer.save', (p) => p.step > temporalRestartedAt && p.phase === 'saving');
       netns('cut', 'trainer', `control:${S3_PORT}`);
@@ -361,10 +369,10 @@ EOF`]);
       await sleep(120_000);
       netns('heal', 'inference');
       faults.push({ fault: 'inference host cut off', step: inf.step, phase: inf.phase, heldS: 120 });
+      lastFaultAt = (await handle.query(progressQuery)).step;
     }
     // A step completes after the last fault; then the operator stops the run at a step boundary.
     // Every fault landed mid-run (MAX_STEPS is a ceiling, not the plan): the run is still going.
-    const lastFaultAt = (await handle.query(progressQuery)).step;
     await waitFor(handle, 'a step after the last fault', (p) => p.step > lastFaultAt);
     for (let tries = 0; ; tries++) {
       try {
