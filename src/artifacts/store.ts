@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { createReadStream, promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { paths } from '../shared/paths';
@@ -112,6 +112,18 @@ async function readIfThere(file: string): Promise<Buffer | undefined> {
   }
 }
 
+/** A file's sha256, read as a stream (a full model's weights pass fs.readFile's 2 GiB limit), or undefined when it is provably not there. */
+async function sha256OfFileIfThere(file: string): Promise<string | undefined> {
+  const hash = createHash('sha256');
+  try {
+    for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+  } catch (err) {
+    if (ABSENT_CODES.has((err as NodeJS.ErrnoException).code ?? '')) return undefined;
+    throw err;
+  }
+  return hash.digest('hex');
+}
+
 /**
  * Checks a local directory against its manifest and the ref's sha256; returns the directory. An
  * ArtifactIntegrityError only for bytes that do not match or files that are not there.
@@ -122,8 +134,7 @@ export async function verifyLocalDir(dir: string, ref: ArtifactRef): Promise<str
   const actual = sha256(manifest);
   if (actual !== ref.sha256) throw new ArtifactIntegrityError(ref.uri, ref.sha256, actual);
   for (const { rel, sha } of manifestEntries(manifest.toString('utf8'))) {
-    const buf = await readIfThere(path.join(dir, rel));
-    const got = buf ? sha256(buf) : 'missing';
+    const got = await sha256OfFileIfThere(path.join(dir, rel)) ?? 'missing';
     if (got !== sha) throw new ArtifactIntegrityError(`${ref.uri}/${rel}`, sha, got);
   }
   return dir;

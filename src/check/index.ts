@@ -6,7 +6,7 @@ import { isAlive, readPid } from '../shared/pidFiles';
 import { paths, ratchetHome, REPO_ROOT, resolveConfigPath } from '../shared/paths';
 import { checkDatasets, checkEnvironments } from './data';
 import { checkHostLimits, hostCapacity, type HostCapacity } from './host';
-import { checkWeightSync } from './weightSync';
+import { checkFullWeightsRoute, checkWeightSync } from './weightSync';
 import { checkGpuMemory } from './gpu';
 import { gpuHostLines, queryGpuHost, vllmCudaBuild } from './gpuHost';
 import { checkModel } from './model';
@@ -76,7 +76,7 @@ export async function runChecks(configPath: string, opts: CheckOptions = {}): Pr
   lines.push(...checkGpuMemory(config));
   if (opts.gpuHost ?? opts.stack !== false) lines.push(...await checkGpuHost(config));
   lines.push(...checkHostLimits(config, await (opts.host ?? hostCapacity)()));
-  if (opts.stack !== false) lines.push(...await checkStack(config, opts));
+  if (opts.stack !== false) lines.push(...await checkStack(config, opts), ...await checkFullWeightsRoute(config));
   return { lines, config, ok: lines.every((l) => l.level !== 'fail') };
 }
 

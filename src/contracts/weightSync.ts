@@ -13,6 +13,13 @@ export interface SyncWeightsInput {
   /** The version to serve; 0 is the base model (nothing to load, but replicas must answer). */
   policyVersion: number;
   adapter?: ArtifactRef;
+  /**
+   * trainer.mode = "full": every replica reloads its weights in place from the checkpoint's model/ directory
+   * (the base model's at version 0) instead of loading an adapter. Absent: LoRA.
+   */
+  full?: boolean;
+  /** With `full`: the checkpoint of policyVersion (its model/ is what is served); absent at version 0. */
+  checkpoint?: ArtifactRef;
   /** Versions below this are unloaded (newest − async_level − 1, so in-flight rollouts keep theirs). */
   keepFromVersion: number;
   /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */

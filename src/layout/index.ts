@@ -17,6 +17,9 @@ import type { RunConfig } from '../config/schema';
 export const VLLM_LORA_RANKS = [1, 8, 16, 32, 64, 128, 256, 320, 512] as const;
 /** The venv of vLLM's CUDA build (infra/inference-gpu.sh); the CPU build keeps `vllm`. */
 export const VLLM_CUDA_VENV = 'vllm-cuda';
+/** infra/vllm/ratchet_weights.py's hooks, which full fine-tuning's weight sync needs in every vLLM worker and API server. */
+export const FULL_WEIGHTS_WORKER = 'ratchet_weights.WeightsWorker';
+export const FULL_WEIGHTS_MIDDLEWARE = 'ratchet_weights.WeightsRoute';
 /** vLLM's share of a GPU it does not share with the trainer. */
 export const VLLM_OWN_GPU_UTILIZATION = 0.9;
 /** The trainer's local stack process name, the CPU stack's too (src/stack/index.ts). */
@@ -205,6 +208,8 @@ export function stackLayout(c: RunConfig, paths: LayoutPaths, opts: { only?: Lay
       '--generation-config', 'vllm',
       '--enable-auto-tool-choice', '--tool-call-parser', 'hermes',
       ...(lora ? ['--enable-lora', '--max-loras', String(Math.max(4, c.orchestrator.async_level + 2)), '--max-lora-rank', String(vllmLoraRank(t.lora.rank))] : []),
+      // Full fine-tuning: each sync reloads the weights in place through one route of Ratchet's (docs/gpu.md, "Full fine-tuning").
+      ...(lora ? [] : ['--worker-extension-cls', FULL_WEIGHTS_WORKER, '--middleware', FULL_WEIGHTS_MIDDLEWARE]),
       ...(gpus.length > 1 ? ['--tensor-parallel-size', String(gpus.length)] : []),
       // Beside the trainer, CUDA graphs' capture spikes would eat into the trainer's share (docs/gpu.md).
       ...(sharesTrainer ? ['--enforce-eager'] : []),
@@ -213,7 +218,7 @@ export function stackLayout(c: RunConfig, paths: LayoutPaths, opts: { only?: Lay
       name, command: vllmPython, args, cwd: paths.root, gpus, host, port, baseUrl, gpuMemoryUtilization, tensorParallel: gpus.length,
       env: {
         CUDA_VISIBLE_DEVICES: gpus.join(','),
-        VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True',
+        ...(lora ? { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' } : { PYTHONPATH: path.join(paths.root, 'infra', 'vllm') }),
         HF_HUB_OFFLINE: '1',
       },
     };

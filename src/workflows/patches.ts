@@ -128,6 +128,12 @@ export const PATCHES = {
    * sampled afresh (issue 39). Checked only in an epoch above 0: histories without a fallback are unchanged.
    */
   epochGroupIds: 'v0.8-epoch-group-ids',
+  /**
+   * trainer.mode = "full": weight sync reloads the checkpoint's full weights into every replica (the base
+   * model's at version 0, synced before the first rollout too), and rollouts ask for inference.served_model
+   * at every version (issue 41). Checked only in full-mode runs: LoRA histories are unchanged.
+   */
+  fullWeightSync: 'v0.8-full-weight-sync',
 } as const;
 
 /**

@@ -141,13 +141,16 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const init = config.model.init && patched(PATCHES.initFrom) ? config.model.init : undefined;
   // Versions an in-run eval sweep still evaluates stay loaded (evalCadence.ts).
   const keepFrom = () => keepFromWithEvals(Math.max(init ? 0 : 1, run.policyVersion - asyncLevel() - 1), run);
-  const modelFor = (v: number) => (v === 0 && !init ? config.inference.served_model : adapterName(runId, v));
+  // Full fine-tuning: the replicas serve the run's newest weights under the served name itself (no adapters).
+  const full = config.trainer.mode === 'full' && patched(PATCHES.fullWeightSync);
+  const modelFor = (v: number) => (full || (v === 0 && !init) ? config.inference.served_model : adapterName(runId, v));
   /** The adapter serving the current version: the run's own, or at version 0 the one it started from. */
   const servedAdapter = () => adapter ?? (run.policyVersion === 0 ? init?.adapter : undefined);
   const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts, init);
   const syncRequest = () => ({
     runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter: servedAdapter(), keepFromVersion: keepFrom(),
     artifacts, liveness: forActivity(windows, 'weight_sync'), quorum: syncQuorum(config.inference),
+    ...(full ? { full: true, ...(run.policyVersion > 0 && checkpoint ? { checkpoint } : {}) } : {}),
   });
   const serveCurrent = () => syncUntilServed(run, syncRequest, input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
   let inferenceHandoffs = 0;
@@ -290,8 +293,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   /** The steps from where the run stands to its end (or to continue-as-new, which throws). */
   async function runSteps(): Promise<TrainRunResult> {
     // After a restart of anything, inference may have lost the current adapter: serve it before rolling out.
-    // A warm start's version 0 is its origin's adapter: served before the first rollout.
-    if ((run.policyVersion > 0 || init) && (await serveCurrent()) === CONTINUE_AS_NEW) {
+    // A warm start's version 0 is its origin's adapter: served before the first rollout. A full run's version 0
+    // is the base model, which a replica may not hold (another run's weights, or this run's after a fallback).
+    if ((run.policyVersion > 0 || init || full) && (await serveCurrent()) === CONTINUE_AS_NEW) {
       // A warm start that has not completed a step yet has no resume state: its start is one.
       await continueFrom(resume ?? { nextStep: run.step, policyVersion: run.policyVersion, configRef: loaded.configRef, seed, ...(artifacts ? { artifacts } : {}) });
     }
