@@ -57,26 +57,33 @@ if [ -n "$CONFIG" ]; then
   log "layout of $CONFIG: $LAYOUT_KIND"
 fi
 VLLM_INSTALL="bash '$RATCHET_ROOT/infra/inference.sh' install-env"
-[ "$LAYOUT_KIND" = gpu ] && VLLM_INSTALL="bash '$RATCHET_ROOT/infra/inference-gpu.sh' '$CONFIG' install-env"
+# The CPU model is converted with the trainer's venv: right after that venv, beside vLLM's larger
+# install (the fresh-clone log had ~30 s of conversion waiting for vLLM's last ~30 s).
+MODEL_INSTALL=" && bash '$RATCHET_ROOT/infra/inference.sh' install-model"
+if [ "$LAYOUT_KIND" = gpu ]; then
+  VLLM_INSTALL="bash '$RATCHET_ROOT/infra/inference-gpu.sh' '$CONFIG' install-env"
+  MODEL_INSTALL=""
+fi
 timed docker bash "$RATCHET_ROOT/infra/docker.sh" setup
 timed temporal bash "$RATCHET_ROOT/infra/temporal.sh" setup
 # Every Debian package the steps below need, first: they then run at once, and dpkg takes one lock.
 apt_install python3 python3-venv util-linux iproute2 git libtcmalloc-minimal4
 # Independent installs at once: on a fresh machine about 4 minutes instead of 9 (pip downloads of
 # one overlap another's unpacking and the task generator's CPU work).
-#   trainer   the trainer's venv (torch, transformers, peft)
+#   trainer   the trainer's venv (torch, transformers, peft); on the CPU layout then the model converted with it
 #   vllm      vLLM's CPU build in a venv of its own (a GPU layout: its CUDA build, infra/inference-gpu.sh)
 #   harnesses external agent harnesses (Nano, mini-swe-agent) from PyPI, unchanged
 #             (docs/environments.md#bring-your-own-agent), and the metrics sinks' venv
 #   tasks     the offline task set, generated from pinned PyPI sdists
 #   minio     the S3 server the s3:// artifact-store tests use (built from its Go module; cached)
 in_parallel \
-  "trainer=timed trainer-env bash '$RATCHET_ROOT/infra/trainer-env.sh'" \
+  "trainer=timed trainer-env bash '$RATCHET_ROOT/infra/trainer-env.sh'$MODEL_INSTALL" \
   "vllm=$VLLM_INSTALL" \
   "harnesses=timed metrics-env bash '$RATCHET_ROOT/infra/metrics-env.sh' && timed harness-env bash '$RATCHET_ROOT/infra/harness-env.sh'" \
   "tasks=timed tasks bash '$RATCHET_ROOT/infra/tasks.sh'" \
   "minio=timed minio bash '$RATCHET_ROOT/infra/minio.sh' setup"
-# The model is converted (CPU) or fetched (GPU, from model.hub) with the trainer's venv; vLLM's env is already stamped.
+# The model is fetched (GPU, from model.hub) with the trainer's venv; on the CPU layout every step here
+# is stamped already (the trainer branch converted the model) and this only checks them.
 if [ "$LAYOUT_KIND" = gpu ]; then
   bash "$RATCHET_ROOT/infra/inference-gpu.sh" "$CONFIG" install-model
 else
