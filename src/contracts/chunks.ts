@@ -71,6 +71,8 @@ export interface StepChunksContext {
   perChunk: number;
   policyVersion: number;
   adapter?: ArtifactRef;
+  /** trainer.mode = "full" (StepRolloutsInput.full). */
+  full?: { checkpoint?: ArtifactRef };
   keepFromVersion: number;
   baseUrls: string[];
   syncTaskQueues: string[];

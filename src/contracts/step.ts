@@ -66,6 +66,8 @@ export interface StepRolloutsInput {
   modelName: string;
   /** Served for policyVersion (to reload it into a replica that restarted). */
   adapter?: ArtifactRef;
+  /** trainer.mode = "full": a replica that restarted gets policyVersion's checkpoint (the base model at version 0) instead. */
+  full?: { checkpoint?: ArtifactRef };
   keepFromVersion: number;
   /** Always empty: the tasks are in `manifest` (they were inline in the removed per-rollout fan-out). */
   tasks: SampledTask[];

@@ -34,7 +34,7 @@ export interface TrainerActivities {
   'trainer.load'(input: { run_id: string; trainer_config: Record<string, unknown>; checkpoint?: ArtifactRef; init?: InitResolved; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ step: number; policy_version: number; ledger: unknown }>;
   // `lr`: a learning rate changed with `ratchet set` (absent: the config's), applied from this step on.
   'trainer.step'(input: { run_id: string; step: number; batch: ArtifactRef; manifest: ArtifactRef; store?: StoreSettings; liveness?: ActivityLivenessInput; lr?: number }): Promise<TrainerStepMetrics>;
-  'trainer.save'(input: { run_id: string; step: number; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef; policy_version: number; code?: { version: string; sha256: string; torch?: string; threads?: number } }>;
+  'trainer.save'(input: { run_id: string; step: number; store?: StoreSettings; liveness?: ActivityLivenessInput }): Promise<{ checkpoint: ArtifactRef; adapter: ArtifactRef | null; policy_version: number; code?: { version: string; sha256: string; torch?: string; threads?: number } }>;
   /** The run ended: the trainer drops its model and frees its lease. */
   'trainer.release'(input: { run_id: string }): Promise<{ released: boolean; worker_id: string }>;
 }

@@ -158,6 +158,7 @@ export async function runChunks(
     runId: ctx.runId, baseUrls: ctx.baseUrls, policyVersion: ctx.policyVersion, adapter: ctx.adapter, keepFromVersion: ctx.keepFromVersion,
     liveness: ctx.weightSyncLiveness, artifacts: ctx.artifacts,
     ...(ctx.syncQuorum !== undefined ? { quorum: ctx.syncQuorum } : {}),
+    ...(ctx.full ? { full: true, ...(ctx.full.checkpoint ? { checkpoint: ctx.full.checkpoint } : {}) } : {}),
   });
   let serving: Promise<void> | undefined;
   let inferenceHandoffs = 0;

@@ -124,7 +124,7 @@ export async function SftRun(input: TrainRunInput): Promise<TrainRunResult> {
         trained = outcome;
         run.policyVersion = trained.saved.policy_version;
         checkpoint = trained.saved.checkpoint;
-        adapter = trained.saved.adapter;
+        adapter = trained.saved.adapter ?? undefined;
       }
       const tTrain = Date.now();
       stepsThisExecution++;

@@ -43,7 +43,7 @@ export async function StepRollouts(input: StepRolloutsInput): Promise<StepRollou
   const windows = livenessOf(input.config);
   const ctx: StepChunksContext = {
     runId: input.runId, step: input.step, manifest, total, perChunk: plan.perChunk,
-    policyVersion: input.policyVersion, ...(input.adapter ? { adapter: input.adapter } : {}), keepFromVersion: input.keepFromVersion,
+    policyVersion: input.policyVersion, ...(input.adapter ? { adapter: input.adapter } : {}), ...(input.full ? { full: input.full } : {}), keepFromVersion: input.keepFromVersion,
     baseUrls: input.config.inference.base_urls, syncTaskQueues: input.config.inference.sync_task_queues ?? [],
     // A weight sync that reaches a quorum of replicas lets the chunks go on (the replica pool, src/agent/replicaPool.ts).
     syncQuorum: syncQuorum(input.config.inference),

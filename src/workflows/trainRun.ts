@@ -146,11 +146,13 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   const modelFor = (v: number) => (full || (v === 0 && !init) ? config.inference.served_model : adapterName(runId, v));
   /** The adapter serving the current version: the run's own, or at version 0 the one it started from. */
   const servedAdapter = () => adapter ?? (run.policyVersion === 0 ? init?.adapter : undefined);
+  /** A full run's current weights: the checkpoint of run.policyVersion (none at version 0: the base model). */
+  const servedCheckpoint = () => (run.policyVersion > 0 && checkpoint ? { checkpoint } : {});
   const trainer = new TrainerSession(run, config, input.trainerTimeouts, windows, input.resume?.trainerQueue, artifacts, init);
   const syncRequest = () => ({
     runId, baseUrls: config.inference.base_urls, policyVersion: run.policyVersion, adapter: servedAdapter(), keepFromVersion: keepFrom(),
     artifacts, liveness: forActivity(windows, 'weight_sync'), quorum: syncQuorum(config.inference),
-    ...(full ? { full: true, ...(run.policyVersion > 0 && checkpoint ? { checkpoint } : {}) } : {}),
+    ...(full ? { full: true, ...servedCheckpoint() } : {}),
   });
   const serveCurrent = () => syncUntilServed(run, syncRequest, input.inferenceWaitsPerExecution, config.inference.sync_task_queues ?? []);
   let inferenceHandoffs = 0;
@@ -230,6 +232,7 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
     const policyVersion = run.policyVersion;
     const common = {
       runId, step: s, policyVersion, modelName: modelFor(policyVersion), adapter: servedAdapter(), keepFromVersion: keepFrom(),
+      ...(full ? { full: servedCheckpoint() } : {}),
       config: { sampling: config.sampling, env: config.env, sandbox: config.sandbox, inference: config.inference, orchestrator: orchNow(), liveness: windows },
       seed, parentWorkflowId: info.workflowId, ...(artifacts ? { artifacts } : {}), ...(refill ? { round: refill.round } : {}),
       ...(input.outageWaits ? { outageWaits: input.outageWaits } : {}),
@@ -399,7 +402,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
           trained = outcome;
           run.policyVersion = trained.saved.policy_version;
           checkpoint = trained.saved.checkpoint;
-          adapter = trained.saved.adapter;
+          // A full run's trainer saves no adapter (null): none is served, recorded or carried.
+          adapter = trained.saved.adapter ?? undefined;
         }
       }
       const tTrain = Date.now();

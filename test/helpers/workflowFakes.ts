@@ -34,6 +34,8 @@ export const ref = (name: string): ArtifactRef => ({
 
 export interface FakeOptions {
   orchestrator?: Record<string, unknown>;
+  /** The config's [trainer] section (e.g. mode = "full": trainer.save returns no adapter). */
+  trainer?: Record<string, unknown>;
   /** The config's [budget] section (the cost ledger). */
   budget?: Record<string, number>;
   /** Each rollout summary carries this sandbox cost (the cost ledger); absent: none, as before it existed. */
@@ -143,6 +145,7 @@ export function makeFakes(opts: FakeOptions = {}) {
     ...(opts.initFrom ? { model: { init_from: 'sft-1', init: FAKE_INIT } } : {}),
     ...(opts.budget ? { budget: opts.budget } : {}),
     ...(opts.eval ? { eval: opts.eval } : {}),
+    ...(opts.trainer ? { trainer: opts.trainer } : {}),
   });
   let deadReplicaSyncsLeft = opts.deadReplicaSyncs ?? Infinity;
   const configRef = ref('config');
@@ -178,6 +181,7 @@ export function makeFakes(opts: FakeOptions = {}) {
   /** Pass-rate pools by uri, and every task sampling's input. */
   const pools = new Map<string, TaskPool>();
   const sampleInputs: SampleTasksInput[] = [];
+  const manifestInputs: WriteStepManifestInput[] = [];
   const summariesOf = (input: BuildBatchInput): RolloutSummary[] => (input.summaries ? summaryArtifacts.get(input.summaries.uri)! : (input.trajectories ?? []) as RolloutSummary[]);
 
   const main = {
@@ -239,6 +243,7 @@ export function makeFakes(opts: FakeOptions = {}) {
       return config;
     },
     async writeStepManifest(input: WriteStepManifestInput): Promise<{ taskSetDir: string; manifest: ArtifactRef; tasks: number }> {
+      manifestInputs.push(input);
       const { tasks } = await main.sampleTasks(input);
       events.push({ t: now(), what: 'manifest', step: input.step });
       const manifest = StepManifest.parse({
@@ -492,7 +497,9 @@ export function makeFakes(opts: FakeOptions = {}) {
           const { ApplicationFailure } = await import('@temporalio/common');
           throw ApplicationFailure.nonRetryable(`disk full writing /art/runs/${input.run_id}/checkpoints/${input.step} (ENOSPC) (fake)`, 'DiskFull');
         }
-        return { checkpoint: ref(`ckpt-step-${input.step}`), adapter: ref(`adapter-step-${input.step}`), policy_version: version };
+        // Full fine-tuning saves model/ in the checkpoint and no adapter (trainer/ratchet_trainer/core/checkpoint.py).
+        const full = config.trainer.mode === 'full';
+        return { checkpoint: ref(`ckpt-step-${input.step}`), adapter: full ? null : ref(`adapter-step-${input.step}`), policy_version: version };
       },
       async 'trainer.release'(input: { run_id: string }) {
         releases.push({ worker, runId: input.run_id });
@@ -517,5 +524,5 @@ export function makeFakes(opts: FakeOptions = {}) {
     },
   });
   return { config, main, rollout, announce, trainerFor, events, records, evalPlans, fallbacks, batches, summariesOf, loads, syncs, rolloutInputs, inferenceHost, hostSyncs, applied, releases, unloads, leased, announces: () => announces,
-    sftPrepares, sftBatches, pools, sampleInputs };
+    sftPrepares, sftBatches, pools, sampleInputs, manifestInputs };
 }

@@ -1,0 +1,52 @@
+/**
+ * trainer.mode = "full" in TrainRun (fake activities, real dev server; issue 41): every weight sync is a
+ * full one, naming the checkpoint of the version it serves (the base model at version 0, synced before
+ * the first rollout); the rollouts ask for the served model at every version, never an adapter name;
+ * the steps record no adapter. A LoRA run's syncs and model names are as before (no `full`).
+ */
+import { describeWithStack } from '../../helpers/stack';
+import type { TrainRun } from '../../../src/workflows/trainRun';
+import { makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
+import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+
+jest.setTimeout(120_000);
+
+describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev server)', ['temporalBinary'], () => {
+  const world = useFakeWorld();
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
+    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1'] }, fn);
+
+  let n = 0;
+  const run = async (opts: FakeOptions) => withWorkers(opts, async (f) => {
+    const runId = `full-${process.pid}-${++n}`;
+    const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
+    });
+    const result = await handle.result();
+    return { f, runId, result };
+  });
+
+  test('each sync reloads the full weights of its version from that version\'s checkpoint; rollouts ask for the served model', async () => {
+    const { f, result } = await run({ trainer: { mode: 'full' }, orchestrator: { max_steps: 3, async_level: 1 } });
+    expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+    const served = f.config.inference.served_model;
+    // Version 0 (the base model) before the first rollout, then each step's version from the checkpoint it saved.
+    expect(f.syncs.map((s) => [s.policyVersion, s.full, s.checkpoint?.uri, s.adapter])).toEqual([
+      [0, true, undefined, undefined],
+      [1, true, expect.stringContaining('ckpt-step-0'), undefined],
+      [2, true, expect.stringContaining('ckpt-step-1'), undefined],
+      [3, true, expect.stringContaining('ckpt-step-2'), undefined],
+    ]);
+    expect(f.manifestInputs.map((m) => m.modelName)).toEqual([served, served, served]);
+    expect(f.records.map((r) => r.record.adapter)).toEqual([undefined, undefined, undefined]);
+  });
+
+  test('a LoRA run is unchanged: adapter syncs without `full`, rollouts on <run>/policy-v<N>', async () => {
+    const { f, runId } = await run({ orchestrator: { max_steps: 2 } });
+    expect(f.syncs.map((s) => [s.policyVersion, 'full' in s, s.adapter?.uri])).toEqual([
+      [1, false, expect.stringContaining('adapter-step-0')],
+      [2, false, expect.stringContaining('adapter-step-1')],
+    ]);
+    expect(f.manifestInputs.map((m) => m.modelName)).toEqual([f.config.inference.served_model, `${runId}/policy-v1`]);
+  });
+});
