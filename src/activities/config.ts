@@ -8,6 +8,7 @@ import { checkStore, storeFor, storeForRef, withStoreErrors } from '../artifacts
 import { ConfigError, loadRunConfig } from '../config/load';
 import { type ArtifactsConfig, type RunConfig, storedRunConfig } from '../config/schema';
 import { EnvironmentError, loadEnvironment, probeEnvironment, resolveEnvSections } from '../envs/load';
+import { withPrompt } from '../envs/types';
 import { type FetchLike, logprobsModeProblem, probeLogprobsMode, processedLogprobsReason } from '../check/logprobsMode';
 import { resolveConfigPath } from '../shared/paths';
 import { checkEvalSection, configTaskset } from '../evals/tasksets';
@@ -138,6 +139,8 @@ async function checkEnvironmentModules(config: RunConfig): Promise<void> {
   try {
     resolveEnvSections(config.env);
     for (const e of config.env) {
+      // A prompt variant the environment lacks fails the run now, not its first rollout.
+      if (e.args.prompt !== undefined) withPrompt(loadEnvironment({ id: e.id, module: e.module }), e.args);
       if (e.module === undefined) continue;
       const env = loadEnvironment({ id: e.id, module: e.module });
       const first = (await loadTasks(e.dataset)).tasks[0];

@@ -20,7 +20,7 @@ import { fromNewerBuild, newerBuildIssues } from '../config/skew';
 import type { RolloutActivities } from '../contracts/activities';
 import { RolloutInput, taskIdOf, type ParsedRolloutInput } from '../contracts/rollout';
 import type { SandboxManager } from '../sandbox/interface';
-import { zeroScore } from '../envs/types';
+import { withPrompt, zeroScore } from '../envs/types';
 import { rolloutErrorsTotal, rolloutReward, rolloutSeconds, rolloutsTotal } from '../metrics';
 import { isSetupFailed, runEpisode } from '../rollouts/episode';
 import { invalidRolloutTask, retryInfrastructureFailure } from '../rollouts/errors';
@@ -140,8 +140,14 @@ export function createRolloutActivities(deps: RolloutDeps) {
 
   async function runRollout(input: ParsedRolloutInput, live: Liveness, attempt?: number): Promise<RolloutSummary> {
     const started = performance.now();
-    // A bad env id or module fails the step loudly (InvalidRolloutTask); a store blip reading the run's config is retried.
-    const env = await environmentFor(input.runId, input.envId, input.artifacts);
+    // A bad env id, module or prompt variant fails the step loudly (InvalidRolloutTask); a store blip reading the run's config is retried.
+    const base = await environmentFor(input.runId, input.envId, input.artifacts);
+    let env: typeof base;
+    try {
+      env = withPrompt(base, input.envArgs);
+    } catch (err) {
+      throw invalidRolloutTask((err as Error).message);
+    }
     const taskId = taskIdOf(input.task);
     const rlog = log.child({ run: input.runId, step: input.step, group: input.groupId, rollout: input.rolloutIndex, env: env.id, task: taskId });
     const store = storeFor(input.artifacts, deps.store);

@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import { toolSpec } from '../agent/tool';
 import type { RunConfig } from '../config/schema';
 import { EnvironmentError, loadEnvironment, probeEnvironment } from '../envs/load';
-import type { Environment } from '../envs/types';
+import { withPrompt, type Environment } from '../envs/types';
 import { formatProblem, loadTasks, resolveDataset, TaskLoadError } from '../tasks/load';
 import type { Task } from '../tasks/schema';
 import { fail, ok, type CheckLine } from './types';
@@ -27,6 +27,12 @@ export function checkEnvironments(c: RunConfig): { envs: (Environment | undefine
       env = loadEnvironment({ id: section.id, module: section.module });
     } catch (err) {
       lines.push(fail('environments', `env.${i}${section.module ? `.module` : '.id'}: ${(err as Error).message}`));
+      return undefined;
+    }
+    try {
+      env = withPrompt(env, section.args);
+    } catch (err) {
+      lines.push(fail('environments', `env.${i}.args.prompt: ${(err as Error).message}`));
       return undefined;
     }
     const known = new Set(env.rubric.map((r) => r.name));

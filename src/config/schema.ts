@@ -303,6 +303,8 @@ const EnvConfig = z.object({
     max_turns: z.number().int().positive().max(1000).default(12),
     /** Show the environment's worked example episode before the task (helps small models use the tools). */
     few_shot: z.boolean().default(false),
+    /** A wording of the prompt the environment offers (swe-grep: "compact"); unset: its own. */
+    prompt: z.string().min(1).optional(),
   }).passthrough().default({}),
   /** Reward component weights, by component name; missing ones use the environment's defaults. */
   rubric: z.record(z.number().min(-1e6).max(1e6)).default({}),

@@ -67,6 +67,12 @@ export interface Environment {
   /** A worked example episode on a made-up task, shown before the task when `few_shot = true`. */
   demonstration: ChatMessage[];
   tools: Tool[];
+  /**
+   * Other wordings of the prompt, chosen by `[env.args] prompt = "<name>"` (withPrompt): each replaces
+   * the parts it names (system prompt, tools, worked example); the task, the answer and the rubric stay.
+   * Built-in environments only: a module's export is not read for it.
+   */
+  prompts?: Record<string, PromptVariant>;
   /** Reads the final answer after the loop (from the answer tool, or the work tree). */
   finalize(ctx: ToolContext, answer: Record<string, unknown> | undefined): Promise<Record<string, unknown>>;
   /** Whether scoring runs the task's tests against the final diff in a fresh sandbox. */
@@ -92,6 +98,24 @@ export interface Environment {
    * the specs the harness actually sent.
    */
   harness?: HarnessSpec;
+}
+
+/** The parts of an environment's prompt a variant may replace. Its tools must run as the environment's own do. */
+export type PromptVariant = Partial<Pick<Environment, 'systemPrompt' | 'tools' | 'demonstration'>>;
+
+/**
+ * The environment as its `[env.args]` ask for it: itself when `prompt` is unset, else with the named
+ * variant's parts in place of its own. An unknown name is the run's input error, named with the choices.
+ */
+export function withPrompt(env: Environment, args: { prompt?: unknown }): Environment {
+  if (args.prompt === undefined) return env;
+  const variant = typeof args.prompt === 'string' && Object.hasOwn(env.prompts ?? {}, args.prompt) ? env.prompts![args.prompt] : undefined;
+  if (!variant) {
+    const known = Object.keys(env.prompts ?? {});
+    throw new Error(`[env.args] prompt = ${JSON.stringify(args.prompt)}: environment "${env.id}" has no such prompt variant (${known.length ? `known: ${known.join(', ')}` : 'it has none'}). ` +
+      `Fix: ${known.length ? `set prompt to one of ${known.map((k) => `"${k}"`).join(', ')}, or ` : ''}remove prompt to use the environment's own prompt`);
+  }
+  return { ...env, ...variant };
 }
 
 export interface Score {
