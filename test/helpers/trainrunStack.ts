@@ -86,13 +86,15 @@ ${lines(opts.tables)}`);
 /**
  * Stops the workers `ratchet up` started, so the test's own workers (with their
  * own artifact root) are the only ones polling the shared queues; the returned
- * function starts them again.
+ * function starts them again. All at once: each start waits out its minimum uptime
+ * (4 s main, 4 s rollout, 8 s trainer), which one after another cost every suite
+ * using this 16 s instead of 8.
  */
 export async function takeOverStackWorkers(): Promise<() => Promise<void>> {
   const wasRunning = workerSpecs().filter((s) => serviceStatus(s.name).running);
-  for (const s of wasRunning) await stopService(s.name);
+  await Promise.all(wasRunning.map((s) => stopService(s.name)));
   return async () => {
-    for (const s of wasRunning) await startService(s);
+    await Promise.all(wasRunning.map((s) => startService(s)));
   };
 }
 
@@ -153,7 +155,7 @@ export function useStackWorkers(label: string, opts: { start?: WorkerKind[] } = 
     for (const which of opts.start ?? ['main', 'rollout', 'trainer']) stack.start(which);
   });
   afterAll(async () => {
-    for (const p of Object.values(workers)) if (p) await killProc(p, 'SIGTERM');
+    await Promise.all(Object.values(workers).map((p) => p && killProc(p, 'SIGTERM')));
     await connection?.close();
     await restoreStackWorkers();
   });
