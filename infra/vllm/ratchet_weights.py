@@ -18,10 +18,13 @@ route does one thing, loads only what a local directory holds (as /v1/load_lora_
 VLLM_ALLOW_RUNTIME_LORA_UPDATING), and lives under /v1, so vLLM's --api-key guards it like the rest.
 """
 
-from __future__ import annotations
-
 import os
 from typing import TYPE_CHECKING, Any
+
+# Imported at the top, not inside the route's factory: FastAPI resolves the handlers' annotations
+# (Request, Body) from this module's globals, and one it cannot resolve becomes a query parameter.
+from fastapi import APIRouter, Body, Request
+from fastapi.responses import JSONResponse
 
 ROUTE = "/v1/ratchet/weights"
 
@@ -46,10 +49,7 @@ async def _state(app: Any) -> dict[str, Any]:
     return {"base": app.state.ratchet_base, "paths": [str(p) for p in paths]}
 
 
-def _router() -> Any:
-    from fastapi import APIRouter, Body, Request
-    from fastapi.responses import JSONResponse
-
+def _router() -> APIRouter:
     router = APIRouter()
 
     @router.get(ROUTE)

@@ -118,5 +118,5 @@ describeLong('full-weight sync into a real vLLM (trainer.mode = "full")', ['mode
     expect(v0.loaded).toEqual([`${BASE_URL}#full-sync/full-v0`]);
     expect(measured.restored.vsBase).toBeLessThan(SAME);
     expect(measured.restored.next).toBeLessThan(SAME);
-  }, 600_000);
+  }, 900_000);
 });
