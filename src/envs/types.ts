@@ -107,7 +107,7 @@ export type PromptVariant = Partial<Pick<Environment, 'systemPrompt' | 'tools' |
  * The environment as its `[env.args]` ask for it: itself when `prompt` is unset, else with the named
  * variant's parts in place of its own. An unknown name is the run's input error, named with the choices.
  */
-export function withPrompt(env: Environment, args: { prompt?: unknown }): Environment {
+export function withPrompt(env: Environment, args: Readonly<Record<string, unknown>>): Environment {
   if (args.prompt === undefined) return env;
   const variant = typeof args.prompt === 'string' && Object.hasOwn(env.prompts ?? {}, args.prompt) ? env.prompts![args.prompt] : undefined;
   if (!variant) {
