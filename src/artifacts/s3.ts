@@ -1,6 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { createWriteStream, promises as fs } from 'node:fs';
 import * as path from 'node:path';
+import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import {
   DeleteObjectsCommand,
   GetObjectCommand,
@@ -44,6 +46,9 @@ export function parseS3Url(url: string): { bucket: string; prefix: string } {
 
 /** Object metadata key for the sha256 every object carries (x-amz-meta-sha256). */
 const SHA_META = 'sha256';
+
+/** Objects this large are streamed to disk when a directory artifact is fetched (S3ArtifactStore.download). */
+export const STREAM_OBJECT_BYTES = 256 * 2 ** 20;
 
 /**
  * The S3 backend (AWS S3, MinIO, any S3-compatible store). A PutObject is atomic:
@@ -226,10 +231,8 @@ export class S3ArtifactStore implements ArtifactStore {
     const tmp = `${dest}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
     try {
       await mapLimit(manifestEntries(man.body.toString('utf8')), 4, async ({ rel, sha }) => {
-        const got = await this.getObject(`${objectKey}/${rel}`);
-        const actual = got ? sha256(got.body) : 'missing';
+        const actual = await this.download(`${objectKey}/${rel}`, path.join(tmp, rel));
         if (actual !== sha) throw new ArtifactIntegrityError(`${ref.uri}/${rel}`, sha, actual);
-        await atomicWrite(path.join(tmp, rel), got!.body);
       });
       await atomicWrite(path.join(tmp, MANIFEST), man.body);
     } catch (err) {
@@ -251,6 +254,30 @@ export class S3ArtifactStore implements ArtifactStore {
   /** Checks the bucket answers with these credentials: the preflight before a run starts (checkStore makes a refusal a config error). */
   async check(): Promise<void> {
     await this.send(() => this.client.send(new HeadBucketCommand({ Bucket: this.bucket })), '');
+  }
+
+  /**
+   * One object of a directory artifact into `file` (its tmp directory; the caller checks the sha256 returned,
+   * 'missing' when there is no such object). An object of STREAM_OBJECT_BYTES or more is streamed to disk and
+   * hashed on the way (a full model's weights pass what one Buffer holds); smaller ones are read whole.
+   */
+  private async download(objectKey: string, file: string): Promise<string> {
+    let res;
+    try {
+      res = await this.send(() => this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey })), objectKey);
+    } catch (err) {
+      if (isNotFound(err)) return 'missing';
+      throw err;
+    }
+    if (!((res.ContentLength ?? 0) >= STREAM_OBJECT_BYTES && res.Body instanceof Readable)) {
+      const body = Buffer.from(await res.Body!.transformToByteArray());
+      await atomicWrite(file, body);
+      return sha256(body);
+    }
+    const hash = createHash('sha256');
+    await fs.mkdir(path.dirname(file), { recursive: true });
+    await pipeline(res.Body, new Transform({ transform(chunk: Buffer, _enc, done) { hash.update(chunk); done(null, chunk); } }), createWriteStream(file));
+    return hash.digest('hex');
   }
 
   private async getObject(objectKey: string): Promise<{ body: Buffer; sha256?: string } | undefined> {
@@ -319,9 +346,22 @@ function isNotFound(err: unknown): boolean {
   return e.name === 'NoSuchKey' || e.name === 'NotFound' || (e.$metadata?.httpStatusCode === 404 && e.name !== 'NoSuchBucket');
 }
 
+/**
+ * fn over items, `limit` at a time. After a failure no new item starts, and the first error is thrown once
+ * the items in flight have settled: a caller that then removes what they wrote (localDir's tmp) is not
+ * raced by a late write.
+ */
 async function mapLimit<T>(items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
+  let failure: { err: unknown } | undefined;
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) await fn(items[next++]!);
+    while (!failure && next < items.length) {
+      try {
+        await fn(items[next++]!);
+      } catch (err) {
+        failure ??= { err };
+      }
+    }
   }));
+  if (failure) throw failure.err;
 }

@@ -21,7 +21,8 @@ import { toTrainerConfig } from './trainerConfig';
 
 export interface SavedStep {
   checkpoint: ArtifactRef;
-  adapter: ArtifactRef;
+  /** null: trainer.mode = "full" (the weights are the checkpoint's model/). */
+  adapter: ArtifactRef | null;
   policy_version: number;
   /** The trainer's code version (from 0.7 trainers; older ones do not report it). */
   code?: { version: string; sha256: string; torch?: string; threads?: number };
