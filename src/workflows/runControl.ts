@@ -61,6 +61,8 @@ export class RunControl {
   /** The newest accepted actions, for the progress query. */
   private recent: ControlAction[] = [];
   private published = '';
+  /** Why this run cannot take in-run eval sweeps, if it cannot (a full fine-tuning run: no adapter to evaluate beside training). */
+  evalSweepsRefused?: string;
 
   constructor(readonly runId: string) {}
 
@@ -238,6 +240,7 @@ export class RunControl {
         if (this.finalStatus) throw new Error(`run ${runId} is ${this.finalStatus}; nothing to change`);
         if (this.stopRequested) throw new Error(`run ${runId} is stopping after the current step; its settings no longer change`);
         validateSettings(change);
+        if (this.evalSweepsRefused && (change.eval_every_steps ?? 0) > 0) throw new Error(`eval_every_steps: ${this.evalSweepsRefused}`);
       },
     });
   }

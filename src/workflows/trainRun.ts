@@ -144,6 +144,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
   // Full fine-tuning: the replicas serve the run's newest weights under the served name itself (no adapters).
   const full = config.trainer.mode === 'full' && patched(PATCHES.fullWeightSync);
   const modelFor = (v: number) => (full || (v === 0 && !init) ? config.inference.served_model : adapterName(runId, v));
+  // A validator's refusal is not in history: replay-safe. ratchet check refuses [eval] every_steps for the same reason.
+  if (full) run.evalSweepsRefused = 'a full fine-tuning run serves one set of weights a replica and no adapter, so an eval sweep could not serve a checkpoint beside training. Fix: evaluate its checkpoints on a vLLM of their own (docs/gpu.md, "Full fine-tuning")';
   /** The adapter serving the current version: the run's own, or at version 0 the one it started from. */
   const servedAdapter = () => adapter ?? (run.policyVersion === 0 ? init?.adapter : undefined);
   /** A full run's current weights: the checkpoint of run.policyVersion (none at version 0: the base model). */

@@ -4,7 +4,9 @@
  * the first rollout); the rollouts ask for the served model at every version, never an adapter name;
  * the steps record no adapter. A LoRA run's syncs and model names are as before (no `full`).
  */
+import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { describeWithStack } from '../../helpers/stack';
+import { progressQuery, setSettingsUpdate } from '../../../src/workflows/messages';
 import type { TrainRun } from '../../../src/workflows/trainRun';
 import { makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
 import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
@@ -39,6 +41,22 @@ describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev se
     ]);
     expect(f.manifestInputs.map((m) => m.modelName)).toEqual([served, served, served]);
     expect(f.records.map((r) => r.record.adapter)).toEqual([undefined, undefined, undefined]);
+  });
+
+  test('ratchet set --eval-every on a full run is refused by the update\'s validator, with the fix', async () => {
+    await withWorkers({ trainer: { mode: 'full' }, inferenceDownTimes: 1 }, async () => {
+      const runId = `full-${process.pid}-${++n}`;
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
+      });
+      // The version-0 sync fails once: the run waits (5 s) with its config loaded.
+      while ((await handle.query(progressQuery)).status !== 'waiting-for-inference') await new Promise((r) => setTimeout(r, 100));
+      const err = await handle.executeUpdate(setSettingsUpdate, { args: [{ eval_every_steps: 2, reason: 'see progress' }] }).then(() => undefined, (e: unknown) => e);
+      expect(err).toBeInstanceOf(WorkflowUpdateFailedError);
+      expect(((err as WorkflowUpdateFailedError).cause as Error).message).toMatch(/^eval_every_steps: a full fine-tuning run .*Fix: evaluate its checkpoints on a vLLM of their own/);
+      await handle.executeUpdate(setSettingsUpdate, { args: [{ eval_every_steps: 0, reason: 'off is fine' }] });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, stopped: 'completed' });
+    });
   });
 
   test('a LoRA run is unchanged: adapter syncs without `full`, rollouts on <run>/policy-v<N>', async () => {
