@@ -83,6 +83,11 @@ export function createEvalActivities({ store: workerStore, logger }: EvalDeps): 
       const store = storeFor(input.artifacts, workerStore);
       const config = await readJson<RunConfig>(store, runKeys.config(runId));
       if (!config) throw runNotFound(runId, store.url, Boolean(input.artifacts));
+      // A sweep serves each version as an adapter; a full run's versions are whole checkpoints (issue 41).
+      if ((config.trainer as { mode?: string } | undefined)?.mode === 'full') {
+        throw ApplicationFailure.nonRetryable(`run "${runId}" trains every weight (trainer.mode = "full"): an eval sweep serves each version as a LoRA adapter, ` +
+          'which a full run has none of. Fix: evaluate its checkpoints\' model/ directories on a vLLM of their own (docs/gpu.md, "Full fine-tuning")', 'InvalidInput');
+      }
       const k = input.k ?? 4;
       if (input.seeds !== undefined && input.seeds !== 'run' && input.seeds !== 'task-sample') {
         throw ApplicationFailure.nonRetryable(`seeds must be "run" or "task-sample" (got ${JSON.stringify(input.seeds)}). ` +

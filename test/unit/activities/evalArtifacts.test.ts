@@ -47,6 +47,9 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
     // r2: the same run served by an inference host that shares no disk (its own sync queue).
     await runStore.putJson('runs/r2/config.json', { ...config, inference: { ...config.inference, sync_task_queues: ['evalart-inference-host'] } });
     await runStore.put('runs/r2/metrics.jsonl', `${JSON.stringify({ policy_version: 1, adapter })}\n`);
+    // r3: a full fine-tuning run (issue 41): its versions are whole checkpoints, no adapters.
+    await runStore.putJson('runs/r3/config.json', { ...config, trainer: { ...config.trainer, mode: 'full' } });
+    await runStore.put('runs/r3/metrics.jsonl', `${JSON.stringify({ policy_version: 1 })}\n`);
     const first = (await fs.readFile(path.join(paths.tasks(), 'heldout.jsonl'), 'utf8')).split('\n')[0]!;
     taskset = path.join(tmp, 'one.jsonl');
     await fs.writeFile(taskset, `${first}\n`);
@@ -131,6 +134,13 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
     expect(result.ok).toBe(false);
     expect(failureText(result)).toContain(envStoreDir);
     expect(rollouts).toHaveLength(0);
+  });
+
+  it('a full fine-tuning run is refused before any sync or episode: a sweep serves versions as adapters', async () => {
+    const { result, rollouts, synced } = await sweep({ runId: 'r3', versions: [1], taskset, k: 1, artifacts: { url: `file://${runStore.root}` } });
+    expect(result.ok).toBe(false);
+    expect(failureText(result)).toMatch(/run "r3" trains every weight \(trainer\.mode = "full"\).*Fix: evaluate its checkpoints' model\/ directories on a vLLM of their own/);
+    expect([rollouts, synced]).toEqual([[], []]);
   });
 
   it('an artifacts location without the run fails before any episode, naming the run, the URL and the fix', async () => {
