@@ -1,5 +1,7 @@
 import { toolSpec } from '../../../src/agent/tool';
+import { checkEnvironments } from '../../../src/check/data';
 import { firstPrompt } from '../../../src/check/model';
+import { loadRunConfig } from '../../../src/config/load';
 import { getEnvironment } from '../../../src/envs/registry';
 import { withPrompt } from '../../../src/envs/types';
 import { loadModelTokenizer } from '../../../src/samples/tokenizer';
@@ -56,5 +58,16 @@ describe('withPrompt: an environment prompt variant chosen by [env.args] prompt'
     expect(() => withPrompt(sweGrep, { prompt: 'tiny' })).toThrow(/\[env\.args\] prompt = "tiny": environment "swe-grep" has no such prompt variant \(known: compact\)\. Fix: set prompt to one of "compact", or remove prompt/);
     expect(() => withPrompt(getEnvironment('debug'), { prompt: 'compact' })).toThrow(/"debug" has no such prompt variant \(it has none\)\. Fix: remove prompt/);
     expect(() => withPrompt(sweGrep, { prompt: 'constructor' })).toThrow(/no such prompt variant/);
+  });
+
+  test('ratchet check: the smoke config gets the compact tools; an unknown name is a failed line naming the field', async () => {
+    const { config } = await loadRunConfig('configs/swe-grep/smoke.toml');
+    expect(config.env[0]!.args.prompt).toBe('compact');
+    const good = checkEnvironments(config);
+    expect(good.envs[0]!.tools).toBe(sweGrep.prompts!.compact!.tools);
+    config.env[0]!.args.prompt = 'tiny';
+    const bad = checkEnvironments(config);
+    expect(bad.envs[0]).toBeUndefined();
+    expect(bad.lines.find((l) => l.level === 'fail')?.message).toMatch(/^env\.0\.args\.prompt: \[env\.args\] prompt = "tiny".*Fix:/);
   });
 });
