@@ -1,7 +1,8 @@
 /** Two projects: fast unit tests with fakes, and integration tests against the real stack. */
 const tsJest = ['ts-jest', { tsconfig: 'tsconfig.test.json' }];
-// Transform cache with the other build caches, not under os.tmpdir() (npm test gives each run its own TMPDIR).
-const cacheDirectory = '<rootDir>/.ratchet/cache/jest';
+// Transform cache with the other build caches, not under os.tmpdir() (npm test gives each run its own TMPDIR);
+// CI keeps it in the machine cache (RATCHET_JEST_CACHE, infra/test.sh), so a fresh clone does not transpile again.
+const cacheDirectory = process.env.RATCHET_JEST_CACHE || '<rootDir>/.ratchet/cache/jest';
 module.exports = {
   projects: [
     {
