@@ -35,6 +35,7 @@ import * as path from 'node:path';
 import pino from 'pino';
 import type { Client } from '@temporalio/client';
 import { connectClient } from '../cli/temporal';
+import { startOrAttach } from '../workflows/client';
 import { awaitResult } from '../connection/awaitResult';
 import { LocalArtifactStore } from '../artifacts/store';
 import { parseRunConfig } from '../config/load';
@@ -105,6 +106,12 @@ export interface AgentLearnOptions {
   control: 'warm-start' | 'runs';
   /** Reuse a finished SftRun of an earlier bench run (its demonstrations, held-out losses and warm start). */
   sftRun?: string;
+  /**
+   * The stamp of an earlier bench process to carry on (`--resume <stamp>`, the suffix of its runs' ids): its
+   * workflows are Temporal's and went on without it (or wait in the stopped stack's database), so the same ids
+   * attach to what is running and read back what finished; only what never started is started.
+   */
+  resume?: string;
 }
 
 // Fixed before the run (issue 38), sized for ~100 minutes on this 2-core, 24 GiB machine: one process trains
@@ -144,7 +151,7 @@ export const AGENT_DEFAULTS: AgentLearnOptions = {
   control: 'warm-start',
 };
 
-type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage' | 'sftRun' | 'control' | 'advantage'>;
+type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage' | 'sftRun' | 'resume' | 'control' | 'advantage'>;
 const FLAGS: Record<string, { key: NumKey; min: number; max?: number }> = {
   seeds: { key: 'seeds', min: 1 }, steps: { key: 'steps', min: 1 }, batch: { key: 'batch', min: 1 }, rollouts: { key: 'rollouts', min: 2 },
   lr: { key: 'lr', min: 0 }, minibatches: { key: 'minibatches', min: 1 }, 'refill-rounds': { key: 'refillRounds', min: 0, max: 16 },
@@ -180,6 +187,11 @@ export function parseAgentArgs(argv: string[]): AgentLearnOptions {
   o.advantage = advantage;
   const sftRun = flag('sft-run');
   if (sftRun !== undefined) o.sftRun = sftRun;
+  const resume = flag('resume');
+  if (resume !== undefined) {
+    if (!/^[a-z0-9]+$/.test(resume)) throw new Error(`--resume: ${JSON.stringify(resume)} is not a bench stamp. Fix: give the suffix of the bench's run ids (bench-agent-rl-s0-<stamp>)`);
+    o.resume = resume;
+  }
   return o;
 }
 
@@ -435,7 +447,7 @@ export async function warmStart(o: AgentLearnOptions, p: { dir: string; demoFile
   const baseUrl = rc.inference.base_urls[0];
 
   log(`SftRun ${p.runId}: at most ${o.sftSteps} steps of ${o.sftBatch}, lr ${o.sftLr}, stopped after ${o.sftPatience} steps without a lower held-out loss`);
-  const handle = await p.client.workflow.start('SftRun', { taskQueue: TASK_QUEUES.main, workflowId: p.runId, args: [{ configPath: config, runId: p.runId } satisfies TrainRunInput] });
+  const handle = await startOrAttach(p.client, 'SftRun', { taskQueue: TASK_QUEUES.main, workflowId: p.runId, args: [{ configPath: config, runId: p.runId } satisfies TrainRunInput] });
   let finished = false;
   const done = awaitResult(handle, { onRetry: retryNote }).finally(() => { finished = true; });
   const losses: number[] = [];
@@ -567,7 +579,7 @@ async function armReports(arms: ArmRun[]): Promise<string[]> {
 
 /** An EvalSweep of one version of a run, seeded by task and sample only (common random numbers across arms). */
 async function evaluate(client: Client, o: { runId: string; version: number; evalFile: string; k: number; workflowId: string }): Promise<void> {
-  await awaitResult(await client.workflow.start('EvalSweep', {
+  await awaitResult(await startOrAttach(client, 'EvalSweep', {
     taskQueue: TASK_QUEUES.main, workflowId: o.workflowId,
     args: [{ runId: o.runId, versions: [o.version], taskset: o.evalFile, k: o.k, force: true, maxConcurrent: 2, seeds: 'task-sample' }],
   }), { onRetry: retryNote });
@@ -580,7 +592,8 @@ async function evaluate(client: Client, o: { runId: string; version: number; eva
  */
 export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { preflightOnly?: boolean; assumeSignal?: boolean } = {}): Promise<AgentLearnResult> {
   const t0 = Date.now();
-  const stamp = Date.now().toString(36);
+  const stamp = o.resume ?? Date.now().toString(36);
+  if (o.resume) log(`resuming bench ${stamp}: its workflows that run are attached to, those that finished are read back`);
   const { demoFile, rlFile, evalFile, preflightFile, splitOf, tasks, evalTasks } = benchTasks(o, dir);
   const seeds = Array.from({ length: o.seeds }, (_, seed) => seed);
   const arms = seeds.flatMap((seed) => [
@@ -590,7 +603,8 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
   const { client, close } = await connectClient();
   const trainers = mode.preflightOnly ? [] : await startExtraTrainers(Math.min(o.parallelRuns, arms.length) - 1);
   try {
-    const sft = o.sftRun ? await sftResult(o.sftRun) : await warmStart(o, { dir, demoFile, dataset: rlFile, runId: `bench-agent-sft-${stamp}`, client });
+    const sftId = o.sftRun ?? (o.resume && existsSync(sftMetaFile(`bench-agent-sft-${stamp}`)) ? `bench-agent-sft-${stamp}` : undefined);
+    const sft = sftId ? await sftResult(sftId) : await warmStart(o, { dir, demoFile, dataset: rlFile, runId: `bench-agent-sft-${stamp}`, client });
     const warm = `${sft.runId}@${sft.bestStep}`;
     log(`pre-flight: EvalSweep of the warm start ${warm} (v${sft.version}) on ${Math.min(o.preflightTasks, tasks.rl)} RL-pool tasks x k=${o.preflightK}`);
     const preflightWorkflowId = `${sft.runId}-preflight-${stamp}`;
@@ -614,7 +628,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
       const runId = `${name}-${stamp}`;
       const configPath = path.join(dir, `${name}.toml`);
       writeFileSync(configPath, agentRunConfigToml(o, { name, lr: a.lr, seed: a.seed, dataset: rlFile, initFrom: warm }));
-      await awaitResult(await client.workflow.start('TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [{ configPath, runId } satisfies TrainRunInput] }), { onRetry: retryNote });
+      await awaitResult(await startOrAttach(client, 'TrainRun', { taskQueue: TASK_QUEUES.main, workflowId: runId, args: [{ configPath, runId } satisfies TrainRunInput] }), { onRetry: retryNote });
       const records = await readStepRecords(new LocalArtifactStore(), runId);
       const finalVersion = finalVersionOf(records);
       log(`${runId}: trained to v${finalVersion}; EvalSweep of v${finalVersion} on the held-out tasks x k=${o.k}`);
@@ -636,5 +650,5 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
 export function agentCommand(o: AgentLearnOptions, extra = ''): string {
   const nums = Object.entries(FLAGS).map(([name, { key }]) => `--${name} ${o[key]}`).join(' ');
   return `npm run bench:learn -- ${nums} --advantage ${o.advantage} --held-out-package ${o.heldOutPackage} --control ${o.control} --rubric ${o.rubric}` +
-    (o.sftRun ? ` --sft-run ${o.sftRun}` : '') + extra;
+    (o.sftRun ? ` --sft-run ${o.sftRun}` : '') + (o.resume ? ` --resume ${o.resume}` : '') + extra;
 }

@@ -5,6 +5,7 @@
  *   npm run bench:learn [-- --seeds 2 --steps 8 ...]
  *   npm run bench:learn -- --case one-turn [--steps 30 ...] [--render <run>,<control>]
  *   npm run bench:learn -- --sft-run <id> ...             (the agent case from an earlier bench run's warm start)
+ *   npm run bench:learn -- <same flags> --resume <stamp>  (carry on a bench whose process stopped: its workflows are attached to or read back)
  *   npm run bench:learn -- --preflight-only [...]         (demonstrations, SFT, the pre-flight; prints it, BENCHMARKS.md unchanged)
  *   npm run bench:learn -- --render-agent <result.json>   (the agent table again from a finished bench run)
  *   npm run bench:learn -- --render-agent-runs <sft>,<run>,... [same flags]   (the table from finished runs)

@@ -2,7 +2,7 @@
  * Starting and following a TrainRun from outside Temporal (the CLI, tests,
  * benchmarks). Not workflow code: it never goes into the workflow bundle.
  */
-import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle, type WorkflowStartOptions } from '@temporalio/client';
 import { SA, progressQuery } from './messages';
 import type { Progress, TrainRunInput, TrainRunResult } from '../contracts/run';
 import type { TrainRun } from './trainRun';
@@ -39,6 +39,20 @@ export async function startTrainRun(client: Client, configPath: string, opts: St
     if (opts.attachIfRunning && err instanceof WorkflowExecutionAlreadyStartedError) {
       return client.workflow.getHandle<typeof TrainRun>(runId);
     }
+    throw err;
+  }
+}
+
+/**
+ * Starts a workflow under its id, or hands back the execution already under that id, running or
+ * closed (a closed one's `result()` is its recorded outcome). For callers that may be restarted and
+ * call again with the same ids (a resumed bench): nothing is started twice, nothing finished reruns.
+ */
+export async function startOrAttach(client: Client, workflowType: string, opts: WorkflowStartOptions & { workflowId: string }): Promise<WorkflowHandle> {
+  try {
+    return await client.workflow.start(workflowType, { ...opts, workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE });
+  } catch (err) {
+    if (err instanceof WorkflowExecutionAlreadyStartedError) return client.workflow.getHandle(opts.workflowId);
     throw err;
   }
 }

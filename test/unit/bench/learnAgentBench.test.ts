@@ -23,6 +23,8 @@ describe('parseAgentArgs', () => {
     expect(() => parseAgentArgs(['--advantage', 'grpo'])).toThrow(/--advantage: "grpo" is not rloo or dr_grpo/);
     expect(() => parseAgentArgs(['--preflight-lo', '0.9', '--preflight-hi', '0.5'])).toThrow(/--preflight-lo 0.9 is above --preflight-hi 0.5/);
     expect(() => parseAgentArgs(['--preflight-hi', '2'])).toThrow(/--preflight-hi: "2" is not a number >= 0 and <= 1/);
+    expect(parseAgentArgs(['--resume', 'mx0730u4']).resume).toBe('mx0730u4');
+    expect(() => parseAgentArgs(['--resume', 'bench-agent-rl-s0-mx0730u4'])).toThrow(/--resume: .* is not a bench stamp\. Fix: give the suffix/);
   });
 });
 
