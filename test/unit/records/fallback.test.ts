@@ -4,7 +4,8 @@
  * fallback and writes nothing: the error comes back typed (StoreUnavailable / DiskFull), so the
  * run waits (waiting-for-store / waiting-for-disk). A sha256 mismatch still falls back.
  */
-import { promises as fsp, mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { PassThrough } from 'node:stream';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
@@ -103,9 +104,16 @@ describe('a verification error that is not corruption (issue 39, item 1)', () =>
   it('EMFILE reading a file of a local checkpoint is not "missing": no fallback', async () => {
     const { store, ckpts, state, fallbacks } = await run(() => new Error('unused'));
     const adapterFile = path.join(new URL(ckpts[2]!.checkpoint.uri).pathname, 'adapter', 'adapter_model.safetensors');
-    const real = fsp.readFile.bind(fsp);
-    const spy = jest.spyOn(fsp, 'readFile').mockImplementation(((p: Parameters<typeof fsp.readFile>[0], ...rest: unknown[]) =>
-      String(p) === adapterFile ? Promise.reject(errno('EMFILE', adapterFile)) : (real as (...a: unknown[]) => Promise<Buffer>)(p, ...rest)) as typeof fsp.readFile);
+    // Checkpoint files are hashed as streams (a full model's weights pass readFile's 2 GiB limit): the stream errors.
+    // The module object itself (an `import * as` namespace is frozen), where src/artifacts/store.ts looks it up.
+    const fs = jest.requireActual<typeof import('node:fs')>('node:fs');
+    const real = fs.createReadStream.bind(fs);
+    const spy = jest.spyOn(fs, 'createReadStream').mockImplementation(((p: Parameters<typeof fs.createReadStream>[0], ...rest: unknown[]) => {
+      if (String(p) !== adapterFile) return (real as (...a: unknown[]) => ReturnType<typeof fs.createReadStream>)(p, ...rest);
+      const stream = new PassThrough();
+      process.nextTick(() => stream.destroy(errno('EMFILE', adapterFile)));
+      return stream;
+    }) as typeof fs.createReadStream);
     try {
       const { fallBackToVerifiedCheckpoint } = createCheckpointFallbackActivities({ store, logger });
       const err = await fallBackToVerifiedCheckpoint({ state, error: 'ArtifactError: load failed', time: '2026-01-01T03:00:00.000Z' }).then(() => undefined, (e: unknown) => e);
