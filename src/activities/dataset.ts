@@ -178,6 +178,7 @@ export function createDatasetActivities({ logger, store, listInstanceIds = taskF
         sampling: input.sampling, envs: input.envs.map((e) => ({ args: e.args, rubric: e.rubric })), sandbox: input.sandbox,
         inferenceBaseUrls: input.inferenceBaseUrls, liveness: input.liveness, ...(input.artifacts ? { artifacts: input.artifacts } : {}),
         ...(input.maxConcurrentRollouts !== undefined ? { maxConcurrentRollouts: input.maxConcurrentRollouts } : {}),
+        ...(input.fullWeights ? { fullWeights: input.fullWeights } : {}),
       } satisfies StepManifestInput);
       const text = JSON.stringify(manifest);
       const key = runKeys.stepManifest(input.runId, input.step, createHash('sha256').update(text).digest('hex'));

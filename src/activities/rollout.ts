@@ -33,7 +33,8 @@ import { envProvenance } from '../envs/provenance';
 import type { AcquireOptions } from '../sandbox/interface';
 import { LIVENESS_DEFAULTS } from '../shared/liveness';
 import { componentLogger } from '../shared/logger';
-import { createReplicaPools } from '../agent/replicaPool';
+import { ReplicaHealth, createReplicaPools } from '../agent/replicaPool';
+import { ServedWeights, ServedWeightsMismatch, guardServedWeights } from '../agent/servedWeights';
 import { createEnvironmentResolver } from './environments';
 import { withLiveness, type Liveness } from './liveness';
 import { createChunkActivity } from './rolloutChunk';
@@ -51,6 +52,8 @@ export interface RolloutDeps {
   slots?: RolloutSlots;
   /** The worker's health: a host fault takes it out of service (absent: faults fail the rollout as any error). */
   health?: HostHealth;
+  /** What each replica serves, for full fine-tuning runs (default: asked over HTTP). Tests pass their own. */
+  servedWeights?: ServedWeights;
 }
 
 /** What the health probe must find again before the host takes work: the image or task file a fault named. */
@@ -76,7 +79,17 @@ export function createRolloutActivities(deps: RolloutDeps) {
   };
   const environmentFor = createEnvironmentResolver(deps.store);
   // Several replicas: the rollout moves to a live one that serves its version (src/agent/replicaPool.ts).
-  const modelFor = createReplicaPools(clientFor, { log });
+  const replicaHealth = new ReplicaHealth();
+  const pools = createReplicaPools(clientFor, { log, health: replicaHealth });
+  // A full run's rollouts sample only from a replica serving their version's weights (src/agent/servedWeights.ts).
+  const servedWeights = deps.servedWeights ?? new ServedWeights();
+  const modelFor = (input: ParsedRolloutInput): ModelClient => {
+    const full = input.fullWeights;
+    if (!full) return pools(input.inferenceBaseUrl, input.inferenceBaseUrls);
+    const expected = { runId: input.runId, policyVersion: input.policyVersion, ...(full.checkpoint ? { checkpoint: full.checkpoint } : {}) };
+    const guarded = (url: string) => guardServedWeights(clientFor(url), url, expected, servedWeights);
+    return createReplicaPools(guarded, { log, health: replicaHealth })(input.inferenceBaseUrl, input.inferenceBaseUrls);
+  };
 
   /**
    * One rollout under a liveness the caller owns: the per-rollout code path both activities share
@@ -104,6 +117,8 @@ export function createRolloutActivities(deps: RolloutDeps) {
       }
       // The inference server stopped answering (its health probe): StepRollouts waits for inference.
       if (err instanceof InferenceUnavailableError) throw ApplicationFailure.create({ type: 'InferenceUnavailable', message: err.message });
+      // A full run's replica serves other weights (it restarted on the base model): StepRollouts syncs the version, as for a LoRA replica's 404.
+      if (err instanceof ServedWeightsMismatch) throw ApplicationFailure.create({ type: 'InferenceUnavailable', message: err.message });
       // Saving the trajectory found its disk full, or the store unreachable: StepRollouts waits
       // (waiting-for-disk, waiting-for-store) without using the rollout's attempts.
       throw asActivityFailure(err);
@@ -171,7 +186,7 @@ export function createRolloutActivities(deps: RolloutDeps) {
 
     // Every container this attempt acquires, and what each cost (the step record's cost.sandbox).
     const sandboxes = meterSandboxes(deps.sandboxes);
-    const episode = await runEpisode({ input, env, sandboxes, model: modelFor(input.inferenceBaseUrl, input.inferenceBaseUrls), live, log: rlog, store });
+    const episode = await runEpisode({ input, env, sandboxes, model: modelFor(input), live, log: rlog, store });
     if (isSetupFailed(episode)) {
       // Dropped by the batch builder (cause task_setup), left out of its group's baseline and the step's reward statistics.
       rlog.warn({ err: episode.setupError }, 'task cannot be set up: rollout recorded as setup_error and dropped');

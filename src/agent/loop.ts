@@ -193,6 +193,7 @@ export async function runAgent(input: AgentRunInput): Promise<AgentResult> {
       finish_reason: completion.finish_reason,
       policy_version: replaying ? replaying.policyVersion : input.policyVersion,
       ...(completion.replica ? { replica: completion.replica } : {}),
+      ...(completion.weights ? { weights: completion.weights } : {}),
       model_ms: turnModelMs,
       tools_ms: replaying ? replaying.toolsMs : turnToolsMs,
     });

@@ -53,6 +53,8 @@ export interface Completion {
   completion_tokens: number;
   /** The inference replica (base URL) that sampled it, where a replica pool chose one (./replicaPool.ts). */
   replica?: string;
+  /** trainer.mode = "full": the weights directory the replica's workers served when it sampled (./servedWeights.ts). */
+  weights?: string;
 }
 
 /** The prompt no longer fits the server's context window: the episode ends with stop_reason context_length. */

@@ -16,6 +16,7 @@ import OpenAI from 'openai';
 import { InferenceUnavailableError, type Completion, type CompletionRequest, type ModelClient } from './model';
 import type { Logger } from '../shared/logger';
 import { replicaName } from '../shared/replicas';
+import { ServedWeightsMismatch } from './servedWeights';
 
 /** A model answer, with the replica that sampled it. */
 export type PooledCompletion = Completion & { replica: string };
@@ -31,6 +32,8 @@ const NETWORK_CODES = /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREAC
 export function isReplicaDown(err: unknown): boolean {
   // Silent (its health probe got no answer): another replica may answer.
   if (err instanceof InferenceUnavailableError) return true;
+  // A full run's replica serving other weights (restarted: the base model), as a LoRA one's 404 below.
+  if (err instanceof ServedWeightsMismatch) return true;
   if (err instanceof OpenAI.APIUserAbortError) return false;
   // Refused, reset, and timeouts (APIConnectionTimeoutError is one).
   if (err instanceof OpenAI.APIConnectionError) return true;

@@ -68,6 +68,8 @@ export interface WriteStepManifestInput extends SampleTasksInput {
   artifacts?: StoreSettings;
   /** orchestrator.max_concurrent_rollouts, for each chunk's own cap (absent from older workflows). */
   maxConcurrentRollouts?: number;
+  /** trainer.mode = "full": the checkpoint's URI the replicas serve for this version (absent at version 0: the base model). */
+  fullWeights?: { checkpoint?: string };
 }
 
 export interface DatasetActivities {

@@ -42,6 +42,8 @@ export const StepManifest = z.object({
    * Absent from older manifests: the chunk's size.
    */
   maxConcurrentRollouts: z.number().int().positive().optional(),
+  /** trainer.mode = "full": the weights the step's rollouts expect the replicas to serve (RolloutInput.fullWeights). */
+  fullWeights: RolloutInput.shape.fullWeights,
 });
 export type StepManifest = z.output<typeof StepManifest>;
 export type StepManifestInput = z.input<typeof StepManifest>;
@@ -78,5 +80,6 @@ export function rolloutInputOf(m: StepManifest, i: number): RolloutInput {
     seed: rolloutSeed(m.seed, m.step, g, k),
     liveness: m.liveness,
     ...(m.artifacts ? { artifacts: m.artifacts } : {}),
+    ...(m.fullWeights ? { fullWeights: m.fullWeights } : {}),
   };
 }

@@ -44,6 +44,12 @@ export const RolloutInput = z.object({
    * moves to another that serves its version when its own is down (src/agent/replicaPool.ts).
    */
   inferenceBaseUrls: z.array(z.string().url()).optional(),
+  /**
+   * trainer.mode = "full": the weights every replica must serve when a turn is sampled, the policy
+   * version's checkpoint (its URI; absent at version 0: the base model). A replica serving other
+   * weights (restarted: the base model) fails the rollout with InferenceUnavailable (src/agent/servedWeights.ts).
+   */
+  fullWeights: z.object({ checkpoint: z.string().min(1).optional() }).strict().optional(),
   seed: z.number().int().optional(),
   /** Heartbeat period and stall window (the run config's [liveness]); absent in older histories. */
   liveness: z.object({ heartbeat_every_s: z.number().positive(), stall_s: z.number().positive() }).strict().optional(),

@@ -51,6 +51,8 @@ export const Turn = z.object({
    * replica went down goes on on another that serves the same version (src/agent/replicaPool.ts).
    */
   replica: z.string().optional(),
+  /** trainer.mode = "full": the weights directory the replica served this turn from, checked against the turn's version (src/agent/servedWeights.ts). */
+  weights: z.string().optional(),
   model_ms: z.number().nonnegative(),
   tools_ms: z.number().nonnegative(),
 });

@@ -253,6 +253,9 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       ...(artifacts ? { artifacts } : {}),
       // An activity's input is not part of replay's check (only its type and id), so older histories replay.
       maxConcurrentRollouts: orch.max_concurrent_rollouts,
+      // A full run's rollouts check that their replica serves this checkpoint (a restarted one serves the base
+      // model). An activity input only, behind the full-weight patch: histories from before it replay.
+      ...(full ? { fullWeights: policyVersion > 0 && checkpoint ? { checkpoint: checkpoint.uri } : {} } : {}),
     });
     taskSetDir = written.taskSetDir;
     const tasks = written.tasks;
