@@ -250,6 +250,7 @@ export function makeFakes(opts: FakeOptions = {}) {
         version: 1, runId: input.runId, step: input.step, policyVersion: input.policyVersion, modelName: input.modelName, taskSetDir: '/fake',
         seed: input.seed, rolloutsPerExample: input.rolloutsPerExample, tasks, sampling: input.sampling,
         envs: input.envs.map((e) => ({ args: e.args, rubric: e.rubric })), sandbox: input.sandbox, inferenceBaseUrls: input.inferenceBaseUrls, liveness: input.liveness,
+        ...(input.fullWeights ? { fullWeights: input.fullWeights } : {}),
       });
       const key = `runs/${input.runId}/steps/${input.step}/manifest${input.round ? `-r${input.round}` : ''}.json`;
       return { taskSetDir: '/fake', manifest: await store.putJson(key, manifest), tasks: tasks.length };

@@ -43,6 +43,46 @@ describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev se
     expect(f.records.map((r) => r.record.adapter)).toEqual([undefined, undefined, undefined]);
   });
 
+  test('a replica restarted mid-step (back on the base model) is noticed by the rollouts and re-synced with the step\'s checkpoint before they sample', async () => {
+    const fakes = makeFakes({ trainer: { mode: 'full' }, orchestrator: { max_steps: 3 } });
+    // One replica's weights: what the last sync loaded; the rollouts check them as src/agent/servedWeights.ts does.
+    let served = 'base';
+    const sampledFrom: { step: number; expected: string; served: string }[] = [];
+    const sync = fakes.main.syncWeights;
+    fakes.main.syncWeights = async (i) => { const r = await sync(i); served = i.checkpoint?.uri ?? 'base'; return r; };
+    const rollout = fakes.rollout.rollout;
+    let started = 0;
+    fakes.rollout.rollout = async (i) => {
+      // vLLM restarts after step 1's first rollout: it comes back on the base model.
+      if (i.step === 1 && ++started === 2) served = 'base';
+      const expected = i.fullWeights?.checkpoint ?? 'base';
+      if (served !== expected) {
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.create({ type: 'InferenceUnavailable', message: `replica serves ${served}, not ${expected} (fake)` });
+      }
+      sampledFrom.push({ step: i.step, expected, served });
+      return rollout(i);
+    };
+    await withFakeWorkers(world, fakes, { trainers: ['w1'] }, async (f) => {
+      const runId = `full-${process.pid}-${++n}`;
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
+      });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+      // Each step's manifest names the checkpoint its version serves (none at version 0).
+      expect(f.manifestInputs.map((m) => m.fullWeights?.checkpoint)).toEqual([undefined, expect.stringContaining('ckpt-step-0'), expect.stringContaining('ckpt-step-1')]);
+      // Version 1 synced once for step 1, then again after the restart (the chunk's InferenceUnavailable), same checkpoint.
+      const v1 = f.syncs.filter((s) => s.policyVersion === 1);
+      expect(v1.map((s) => [s.full, s.checkpoint?.uri])).toEqual([[true, expect.stringContaining('ckpt-step-0')], [true, expect.stringContaining('ckpt-step-0')]]);
+      expect(f.syncs.map((s) => s.policyVersion)).toEqual([0, 1, 1, 2, 3]);
+      // Every rollout sampled from its own version's weights, and every rollout of the run ran.
+      expect(sampledFrom.filter((r) => r.served !== r.expected)).toEqual([]);
+      const total = f.config.orchestrator.batch_size * f.config.orchestrator.rollouts_per_example;
+      expect(new Set(sampledFrom.map((r) => `${r.step}`)).size).toBe(3);
+      expect(sampledFrom.length).toBe(3 * total);
+    });
+  });
+
   test('ratchet set --eval-every on a full run is refused by the update\'s validator, with the fix', async () => {
     await withWorkers({ trainer: { mode: 'full' }, inferenceDownTimes: 1 }, async () => {
       const runId = `full-${process.pid}-${++n}`;
