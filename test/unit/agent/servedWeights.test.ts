@@ -100,8 +100,8 @@ describe('guardServedWeights over a fake replica', () => {
   });
 
   test('one answer stands for ttlMs across rollouts; a failed request makes the next one ask again', async () => {
-    let now = 0;
-    const weights = new ServedWeights({ ttlMs: 1_000, now: () => now });
+    // The clock stands still: every ask is within the ttl.
+    const weights = new ServedWeights({ ttlMs: 1_000, now: () => 0 });
     const expected = { runId: 'run1', policyVersion: 1, checkpoint: CKPT1 };
     replica.load(DIR1);
     let fail = false;
@@ -176,7 +176,8 @@ describe('rollout activity, trainer.mode = "full": a restarted replica is notice
 
   test('a LoRA rollout (no fullWeights) never asks', async () => {
     const { acts } = await setup(1);
-    const { fullWeights: _none, ...lora } = input([replicas[0]!.url]);
+    const lora = input([replicas[0]!.url]);
+    delete lora.fullWeights;
     await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, lora);
     expect(replicas[0]!.gets).toBe(0);
   });
