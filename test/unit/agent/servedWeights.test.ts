@@ -15,7 +15,7 @@ import { createRolloutActivities } from '../../../src/activities/rollout';
 import { ServedWeights, ServedWeightsMismatch, guardServedWeights, weightsMismatch } from '../../../src/agent/servedWeights';
 import { LocalArtifactStore } from '../../../src/artifacts/store';
 import type { RolloutInput } from '../../../src/contracts/rollout';
-import { Trajectory } from '../../../src/contracts/trajectory';
+import { Trajectory, type RolloutSummary } from '../../../src/contracts/trajectory';
 import { CALC_FILES, FakeSandboxManager, ScriptedModel, call } from '../../helpers/rolloutFakes';
 
 jest.setTimeout(30_000);
@@ -169,7 +169,7 @@ describe('rollout activity, trainer.mode = "full": a restarted replica is notice
     expect(models.get(r.url)!.requests).toHaveLength(0);
     // StepRollouts' answer to InferenceUnavailable: the version's sync reloads the replica.
     r.load(DIR1);
-    const summary = await env.run(acts.rollout, input([r.url]));
+    const summary: RolloutSummary = await env.run(acts.rollout, input([r.url]));
     const traj = Trajectory.parse(await store.getJson(summary.trajectory));
     expect(traj.turns.map((t) => t.weights)).toEqual([DIR1, DIR1]);
   });
@@ -186,7 +186,7 @@ describe('rollout activity, trainer.mode = "full": a restarted replica is notice
     const { store, acts, models } = await setup(2);
     const [restarted, synced] = replicas as [FakeReplica, FakeReplica];
     synced.load(DIR1);
-    const summary = await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input([restarted.url, synced.url]));
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input([restarted.url, synced.url]));
     const traj = Trajectory.parse(await store.getJson(summary.trajectory));
     expect(traj.turns.map((t) => [t.replica, t.weights])).toEqual([[synced.url, DIR1], [synced.url, DIR1]]);
     expect(models.get(restarted.url)!.requests).toHaveLength(0);
