@@ -100,11 +100,12 @@ export class ServedWeights {
   }
 
   /** Throws ServedWeightsMismatch unless `replica` serves `expected`; returns the directory its workers serve. */
-  async check(replica: string, expected: ExpectedWeights, signal?: AbortSignal): Promise<string> {
+  async check(replica: string, expected: ExpectedWeights): Promise<string> {
     const url = replicaName(replica);
     let a = this.answers.get(url);
     if (!a || this.now() - a.at > (this.opts.ttlMs ?? 1_000)) {
-      a = { at: this.now(), state: this.ask(url, signal) };
+      // Not under the asking rollout's signal: other rollouts share the answer.
+      a = { at: this.now(), state: this.ask(url) };
       this.answers.set(url, a);
       a.state.catch(() => { if (this.answers.get(url) === a) this.answers.delete(url); });
     }
@@ -118,11 +119,10 @@ export class ServedWeights {
     return paths[0]!;
   }
 
-  private async ask(url: string, signal: AbortSignal | undefined): Promise<State> {
-    const signals = [AbortSignal.timeout(this.opts.timeoutMs ?? 10_000), ...(signal ? [signal] : [])];
+  private async ask(url: string): Promise<State> {
     const key = this.opts.apiKey ?? process.env.RATCHET_INFERENCE_API_KEY;
     // A network error is thrown as it is: the replica is down (isReplicaDown), as for a completion.
-    const res = await this.fetchFn(`${url}/ratchet/weights`, { signal: AbortSignal.any(signals), ...(key ? { headers: { authorization: `Bearer ${key}` } } : {}) });
+    const res = await this.fetchFn(`${url}/ratchet/weights`, { signal: AbortSignal.timeout(this.opts.timeoutMs ?? 10_000), ...(key ? { headers: { authorization: `Bearer ${key}` } } : {}) });
     const text = await res.text();
     if (res.status !== 200) {
       // 404: restarted without Ratchet's hooks; the sync then fails naming the fix (WeightSyncRefused).
@@ -138,7 +138,7 @@ export class ServedWeights {
 export function guardServedWeights(client: ModelClient, replica: string, expected: ExpectedWeights, weights: ServedWeights): ModelClient {
   return {
     async complete(req: CompletionRequest): Promise<Completion> {
-      const dir = await weights.check(replica, expected, req.signal);
+      const dir = await weights.check(replica, expected);
       try {
         return { ...(await client.complete(req)), weights: dir };
       } catch (err) {
