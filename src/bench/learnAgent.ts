@@ -6,6 +6,7 @@
  * between the RL-from-SFT arm and its lr-0 control, with a bootstrap 95% interval.
  */
 import type { Trajectory } from '../contracts/trajectory';
+import { UNIFORM_TOL } from '../samples/advantages';
 import { mulberry32 } from '../shared/random';
 import { bootstrapCi } from './learn';
 
@@ -139,24 +140,39 @@ export interface Preflight {
   passRate: number;
   band: [number, number];
   passReward: number;
+  /** Tasks sampled, and those whose samples did not all score alike (a group of them has advantages). */
+  tasks: number;
+  informativeTasks: number;
+  /** The share of tasks that must be informative. */
+  minInformative: number;
   signal: boolean;
   /** Why not, where there is no signal. */
   reason?: string;
 }
 
 /**
- * Groups of a task whose pass rate is p are all alike (no advantage) with probability p^n + (1-p)^n; below
- * the band's floor almost every group is all-fail, above its ceiling all-pass. Outside the band the bench
- * says "no signal possible" instead of training and reporting a flat table.
+ * A group has advantages only when its samples differ, so what the pre-flight must see is variance
+ * within a task, not the pass rate across tasks: a warm start that solves half the tasks every time
+ * and the other half never has a pass rate of 0.5 and no informative group at all (the first full run
+ * of this bench: 3 informative groups of 44, identical completions within each group). Each task is
+ * sampled `k` times (the run's group size); the verdict needs the pooled pass rate inside the band and
+ * at least `minInformative` of the tasks with samples that do not all score alike.
  */
-export function preflightDecision(rewards: readonly number[], passReward: number, band: [number, number]): Preflight {
+export function preflightDecision(byTask: readonly (readonly number[])[], passReward: number, band: [number, number], minInformative: number): Preflight {
   if (!(band[0] >= 0 && band[0] <= band[1] && band[1] <= 1)) throw new Error(`pre-flight band [${band.join(', ')}] is not 0 <= lo <= hi <= 1`);
+  const rewards = byTask.flat();
   const passed = rewards.filter((r) => r >= passReward).length;
   const passRate = rewards.length === 0 ? 0 : passed / rewards.length;
-  const base = { episodes: rewards.length, passed, passRate, band, passReward };
+  const informativeTasks = byTask.filter((g) => g.length > 1 && Math.max(...g) - Math.min(...g) > UNIFORM_TOL).length;
+  const base = { episodes: rewards.length, passed, passRate, band, passReward, tasks: byTask.length, informativeTasks, minInformative };
   if (rewards.length === 0) return { ...base, signal: false, reason: 'the pre-flight scored no episode' };
+  if (byTask.some((g) => g.length < 2)) return { ...base, signal: false, reason: 'a task was sampled once: within-task variance needs k >= 2 (the run\'s group size). Fix: --preflight-k' };
   if (passRate < band[0]) return { ...base, signal: false, reason: `the warm start passes ${passed} of ${rewards.length} RL-pool episodes, below ${band[0]}: nearly every group would fail alike` };
   if (passRate > band[1]) return { ...base, signal: false, reason: `the warm start passes ${passed} of ${rewards.length} RL-pool episodes, above ${band[1]}: nearly every group would pass alike` };
+  if (informativeTasks < minInformative * byTask.length) {
+    return { ...base, signal: false, reason: `${informativeTasks} of ${byTask.length} tasks had samples that scored differently, below ${minInformative}: ` +
+      'the warm start answers each task the same way every time, so nearly every group would score alike' };
+  }
   return { ...base, signal: true };
 }
 

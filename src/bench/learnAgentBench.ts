@@ -85,6 +85,8 @@ export interface AgentLearnOptions {
   /** RL-pool tasks the pre-flight samples the warm start on, `preflightK` samples each. */
   preflightTasks: number;
   preflightK: number;
+  /** The share of pre-flight tasks whose samples must score differently (informative groups). */
+  preflightInformative: number;
   /** The pass-rate band in which RL can get a signal; outside it the bench trains nothing. */
   preflightLo: number;
   preflightHi: number;
@@ -139,7 +141,10 @@ export const AGENT_DEFAULTS: AgentLearnOptions = {
   sftBatch: 8,
   sftLr: 2e-3,
   preflightTasks: 16,
-  preflightK: 1,
+  // The run's group size: the pre-flight measures variance within a task, as a group sees it.
+  preflightK: 4,
+  // A step wants `batch` informative groups from at most (1 + refillRounds) x batch draws: a third of them.
+  preflightInformative: 0.33,
   preflightLo: 0.15,
   preflightHi: 0.85,
   // The smallest package of the task sets (inflection: 23 tasks): the training packages keep the most rows.
@@ -158,7 +163,8 @@ const FLAGS: Record<string, { key: NumKey; min: number; max?: number }> = {
   'max-turns': { key: 'maxTurns', min: 3 }, temperature: { key: 'temperature', min: 0 }, 'pass-reward': { key: 'passReward', min: 0 },
   demos: { key: 'demos', min: 2 }, 'demo-held-out': { key: 'demoHeldOut', min: 1 },
   'sft-steps': { key: 'sftSteps', min: 1 }, 'sft-patience': { key: 'sftPatience', min: 1 }, 'sft-batch': { key: 'sftBatch', min: 1 }, 'sft-lr': { key: 'sftLr', min: 0 },
-  'preflight-tasks': { key: 'preflightTasks', min: 1 }, 'preflight-k': { key: 'preflightK', min: 1 },
+  'preflight-tasks': { key: 'preflightTasks', min: 1 }, 'preflight-k': { key: 'preflightK', min: 2 },
+  'preflight-informative': { key: 'preflightInformative', min: 0, max: 1 },
   'preflight-lo': { key: 'preflightLo', min: 0, max: 1 }, 'preflight-hi': { key: 'preflightHi', min: 0, max: 1 },
   'eval-unseen': { key: 'evalUnseen', min: 1 }, 'eval-random': { key: 'evalRandom', min: 1 }, k: { key: 'k', min: 1 },
   'parallel-runs': { key: 'parallelRuns', min: 1 },
@@ -559,8 +565,11 @@ function warmStartControl(o: AgentLearnOptions, sft: SftResult, splitOf: Readonl
 
 /** The pre-flight's verdict from the warm start's episodes on the RL pool. */
 function preflightOf(o: AgentLearnOptions, sft: SftResult, splitOf: ReadonlyMap<string, EvalSplit>): Preflight {
-  const eps = readEvalEpisodes(sft.runId, sft.version, splitOf, o.preflightK).filter((e) => e.split === 'pool');
-  return preflightDecision(eps.map((e) => e.reward), o.passReward, [o.preflightLo, o.preflightHi]);
+  const byTask = new Map<string, number[]>();
+  for (const e of readEvalEpisodes(sft.runId, sft.version, splitOf, o.preflightK).filter((x) => x.split === 'pool')) {
+    byTask.set(e.task, [...(byTask.get(e.task) ?? []), e.reward]);
+  }
+  return preflightDecision([...byTask.values()], o.passReward, [o.preflightLo, o.preflightHi], o.preflightInformative);
 }
 
 /**
@@ -610,7 +619,8 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
     const preflightWorkflowId = `${sft.runId}-preflight-${stamp}`;
     await evaluate(client, { runId: sft.runId, version: sft.version, evalFile: preflightFile, k: o.preflightK, workflowId: preflightWorkflowId });
     const preflight = preflightOf(o, sft, splitOf);
-    log(`pre-flight: ${preflight.passed} of ${preflight.episodes} passed (${preflight.passRate.toFixed(3)}), band [${o.preflightLo}, ${o.preflightHi}]: ` +
+    log(`pre-flight: ${preflight.passed} of ${preflight.episodes} passed (${preflight.passRate.toFixed(3)}), band [${o.preflightLo}, ${o.preflightHi}]; ` +
+      `${preflight.informativeTasks} of ${preflight.tasks} tasks informative (need ${o.preflightInformative}): ` +
       (preflight.signal ? 'signal possible' : `no signal possible: ${preflight.reason}`));
     const base = { sft, preflight, preflightWorkflowId, tasks, evalTasks };
     if (mode.preflightOnly || (!preflight.signal && !mode.assumeSignal)) return { ...base, arms: [], reports: [], wallS: Math.round((Date.now() - t0) / 1000) };

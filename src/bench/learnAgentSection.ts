@@ -78,7 +78,8 @@ export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command:
       `(steps of ${o.sftBatch}, lr ${o.sftLr}, stopped after ${o.sftPatience} steps without a lower held-out loss; train loss per step: ${trainLoss}; ` +
       `held-out loss per step: ${losses || 'not measured'}); the warm start is step ${r.sft.bestStep} (v${r.sft.version}).`,
     `Pre-flight: the warm start on ${p.episodes} RL-pool episodes passed ${p.passed} (pass rate ${p.passRate.toFixed(3)}, reward >= ${p.passReward}); ` +
-      `band [${p.band[0]}, ${p.band[1]}]: ${p.signal ? 'signal possible' : `**no signal possible**: ${p.reason}`}.`,
+      `band [${p.band[0]}, ${p.band[1]}]; ${p.informativeTasks ?? '?'} of ${p.tasks ?? '?'} tasks had samples that scored differently (need ${p.minInformative ?? '?'}): ` +
+      `${p.signal ? 'signal possible' : `**no signal possible**: ${p.reason}`}.`,
   ];
   const tail = [
     '',

@@ -66,7 +66,7 @@ describeWithStack('bench:learn (short): SFT warm start, pre-flight, then an RL r
     if (!existsSync(path.join(paths.tasks(), 'train.jsonl'))) throw new Error(`no task set at ${paths.tasks()}: run bash infra/tasks.sh`);
     const o = {
       ...AGENT_DEFAULTS, seeds: 1, steps: 1, batch: 2, rollouts: 2, refillRounds: 1, demos: 6, demoHeldOut: 1, sftSteps: 2, sftBatch: 3, sftLr: 1e-2,
-      preflightTasks: 2, evalUnseen: 1, evalRandom: 1, k: 2,
+      preflightTasks: 2, preflightK: 2, evalUnseen: 1, evalRandom: 1, k: 2,
     };
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-bench-learn-agent-'));
     const r = await runAgentBench(o, dir, { assumeSignal: true });
@@ -99,10 +99,14 @@ describeWithStack('bench:learn (short): SFT warm start, pre-flight, then an RL r
     // The pre-flight's rate is its trajectories': the warm start's episodes on the RL-pool tasks, reward >= 1.
     const trajRoot = path.join(paths.artifacts(), 'runs', r.sft.runId, 'evals', 'trajectories');
     const pool = ids(path.join(dir, 'preflight.jsonl'));
-    const poolRewards = pool.flatMap((t) => readdirSync(path.join(trajRoot, `eval-v${r.sft.version}-${t}`)).filter((f) => f.endsWith('.json'))
+    const rewardsByTask = pool.map((t) => readdirSync(path.join(trajRoot, `eval-v${r.sft.version}-${t}`)).filter((f) => f.endsWith('.json'))
       .map((f) => (JSON.parse(readFileSync(path.join(trajRoot, `eval-v${r.sft.version}-${t}`, f), 'utf8')) as { reward?: { total: number } }).reward?.total ?? 0));
+    const poolRewards = rewardsByTask.flat();
     expect(r.preflight.episodes).toBe(poolRewards.length);
     expect(r.preflight.passed).toBe(poolRewards.filter((x) => x >= 1).length);
+    // Within-task variance: the tasks whose k samples did not all score alike.
+    expect(r.preflight.tasks).toBe(pool.length);
+    expect(r.preflight.informativeTasks).toBe(rewardsByTask.filter((g) => Math.max(...g) !== Math.min(...g)).length);
 
     expect(r.arms.map((a) => a.arm).sort()).toEqual(['control', 'rl']);
     const rl = r.arms.find((a) => a.arm === 'rl')!;

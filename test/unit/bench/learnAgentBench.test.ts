@@ -131,7 +131,7 @@ describe('armFigures and the table', () => {
   });
   const record = (r: number, informative = 2, version = 0) =>
     ({ mean_reward: r, tool_calls: 8, rollouts: 4, samples: 4, groups: 4, informative_groups: informative, sampling_policy_version: version }) as never;
-  const preflight = { episodes: 16, passed: 8, passRate: 0.5, band: [0.15, 0.85] as [number, number], passReward: 1, signal: true };
+  const preflight = { episodes: 64, passed: 32, passRate: 0.5, band: [0.15, 0.85] as [number, number], passReward: 1, tasks: 16, informativeTasks: 8, minInformative: 0.33, signal: true };
   const sft = {
     runId: 'sft-1', demosRan: 10, demosKept: 7, demosHeldOut: 2, records: [{ trainer: { loss: 1.25 } } as never, { trainer: { loss: 0.5 } } as never],
     heldOutLoss: [0.9, 0.7], bestStep: 1, version: 2,
@@ -150,7 +150,7 @@ describe('armFigures and the table', () => {
     expect(s).toContain('of the 7 it solved, 2 were held out');
     expect(s).toContain('train loss per step: 1.250 0.500');
     expect(s).toContain('held-out loss per step: 0.900 0.700); the warm start is step 1 (v2)');
-    expect(s).toContain('Pre-flight: the warm start on 16 RL-pool episodes passed 8 (pass rate 0.500, reward >= 1); band [0.15, 0.85]: signal possible');
+    expect(s).toContain('Pre-flight: the warm start on 64 RL-pool episodes passed 32 (pass rate 0.500, reward >= 1); band [0.15, 0.85]; 8 of 16 tasks had samples that scored differently (need 0.33): signal possible');
     expect(s).toMatch(/\| unseen package \(inflection, secondary\) \| RL, lr 0\.001 \| 2 \| 0\.625 /);
     // Primary split (t2 only): RL 1.5 - control 0.625 = 0.875; one seed, so the two-seed goal is not met.
     expect(s).toContain('by training seed: seed 0 0.875 [0.875, 0.875] over 1 tasks. Goal (both seeds\' intervals above 0): not met.');
@@ -175,8 +175,8 @@ describe('armFigures and the table', () => {
       ],
     };
     expect(agentSection(AGENT_DEFAULTS, result, 'x').join('\n')).toContain('seed 0 0.875 [0.875, 0.875] over 1 tasks; seed 1 0.875 [0.875, 0.875] over 1 tasks. Goal (both seeds\' intervals above 0): met.');
-    const none = agentSection(AGENT_DEFAULTS, { ...base, arms: [], preflight: { ...preflight, passed: 1, passRate: 1 / 16, signal: false, reason: 'below 0.15' } }, 'x').join('\n');
-    expect(none).toContain('band [0.15, 0.85]: **no signal possible**: below 0.15');
+    const none = agentSection(AGENT_DEFAULTS, { ...base, arms: [], preflight: { ...preflight, passed: 4, passRate: 4 / 64, signal: false, reason: 'below 0.15' } }, 'x').join('\n');
+    expect(none).toContain('(need 0.33): **no signal possible**: below 0.15');
     expect(none).toContain('No RL run was trained');
     expect(none).not.toContain('| held out | arm |');
   });

@@ -66,16 +66,31 @@ describe('reward: file F1 through the swe-grep rubric', () => {
 });
 
 describe('pre-flight', () => {
-  const rewards = (passed: number, n: number) => Array.from({ length: n }, (_, i) => (i < passed ? 1 : 0));
-  test('inside the band: signal; outside: no signal possible, saying which side', () => {
-    expect(preflightDecision(rewards(8, 16), 1, [0.15, 0.85])).toMatchObject({ passed: 8, passRate: 0.5, signal: true });
-    expect(preflightDecision(rewards(2, 16), 1, [0.15, 0.85])).toMatchObject({ signal: false, reason: expect.stringMatching(/2 of 16 .* below 0.15/) });
-    expect(preflightDecision(rewards(15, 16), 1, [0.15, 0.85])).toMatchObject({ signal: false, reason: expect.stringMatching(/above 0.85/) });
-    // The band's edges are inside; partial F1 below the pass reward is not a pass.
-    expect(preflightDecision(rewards(3, 20), 1, [0.15, 0.85]).signal).toBe(true);
-    expect(preflightDecision([0.67, 0.67, 1, 0], 1, [0.15, 0.85]).passed).toBe(1);
-    expect(preflightDecision([], 1, [0.15, 0.85])).toMatchObject({ signal: false, reason: 'the pre-flight scored no episode' });
-    expect(() => preflightDecision([1], 1, [0.9, 0.1])).toThrow(/not 0 <= lo <= hi <= 1/);
+  /** `tasks` tasks of k = 4 samples: the first `mixed` pass 2 of 4, the next `solved` pass all, the rest none. */
+  const groups = (tasks: number, mixed: number, solved: number) => Array.from({ length: tasks }, (_, i) =>
+    i < mixed ? [1, 0, 1, 0] : i < mixed + solved ? [1, 1, 1, 1] : [0, 0, 0, 0]);
+  const band: [number, number] = [0.15, 0.85];
+  test('inside the band with tasks that vary: signal; outside the band: no signal possible, saying which side', () => {
+    expect(preflightDecision(groups(16, 8, 4), 1, band, 0.33)).toMatchObject({ passed: 32, episodes: 64, passRate: 0.5, informativeTasks: 8, tasks: 16, signal: true });
+    expect(preflightDecision(groups(16, 0, 1), 1, band, 0.33)).toMatchObject({ signal: false, reason: expect.stringMatching(/4 of 64 .* below 0.15/) });
+    expect(preflightDecision(groups(16, 1, 15), 1, band, 0.33)).toMatchObject({ signal: false, reason: expect.stringMatching(/above 0.85/) });
+    expect(preflightDecision([], 1, band, 0.33)).toMatchObject({ signal: false, reason: 'the pre-flight scored no episode' });
+    expect(() => preflightDecision([[1, 1]], 1, [0.9, 0.1], 0.33)).toThrow(/not 0 <= lo <= hi <= 1/);
+  });
+  test('a pass rate of 0.5 from tasks that are always or never solved is no signal (the first full run: identical groups)', () => {
+    // Half the tasks solved every time, half never: pooled pass rate 0.5, not one informative group.
+    const d = preflightDecision(groups(16, 0, 8), 1, band, 0.33);
+    expect(d).toMatchObject({ passRate: 0.5, informativeTasks: 0, signal: false, reason: expect.stringMatching(/0 of 16 tasks .* below 0.33/) });
+    // The bound's edge is inside: 6 of 18 = 1/3 >= 0.33.
+    expect(preflightDecision(groups(18, 6, 5), 1, band, 0.33).signal).toBe(true);
+    expect(preflightDecision(groups(18, 5, 6), 1, band, 0.33).signal).toBe(false);
+  });
+  test('partial F1 below the pass reward is not a pass, but it does make a group informative', () => {
+    const d = preflightDecision([[0.67, 0.67, 1, 0], [0.5, 0, 0, 0], [1, 1, 1, 1]], 1, [0, 1], 0.5);
+    expect(d).toMatchObject({ passed: 5, informativeTasks: 2, signal: true });
+  });
+  test('one sample a task cannot show variance: refused with the fix', () => {
+    expect(preflightDecision([[1], [0]], 1, band, 0.33)).toMatchObject({ signal: false, reason: expect.stringMatching(/sampled once.*Fix: --preflight-k/) });
   });
 });
 

@@ -24,18 +24,19 @@ describeWithStack('startOrAttach (real dev server)', ['temporalBinary'], () => {
     const opts = { taskQueue: 'soa-queue', workflowId: 'soa-1' };
     // Nothing polls the queue yet: the first execution stays RUNNING.
     const first = await startOrAttach(world.env.client, 'TrainRun', opts);
+    const firstRun = (await first.describe()).runId;
     const again = await startOrAttach(world.env.client, 'TrainRun', opts);
-    expect((await again.describe()).runId).toBe(first.firstExecutionRunId);
+    expect((await again.describe()).runId).toBe(firstRun);
 
     const worker = await Worker.create({ connection: world.env.nativeConnection, taskQueue: 'soa-queue', workflowBundle: world.bundle });
     await worker.runUntil(first.result());
     const closed = await startOrAttach(world.env.client, 'TrainRun', opts);
     await expect(closed.result()).resolves.toEqual({ status: 'completed' });
-    expect((await closed.describe()).runId).toBe(first.firstExecutionRunId);
+    expect((await closed.describe()).runId).toBe(firstRun);
     // Visibility is eventually consistent on the dev server: wait for the one execution to be listed.
     let listed: string[] = [];
     for (let i = 0; i < 50 && listed.length === 0; i++) { listed = await executions('soa-1'); await new Promise((r) => setTimeout(r, 100)); }
-    expect(listed).toEqual([first.firstExecutionRunId]);
+    expect(listed).toEqual([firstRun]);
   });
 
   it('a plain start under a finished id would run it again (what startOrAttach prevents)', async () => {
