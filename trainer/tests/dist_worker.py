@@ -162,3 +162,28 @@ def run_replicated_checkpoints(rank: int, world: int, root: str, refs0, refs1) -
     res["from_sharded_step1"] = from_sharded.step(1, load_batch(*refs1))
     res["from_sharded_state1"] = state(from_sharded)
     return res
+
+
+def full_qwen3_cfg(model_dir: str):
+    return make_cfg("tiny", mode="full", model={"path": model_dir, "config": None}, optim={"max_grad_norm": 0.0})
+
+
+def run_full_exports(rank: int, world: int, root: str, refs, model_dirs: dict[str, str]) -> dict:
+    """Full fine-tuning from model.path (meta init, rank 0 reads the weights) under FSDP2: one step and a
+    checkpoint per model; the ranks' gathered trained weights, the checkpoint refs, and the weights fresh
+    ranks restore from that checkpoint."""
+    from ratchet_trainer.core import restore_checkpoint, save_checkpoint
+
+    out = {}
+    for name, model_dir in model_dirs.items():
+        tr = Trainer("run", full_qwen3_cfg(model_dir))
+        tr.step(0, load_batch(*refs))
+        out[name] = {"parallelism": tr.parallelism,
+                     "trained": {k: local_tensor(v.detach()).clone() for k, v in tr.model.state_dict().items()},
+                     "ckpt": save_checkpoint(tr, Path(root) / name, 0)}
+        del tr
+        again = Trainer("run", full_qwen3_cfg(model_dir))
+        restore_checkpoint(again, out[name]["ckpt"]["checkpoint"])
+        out[name]["restored"] = {k: local_tensor(v.detach()).clone() for k, v in again.model.state_dict().items()}
+        del again
+    return out

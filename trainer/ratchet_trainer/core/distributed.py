@@ -86,13 +86,26 @@ def shard_model(model: torch.nn.Module, layers: list[torch.nn.Module], decoder: 
     projection stays whole on every rank: chunked logprobs use its weight directly, outside any
     module call that FSDP could hook; `reduce_replicated_grads` sums its gradient when trained.
     param_dtype (bf16): compute copies gathered in bf16 while the sharded parameters (and the
-    optimiser) stay fp32, gradients reduced in fp32."""
+    optimiser) stay fp32, gradients reduced in fp32.
+    A trained tied embedding (full fine-tuning of Qwen3-4B and smaller) stays whole, the head's own tensor."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else MixedPrecisionPolicy()
     for layer in layers:
         fully_shard(layer, mp_policy=mp)
-    fully_shard(decoder, mp_policy=mp)
+    tied = trained_tied_embedding(model)
+    fully_shard(decoder, mp_policy=mp, ignored_params={tied} if tied is not None else None)
+
+
+def trained_tied_embedding(model: torch.nn.Module) -> torch.nn.Parameter | None:
+    """The input embedding when it is the output projection's weight and trains. Sharded, it would become a
+    new parameter and the head keep the old one: two tensors trained apart where one process trains one, and
+    a checkpoint's model/ holding two values for the one tensor its config ties. (Frozen, under LoRA, the
+    split changes no value, and DCP's frozen-parameter filter does not follow a tie: left as it was.)"""
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and head.weight is embed.weight and embed.weight.requires_grad:
+        return embed.weight
+    return None
 
 
 def reduce_replicated_grads(params: list[torch.nn.Parameter]) -> None:

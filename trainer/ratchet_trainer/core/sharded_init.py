@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .config import TrainerConfig
-from .distributed import world
+from .distributed import trained_tied_embedding, world
 from .model import build_model
 
 
@@ -45,7 +45,10 @@ def build_sharded_from_rank0(cfg: TrainerConfig, device: torch.device, attn: str
     model = build_model(cfg, torch.device("meta"), attn, dtype=compute)
     upcast_trainable(model)
     prepare(model)
+    tied = trained_tied_embedding(model) is not None  # left whole by shard_model
     model.to_empty(device=device)
+    if tied:  # to_empty gives each module its own new parameter: the head would train apart from the embedding
+        model.get_output_embeddings().weight = model.get_input_embeddings().weight
     set_model_state_dict(model, full.state_dict() if full is not None else {},
                          options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=True))
     # Buffers outside the state dict (RoPE's inverse frequencies) are garbage after to_empty.
