@@ -12,7 +12,7 @@
  * A long test (vLLM's start on the CPU takes a minute or more): npm run test:long.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import pino from 'pino';
@@ -20,6 +20,8 @@ import { describeLong, REPO, STATE } from '../helpers/stack';
 import { createWeightSyncActivities } from '../../src/activities/weightSync';
 import type { ArtifactRef } from '../../src/artifacts/ref';
 import { LocalArtifactStore } from '../../src/artifacts/store';
+import { OpenAIModelClient } from '../../src/agent/model';
+import { ServedWeights, ServedWeightsMismatch, guardServedWeights } from '../../src/agent/servedWeights';
 
 const PORT = Number(process.env.RATCHET_FULL_SYNC_PORT ?? 8100);
 const BASE_URL = `http://127.0.0.1:${PORT}/v1`;
@@ -118,5 +120,36 @@ describeLong('full-weight sync into a real vLLM (trainer.mode = "full")', ['mode
     expect(v0.loaded).toEqual([`${BASE_URL}#full-sync/full-v0`]);
     expect(measured.restored.vsBase).toBeLessThan(SAME);
     expect(measured.restored.next).toBeLessThan(SAME);
+  }, 900_000);
+
+  test('a vLLM restarted after the sync is noticed before a rollout samples from it (it serves the base model); the re-sync brings the checkpoint back', async () => {
+    sh(['bash', 'infra/inference.sh', 'start'], env);
+    // Where the trainer saves a run's checkpoint: the rollouts match <run>/checkpoints/<step-dir>/model.
+    const at = path.join(dir, 'store', 'runs', 'full-sync', 'checkpoints', 'step-0-0123456789abcdef');
+    const checkpoint = JSON.parse(sh([PYTHON, HELPER, 'make', MODEL_DIR, at]).trim().split('\n').pop()!) as ArtifactRef;
+    const policy = guardServedWeights(new OpenAIModelClient(BASE_URL), BASE_URL, { runId: 'full-sync', policyVersion: 1, checkpoint: checkpoint.uri }, new ServedWeights());
+    const turn = () => policy.complete({ model: MODEL, messages: [{ role: 'user', content: 'Say hi.' }], tools: [], sampling: { temperature: 1, top_p: 1, max_tokens: 4 } });
+    const t0 = Date.now();
+    expect((await sync(1, checkpoint)).loaded).toEqual([`${BASE_URL}#full-sync/full-v1`]);
+    const synced = await turn();
+    expect(synced.weights).toBe(realpathSync(path.join(at, 'model')));
+    const restartS0 = Date.now();
+    sh(['bash', 'infra/inference.sh', 'restart'], env);
+    const restartS = (Date.now() - restartS0) / 1000;
+    const failed = async () => turn().then(() => undefined, (e: unknown) => e as Error & { cause?: { message?: string; code?: string } });
+    let refused = await failed();
+    const first = `${refused?.name}: ${refused?.message} (${refused?.cause?.code ?? refused?.cause?.message ?? ''})`;
+    // A connection the client pooled before the restart may fail the first request (a network error: the rollout's
+    // retry, as for any replica that went away); the next one must find the base model.
+    if (!(refused instanceof ServedWeightsMismatch)) refused = await failed();
+    process.stdout.write(`first turn after the restart: ${first}\n`);
+    expect(refused).toBeInstanceOf(ServedWeightsMismatch);
+    expect((refused as ServedWeightsMismatch).message).toContain('a restarted replica, not checkpoint step-0-0123456789abcdef');
+    // StepRollouts' answer: the version's sync, which reloads the restarted replica (not a no-op).
+    const again = await sync(1, checkpoint);
+    expect(again.loaded).toEqual([`${BASE_URL}#full-sync/full-v1`]);
+    const after = await turn();
+    expect(after.weights).toBe(realpathSync(path.join(at, 'model')));
+    process.stdout.write(`full-weight restart measured: ${JSON.stringify({ restartS, first, servedAfterRestart: (refused as ServedWeightsMismatch).served, totalS: (Date.now() - t0) / 1000 })}\n`);
   }, 900_000);
 });
