@@ -95,6 +95,10 @@ def shard_model(model: torch.nn.Module, layers: list[torch.nn.Module], decoder: 
         fully_shard(layer, mp_policy=mp)
     tied = trained_tied_embedding(model)
     fully_shard(decoder, mp_policy=mp, ignored_params={tied} if tied is not None else None)
+    if tied is not None and param_dtype is not None:
+        # Outside FSDP's casts: its rows enter the layers in the compute dtype, as a sharded embedding's do
+        # (a lookup, so the same values), else attention meets fp32 and bf16 together in recomputation.
+        model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: out.to(param_dtype))
 
 
 def trained_tied_embedding(model: torch.nn.Module) -> torch.nn.Parameter | None:
