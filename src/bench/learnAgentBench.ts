@@ -114,6 +114,12 @@ export interface AgentLearnOptions {
    * attach to what is running and read back what finished; only what never started is started.
    */
   resume?: string;
+  /**
+   * The SftRun step to start RL from instead of its lowest held-out loss (`--warm-step <n>`): a warm start
+   * trained until the loss is lowest can answer every task the same way every time, which no group can learn
+   * from; the pre-flight says whether the chosen step varies.
+   */
+  warmStep?: number;
 }
 
 // Fixed before the run (issue 38), sized for ~100 minutes on this 2-core, 24 GiB machine: one process trains
@@ -156,7 +162,7 @@ export const AGENT_DEFAULTS: AgentLearnOptions = {
   control: 'warm-start',
 };
 
-type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage' | 'sftRun' | 'resume' | 'control' | 'advantage'>;
+type NumKey = Exclude<keyof AgentLearnOptions, 'rubric' | 'heldOutPackage' | 'sftRun' | 'resume' | 'warmStep' | 'control' | 'advantage'>;
 const FLAGS: Record<string, { key: NumKey; min: number; max?: number }> = {
   seeds: { key: 'seeds', min: 1 }, steps: { key: 'steps', min: 1 }, batch: { key: 'batch', min: 1 }, rollouts: { key: 'rollouts', min: 2 },
   lr: { key: 'lr', min: 0 }, minibatches: { key: 'minibatches', min: 1 }, 'refill-rounds': { key: 'refillRounds', min: 0, max: 16 },
@@ -193,6 +199,11 @@ export function parseAgentArgs(argv: string[]): AgentLearnOptions {
   o.advantage = advantage;
   const sftRun = flag('sft-run');
   if (sftRun !== undefined) o.sftRun = sftRun;
+  const warmStep = flag('warm-step');
+  if (warmStep !== undefined) {
+    if (!/^\d+$/.test(warmStep)) throw new Error(`--warm-step: ${JSON.stringify(warmStep)} is not a step number. Fix: give a step of the SftRun (0, 1, ...)`);
+    o.warmStep = Number(warmStep);
+  }
   const resume = flag('resume');
   if (resume !== undefined) {
     if (!/^[a-z0-9]+$/.test(resume)) throw new Error(`--resume: ${JSON.stringify(resume)} is not a bench stamp. Fix: give the suffix of the bench's run ids (bench-agent-rl-s0-<stamp>)`);
@@ -495,6 +506,13 @@ function sftFrom(runId: string, meta: { ran: number; kept: number; heldOut: numb
   };
 }
 
+/** The SftRun's checkpoint at `step` as the warm start, in place of its lowest held-out loss. */
+function atStep(sft: SftResult, step: number): SftResult {
+  const record = sft.records.find((r) => r.step === step);
+  if (!record) throw new Error(`--warm-step ${step}: ${sft.runId} has no step ${step} (steps ${sft.records.map((r) => r.step).join(', ')}). Fix: give one of them`);
+  return { ...sft, bestStep: step, version: record.policy_version };
+}
+
 /** The warm start of an earlier bench run, read back: its records and what its meta file says. */
 async function sftResult(sftId: string): Promise<SftResult> {
   const file = sftMetaFile(sftId);
@@ -613,7 +631,8 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
   const trainers = mode.preflightOnly ? [] : await startExtraTrainers(Math.min(o.parallelRuns, arms.length) - 1);
   try {
     const sftId = o.sftRun ?? (o.resume && existsSync(sftMetaFile(`bench-agent-sft-${stamp}`)) ? `bench-agent-sft-${stamp}` : undefined);
-    const sft = sftId ? await sftResult(sftId) : await warmStart(o, { dir, demoFile, dataset: rlFile, runId: `bench-agent-sft-${stamp}`, client });
+    const trained = sftId ? await sftResult(sftId) : await warmStart(o, { dir, demoFile, dataset: rlFile, runId: `bench-agent-sft-${stamp}`, client });
+    const sft = o.warmStep === undefined ? trained : atStep(trained, o.warmStep);
     const warm = `${sft.runId}@${sft.bestStep}`;
     log(`pre-flight: EvalSweep of the warm start ${warm} (v${sft.version}) on ${Math.min(o.preflightTasks, tasks.rl)} RL-pool tasks x k=${o.preflightK}`);
     const preflightWorkflowId = `${sft.runId}-preflight-${stamp}`;
@@ -660,5 +679,5 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
 export function agentCommand(o: AgentLearnOptions, extra = ''): string {
   const nums = Object.entries(FLAGS).map(([name, { key }]) => `--${name} ${o[key]}`).join(' ');
   return `npm run bench:learn -- ${nums} --advantage ${o.advantage} --held-out-package ${o.heldOutPackage} --control ${o.control} --rubric ${o.rubric}` +
-    (o.sftRun ? ` --sft-run ${o.sftRun}` : '') + (o.resume ? ` --resume ${o.resume}` : '') + extra;
+    (o.sftRun ? ` --sft-run ${o.sftRun}` : '') + (o.warmStep !== undefined ? ` --warm-step ${o.warmStep}` : '') + (o.resume ? ` --resume ${o.resume}` : '') + extra;
 }

@@ -76,7 +76,7 @@ export function agentSection(o: AgentLearnOptions, r: AgentLearnResult, command:
     `Warm start: the path-only procedure (find the module the failing test is named after, answer the path) ran ${r.sft.demosRan} demonstration tasks on real sandboxes; ` +
       `of the ${r.sft.demosKept} it solved, ${r.sft.demosHeldOut} were held out and the rest are the SFT data of \`${r.sft.runId}\` ` +
       `(steps of ${o.sftBatch}, lr ${o.sftLr}, stopped after ${o.sftPatience} steps without a lower held-out loss; train loss per step: ${trainLoss}; ` +
-      `held-out loss per step: ${losses || 'not measured'}); the warm start is step ${r.sft.bestStep} (v${r.sft.version}).`,
+      `held-out loss per step: ${losses || 'not measured'}); the warm start is step ${r.sft.bestStep} (v${r.sft.version})${o.warmStep !== undefined ? ', chosen by --warm-step' : ''}.`,
     `Pre-flight: the warm start on ${p.episodes} RL-pool episodes passed ${p.passed} (pass rate ${p.passRate.toFixed(3)}, reward >= ${p.passReward}); ` +
       `band [${p.band[0]}, ${p.band[1]}]; ${p.informativeTasks ?? '?'} of ${p.tasks ?? '?'} tasks had samples that scored differently (need ${p.minInformative ?? '?'}): ` +
       `${p.signal ? 'signal possible' : `**no signal possible**: ${p.reason}`}.`,

@@ -24,6 +24,8 @@ describe('parseAgentArgs', () => {
     expect(() => parseAgentArgs(['--preflight-lo', '0.9', '--preflight-hi', '0.5'])).toThrow(/--preflight-lo 0.9 is above --preflight-hi 0.5/);
     expect(() => parseAgentArgs(['--preflight-hi', '2'])).toThrow(/--preflight-hi: "2" is not a number >= 0 and <= 1/);
     expect(parseAgentArgs(['--resume', 'mx0730u4']).resume).toBe('mx0730u4');
+    expect(parseAgentArgs(['--warm-step', '5']).warmStep).toBe(5);
+    expect(() => parseAgentArgs(['--warm-step', 'best'])).toThrow(/--warm-step: "best" is not a step number/);
     expect(() => parseAgentArgs(['--resume', 'bench-agent-rl-s0-mx0730u4'])).toThrow(/--resume: .* is not a bench stamp\. Fix: give the suffix/);
   });
 });
