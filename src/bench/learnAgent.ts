@@ -6,7 +6,7 @@
  * between the RL-from-SFT arm and its lr-0 control, with a bootstrap 95% interval.
  */
 import type { Trajectory } from '../contracts/trajectory';
-import { UNIFORM_TOL } from '../samples/advantages';
+import { isInformative } from '../samples/groupSignal';
 import { mulberry32 } from '../shared/random';
 import { bootstrapCi } from './learn';
 
@@ -163,7 +163,8 @@ export function preflightDecision(byTask: readonly (readonly number[])[], passRe
   const rewards = byTask.flat();
   const passed = rewards.filter((r) => r >= passReward).length;
   const passRate = rewards.length === 0 ? 0 : passed / rewards.length;
-  const informativeTasks = byTask.filter((g) => g.length > 1 && Math.max(...g) - Math.min(...g) > UNIFORM_TOL).length;
+  // The same test the run's difficulty filter applies to a group.
+  const informativeTasks = byTask.filter(isInformative).length;
   const base = { episodes: rewards.length, passed, passRate, band, passReward, tasks: byTask.length, informativeTasks, minInformative };
   if (rewards.length === 0) return { ...base, signal: false, reason: 'the pre-flight scored no episode' };
   if (byTask.some((g) => g.length < 2)) return { ...base, signal: false, reason: 'a task was sampled once: within-task variance needs k >= 2 (the run\'s group size). Fix: --preflight-k' };
