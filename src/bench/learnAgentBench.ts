@@ -635,7 +635,8 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
     const sft = o.warmStep === undefined ? trained : atStep(trained, o.warmStep);
     const warm = `${sft.runId}@${sft.bestStep}`;
     log(`pre-flight: EvalSweep of the warm start ${warm} (v${sft.version}) on ${Math.min(o.preflightTasks, tasks.rl)} RL-pool tasks x k=${o.preflightK}`);
-    const preflightWorkflowId = `${sft.runId}-preflight-${stamp}`;
+    // The version in the ids: a resumed bench with another --warm-step must not attach to the other step's sweeps.
+    const preflightWorkflowId = `${sft.runId}-preflight-v${sft.version}-${stamp}`;
     await evaluate(client, { runId: sft.runId, version: sft.version, evalFile: preflightFile, k: o.preflightK, workflowId: preflightWorkflowId });
     const preflight = preflightOf(o, sft, splitOf);
     log(`pre-flight: ${preflight.passed} of ${preflight.episodes} passed (${preflight.passRate.toFixed(3)}), band [${o.preflightLo}, ${o.preflightHi}]; ` +
@@ -644,12 +645,12 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
     const base = { sft, preflight, preflightWorkflowId, tasks, evalTasks };
     if (mode.preflightOnly || (!preflight.signal && !mode.assumeSignal)) return { ...base, arms: [], reports: [], wallS: Math.round((Date.now() - t0) / 1000) };
 
+    const controlEval = `${sft.runId}-eval-v${sft.version}-${stamp}`;
     if (o.control === 'warm-start') {
       // The control first: the warm start alone on the machine, and its figures are there if a run fails later.
       log(`control: EvalSweep of the warm start v${sft.version} on ${evalTasks.random + evalTasks.unseen} held-out tasks x k=${o.k}`);
-      await evaluate(client, { runId: sft.runId, version: sft.version, evalFile, k: o.k, workflowId: `${sft.runId}-eval-${stamp}` });
+      await evaluate(client, { runId: sft.runId, version: sft.version, evalFile, k: o.k, workflowId: controlEval });
     }
-    const controlEval = `${sft.runId}-eval-${stamp}`;
     log(`${arms.length} TrainRuns, ${o.parallelRuns} at a time, from ${warm}: ${o.steps} steps of ${o.batch}x${o.rollouts}, lr ${o.lr}` +
       `${o.control === 'runs' ? ' vs 0' : ''}, seeds 0..${o.seeds - 1}`);
     const runArm = async (a: (typeof arms)[number]): Promise<ArmRun> => {
