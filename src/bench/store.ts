@@ -20,6 +20,7 @@ import type { StoreSettings } from '../artifacts/settings';
 import { createWeightSyncActivities } from '../activities/weightSync';
 import { DEFAULTS, paths } from '../shared/paths';
 import { componentLogger } from '../shared/logger';
+import { minioSettings } from '../stack/minio';
 import { machineLine, writeBenchSection } from './benchmarksFile';
 
 const arg = (name: string, fallback: number): number => {
@@ -147,10 +148,11 @@ async function main(): Promise<void> {
   const batchMb = arg('batch-mb', 4);
   const ckptMb = arg('checkpoint-mb', 16);
   const repeat = arg('repeat', 5);
-  const endpoint = process.env.RATCHET_S3_ENDPOINT ?? `http://127.0.0.1:${process.env.RATCHET_MINIO_PORT ?? 9100}`;
-  const bucket = process.env.RATCHET_S3_BUCKET ?? 'ratchet';
-  process.env.AWS_ACCESS_KEY_ID ??= process.env.MINIO_ROOT_USER ?? 'ratchet';
-  process.env.AWS_SECRET_ACCESS_KEY ??= process.env.MINIO_ROOT_PASSWORD ?? 'ratchet-secret';
+  const minio = minioSettings();
+  const endpoint = process.env.RATCHET_S3_ENDPOINT ?? minio.endpoint;
+  const bucket = process.env.RATCHET_S3_BUCKET ?? minio.bucket;
+  process.env.AWS_ACCESS_KEY_ID ??= minio.rootUser;
+  process.env.AWS_SECRET_ACCESS_KEY ??= minio.rootPassword;
   const batch = randomBytes(Math.round(batchMb * 1024 * 1024));
   const ckpt = checkpointDir(ckptMb);
   const fileRoot = mkdtempSync(path.join(tmpdir(), 'ratchet-bench-store-'));

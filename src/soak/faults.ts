@@ -8,13 +8,14 @@ import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
-import { workerSpecs } from '../stack';
+import { supervisorSpec, workerSpecs } from '../stack';
 import { isAlive, readPid } from '../shared/pidFiles';
 import { serviceStatus, startService, stopService } from '../stack/processes';
 import { paths, REPO_ROOT } from '../shared/paths';
 import { defaultImage } from '../sandbox/options';
 import type { Logger } from '../shared/logger';
 import type { FaultKind } from './schedule';
+import { setStoreKey, type SoakStore } from './storeKey';
 
 const run = promisify(execFile);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -34,6 +35,8 @@ export interface FaultOptions {
   runId?: string;
   /** Where an armed trainer writes that its injected error fired (a fresh path per fault). */
   markerFile?: string;
+  /** The soak's MinIO user, which every worker uses (store-credentials disables it for incidentMs). */
+  store?: Pick<SoakStore, 'admin' | 'accessKey'>;
   logger: Logger;
 }
 
@@ -148,6 +151,20 @@ async function restartTrainerWith(env: Record<string, string>): Promise<void> {
   if (started !== 'started') throw new Error('a trainer was already running again before the armed one could start: the incident was not armed');
 }
 
+/**
+ * The stack's workers and its supervisor stopped and started again with this process's environment: how
+ * the soak gives every worker its store key (a worker's SDK reads its credentials at start), and how it
+ * takes the key away again at its end. The supervisor's restarts of a worker inherit its environment.
+ */
+export async function restartStackWorkers(): Promise<void> {
+  const supervised = serviceStatus('supervisor').running;
+  // The supervisor first: it would otherwise start the workers again as they stop.
+  await stopService('supervisor');
+  for (const spec of [...workerSpecs()].reverse()) await stopService(spec.name, 60_000);
+  await Promise.all(workerSpecs().map((spec) => startService(spec)));
+  if (supervised) await startService(supervisorSpec());
+}
+
 /** Kinds that leave the stack's trainer started with an incident's environment. */
 export const ARMS_TRAINER: readonly FaultKind[] = ['trainer-untyped-error', 'slow-save'];
 
@@ -181,7 +198,8 @@ async function targetPid(kind: FaultKind, opts: FaultOptions): Promise<number | 
   if (worker) return readPid(worker) ?? `${worker} is not running`;
   if (kind === 'hang-vllm') return vllmPid() ?? 'vLLM is not running';
   if (kind === 'restart-dockerd' || kind === 'sick-host-dockerd') return (await dockerdPid()) ?? 'dockerd is not running';
-  return 0; // restart-temporal goes through its script; sick-host-image through docker's CLI
+  if (kind === 'store-credentials' && !opts.store) return 'the run is not on a MinIO user of the soak\'s own (runSoak sets one up when store-credentials is planned)';
+  return 0; // restart-temporal goes through its script; sick-host-image through docker's CLI; store-credentials through MinIO's admin API
 }
 
 /**
@@ -271,6 +289,16 @@ export async function injectFault(kind: FaultKind, opts: FaultOptions): Promise<
       if (!opts.runId) throw new Error('soak: slow-save needs the run id');
       // ~30 slow reads a save or load of the soak's checkpoint: each outlasts trainer_stall_s, beating its bytes between reads.
       await restartTrainerWith(slowDiskEnv(`/runs/${opts.runId}/checkpoints/`, SLOW_READ_S, Math.ceil(Date.now() / 1000) + SLOW_SAVE_WINDOW_S));
+      return;
+    }
+    case 'store-credentials': {
+      // Every worker's key refused (HTTP 403 InvalidAccessKeyId) until the operator puts it back; no process is restarted.
+      await setStoreKey(opts.store!, 'disabled');
+      try {
+        await sleep(opts.incidentMs ?? 60_000);
+      } finally {
+        await setStoreKey(opts.store!, 'enabled');
+      }
       return;
     }
     case 'restart-dockerd': {

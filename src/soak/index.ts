@@ -15,8 +15,10 @@
  * --replica-loss starts a second vLLM replica (port 8001) and kills it for good a third
  * of the way in. Their figures go to their own BENCHMARKS.md section (soak-partitions),
  * beside the crash-only soak's. --incidents adds the incidents an operator fixes (issue 39: a sick
- * rollout host, a trainer raising an untyped error, a slow save; INCIDENT_KINDS), each repaired after
- * --incident-s; their figures go to the soak-incidents section.
+ * rollout host, a trainer raising an untyped error, a slow save, the store's credentials refused;
+ * INCIDENT_KINDS), each repaired after --incident-s; their figures go to the soak-incidents section. A
+ * soak that plans store-credentials runs on MinIO (infra/minio.sh, started if it is not running) with
+ * the stack's workers restarted on a MinIO user of its own, which the incident disables and enables.
  *
  * Needs `ratchet up` (the soak kills and restarts the stack's own processes).
  */
@@ -35,18 +37,18 @@ function summary(r: SoakReport): string[] {
   const survived = hit.filter((f) => f.recoveryS !== undefined && !f.error);
   const rec = survived.map((f) => f.recoveryS!);
   const lines = [
-    `Run ${r.runId}: ${r.steps} steps, seed ${r.seed}, hangs of ${r.hangS} s${r.partitionS !== undefined ? `, partitions of ${r.partitionS} s` : ''}${r.replicaLoss ? ', one inference replica of two lost for good' : ''}${r.incidentS !== undefined ? `, incidents of ${r.incidentS} s` : ''}.`,
+    `Run ${r.runId}: ${r.steps} steps, seed ${r.seed}, hangs of ${r.hangS} s${r.partitionS !== undefined ? `, partitions of ${r.partitionS} s` : ''}${r.replicaLoss ? ', one inference replica of two lost for good' : ''}${r.incidentS !== undefined ? `, incidents of ${r.incidentS} s` : ''}${r.storeUrl ? `, artifacts in ${r.storeUrl} (MinIO) on the soak's own key` : ''}.`,
     '',
-    '| # | fault | step | phase at injection | recovered in s |',
-    '| ---: | --- | ---: | --- | ---: |',
-    ...r.faults.map((f) => `| ${f.index} | ${f.kind} | ${f.step} | ${f.hitAt?.phase ?? '(not injected)'} | ${f.recoveryS?.toFixed(1) ?? (f.error ? 'no' : '-')} |`),
+    '| # | fault | step | phase at injection | recovered in s | statuses shown other than running |',
+    '| ---: | --- | ---: | --- | ---: | --- |',
+    ...r.faults.map((f) => `| ${f.index} | ${f.kind} | ${f.step} | ${f.hitAt?.phase ?? '(not injected)'} | ${f.recoveryS?.toFixed(1) ?? (f.error ? 'no' : '-')} | ${(f.statuses ?? []).filter((s) => s !== 'running').join(', ') || '-'} |`),
     '',
     `Faults injected ${hit.length}, survived ${survived.length}. Time to recover: p50 ${percentile(rec, 50).toFixed(1)} s, p95 ${percentile(rec, 95).toFixed(1)} s.`,
     r.baselineWallS !== undefined
       ? `Wall time ${r.wallS.toFixed(0)} s with faults, ${r.baselineWallS.toFixed(0)} s without (same config, same soak): ${(r.wallS / r.baselineWallS).toFixed(2)}x.`
       : `Wall time ${r.wallS.toFixed(0)} s (no fault-free baseline in this soak).`,
     r.violations.length === 0
-      ? 'Invariants: all hold (the run completed; each step recorded once with every rollout, none lost or doubled; each trained step applied once by the optimizer; sha256; served version; no checkpoint fallback; no sandbox or stray worker left).'
+      ? 'Invariants: all hold (the run completed; each step recorded once with every rollout, none lost or doubled; each trained step applied once by the optimizer; sha256; served version; no checkpoint fallback; each store-credentials incident shown as waiting-for-store; no sandbox or stray worker left).'
       : `Violations:\n${r.violations.map((v) => `- ${v}`).join('\n')}`,
   ];
   return lines;

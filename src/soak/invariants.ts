@@ -7,10 +7,10 @@ import { execFile } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
-import { StepRecord } from '../contracts';
+import type { FallbackRecord, RunStatus, StepRecord } from '../contracts';
 import { verifyDirectoryArtifact } from '../activities/weightSync';
 import type { ArtifactRef } from '../artifacts/ref';
-import { LocalArtifactStore, uriToPath, verifyRef } from '../artifacts/store';
+import { LocalArtifactStore, verifyRef, type ArtifactStore } from '../artifacts/store';
 import { readRunRecords } from '../records/runRecords';
 import { adapterName, adapterVersion } from '../shared/adapters';
 import { workerSpecs } from '../stack';
@@ -24,20 +24,23 @@ export interface RunExpectation {
   maxSteps: number;
   rolloutsPerStep: number;
   inferenceUrl: string;
+  /** The run's store when it is not the local one at artifactsRoot (an s3:// run: the soak's store-credentials incidents). */
+  store?: ArtifactStore;
 }
 
 export interface RunCheck {
   violations: string[];
   records: StepRecord[];
+  /** The run's checkpoint fallbacks, as read with its records (the soak holds them against fallbackViolations). */
+  fallbacks: FallbackRecord[];
 }
 
-/**
- * The winning step record of each step (src/records/winners.ts): a step retrained after a checkpoint
- * fallback counts once, by its winner; the ledger check below then finds a step applied twice.
- */
-async function readStepRecords(artifactsRoot: string, runId: string): Promise<StepRecord[]> {
-  return (await readRunRecords(new LocalArtifactStore(artifactsRoot), runId)).steps;
-}
+/** A file ref is read from its path, any other from the run's store (an s3:// get re-hashes what it receives). */
+const verifyFile = (store: ArtifactStore) => async (ref: ArtifactRef): Promise<unknown> =>
+  ref.uri.startsWith('file://') ? verifyRef(ref) : store.get(ref);
+/** A directory artifact verified where it is, or (s3://) downloaded into the cache and verified there: its local path. */
+const verifyDir = (store: ArtifactStore) => (ref: ArtifactRef): Promise<string> =>
+  ref.uri.startsWith('file://') ? verifyDirectoryArtifact(ref) : store.localDir(ref);
 
 const trained = (r: StepRecord): boolean => !(r.trainer as { skipped?: boolean }).skipped;
 
@@ -48,7 +51,10 @@ const trained = (r: StepRecord): boolean => !(r.trainer as { skipped?: boolean }
  */
 export async function checkRun(e: RunExpectation): Promise<RunCheck> {
   const violations: string[] = [];
-  const records = await readStepRecords(e.artifactsRoot, e.runId);
+  const store = e.store ?? new LocalArtifactStore(e.artifactsRoot);
+  // The winning step record of each step (src/records/winners.ts): a step retrained after a checkpoint
+  // fallback counts once, by its winner; the ledger check below then finds a step applied twice.
+  const { steps: records, fallbacks } = await readRunRecords(store, e.runId);
   const steps = records.map((r) => r.step);
   const expected = Array.from({ length: e.maxSteps }, (_, i) => i);
   if (JSON.stringify(steps) !== JSON.stringify(expected)) violations.push(`step records ${JSON.stringify(steps)}, expected ${JSON.stringify(expected)}`);
@@ -57,7 +63,7 @@ export async function checkRun(e: RunExpectation): Promise<RunCheck> {
   }
   const trainedSteps = records.filter(trained).map((r) => r.step);
   const last = records[records.length - 1];
-  if (!last) return { violations: [...violations, 'no step record'], records };
+  if (!last) return { violations: [...violations, 'no step record'], records, fallbacks };
   if (last.policy_version !== trainedSteps.length) {
     violations.push(`final policy version ${last.policy_version}, but ${trainedSteps.length} steps were trained`);
   }
@@ -65,8 +71,8 @@ export async function checkRun(e: RunExpectation): Promise<RunCheck> {
   for (const r of records.filter(trained)) {
     const b = r.batch as { batch: ArtifactRef; manifest: ArtifactRef };
     const refs: [string, ArtifactRef, (ref: ArtifactRef) => Promise<unknown>][] = [
-      ['batch', b.batch, verifyRef], ['manifest', b.manifest, verifyRef],
-      ['checkpoint', r.checkpoint as ArtifactRef, verifyDirectoryArtifact], ['adapter', r.adapter as ArtifactRef, verifyDirectoryArtifact],
+      ['batch', b.batch, verifyFile(store)], ['manifest', b.manifest, verifyFile(store)],
+      ['checkpoint', r.checkpoint as ArtifactRef, verifyDir(store)], ['adapter', r.adapter as ArtifactRef, verifyDir(store)],
     ];
     for (const [what, ref, verify] of refs) {
       try {
@@ -79,7 +85,7 @@ export async function checkRun(e: RunExpectation): Promise<RunCheck> {
 
   const lastTrained = records.filter(trained).pop();
   if (lastTrained) {
-    const ckptDir = uriToPath((lastTrained.checkpoint as ArtifactRef).uri);
+    const ckptDir = await verifyDir(store)(lastTrained.checkpoint as ArtifactRef);
     const ledger = JSON.parse(await fs.readFile(path.join(ckptDir, 'ledger.json'), 'utf8')) as Record<string, { updates?: number }>;
     const ledgerSteps = Object.keys(ledger).map(Number).sort((a, b) => a - b);
     if (JSON.stringify(ledgerSteps) !== JSON.stringify(trainedSteps)) {
@@ -97,7 +103,29 @@ export async function checkRun(e: RunExpectation): Promise<RunCheck> {
     violations.push(...finalVersionServed(records, e.runId));
     violations.push(...(await servedViolations(e, last.policy_version)));
   }
-  return { violations, records };
+  return { violations, records, fallbacks };
+}
+
+/**
+ * "No fallback committed by a transient error": a soak corrupts no checkpoint (its faults are crashes, hangs,
+ * partitions and incidents an operator fixes), so every checkpoint fallback on record was committed on an
+ * error that was not corruption (issue 39: only a sha256 mismatch or a file that does not parse is).
+ */
+export function fallbackViolations(fallbacks: FallbackRecord[]): string[] {
+  return fallbacks.map((fb) => `a checkpoint fallback (epoch ${fb.epoch}, by ${fb.by}) was committed though no checkpoint was corrupted: ` +
+    `step ${fb.bad.step} did not verify with "${fb.bad.error.slice(0, 200)}", ${fb.used ? `the run went back to step ${fb.used.step}` : 'the run went back to the base model'}`);
+}
+
+/** The status a run must show while an incident lasts (issue 39): riding it out without a word hides it from its operator. */
+export const INCIDENT_WAIT_STATUS: Partial<Record<string, RunStatus>> = { 'store-credentials': 'waiting-for-store' };
+
+/** Injected incidents during which the run never showed its wait status (`statuses`: what the progress query said from injection to recovery). */
+export function waitShownViolations(faults: { index: number; kind: string; step: number; statuses?: RunStatus[]; error?: string }[]): string[] {
+  return faults.flatMap((f) => {
+    const want = INCIDENT_WAIT_STATUS[f.kind];
+    if (!want || f.error || !f.statuses || f.statuses.includes(want)) return [];
+    return [`fault ${f.index} (${f.kind} at step ${f.step}): the run never showed ${want} while it lasted (it showed ${JSON.stringify(f.statuses)})`];
+  });
 }
 
 /** What a step record keeps of its weight sync (src/activities/weightSync.ts SyncWeightsResult). */

@@ -14,14 +14,16 @@ import { parse, stringify } from 'smol-toml';
 import { connectClient } from '../cli/temporal';
 import { progressQuery } from '../workflows/messages';
 import type { TrainRun } from '../workflows/trainRun';
-import type { Progress, TrainRunInput, TrainRunResult } from '../contracts';
+import type { Progress, RunStatus, TrainRunInput, TrainRunResult } from '../contracts';
 import { DEFAULTS, paths, REPO_ROOT, TASK_QUEUES } from '../shared/paths';
 import type { Logger } from '../shared/logger';
-import { ARMS_TRAINER, SLOW_SAVE_STALL_S, healPort, injectFault, restorePlainTrainer } from './faults';
+import { ARMS_TRAINER, SLOW_SAVE_STALL_S, healPort, injectFault, restartStackWorkers, restorePlainTrainer } from './faults';
 import { releaseHistoriesDir, saveRunHistories } from './histories';
-import { checkRun, leftoverSandboxes, strayWorkers } from './invariants';
-import { readRunRecords } from '../records/runRecords';
+import { checkRun, fallbackViolations, leftoverSandboxes, strayWorkers, waitShownViolations } from './invariants';
 import { LocalArtifactStore } from '../artifacts/store';
+import { S3ArtifactStore } from '../artifacts/s3';
+import { MinioAdmin } from './minioAdmin';
+import { createSoakStore, startMinio, storeKeyEnv, swapAwsEnv, type SoakStore } from './storeKey';
 import { comparePoints, planFaults, REPLICA_LOSS, STEP_PHASES, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
 
 export const SOAK_CONFIG = path.join(REPO_ROOT, 'configs', 'swe-grep', 'soak.toml');
@@ -50,6 +52,8 @@ export interface FaultOutcome extends PlannedFault {
   hitAt?: RunPoint;
   /** Seconds from injection until the run moved past that point. */
   recoveryS?: number;
+  /** The run's statuses from injection until it moved on (an incident's wait must show: waitShownViolations). */
+  statuses?: RunStatus[];
   error?: string;
 }
 
@@ -61,6 +65,8 @@ export interface SoakReport {
   partitionS?: number;
   replicaLoss?: boolean;
   incidentS?: number;
+  /** The run's store when it is not the local one: s3:// on MinIO, for store-credentials incidents. */
+  storeUrl?: string;
   wallS: number;
   baselineWallS?: number;
   faults: FaultOutcome[];
@@ -81,11 +87,15 @@ async function replica(verb: 'start' | 'stop'): Promise<void> {
 }
 
 /** The soak config with this soak's step count: a copy in a temp dir, the committed file unchanged. */
-export function configFor(steps: number, extraBaseUrls: string[] = [], opts: { trainerStallS?: number } = {}): string {
-  const doc = parse(readFileSync(SOAK_CONFIG, 'utf8')) as { orchestrator: Record<string, unknown>; inference: { base_urls: string[]; sync_quorum?: number }; liveness?: Record<string, unknown> };
+export function configFor(steps: number, extraBaseUrls: string[] = [], opts: { trainerStallS?: number; artifacts?: SoakStore['artifacts'] } = {}): string {
+  const doc = parse(readFileSync(SOAK_CONFIG, 'utf8')) as {
+    orchestrator: Record<string, unknown>; inference: { base_urls: string[]; sync_quorum?: number }; liveness?: Record<string, unknown>; artifacts?: Record<string, unknown>;
+  };
   doc.orchestrator.max_steps = steps;
   // A slow save must outlast the trainer's stall window to show that its progress beats keep it alive.
   if (opts.trainerStallS !== undefined) doc.liveness = { ...doc.liveness, trainer_stall_s: opts.trainerStallS };
+  // Store credentials refused mid-run: the run's artifacts on the soak's MinIO (credentials never go in a config).
+  if (opts.artifacts) doc.artifacts = { ...doc.artifacts, url: opts.artifacts.url, endpoint: opts.artifacts.endpoint };
   doc.inference.base_urls = [...doc.inference.base_urls, ...extraBaseUrls];
   // A replica lost for good: the weight sync must go on with the one left. The default quorum, a strict
   // majority, is 2 of 2, and the run would wait for inference until the replica came back (it never does).
@@ -139,7 +149,7 @@ function inPhase(p: Progress, phase: PlannedFault['phase']): boolean {
  * planned step on, and hits the first time the run is in its phase (a short phase that
  * went by unseen is caught at a later step). Then it waits for the run to move on.
  */
-async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: PlannedFault[], opts: SoakOptions): Promise<FaultOutcome[]> {
+async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: PlannedFault[], opts: SoakOptions, store?: SoakStore): Promise<FaultOutcome[]> {
   const outcomes: FaultOutcome[] = [];
   const markers = mkdtempSync(path.join(os.tmpdir(), 'ratchet-soak-markers-'));
   let finished = false;
@@ -161,27 +171,44 @@ async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: Planne
     f.step = p.step;
     f.hitAt = { step: p.step, phase: p.phase, rolloutsDone: p.rolloutsDone };
     const t0 = Date.now();
+    // What the run says while the fault lasts (an injection can take --incident-s): polled beside it.
+    const statuses = new Set<RunStatus>();
+    let watching = true;
+    const watcher = (async () => {
+      while (watching) {
+        const now = await pointOf(handle);
+        if (now) statuses.add(now.status);
+        await sleep(1000);
+      }
+    })();
     try {
-      await injectFault(f.kind, {
-        hangMs: opts.hangS * 1000, partitionMs: (opts.partitionS ?? 60) * 1000, replicaPidFile: path.join(replicaRunDir(), 'vllm.pid'), restartDelayMs: 3000,
-        incidentMs: (opts.incidentS ?? 60) * 1000, runId: handle.workflowId, markerFile: path.join(markers, `fault-${f.index}`), logger: opts.logger,
-      });
-    } catch (err) {
-      f.error = `injection failed: ${(err as Error).message}`;
-      continue;
-    }
-    const deadline = t0 + (opts.recoverTimeoutS ?? 900) * 1000;
-    for (;;) {
-      const now = await pointOf(handle);
-      if (finished || (now && comparePoints({ step: now.step, phase: now.phase, rolloutsDone: now.rolloutsDone }, f.hitAt) > 0)) {
-        f.recoveryS = (Date.now() - t0) / 1000;
-        break;
+      try {
+        await injectFault(f.kind, {
+          hangMs: opts.hangS * 1000, partitionMs: (opts.partitionS ?? 60) * 1000, replicaPidFile: path.join(replicaRunDir(), 'vllm.pid'), restartDelayMs: 3000,
+          incidentMs: (opts.incidentS ?? 60) * 1000, runId: handle.workflowId, markerFile: path.join(markers, `fault-${f.index}`), store, logger: opts.logger,
+        });
+      } catch (err) {
+        f.error = `injection failed: ${(err as Error).message}`;
+        continue;
       }
-      if (Date.now() > deadline) {
-        f.error = `the run did not move past ${JSON.stringify(f.hitAt)} within ${opts.recoverTimeoutS ?? 900} s`;
-        break;
+      const deadline = t0 + (opts.recoverTimeoutS ?? 900) * 1000;
+      for (;;) {
+        const now = await pointOf(handle);
+        if (now) statuses.add(now.status);
+        if (finished || (now && comparePoints({ step: now.step, phase: now.phase, rolloutsDone: now.rolloutsDone }, f.hitAt) > 0)) {
+          f.recoveryS = (Date.now() - t0) / 1000;
+          break;
+        }
+        if (Date.now() > deadline) {
+          f.error = `the run did not move past ${JSON.stringify(f.hitAt)} within ${opts.recoverTimeoutS ?? 900} s`;
+          break;
+        }
+        await sleep(POLL_MS);
       }
-      await sleep(POLL_MS);
+    } finally {
+      watching = false;
+      await watcher;
+      f.statuses = [...statuses];
     }
     opts.logger.info({ fault: f }, 'fault done');
   }
@@ -199,18 +226,50 @@ export function soakPlan(opts: Pick<SoakOptions, 'seed' | 'faults' | 'steps' | '
 
 const PARTITIONED_PORTS = [8000, 7233];
 
+/**
+ * A soak with store-credentials incidents: MinIO started, the soak's MinIO user made, and every worker of
+ * the stack (and its supervisor, whose restarts inherit its environment) started again on that user's key.
+ * Returns the store and the function that puts the stack back on the environment it had.
+ */
+async function storeUp(logger: Logger): Promise<{ store: SoakStore; restore: () => Promise<void> }> {
+  await startMinio();
+  const store = await createSoakStore(`soak-${Date.now().toString(36)}`);
+  const putBack = swapAwsEnv(storeKeyEnv(store));
+  const restore = async () => {
+    putBack();
+    await restartStackWorkers();
+    await new MinioAdmin(store.admin).removeUser(store.accessKey);
+  };
+  try {
+    logger.info({ url: store.artifacts.url, user: store.accessKey }, 'the run goes to MinIO; restarting the stack\'s workers on the soak\'s MinIO user');
+    await restartStackWorkers();
+  } catch (err) {
+    await restore().catch(() => undefined);
+    throw err;
+  }
+  return { store, restore };
+}
+
 export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
   const plan = soakPlan(opts);
-  const configPath = configFor(opts.steps, opts.replicaLoss ? [`http://127.0.0.1:${REPLICA_PORT}/v1`] : [],
-    plan.some((f) => f.kind === 'slow-save') ? { trainerStallS: SLOW_SAVE_STALL_S } : {});
   // A soak killed mid-partition leaves its iptables rule: whatever is left, this soak starts healed.
   for (const port of PARTITIONED_PORTS) await healPort(port).catch(() => undefined);
-  if (opts.replicaLoss) {
-    opts.logger.info({ port: REPLICA_PORT }, 'starting a second inference replica');
-    await replica('start');
-  }
-  const { client, close } = await connectClient();
+  const onStore = plan.some((f) => f.kind === 'store-credentials') ? await storeUp(opts.logger) : undefined;
+  const store = onStore?.store;
+  const configPath = configFor(opts.steps, opts.replicaLoss ? [`http://127.0.0.1:${REPLICA_PORT}/v1`] : [], {
+    ...(plan.some((f) => f.kind === 'slow-save') ? { trainerStallS: SLOW_SAVE_STALL_S } : {}), artifacts: store?.artifacts,
+  });
+  // The run's records and artifacts, read back by the invariants with the key the workers use.
+  const runStore = store ? new S3ArtifactStore(store.artifacts) : new LocalArtifactStore(paths.artifacts());
+  const { client, close } = await connectClient().catch(async (err: unknown) => {
+    await onStore?.restore().catch(() => undefined);
+    throw err;
+  });
   try {
+    if (opts.replicaLoss) {
+      opts.logger.info({ port: REPLICA_PORT }, 'starting a second inference replica');
+      await replica('start');
+    }
     let baselineWallS: number | undefined;
     if (opts.baseline) {
       const t0 = Date.now();
@@ -223,7 +282,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     const t0 = Date.now();
     const { runId, handle } = await startRun(client, configPath, `s${opts.seed}`);
     opts.logger.info({ runId, steps: opts.steps, faults: plan.length }, 'soak run with faults');
-    const faults = await driveFaults(handle, plan, opts);
+    const faults = await driveFaults(handle, plan, opts, store);
     const violations: string[] = [];
     let result: TrainRunResult | undefined;
     try {
@@ -236,12 +295,14 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
       violations.push(`the run ended ${result.stopped} after ${result.stepsCompleted} of ${opts.steps} steps`);
     }
     if (result) {
-      const checked = await checkRun({ runId, artifactsRoot: paths.artifacts(), maxSteps: opts.steps, rolloutsPerStep: rolloutsPerStep(configPath), inferenceUrl: DEFAULTS.inferenceUrl });
+      const checked = await checkRun({
+        runId, artifactsRoot: paths.artifacts(), maxSteps: opts.steps, rolloutsPerStep: rolloutsPerStep(configPath), inferenceUrl: DEFAULTS.inferenceUrl, store: runStore,
+      });
       violations.push(...checked.violations);
       // The soak corrupts no checkpoint: a fallback it finds was committed by a transient error.
-      const { fallbacks } = await readRunRecords(new LocalArtifactStore(paths.artifacts()), runId);
-      violations.push(...fallbacks.map((fb) => `a checkpoint fallback was committed though no checkpoint was corrupted: ${JSON.stringify(fb).slice(0, 300)}`));
+      violations.push(...fallbackViolations(checked.fallbacks));
     }
+    violations.push(...waitShownViolations(faults));
     // The janitor sweeps on its own schedule: give it a minute before calling a sandbox left over.
     let left: string[] = [];
     for (let i = 0; i < 30 && (left = await leftoverSandboxes(runId)).length > 0; i++) await sleep(2000);
@@ -252,9 +313,15 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     const prefix = `real-soak-${opts.steps}-steps-${opts.faults}-faults-seed-${opts.seed}`;
     await saveRunHistories(client, runId, path.join(paths.home(), 'test-reports', 'soak-histories'), prefix);
     if (process.env.RATCHET_RECORD_HISTORIES === '1') await saveRunHistories(client, runId, releaseHistoriesDir(), prefix);
-    return { runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, partitionS: opts.partitionS, replicaLoss: opts.replicaLoss, incidentS: opts.incidentS, wallS, baselineWallS, faults, violations };
+    return {
+      runId, steps: opts.steps, seed: opts.seed, hangS: opts.hangS, partitionS: opts.partitionS, replicaLoss: opts.replicaLoss, incidentS: opts.incidentS,
+      storeUrl: store?.artifacts.url, wallS, baselineWallS, faults, violations,
+    };
   } finally {
-    if (plan.some((f) => ARMS_TRAINER.includes(f.kind))) {
+    if (onStore) {
+      // Every worker started again without the soak's key (so an armed trainer is replaced too), then the key removed.
+      await onStore.restore().catch((err: unknown) => opts.logger.error({ err: String(err) }, 'could not put the stack\'s workers back on their own environment: restart them (bin/ratchet down/up)'));
+    } else if (plan.some((f) => ARMS_TRAINER.includes(f.kind))) {
       await restorePlainTrainer().catch((err: unknown) => opts.logger.error({ err: String(err) }, 'could not restart the stack\'s trainer without the soak\'s injected faults: restart it (bin/ratchet down/up)'));
     }
     for (const port of PARTITIONED_PORTS) await healPort(port).catch(() => undefined);

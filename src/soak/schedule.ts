@@ -31,14 +31,17 @@ export const PARTITION_KINDS = [
  * a sick rollout host (its dockerd stopped, or the sandbox image removed then restored), a trainer
  * raising an untyped error (a CUDA-style RuntimeError on its next step, once: it fences itself and its
  * replacement trains the step), and saves slower than trainer_stall_s (the trainer's reads of the run's
- * artifacts slowed for a while; the save beats its progress). Not in FAULT_KINDS, so a seed's schedule of
- * the crash faults is unchanged.
+ * artifacts slowed for a while; the save beats its progress), and the store's credentials refused (the
+ * MinIO key every worker uses disabled, as a rotation or an expiry leaves it, then enabled again: the run
+ * waits with status waiting-for-store; a soak that plans it runs on MinIO, src/soak/storeKey.ts). Not in
+ * FAULT_KINDS, so a seed's schedule of the crash faults is unchanged.
  */
 export const INCIDENT_KINDS = [
   'sick-host-dockerd', // dockerd stopped for --incident-s: the rollout host takes itself out of service
   'sick-host-image', // the sandbox image's tag removed for --incident-s, then restored
   'trainer-untyped-error', // the trainer restarted armed to raise RuntimeError('CUDA error: ...') once
   'slow-save', // the trainer restarted on a slow disk for the run's artifacts, for a while
+  'store-credentials', // the workers' MinIO key disabled for --incident-s (S3 403 InvalidAccessKeyId), then enabled
 ] as const;
 /** Losing one inference replica of two for good (`--replica-loss`): once per soak, never planned by the seed. */
 export const REPLICA_LOSS = 'lose-replica' as const;

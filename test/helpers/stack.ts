@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
+import { minioSettings } from '../../src/stack/minio';
 
 /**
  * Integration tests run against the real stack. When a component is missing they
@@ -26,13 +27,9 @@ export const TEMPORAL_DEV_ARGS = [
 ];
 
 /** The MinIO that infra/minio.sh starts: the S3 store the s3:// tests use (credentials are its defaults). */
-export const MINIO_PORT = Number(process.env.RATCHET_MINIO_PORT ?? 9100);
-export const MINIO = {
-  endpoint: `http://127.0.0.1:${MINIO_PORT}`,
-  bucket: process.env.RATCHET_MINIO_BUCKET ?? 'ratchet',
-  accessKey: process.env.MINIO_ROOT_USER ?? 'ratchet',
-  secretKey: process.env.MINIO_ROOT_PASSWORD ?? 'ratchet-secret',
-};
+const minio = minioSettings();
+export const MINIO_PORT = Number(new URL(minio.endpoint).port);
+export const MINIO = { endpoint: minio.endpoint, bucket: minio.bucket, accessKey: minio.rootUser, secretKey: minio.rootPassword };
 
 /** Points the AWS SDK's default credential chain at the test MinIO (what a host's environment does in production). */
 export function useMinioCredentials(): void {

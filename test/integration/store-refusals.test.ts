@@ -7,7 +7,8 @@
  * failure StoreUnavailable, the type TrainRun and StepRollouts wait on (waiting-for-store, storeWait.ts);
  * a whole training run is not driven here. Keys are rotated on a private MinIO (the server restarted
  * with other root keys, then with the first again), so the shared one is left alone; the bucket is one
- * of this test's own on the shared MinIO.
+ * of this test's own on the shared MinIO. The soak's store-credentials incident (src/soak/faults.ts) is
+ * checked on a private MinIO too: its MinIO user disabled and enabled through the admin API.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync } from 'node:fs';
@@ -24,6 +25,9 @@ import { checkStore } from '../../src/artifacts/stores';
 import { createMetricsActivities } from '../../src/activities/metrics';
 import { type RunStateFile, StepRecord } from '../../src/contracts';
 import { readStepRecords } from '../../src/records/runRecords';
+import { StoreRefusedError } from '../../src/artifacts/errors';
+import { injectFault } from '../../src/soak/faults';
+import { createSoakStore, storeKeyEnv, swapAwsEnv } from '../../src/soak/storeKey';
 import { MINIO, STATE, describeWithStack, useMinioCredentials } from '../helpers/stack';
 
 jest.setTimeout(120_000);
@@ -121,6 +125,48 @@ describeWithStack('a store that refuses mid-run is a wait (real MinIO)', ['minio
       await recordStep(withEndpoint(stepAndState('rot-1', 1, url)));
       expect((await readStepRecords(store, 'rot-1')).map((r) => r.step)).toEqual([0, 1]);
     } finally {
+      await server.stop();
+    }
+  });
+
+  test('the soak\'s store-credentials incident: its MinIO user disabled, a write is StoreUnavailable naming InvalidAccessKeyId; enabled again, it goes through', async () => {
+    const server = new PrivateMinio(await freePort());
+    let putBack = () => {};
+    let incident: Promise<void> | undefined;
+    try {
+      await server.start(MINIO.secretKey);
+      const admin = new S3Client({ endpoint: server.endpoint, region: 'us-east-1', forcePathStyle: true, credentials: { accessKeyId: MINIO.accessKey, secretAccessKey: MINIO.secretKey } });
+      await admin.send(new CreateBucketCommand({ Bucket: 'soak' }));
+      const soak = await createSoakStore('p', { endpoint: server.endpoint, bucket: 'soak', rootUser: MINIO.accessKey, rootPassword: MINIO.secretKey }, 'soak-user');
+      expect(soak.artifacts).toEqual({ url: 's3://soak/p', endpoint: server.endpoint });
+      // This process is a worker of the soak's stack: its SDK finds the soak user's key in its environment.
+      putBack = swapAwsEnv(storeKeyEnv(soak));
+      const store = new S3ArtifactStore(soak.artifacts, cache);
+      const { recordStep } = createMetricsActivities({ store: new LocalArtifactStore('/nonexistent'), logger });
+      const at = (step: number) => { const x = stepAndState('cred-1', step, soak.artifacts.url); return { record: x.record, state: { ...x.state, artifacts: soak.artifacts } }; };
+      await recordStep(at(0));
+
+      incident = injectFault('store-credentials', { hangMs: 0, restartDelayMs: 0, incidentMs: 4_000, store: soak, logger });
+      let refused: unknown;
+      for (let i = 0; i < 40 && !refused; i++) {
+        // A GET: a refused HEAD has no body, so no error code to name.
+        refused = await failureOf(store.read('probe'));
+        if (!refused) await new Promise((r) => setTimeout(r, 100));
+      }
+      // A 403 from the store that answered: the refusal a wait is made of, not a config error, naming the store's error.
+      expect(refused).toBeInstanceOf(StoreRefusedError);
+      expect((refused as StoreRefusedError).storeError).toMatch(/^InvalidAccessKeyId: .*disabled/);
+      const err = await failureOf(recordStep(at(1)));
+      expect((err as ApplicationFailure).type).toBe('StoreUnavailable');
+      expect((err as ApplicationFailure).message).toMatch(/refused the request \(InvalidAccessKeyId.*waiting-for-store.*Fix: give this host valid keys/s);
+
+      // The operator's repair: the same key accepted again, by the same client, and step 1 is on record once.
+      await incident;
+      await recordStep(at(1));
+      expect((await readStepRecords(store, 'cred-1')).map((r) => r.step)).toEqual([0, 1]);
+    } finally {
+      putBack();
+      await incident?.catch(() => undefined);
       await server.stop();
     }
   });

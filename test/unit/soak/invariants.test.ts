@@ -1,9 +1,10 @@
 /**
  * The run invariant "vLLM serves the final version" (src/soak/invariants.ts), checked on the
  * run's records: it must be able to fail on a completed run, whose adapters are unloaded by then.
+ * And the soak's own: no checkpoint fallback (it corrupts none), an incident's wait status shown.
  */
-import type { StepRecord } from '../../../src/contracts';
-import { finalVersionServed } from '../../../src/soak/invariants';
+import type { FallbackRecord, RunStatus, StepRecord } from '../../../src/contracts';
+import { fallbackViolations, finalVersionServed, waitShownViolations } from '../../../src/soak/invariants';
 
 const RUN = 'r1';
 const URL = 'http://127.0.0.1:8000/v1';
@@ -40,5 +41,36 @@ describe('finalVersionServed', () => {
   test('a skipped last step: the version to serve is the last trained step\'s', () => {
     expect(finalVersionServed([rec(0, 1, synced(1)), rec(1, 1, undefined, true)], RUN, [URL])).toEqual([]);
     expect(finalVersionServed([rec(0, 1, undefined, true)], RUN, [URL])).toEqual([]);
+  });
+});
+
+describe('no fallback committed by a transient error', () => {
+  const fallback = (epoch: number, used?: number): FallbackRecord => ({
+    format: 'ratchet.checkpoint-fallback/v1', run_id: RUN, epoch, time: '2026-11-28T13:00:00.000Z', by: 'trainer-load',
+    bad: { step: 3, error: 'artifact store s3://ratchet/soak is unreachable' }, skipped: [], retrained_steps: [2, 3],
+    ...(used === undefined ? {} : { used: { checkpoint: { uri: 's3://ratchet/c', sha256: 'a'.repeat(64), bytes: 1 }, step: used, policy_version: used + 1 } }),
+  });
+
+  test('a run with no fallback on record passes; each fallback is a violation naming its step, its error and where it went back to', () => {
+    expect(fallbackViolations([])).toEqual([]);
+    expect(fallbackViolations([fallback(1, 1), fallback(2)])).toEqual([
+      expect.stringMatching(/epoch 1, by trainer-load.*step 3 did not verify with "artifact store s3:\/\/ratchet\/soak is unreachable", the run went back to step 1$/),
+      expect.stringMatching(/epoch 2.*the run went back to the base model$/),
+    ]);
+  });
+});
+
+describe('an incident\'s wait is shown while it lasts', () => {
+  const f = (kind: string, statuses?: RunStatus[], error?: string) => ({ index: 4, kind, step: 2, statuses, error });
+
+  test('store-credentials must show waiting-for-store', () => {
+    expect(waitShownViolations([f('store-credentials', ['running', 'waiting-for-store', 'running'])])).toEqual([]);
+    expect(waitShownViolations([f('store-credentials', ['running'])])).toEqual([
+      'fault 4 (store-credentials at step 2): the run never showed waiting-for-store while it lasted (it showed ["running"])',
+    ]);
+  });
+
+  test('kinds with no wait of their own, faults not injected (their error is reported already) and outcomes without statuses are not judged', () => {
+    expect(waitShownViolations([f('kill-main', ['running']), f('store-credentials', [], 'injection failed: x'), f('store-credentials')])).toEqual([]);
   });
 });

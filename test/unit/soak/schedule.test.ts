@@ -105,7 +105,8 @@ describe('soak incidents an operator fixes (issue 39)', () => {
     const kinds = [...FAULT_KINDS, ...INCIDENT_KINDS];
     const plan = soakPlan({ seed: 1, faults: 40, steps: 21, kinds });
     expect(new Set(plan.map((f) => f.kind))).toEqual(new Set(kinds));
-    // 40 faults over 11 kinds: each incident class at least 3 times.
+    // 40 faults over 12 kinds: each incident class at least 3 times (store credential rotation among them).
+    expect(INCIDENT_KINDS).toContain('store-credentials');
     for (const k of INCIDENT_KINDS) expect(plan.filter((f) => f.kind === k).length).toBeGreaterThanOrEqual(3);
   });
 
@@ -122,6 +123,20 @@ describe('soak incidents an operator fixes (issue 39)', () => {
     expect(env.PYTHONPATH!.split(':')[0]).toMatch(/trainer\/tests\/slow_disk$/);
     expect(readFileSync(path.join(env.PYTHONPATH!.split(':')[0]!, 'sitecustomize.py'), 'utf8')).toContain('RATCHET_TEST_SLOW_READ_UNTIL');
     expect(env).toMatchObject({ RATCHET_TEST_SLOW_READ_UNDER: '/runs/r1/checkpoints/', RATCHET_TEST_SLOW_READ_S: '6', RATCHET_TEST_SLOW_READ_UNTIL: '1900000000' });
+  });
+
+  test('store-credentials alone (--kinds store-credentials): every fault is one, spread over the steps before the last', () => {
+    const plan = soakPlan({ seed: 2, faults: 4, steps: 5, kinds: ['store-credentials'] });
+    expect(plan.map((f) => f.kind)).toEqual(['store-credentials', 'store-credentials', 'store-credentials', 'store-credentials']);
+    expect(new Set(plan.map((f) => f.step))).toEqual(new Set([0, 1, 2, 3]));
+  });
+
+  test('a soak on the soak\'s MinIO: its run config names the s3:// url and the endpoint, never a credential; others stay on the local store', () => {
+    const artifacts = { url: 's3://ratchet/soak-abc', endpoint: 'http://127.0.0.1:9100' };
+    const onS3 = parse(readFileSync(configFor(4, [], { artifacts }), 'utf8')) as { artifacts?: Record<string, unknown> };
+    expect(onS3.artifacts).toEqual(artifacts);
+    const plain = parse(readFileSync(configFor(4, [], { trainerStallS: SLOW_SAVE_STALL_S }), 'utf8')) as { artifacts?: unknown };
+    expect(plain.artifacts).toBeUndefined();
   });
 
   test('the injected trainer error has no type of ours: torch\'s words for a CUDA fault', () => {
