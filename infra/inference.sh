@@ -23,7 +23,9 @@
 #   RATCHET_VLLM_MODEL_NAME      served model name [smollm2-135m] (LoRAs: policy-v<N>)
 #   RATCHET_VLLM_MAX_MODEL_LEN   context length [8192]
 #   RATCHET_VLLM_MAX_LORAS       adapters resident at once [4]
-#   RATCHET_VLLM_MAX_LORA_RANK   largest LoRA rank accepted [64]
+#   RATCHET_VLLM_MAX_LORA_RANK   largest LoRA rank accepted [8, every config's trainer.lora.rank here]. vLLM's CPU
+#                                LoRA ops gather each token's adapter padded to this rank: at 64 a rank-8 adapter
+#                                cost 3.3x (8 tokens) to 5.7x (64 tokens) the LoRA time of 8 (BENCHMARKS.md)
 #   RATCHET_VLLM_START_TIMEOUT   seconds to wait for /health at start [300]
 #   RATCHET_VLLM_EXTRA_ARGS      extra flags for the vLLM server (word-split)
 #   RATCHET_VLLM_FULL_WEIGHTS    1: full fine-tuning's weight sync (trainer.mode = "full"): the server gets
@@ -172,7 +174,7 @@ start() {
         --max-model-len "${RATCHET_VLLM_MAX_MODEL_LEN:-8192}" \
         --enable-auto-tool-choice --tool-call-parser hermes \
         --enable-lora --max-loras "${RATCHET_VLLM_MAX_LORAS:-4}" \
-        --max-lora-rank "${RATCHET_VLLM_MAX_LORA_RANK:-64}" "${full_args[@]}" \
+        --max-lora-rank "${RATCHET_VLLM_MAX_LORA_RANK:-8}" "${full_args[@]}" \
         ${RATCHET_VLLM_EXTRA_ARGS:-} >>"$LOG_FILE" 2>&1 </dev/null 9>&- &
     echo $! >"$PID_FILE"
     echo "$PORT" >"$PORT_FILE"

@@ -181,7 +181,8 @@ export function createWeightSyncActivities({ logger, store = new LocalArtifactSt
         else {
           throw ApplicationFailure.nonRetryable(
             `${baseUrl} refused adapter ${want} from ${adapterDir}: HTTP ${status} ${text.slice(0, 300)}. ` +
-            'Fix: start vLLM with --enable-lora, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --max-lora-rank >= the config\'s trainer.lora.rank.',
+            'Fix: start vLLM with --enable-lora, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --max-lora-rank >= the config\'s trainer.lora.rank ' +
+            '(the local stack: RATCHET_VLLM_MAX_LORA_RANK for infra/inference.sh, 8 unless set).',
             'WeightSyncRefused');
         }
       }

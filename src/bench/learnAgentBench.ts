@@ -52,6 +52,7 @@ import { loadTasks } from '../tasks/load';
 import { readTaskRows, writeTaskRows } from '../tasks/subset';
 import { Trajectory } from '../contracts/trajectory';
 import type { StepRecord, TrainRunInput } from '../contracts';
+import type { EvalSweepInput } from '../contracts/eval';
 import { rubricToml, startExtraTrainers, stopExtraTrainers, writeReports } from './learn';
 import { agentSplit, episodeBehaviour, fileF1Weights, maskedNll, preflightDecision, sftStopping, type EpisodeBehaviour, type Preflight } from './learnAgent';
 
@@ -96,6 +97,12 @@ export interface AgentLearnOptions {
   evalUnseen: number;
   evalRandom: number;
   k: number;
+  /**
+   * Episodes an EvalSweep keeps in flight (its maxConcurrent). Each is ~95% waiting on vLLM, whose CPU decode
+   * batches: 8 requests of 32 tokens beside the bench gave 5x the tokens/s of one (BENCHMARKS.md, "Where an
+   * agent-bench step's time goes"). More than the rollout worker's slots (RATCHET_ROLLOUT_SLOTS) wait in the task queue.
+   */
+  evalConcurrency: number;
   /**
    * Runs at a time (a trainer worker each), in waves by seed: each trainer holds ~8 GiB on CPU at these
    * sequence lengths, and four beside vLLM ran a 24 GiB machine out of memory (vLLM was OOM-killed).
@@ -158,6 +165,7 @@ export const AGENT_DEFAULTS: AgentLearnOptions = {
   evalUnseen: 6,
   evalRandom: 24,
   k: 2,
+  evalConcurrency: 8,
   parallelRuns: 1,
   control: 'warm-start',
 };
@@ -173,7 +181,7 @@ const FLAGS: Record<string, { key: NumKey; min: number; max?: number }> = {
   'preflight-informative': { key: 'preflightInformative', min: 0, max: 1 },
   'preflight-lo': { key: 'preflightLo', min: 0, max: 1 }, 'preflight-hi': { key: 'preflightHi', min: 0, max: 1 },
   'eval-unseen': { key: 'evalUnseen', min: 1 }, 'eval-random': { key: 'evalRandom', min: 1 }, k: { key: 'k', min: 1 },
-  'parallel-runs': { key: 'parallelRuns', min: 1 },
+  'eval-concurrency': { key: 'evalConcurrency', min: 1 }, 'parallel-runs': { key: 'parallelRuns', min: 1 },
 };
 
 /** `--name value` flags over the defaults; a bad value is an error naming the flag. */
@@ -220,8 +228,11 @@ export function agentRubricToml(rubric: string): string {
 
 const envArgs = (o: AgentLearnOptions) => ({ max_tokens: 128 * o.maxTurns, max_tool_calls: o.maxTurns, max_turns: o.maxTurns });
 
-// micro_batch_tokens 2048: the CPU trainer's peak (the vocabulary's logits of a micro-batch dominate it)
-// stays low enough for two trainers beside vLLM on 24 GiB.
+// micro_batch_tokens 2048. One recorded RL step (16 samples, 13,831 tokens, 2 minibatches; SmolLM2-135M,
+// fresh LoRA, 1 torch thread, niced beside the running bench): 2048 computes 6,633 tokens in 4 micro-batches,
+// 4096 and 8192 one prefix tree per minibatch, 5,217 tokens in 2, yet all take the same CPU time
+// (155 and 160 s, 152 and 158 s, 158 s; same loss and gradient norm): the tree's dense [L, L] attention mask costs what
+// the shared prefix saves. Peak RSS 3.9, 4.2-5.0 and 6.5 GiB: 2048 leaves the most room beside vLLM.
 const trainerToml = (extra = '') => `[trainer]
 device = "cpu"
 micro_batch_tokens = 2048
@@ -604,11 +615,14 @@ async function armReports(arms: ArmRun[]): Promise<string[]> {
   return reports;
 }
 
-/** An EvalSweep of one version of a run, seeded by task and sample only (common random numbers across arms). */
-async function evaluate(client: Client, o: { runId: string; version: number; evalFile: string; k: number; workflowId: string }): Promise<void> {
+/** The EvalSweep input of one version of a run, seeded by task and sample only (common random numbers across arms). */
+export function agentSweepInput(o: { runId: string; version: number; evalFile: string; k: number; concurrency: number }): EvalSweepInput {
+  return { runId: o.runId, versions: [o.version], taskset: o.evalFile, k: o.k, force: true, maxConcurrent: o.concurrency, seeds: 'task-sample' };
+}
+
+async function evaluate(client: Client, o: Parameters<typeof agentSweepInput>[0] & { workflowId: string }): Promise<void> {
   await awaitResult(await startOrAttach(client, 'EvalSweep', {
-    taskQueue: TASK_QUEUES.main, workflowId: o.workflowId,
-    args: [{ runId: o.runId, versions: [o.version], taskset: o.evalFile, k: o.k, force: true, maxConcurrent: 2, seeds: 'task-sample' }],
+    taskQueue: TASK_QUEUES.main, workflowId: o.workflowId, args: [agentSweepInput(o)],
   }), { onRetry: retryNote });
 }
 
@@ -637,7 +651,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
     log(`pre-flight: EvalSweep of the warm start ${warm} (v${sft.version}) on ${Math.min(o.preflightTasks, tasks.rl)} RL-pool tasks x k=${o.preflightK}`);
     // The version in the ids: a resumed bench with another --warm-step must not attach to the other step's sweeps.
     const preflightWorkflowId = `${sft.runId}-preflight-v${sft.version}-${stamp}`;
-    await evaluate(client, { runId: sft.runId, version: sft.version, evalFile: preflightFile, k: o.preflightK, workflowId: preflightWorkflowId });
+    await evaluate(client, { runId: sft.runId, version: sft.version, evalFile: preflightFile, k: o.preflightK, concurrency: o.evalConcurrency, workflowId: preflightWorkflowId });
     const preflight = preflightOf(o, sft, splitOf);
     log(`pre-flight: ${preflight.passed} of ${preflight.episodes} passed (${preflight.passRate.toFixed(3)}), band [${o.preflightLo}, ${o.preflightHi}]; ` +
       `${preflight.informativeTasks} of ${preflight.tasks} tasks informative (need ${o.preflightInformative}): ` +
@@ -649,7 +663,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
     if (o.control === 'warm-start') {
       // The control first: the warm start alone on the machine, and its figures are there if a run fails later.
       log(`control: EvalSweep of the warm start v${sft.version} on ${evalTasks.random + evalTasks.unseen} held-out tasks x k=${o.k}`);
-      await evaluate(client, { runId: sft.runId, version: sft.version, evalFile, k: o.k, workflowId: controlEval });
+      await evaluate(client, { runId: sft.runId, version: sft.version, evalFile, k: o.k, concurrency: o.evalConcurrency, workflowId: controlEval });
     }
     log(`${arms.length} TrainRuns, ${o.parallelRuns} at a time, from ${warm}: ${o.steps} steps of ${o.batch}x${o.rollouts}, lr ${o.lr}` +
       `${o.control === 'runs' ? ' vs 0' : ''}, seeds 0..${o.seeds - 1}`);
@@ -662,7 +676,7 @@ export async function runAgentBench(o: AgentLearnOptions, dir: string, mode: { p
       const records = await readStepRecords(new LocalArtifactStore(), runId);
       const finalVersion = finalVersionOf(records);
       log(`${runId}: trained to v${finalVersion}; EvalSweep of v${finalVersion} on the held-out tasks x k=${o.k}`);
-      await evaluate(client, { runId, version: finalVersion, evalFile, k: o.k, workflowId: `${runId}-eval` });
+      await evaluate(client, { runId, version: finalVersion, evalFile, k: o.k, concurrency: o.evalConcurrency, workflowId: `${runId}-eval` });
       return { ...armResult(a.arm, a.seed, runId, records, splitOf, o.k), evalWorkflowId: `${runId}-eval` };
     };
     // Waves of parallelRuns runs; with lr-0 control runs, a seed's two arms go in the same wave (the same machine load).

@@ -26,6 +26,13 @@ const INFRA = [
 ] as const;
 
 /**
+ * The local rollout worker's slots (RATCHET_ROLLOUT_SLOTS, unless the environment sets it). Here an episode is
+ * ~95% waiting on the vLLM beside it, whose one-core CPU decode batches: 8 requests gave 5x the tokens/s of one,
+ * ~1.5x that of the 4 the worker's own default keeps (BENCHMARKS.md, "Where an agent-bench step's time goes").
+ */
+export const LOCAL_ROLLOUT_SLOTS = 8;
+
+/**
  * The workers; on a GPU layout (src/layout, saved by `ratchet up --config`) the trainer is its torchrun job,
  * and a trainer-only host (`--only trainer`) runs that alone.
  */
@@ -37,7 +44,7 @@ export function workerSpecs(layout: GpuLayout | undefined = savedLayout()?.layou
   if (layout?.only === 'trainer') return [torchrun!];
   return [
     { name: 'worker-main', command: node, args: [path.join(dist, 'main.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-main') }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
-    { name: 'worker-rollout', command: node, args: [path.join(dist, 'rollout.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-rollout') }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
+    { name: 'worker-rollout', command: node, args: [path.join(dist, 'rollout.js')], cwd: REPO_ROOT, env: { RATCHET_LIVENESS_FILE: livenessFileOf('worker-rollout'), RATCHET_ROLLOUT_SLOTS: process.env.RATCHET_ROLLOUT_SLOTS ?? String(LOCAL_ROLLOUT_SLOTS) }, minUptimeMs: 4_000, readyTimeoutMs: 60_000 },
     // torchrun starts a process per GPU, each importing torch and initialising CUDA and NCCL: more time than one CPU process.
     torchrun ?? {
       name: 'worker-trainer',

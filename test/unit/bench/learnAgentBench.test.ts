@@ -6,7 +6,7 @@
 import { mkdirSync, mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { AGENT_DEFAULTS, agentRunConfigToml, agentSftConfigToml, parseAgentArgs, readEvalEpisodes, type AgentEpisode, type AgentLearnResult } from '../../../src/bench/learnAgentBench';
+import { AGENT_DEFAULTS, agentRunConfigToml, agentSftConfigToml, agentSweepInput, parseAgentArgs, readEvalEpisodes, type AgentEpisode, type AgentLearnResult } from '../../../src/bench/learnAgentBench';
 import { agentSection, armFigures } from '../../../src/bench/learnAgentSection';
 import { parseRunConfig } from '../../../src/config/load';
 import type { ChatMessage } from '../../../src/contracts/trajectory';
@@ -27,6 +27,16 @@ describe('parseAgentArgs', () => {
     expect(parseAgentArgs(['--warm-step', '5']).warmStep).toBe(5);
     expect(() => parseAgentArgs(['--warm-step', 'best'])).toThrow(/--warm-step: "best" is not a step number/);
     expect(() => parseAgentArgs(['--resume', 'bench-agent-rl-s0-mx0730u4'])).toThrow(/--resume: .* is not a bench stamp\. Fix: give the suffix/);
+  });
+
+  test('--eval-concurrency is each EvalSweep\'s episodes in flight (8 unless given), still seeded by task and sample', () => {
+    const sweep = (argv: string[]) => {
+      const o = parseAgentArgs(argv);
+      return agentSweepInput({ runId: 'r', version: 3, evalFile: '/x/heldout.jsonl', k: o.k, concurrency: o.evalConcurrency });
+    };
+    expect(sweep([])).toEqual({ runId: 'r', versions: [3], taskset: '/x/heldout.jsonl', k: 2, force: true, maxConcurrent: 8, seeds: 'task-sample' });
+    expect(sweep(['--eval-concurrency', '4']).maxConcurrent).toBe(4);
+    expect(() => parseAgentArgs(['--eval-concurrency', '0'])).toThrow(/--eval-concurrency: "0" is not a number >= 1/);
   });
 });
 
