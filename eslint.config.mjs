@@ -35,8 +35,9 @@ export default tseslint.config(
     },
   },
   {
-    // Plain-JS entry points that `node` runs from the built dist/ (test/fixtures/upgrade/mainWorkerB.js): CommonJS.
-    files: ['test/fixtures/**/*.js'],
+    // Plain-JS entry points that `node` runs from the built dist/ (test/fixtures/upgrade/mainWorkerB.js), and jest's
+    // test sequencer (test/helpers/integrationOrder.js), which jest loads untransformed: CommonJS.
+    files: ['test/fixtures/**/*.js', 'test/helpers/**/*.js'],
     languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', __dirname: 'readonly', process: 'readonly', console: 'readonly' } },
     rules: { '@typescript-eslint/no-require-imports': 'off' },
   },

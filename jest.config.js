@@ -4,6 +4,8 @@ const tsJest = ['ts-jest', { tsconfig: 'tsconfig.test.json' }];
 // CI keeps it in the machine cache (RATCHET_JEST_CACHE, infra/test.sh), so a fresh clone does not transpile again.
 const cacheDirectory = process.env.RATCHET_JEST_CACHE || '<rootDir>/.ratchet/cache/jest';
 module.exports = {
+  // The real-stack suites that take the stack's workers over run after the rest, multihost last (test/helpers/integrationOrder.js).
+  testSequencer: '<rootDir>/test/helpers/integrationOrder.js',
   projects: [
     {
       displayName: 'unit',

@@ -1,6 +1,7 @@
 // Adds up jest's JSON reports and pytest's JUnit XML into the one closing line CI reads.
 const fs = require('node:fs');
 const path = require('node:path');
+const { parseCpuSamples, suiteCpu } = require('./cpu-usage');
 
 const dir = process.argv[2];
 let passed = 0, failed = 0, skipped = 0;
@@ -45,6 +46,17 @@ if (fs.existsSync(stagesFile)) {
   console.log(`stage times: ${stages.map(([n, s]) => `${n} ${Number(s).toFixed(0)} s`).join(', ')}`);
 }
 if (top) console.log(`slowest suites: ${top}`);
+// How busy the machine was during each of the ten slowest integration suites (cpu.tsv, sampled by infra/test.sh):
+// a suite at a low figure mostly waits (timeouts, heartbeats, backoff) and could share the machine with another.
+const cpuFile = path.join(dir, 'cpu.tsv'), integrationFile = path.join(dir, 'jest-integration.json');
+if (fs.existsSync(cpuFile) && fs.existsSync(integrationFile)) {
+  const suites = (JSON.parse(fs.readFileSync(integrationFile, 'utf8')).testResults ?? [])
+    .map((t) => ({ suite: path.basename(t.name), start: t.startTime, end: t.endTime }))
+    .sort((a, b) => (b.end - b.start) - (a.end - a.start)).slice(0, 10);
+  const rows = suiteCpu(parseCpuSamples(fs.readFileSync(cpuFile, 'utf8')), suites);
+  console.log(`CPU busy (all cores) during the slowest integration suites: ${rows.map((r) =>
+    `${r.suite} ${((r.end - r.start) / 1000).toFixed(0)} s ${r.busy === undefined ? 'not sampled' : `${(r.busy * 100).toFixed(0)}%`}`).join(', ')}`);
+}
 // CI's budget (infra/test.sh sets RATCHET_CI_START and RATCHET_CI_BUDGET_S): a run that overran it fails.
 const budget = Number(process.env.RATCHET_CI_BUDGET_S ?? ''), start = Number(process.env.RATCHET_CI_START ?? '');
 let overBudget = false;

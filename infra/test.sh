@@ -91,8 +91,18 @@ stage "jest: unit" npx jest --selectProjects unit --maxWorkers=2 --json --output
 stage "pytest: trainer" bg_wait "pytest: trainer"
 stage "pytest: trainer worker on Temporal" bg_wait "pytest: trainer worker on Temporal"
 stage "pytest: taskgen" bg_wait "pytest: taskgen"
-stage "jest: integration (real stack)" \
+# The machine's CPU counters every 5 s during the integration stage (cpu.tsv): summarize-tests.js prints the
+# busy fraction of all cores during each slow suite, which tells a suite that works from one that mostly waits.
+sample_cpu() { while :; do awk -v t="$(date +%s%3N)" 'NR == 1 { $1 = t; print; exit }' OFS='\t' /proc/stat; sleep 5; done; }
+sample_cpu >"$reports/cpu.tsv" &
+cpu_sampler=$!
+# The suites that take the stack's workers over run last, multihost (which also stops the stack's vLLM) at the
+# very end (test/helpers/integrationOrder.js), and leave the stack so (RATCHET_DEFER_STACK_RESTORE): each give-back
+# cost ~8 s, multihost's ~50 s. Outside CI, `ratchet up` then starts what they stopped.
+stage "jest: integration (real stack)" env RATCHET_DEFER_STACK_RESTORE=1 \
   npx jest --selectProjects integration --runInBand --json --outputFile="$reports/jest-integration.json"
+kill "$cpu_sampler" 2>/dev/null || true
+[ "${CI:-}" = "true" ] || bin/ratchet up || failed_stages+=("ratchet up after the integration suites")
 
 node infra/summarize-tests.js "$reports" || failed_stages+=("test summary")
 if [ ${#failed_stages[@]} -gt 0 ]; then

@@ -58,6 +58,18 @@ export interface TinyConfigOptions {
   tables?: string;
 }
 
+/**
+ * How the tests that kill a trainer or a rollout worker notice it: 20 s heartbeat and schedule-to-start timeouts
+ * (the run input; the CPU defaults are a minute) over heartbeats every 5 s (the config's [liveness], default 10 s;
+ * a timeout must be at least three periods, TrainRunInput.rolloutHeartbeat). Temporal's SDKs send a heartbeat at most
+ * every 0.8 x the timeout (16 s), so the server sees one every 16 s and the timeout keeps 4 s of margin (6 s at 30).
+ */
+export const FAST_LIVENESS = {
+  toml: '[liveness]\nheartbeat_every_s = 5',
+  trainerTimeouts: { scheduleToStart: '20 seconds', heartbeat: '20 seconds' },
+  rolloutHeartbeat: '20 seconds',
+} as const;
+
 /** A tiny config: 1 task x 2 rollouts, 2 steps, 32 tokens a turn; the options add to it. */
 export async function tinyConfig(dir: string, opts: TinyConfigOptions = {}): Promise<string> {
   const file = path.join(dir, opts.name ? `${opts.name}.toml` : `tiny-${opts.maxSteps ?? 2}-a${opts.asyncLevel ?? 1}-r${opts.rolloutsPerExample ?? 2}.toml`);
@@ -84,16 +96,25 @@ ${lines(opts.tables)}`);
 }
 
 /**
+ * Whether a suite that took the stack over leaves it so (RATCHET_DEFER_STACK_RESTORE=1, infra/test.sh's integration
+ * stage): the sequencer (test/helpers/integrationOrder.js) runs such suites after every suite that needs the stack's
+ * workers, multihost (which also stops the stack's vLLM) last, and infra/test.sh starts what is missing afterwards
+ * outside CI. Each give-back cost a suite ~8 s (the workers' minimum uptimes), multihost's ~50 s (vLLM's start).
+ */
+export const deferStackRestore = (): boolean => process.env.RATCHET_DEFER_STACK_RESTORE === '1';
+
+/**
  * Stops the workers `ratchet up` started, so the test's own workers (with their
  * own artifact root) are the only ones polling the shared queues; the returned
- * function starts them again. All at once: each start waits out its minimum uptime
- * (4 s main, 4 s rollout, 8 s trainer), which one after another cost every suite
- * using this 16 s instead of 8.
+ * function starts them again (unless deferStackRestore()). All at once: each start waits
+ * out its minimum uptime (4 s main, 4 s rollout, 8 s trainer), which one after another
+ * cost every suite using this 16 s instead of 8.
  */
 export async function takeOverStackWorkers(): Promise<() => Promise<void>> {
   const wasRunning = workerSpecs().filter((s) => serviceStatus(s.name).running);
   await Promise.all(wasRunning.map((s) => stopService(s.name)));
   return async () => {
+    if (deferStackRestore()) return;
     await Promise.all(wasRunning.map((s) => startService(s)));
   };
 }
@@ -125,7 +146,7 @@ export interface StackWorkers {
 /**
  * The one stack fixture of the real-stack suites: before the suite, the workers `ratchet up` started are
  * stopped, the suite's own workers of the kinds in `start` are started with a private artifact root, and a
- * client connects; after it, they are stopped and the stack's workers started again.
+ * client connects; after it, they are stopped and the stack's workers started again (unless deferStackRestore()).
  */
 export function useStackWorkers(label: string, opts: { start?: WorkerKind[] } = {}): StackWorkers {
   const dir = mkdtempSync(path.join(os.tmpdir(), `ratchet-${label}-`));

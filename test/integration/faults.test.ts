@@ -24,7 +24,7 @@ import { adapterName, adapterVersion } from '../../src/shared/adapters';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { TrainRunInput, TrainRunResult } from '../../src/contracts';
 import {
-  checkInvariants, ROLLOUT_LEASE_TTL_S, runResult, tinyConfig, useStackWorkers, waitForProgress, type TinyConfigOptions,
+  checkInvariants, FAST_LIVENESS, ROLLOUT_LEASE_TTL_S, runResult, tinyConfig, useStackWorkers, waitForProgress, type TinyConfigOptions,
 } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
@@ -37,7 +37,7 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
   async function startRun(label: string, opts: TinyConfigOptions = {}, more: Partial<TrainRunInput> = {}): Promise<{ runId: string; handle: WorkflowHandle<typeof TrainRun> }> {
     const configPath = await tinyConfig(dir, opts);
     const runId = `it-fault-${label}-${Date.now()}`;
-    // A dead trainer is noticed in 30 s instead of the CPU defaults' minutes.
+    // A dead trainer is noticed in 30 s instead of the CPU defaults' minutes (the worker kills' test: 20 s, `more`).
     const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' }, ...more };
     const handle = await stack.client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
     return { runId, handle };
@@ -102,8 +102,10 @@ describeWithStack('TrainRun survives faults', ['temporalServer', 'inference', 'd
   test('kill -9 the rollout worker mid-chunk (step 0), then the trainer mid-step (step 1), each started again: no rollout lost or run twice, no step applied twice', async () => {
     // 4 rollouts a step in one chunk, 2 at a time: the kill lands after some of the chunk's rollouts
     // finished (their trajectories stored) and while others are inside their episodes. The dead worker's
-    // chunk is retried after its heartbeat timeout: 30 s here (three heartbeat periods), 1 minute by default.
-    const { runId, handle } = await startRun('workers', { rolloutsPerExample: 4 }, { rolloutHeartbeat: '30 seconds' });
+    // chunk is retried after its heartbeat timeout, and the dead trainer's step after its heartbeat and then
+    // schedule-to-start timeouts: 20 s each here (FAST_LIVENESS; 30 s cost this test 30 s more), a minute by default.
+    const { runId, handle } = await startRun('workers', { rolloutsPerExample: 4, tables: FAST_LIVENESS.toml },
+      { rolloutHeartbeat: FAST_LIVENESS.rolloutHeartbeat, trainerTimeouts: FAST_LIVENESS.trainerTimeouts });
     await waitForProgress(handle, 'step 0 rollouts', (p) => p.step === 0 && p.phase === 'rollouts');
     // From the store, not the progress query (a chunk reports its rollouts when it ends): the first
     // wave's trajectories are stored and the second wave's sandboxes run.

@@ -13,8 +13,8 @@
  * worker is killed mid-training (a new one reloads the last checkpoint from S3); every process
  * of rollout-a is killed mid-step (its rollouts finish on rollout-b); rollout-a comes back (its
  * new worker's janitor removes the dead worker's sandboxes from its daemon). A rollout chunk's
- * heartbeat timeout is 30 s here (TrainRunInput.rolloutHeartbeat; 1 minute by default), so a
- * cut-off or dead host's rollouts move within half a minute. With RATCHET_LONG_TESTS=1 (npm run
+ * heartbeat timeout is 20 s here (TrainRunInput.rolloutHeartbeat; 1 minute by default), as are the
+ * trainer's (FAST_LIVENESS), so a cut-off or dead host's work moves within 20 s. With RATCHET_LONG_TESTS=1 (npm run
  * test:long) three more faults follow: the Temporal server restarted (its state is in PostgreSQL;
  * CI checks a TrainRun across a dev server restart in faults.test.ts and a workflow across this
  * server's restart in cluster-temporal.test.ts), the trainer host cut off from S3 in the
@@ -46,7 +46,7 @@ import { controlUpdates, progressQuery } from '../../src/workflows/messages';
 import type { TrainRun } from '../../src/workflows/trainRun';
 import type { Progress, TrainRunInput, TrainRunResult } from '../../src/contracts';
 import { auditStoreAgainstRecords, checkInvariantsInStore } from '../helpers/multihostInvariants';
-import { distBuilt, killProc, startProc, takeOverStackWorkers, type Proc } from '../helpers/trainrunStack';
+import { deferStackRestore, distBuilt, FAST_LIVENESS, killProc, startProc, takeOverStackWorkers, type Proc } from '../helpers/trainrunStack';
 
 const NETNS = path.join(REPO, 'infra', 'cluster', 'netns.sh');
 const HOSTS = { control: '10.77.0.10', 'rollout-a': '10.77.0.11', 'rollout-b': '10.77.0.12', inference: '10.77.0.13', trainer: '10.77.0.14' } as const;
@@ -198,9 +198,10 @@ describeTopology('multi-host topology: control, two rollout hosts, inference, tr
       killHost(h);
     }
     execFileSync('bash', [NETNS, 'down'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
-    // The stack's workers come back even when its vLLM does not: every suite after this one needs them.
+    // The stack's workers come back even when its vLLM does not: every suite after this one needs them. Not in
+    // infra/test.sh's integration stage, which runs this suite last and gives the stack back itself (deferStackRestore).
     try {
-      if (stackVllmWasUp) execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
+      if (stackVllmWasUp && !deferStackRestore()) execFileSync('bash', [path.join(REPO, 'infra', 'inference.sh'), 'start'], { env: { ...process.env, RATCHET_HOME: STATE }, stdio: 'inherit' });
     } finally {
       await restoreStackWorkers();
       console.warn(`multi-host logs: ${logDir}`);
@@ -294,17 +295,19 @@ id = "swe-grep"
 max_tokens = 256
 max_tool_calls = 2
 max_turns = 2
+${FAST_LIVENESS.toml}
 EOF`]);
     const runId = `it-multihost-${Date.now()}`;
-    // A dead trainer, and a dead or cut-off rollout host's chunks, are noticed in 30 s (three heartbeat periods).
-    const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' }, rolloutHeartbeat: '30 seconds' };
+    // A dead trainer, and a dead or cut-off rollout host's chunks, are noticed in 20 s (four heartbeat periods; 30 s
+    // cost the trainer host's loss 20 s more).
+    const input: TrainRunInput = { configPath, runId, trainerTimeouts: FAST_LIVENESS.trainerTimeouts, rolloutHeartbeat: FAST_LIVENESS.rolloutHeartbeat };
     const handle = await client.workflow.start<typeof TrainRun>('TrainRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
 
     // Each fault waits for the run to reach a step, not for a phase: with async_level 1 the
     // next step's rollouts run during this step's training, so a phase can pass between polls.
     const faults: { fault: string; step: number; phase: string; heldS: number }[] = [];
     // 1. A partition: rollout-a loses the Temporal server mid-episode but keeps S3. Its activities
-    // stop heartbeating, time out (30 s) and run again on rollout-b; its own attempts go on and
+    // stop heartbeating, time out (20 s) and run again on rollout-b; its own attempts go on and
     // write their trajectories (content-keyed, beside the retries'). Healed only once the steps
     // whose rollouts it held are done: the next step's too, as async_level 1 prefetches them.
     await waitFor(handle, 'step 1', (p) => p.step >= 1);

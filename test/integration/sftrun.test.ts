@@ -27,7 +27,7 @@ import { makeDemonstrations } from '../../src/sft/demos';
 import { adapterName } from '../../src/shared/adapters';
 import { SandboxManager } from '../../src/sandbox/manager';
 import { loadTasks } from '../../src/tasks/load';
-import { checkInvariants, runResult, tinyConfig, useStackWorkers, waitForProgress } from '../helpers/trainrunStack';
+import { checkInvariants, FAST_LIVENESS, runResult, tinyConfig, useStackWorkers, waitForProgress } from '../helpers/trainrunStack';
 
 const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1';
 const TASKS = path.join(REPO, '.ratchet', 'tasks', 'train.jsonl');
@@ -66,10 +66,12 @@ id = "swe-grep"
 [sft]
 data = [${JSON.stringify(data)}]
 batch_size = 2
+${FAST_LIVENESS.toml}
 `);
     const runId = `it-sft-${Date.now()}`;
     sftId = runId;
-    const input: TrainRunInput = { configPath, runId, trainerTimeouts: { scheduleToStart: '30 seconds', heartbeat: '30 seconds' } };
+    // The killed trainer's step waits out its heartbeat and then schedule-to-start timeouts: 20 s each (30 s cost 20 s more).
+    const input: TrainRunInput = { configPath, runId, trainerTimeouts: FAST_LIVENESS.trainerTimeouts };
     const handle = await stack.client.workflow.start<typeof SftRun>('SftRun', { taskQueue: 'ratchet', workflowId: runId, args: [input] });
 
     // Step 1, so the retried step must first load step 0's checkpoint on the new trainer.

@@ -267,12 +267,13 @@ describeWithStack('upgrade under a running run on the real stack (Worker Version
     expect(await trainerLog(trainerB)).toMatch(new RegExp(`trainer leased.*${runId}`));
 
     // Retiring A was safe: the server reports it drained (no pinned execution left). The stack's dev server rechecks every
-    // 10 s (infra/temporal.sh); a server with the defaults takes 3 minutes or more, hence the long timeout.
+    // 10 s (infra/temporal.sh); a server with the defaults takes 3 minutes or more, hence the long timeout. Asked every
+    // 5 s: at every 15 s the answer came up to 15 s after the drain (each ask is one CLI start, ~1 s of CPU).
     let show = '';
     await until(`${DEPLOYMENT}.${BUILD_A} drained in \`ratchet upgrade --show\``, async () => {
       show = await ratchetUpgrade('--show');
       return show.split('\n').some((l) => l.includes(`${DEPLOYMENT}.${BUILD_A} `) && l.includes('drained:'));
-    }, 600_000, 15_000);
+    }, 600_000, 5_000);
     expect(show).toContain(`current ${DEPLOYMENT}.${BUILD_B}`);
 
     // Each build replays what it wrote; B's history on A's code does not: the change was real, versioning kept them apart.

@@ -9,9 +9,9 @@
 import { mkdtempSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode, type WorkerOptions, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { describeWithStack, TEMPORAL_BIN } from '../../helpers/stack';
+import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import { describeWithStack } from '../../helpers/stack';
+import { useFakeWorld } from '../../helpers/fakeWorld';
 import { LocalArtifactStore } from '../../../src/artifacts/store';
 import { runKeys } from '../../../src/artifacts/keys';
 import { createChunkActivity } from '../../../src/activities/rolloutChunk';
@@ -35,25 +35,16 @@ const manifest = StepManifest.parse({
 interface Seen { chunk: number; worker: string; activityAt: number; firstRolloutAt?: number }
 
 describeWithStack('rollout admission (real worker, real dev server, real chunk activity)', ['temporalBinary'], () => {
-  let env: TestWorkflowEnvironment;
-  let bundle: WorkflowBundleWithSourceMap;
+  // The shared fake world's server, and the probe workflow's bundle from its cache (no webpack run per suite).
+  const world = useFakeWorld({ workflowsPath: require.resolve('../../fixtures/workflows/admissionProbe') });
   let store: LocalArtifactStore;
   let chunks: RolloutChunkInput[];
 
   beforeAll(async () => {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
-    [env, bundle] = await Promise.all([
-      TestWorkflowEnvironment.createLocal({ server: { executable: { type: 'existing-path', path: TEMPORAL_BIN }, ip: '127.0.0.1' } }),
-      bundleWorkflowCode({ workflowsPath: require.resolve('../../fixtures/workflows/admissionProbe'), logger: { log: () => undefined, trace: () => undefined, debug: () => undefined, info: () => undefined, warn: () => undefined, error: (m: string) => console.error(m) } }),
-    ]);
     store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-admit-')));
     const ref = await store.putJson(runKeys.stepManifest('admit-run', 0, 'ef'.repeat(32)), manifest);
     // Two chunks of 2 rollouts (the run's cap 2): each fills a 2-slot worker.
     chunks = [{ manifest: ref, start: 0, end: 2 }, { manifest: ref, start: 2, end: 4 }];
-  }, 180_000);
-
-  afterAll(async () => {
-    await env?.teardown();
   });
 
   /** A rollout worker named `name` on `slots`, with the worker options `optionsOf` gives; records what its chunks did. */
@@ -75,7 +66,7 @@ describeWithStack('rollout admission (real worker, real dev server, real chunk a
     });
     const { close, ...options } = optionsOf(slots);
     // A host of its own: one connection per worker (the SDK refuses two workers of one queue on one connection).
-    const connection = await NativeConnection.connect({ address: env.address });
+    const connection = await NativeConnection.connect({ address: world.env.address });
     const w = await Worker.create({
       connection, taskQueue, ...options,
       activities: {
@@ -92,11 +83,11 @@ describeWithStack('rollout admission (real worker, real dev server, real chunk a
   async function twoWorkers(taskQueue: string, optionsOf: Parameters<typeof rolloutWorker>[3]): Promise<Seen[]> {
     const seen: Seen[] = [];
     const workers: { w: Worker; running: Promise<void> }[] = [];
-    const wf = await Worker.create({ connection: env.nativeConnection, taskQueue: `${taskQueue}-wf`, workflowBundle: bundle });
+    const wf = await Worker.create({ connection: world.env.nativeConnection, taskQueue: `${taskQueue}-wf`, workflowBundle: world.bundle });
     const wfRunning = wf.run();
     try {
       workers.push(await rolloutWorker('A', taskQueue, seen, optionsOf));
-      const handle = await env.client.workflow.start<typeof AdmissionProbe>('AdmissionProbe', { taskQueue: `${taskQueue}-wf`, workflowId: `${taskQueue}-${Date.now()}`, args: [{ taskQueue, chunks }] });
+      const handle = await world.env.client.workflow.start<typeof AdmissionProbe>('AdmissionProbe', { taskQueue: `${taskQueue}-wf`, workflowId: `${taskQueue}-${Date.now()}`, args: [{ taskQueue, chunks }] });
       while (seen.length === 0) await new Promise((r) => setTimeout(r, 20));
       await new Promise((r) => setTimeout(r, 300));
       workers.push(await rolloutWorker('B', taskQueue, seen, optionsOf));
@@ -131,7 +122,7 @@ describeWithStack('rollout admission (real worker, real dev server, real chunk a
     const taskQueue = 'timeout-probe';
     // The chunk names rollout 0 finished and 1 on its first try, then its worker freezes: no heartbeat after.
     const rollout = await Worker.create({
-      connection: env.nativeConnection, taskQueue,
+      connection: world.env.nativeConnection, taskQueue,
       activities: {
         rolloutChunk: async () => {
           Context.current().heartbeat({ done: [{ i: 0, summary: summary(0) }], tries: [{ i: 1, n: 1 }] } satisfies ChunkProgress);
@@ -140,10 +131,10 @@ describeWithStack('rollout admission (real worker, real dev server, real chunk a
         },
       },
     });
-    const wf = await Worker.create({ connection: env.nativeConnection, taskQueue: `${taskQueue}-wf`, workflowBundle: bundle });
+    const wf = await Worker.create({ connection: world.env.nativeConnection, taskQueue: `${taskQueue}-wf`, workflowBundle: world.bundle });
     const running = [rollout.run(), wf.run()];
     try {
-      const probe = (keep: boolean) => env.client.workflow.execute<typeof TimeoutProbe>('TimeoutProbe', {
+      const probe = (keep: boolean) => world.env.client.workflow.execute<typeof TimeoutProbe>('TimeoutProbe', {
         taskQueue: `${taskQueue}-wf`, workflowId: `${taskQueue}-${keep}-${Date.now()}`, args: [{ taskQueue, chunk: chunks[0]!, keep }],
       });
       expect(await probe(true)).toEqual([0]);

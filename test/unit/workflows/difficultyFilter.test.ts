@@ -2,13 +2,14 @@
  * Online difficulty filtering ([orchestrator.difficulty_filter]; patch v0.8-difficulty-filter) on a real dev
  * server with fake activities: a step whose groups all score alike samples more tasks, round by round, until
  * it has batch_size informative groups, and stops at max_refill_rounds; the batch holds the informative groups
- * only, and the step record lists each round with the policy version that sampled it.
+ * only, and the step record lists each round with the policy version that sampled it. And the pass-rate pool
+ * that each step's rollouts feed and the next step samples from.
  */
 import { describeWithStack } from '../../helpers/stack';
 import type { TrainRun } from '../../../src/workflows/trainRun';
 import { taskIdOf, type RolloutInput } from '../../../src/contracts';
 import { makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { inNamespace, useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
 
 jest.setTimeout(150_000);
 
@@ -16,19 +17,20 @@ jest.setTimeout(150_000);
 const rewardFrom = (informative: Set<string>) => (input: RolloutInput): number =>
   (informative.has(taskIdOf(input.task)) ? input.rolloutIndex % 2 : 0);
 
-describeWithStack('TrainRun difficulty filtering (fake activities, real dev server)', ['temporalBinary'], () => {
-  const world = useFakeWorld();
+describeWithStack('TrainRun difficulty filtering and pass-rate pools (fake activities, real dev server)', ['temporalBinary'], () => {
+  // One server for the file's tests, which run at once (test.concurrent), each in a namespace of its own.
+  const world = useFakeWorld({ concurrent: 5 });
   let n = 0;
 
-  async function run(opts: FakeOptions) {
+  async function run(opts: FakeOptions, input: { continueAsNewEvery?: number } = {}) {
     const f = makeFakes(opts);
-    await withFakeWorkers(world, f, {}, async () => {
+    await inNamespace(world, (ns) => withFakeWorkers(world, f, { namespace: ns }, async (_f, { client }) => {
       const runId = `filter-${process.pid}-${++n}`;
-      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
-        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
       });
       await handle.result();
-    });
+    }));
     return f;
   }
 
@@ -42,7 +44,7 @@ describeWithStack('TrainRun difficulty filtering (fake activities, real dev serv
     return out;
   };
 
-  test('refills to batch_size informative groups (chunks of 2), and trains on those only', async () => {
+  test.concurrent('refills to batch_size informative groups (chunks of 2), and trains on those only', async () => {
     // batch_size 4. Round 0: 1 of 4 informative, 3 missing. Round 1 (3 tasks): 1 more, 2 missing. Round 2 (2 tasks): both.
     const informative = new Set(['task-0-0', 'task-0-r1-2', 'task-0-r2-0', 'task-0-r2-1']);
     const f = await run({
@@ -68,7 +70,7 @@ describeWithStack('TrainRun difficulty filtering (fake activities, real dev serv
     expect(rec).toMatchObject({ groups: 9, informative_groups: 4, sampling_policy_version: 0, rollouts: 18 });
   });
 
-  test('stops at max_refill_rounds when no round brings an informative group; the step then trains on nothing', async () => {
+  test.concurrent('stops at max_refill_rounds when no round brings an informative group; the step then trains on nothing', async () => {
     const f = await run({
       orchestrator: { batch_size: 3, rollouts_per_example: 2, max_steps: 1, difficulty_filter: { enabled: true, max_refill_rounds: 2 } },
       rewardOf: () => 0.25,
@@ -84,30 +86,19 @@ describeWithStack('TrainRun difficulty filtering (fake activities, real dev serv
     expect(f.records[0]!.record).toMatchObject({ groups: 9, informative_groups: 0, rollouts: 18 });
   });
 
-  test('off (the default): one round a step, no filterGroups call, every group in the batch', async () => {
+  test.concurrent('off (the default): one round a step, no filterGroups call, every group in the batch', async () => {
     const f = await run({ orchestrator: { batch_size: 2, rollouts_per_example: 2, max_steps: 2 }, rewardOf: () => 0 });
     expect(f.events.some((e) => e.what === 'filterGroups')).toBe(false);
     expect(f.batches.map((b) => f.summariesOf(b).length)).toEqual([4, 4]);
     expect(f.records.map((r) => [r.record.informative_groups, r.record.refill])).toEqual([[0, undefined], [0, undefined]]);
   });
-});
 
-describeWithStack('TrainRun pass-rate pools (fake activities, real dev server)', ['temporalBinary'], () => {
-  const world = useFakeWorld();
-
-  test('each step counts its rollouts into the pool; the next step samples from it, across continue-as-new; the state keeps it', async () => {
-    const f = makeFakes({
+  test.concurrent('pass-rate pools: each step counts its rollouts into the pool; the next step samples from it, across continue-as-new; the state keeps it', async () => {
+    const f = await run({
       orchestrator: { batch_size: 2, rollouts_per_example: 2, max_steps: 3, pass_rate_pool: { enabled: true, pass_reward: 1 } },
       // Task g0 of each step passes on its odd rollouts; g1 never.
       rewardOf: (input) => (taskIdOf(input.task).endsWith('-0') ? input.rolloutIndex % 2 : 0),
-    });
-    await withFakeWorkers(world, f, {}, async () => {
-      const runId = `pools-${process.pid}`;
-      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
-        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 1 }],
-      });
-      await handle.result();
-    });
+    }, { continueAsNewEvery: 1 });
     const pools = f.records.map((r) => r.record.task_pool!);
     expect(pools.map((p) => [p.tasks, p.sometimes])).toEqual([[2, 1], [4, 2], [6, 3]]);
     // The pool after step s is what step s + 1 sampled with (step 0: none yet), and what the state file names.

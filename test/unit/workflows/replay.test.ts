@@ -10,6 +10,7 @@ import * as path from 'node:path';
 import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import { recordedHistoryFromObject } from '../../../src/shared/historyJson';
 import { storedHistories } from '../../helpers/histories';
+import { workflowBundle } from '../../helpers/workflowBundle';
 
 jest.setTimeout(300_000);
 
@@ -25,7 +26,8 @@ test('every recorded history of every release replays deterministically', async 
   )));
   const failures: string[] = [];
   let replayed = 0;
-  for await (const r of Worker.runReplayHistories({ workflowsPath: require.resolve('../../../src/workflows'), replayName: 'ratchet-replay' }, histories)) {
+  // Today's src/workflows, from the shared bundle cache (keyed by the sources' content, so never stale).
+  for await (const r of Worker.runReplayHistories({ workflowBundle: await workflowBundle(), replayName: 'ratchet-replay' }, histories)) {
     replayed++;
     if (r.error) failures.push(`${r.workflowId}: ${r.error.message}`);
   }

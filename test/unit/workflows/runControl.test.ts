@@ -5,12 +5,12 @@
  * the staleness bound at the next step boundary; an invalid change is refused with a
  * clear message and leaves no trace.
  */
-import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import { describeWithStack } from '../../helpers/stack';
 import { controlUpdates, pauseUpdate, progressQuery, setSettingsUpdate } from '../../../src/workflows/messages';
 import type { TrainRun } from '../../../src/workflows/trainRun';
 import { makeFakes } from '../../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { inNamespace, useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
 import { recordHistory } from '../../helpers/histories';
 import { EVAL_PRIORITY } from '../../../src/shared/fairness';
 import { temporal } from '@temporalio/proto';
@@ -18,14 +18,20 @@ import { temporal } from '@temporalio/proto';
 jest.setTimeout(150_000);
 
 describeWithStack('TrainRun audited control (fake activities, real dev server)', ['temporalBinary'], () => {
-  const world = useFakeWorld();
+  // The tests mostly wait (trainer sleeps, a slow sweep), so they run at once (test.concurrent), each in a namespace of its own.
+  const world = useFakeWorld({ concurrent: 5 });
 
-  test('pause, resume, set and stop are recorded with identity and reason; set takes effect at the next step; bad values are refused', async () => {
-    const f = makeFakes({ orchestrator: { max_steps: 6, async_level: 0 }, trainMs: 400 });
-    await withFakeWorkers(world, f, {}, async () => {
+  /** The fake stack in a namespace of its own around fn: main, rollout, trainer-announce and one trainer worker. */
+  const withWorkers = <T>(f: ReturnType<typeof makeFakes>, fn: (client: Client) => Promise<T>): Promise<T> =>
+    inNamespace(world, (ns) => withFakeWorkers(world, f, { namespace: ns }, (_f, stack) => fn(stack.client)));
+
+  test.concurrent('pause, resume, set and stop are recorded with identity and reason; set takes effect at the next step; bad values are refused', async () => {
+    // 1.5 s steps: the updates and the query below land inside step 0 with the suite's other tests running beside it.
+    const f = makeFakes({ orchestrator: { max_steps: 6, async_level: 0 }, trainMs: 1500 });
+    await withWorkers(f, async (client) => {
       const runId = `control-${process.pid}`;
       // continueAsNewEvery 2: the change survives continue-as-new.
-      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 2 }],
       });
       await until(() => f.events.some((e) => e.what === 'train-start' && e.step === 0));
@@ -97,20 +103,17 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       expect(l1.config_sha256).toBe(f.records[0]!.state.configSha256);
       // The staleness bound reached the batch builder.
       expect(f.batches.map((b) => b.orchestrator.async_level)).toEqual([0, ...f.batches.slice(1).map(() => 1)]);
-      await recordHistory(world.env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-control-audited');
+      await recordHistory(client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-control-audited');
     });
   });
 
-  /** The fake stack around fn: main, rollout, trainer-announce and one trainer worker. */
-  const withWorkers = <T>(f: ReturnType<typeof makeFakes>, fn: () => Promise<T>): Promise<T> => withFakeWorkers(world, f, {}, fn);
-
-  test('eval cadence 2 over 4 steps: sweeps of the checkpoints of steps 1 and 3, abandoned, below training, named in the step records', async () => {
+  test.concurrent('eval cadence 2 over 4 steps: sweeps of the checkpoints of steps 1 and 3, abandoned, below training, named in the step records', async () => {
     // A slow sweep (3 s to record) beside fast steps: training must not wait for it.
     const f = makeFakes({ orchestrator: { max_steps: 4, async_level: 0 }, eval: { every_steps: 2, taskset: 'heldout', k: 2 }, evalMs: 3000 });
-    await withWorkers(f, async () => {
+    await withWorkers(f, async (client) => {
       const runId = `cadence-${process.pid}`;
       // continueAsNewEvery 2: step 1's sweep is still running when the run continues as new after it.
-      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 2 }],
       });
       const result = await handle.result();
@@ -124,7 +127,7 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       expect(f.evalPlans.map((p) => [p.versions, p.taskset, p.k, p.maxConcurrent])).toEqual([[[2], 'heldout', 2, 4], [[4], 'heldout', 2, 4]]);
 
       for (const [step, version] of [[1, 2], [3, 4]] as const) {
-        const sweep = world.env.client.workflow.getHandle(`${runId}-step-${step}-eval`);
+        const sweep = client.workflow.getHandle(`${runId}-step-${step}-eval`);
         const res = await sweep.result();
         expect(res.evaluated.map((e: { version: number; episodes: number }) => [e.version, e.episodes])).toEqual([[version, 4]]);
         // Started by the run (its parent), abandoned, below training by priority, with the run's fairness key.
@@ -145,16 +148,17 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       expect(trainingSyncs.find((x) => x.policyVersion === 4)!.keepFromVersion).toBeLessThanOrEqual(2);
       // The run ended after its last sweep, then unloaded its adapters.
       expect(at('unload-adapters', () => true)).toBeGreaterThan(at('eval-record', (e) => e.version === 4));
-      await recordHistory(world.env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence');
-      await recordHistory(world.env.client.workflow.getHandle(`${runId}-step-1-eval`), 'evalsweep-in-run');
+      await recordHistory(client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence');
+      await recordHistory(client.workflow.getHandle(`${runId}-step-1-eval`), 'evalsweep-in-run');
     });
   });
 
-  test('set --eval-every changes the cadence from the next step boundary, recorded with identity and reason; bad values are refused naming the field', async () => {
-    const f = makeFakes({ orchestrator: { max_steps: 4, async_level: 0 }, trainMs: 400 });
-    await withWorkers(f, async () => {
+  test.concurrent('set --eval-every changes the cadence from the next step boundary, recorded with identity and reason; bad values are refused naming the field', async () => {
+    // 1.5 s steps, as above: the set lands inside step 0.
+    const f = makeFakes({ orchestrator: { max_steps: 4, async_level: 0 }, trainMs: 1500 });
+    await withWorkers(f, async (client) => {
       const runId = `cadence-set-${process.pid}`;
-      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
       });
       await until(() => f.events.some((e) => e.what === 'train-start' && e.step === 0));
@@ -187,7 +191,7 @@ describeWithStack('TrainRun audited control (fake activities, real dev server)',
       // The progress query names the newest sweep (the run waited for it before it ended, so it has its result).
       const p = await handle.query(progressQuery);
       expect(p.lastEval).toMatchObject({ workflow_id: `${runId}-step-3-eval`, policy_version: 4, step: 3, state: 'completed', result: { version: 4 } });
-      await recordHistory(world.env.client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence-set');
+      await recordHistory(client.workflow.getHandle(runId, handle.firstExecutionRunId), 'trainrun-eval-cadence-set');
     });
   });
 });

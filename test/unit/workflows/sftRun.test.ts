@@ -5,13 +5,13 @@
  * TrainRun's; a config without [sft] is refused.
  * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
  */
-import { WorkflowFailedError, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { WorkflowFailedError, type Client, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { describeWithStack } from '../../helpers/stack';
 import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../../src/workflows/messages';
 import type { SftRun } from '../../../src/workflows/sftRun';
 import type { TrainRunInput } from '../../../src/contracts';
 import { makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { inNamespace, useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
 import { recordHistory } from '../../helpers/histories';
 
 jest.setTimeout(120_000);
@@ -25,23 +25,25 @@ async function waitFor(pred: () => Promise<boolean>, timeoutMs = 30_000): Promis
   }
 }
 describeWithStack('SftRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
-  const world = useFakeWorld();
+  // The tests mostly wait (heartbeat timeouts, trainer sleeps), so they run at once (test.concurrent), each in a namespace of its own.
+  const world = useFakeWorld({ concurrent: 5 });
 
   // An SftRun has no rollouts: no rollout worker.
-  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
-    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2', 'w3'], rollouts: false }, fn);
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>, client: Client) => Promise<T>): Promise<T> =>
+    inNamespace(world, (ns) => withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2', 'w3'], rollouts: false, namespace: ns },
+      (f, stack) => fn(f, stack.client)));
 
   let n = 0;
-  async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof SftRun>> {
+  async function start(client: Client, input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof SftRun>> {
     const runId = `sft-${process.pid}-${++n}`;
-    return world.env.client.workflow.start<typeof SftRun>('SftRun', {
+    return client.workflow.start<typeof SftRun>('SftRun', {
       taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake-sft.toml', runId, ...input }],
     });
   }
 
-  test('every step: a seeded batch of the frozen data, one SFT optimizer step, a checkpoint, weight sync, a step record', async () => {
-    await withWorkers({ sft: { batch_size: 3 }, orchestrator: { max_steps: 3, seed: 7 } }, async (f) => {
-      const handle = await start();
+  test.concurrent('every step: a seeded batch of the frozen data, one SFT optimizer step, a checkpoint, weight sync, a step record', async () => {
+    await withWorkers({ sft: { batch_size: 3 }, orchestrator: { max_steps: 3, seed: 7 } }, async (f, client) => {
+      const handle = await start(client);
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
       expect(f.sftPrepares.map((p) => p.data)).toEqual([['demos.jsonl']]);
@@ -60,9 +62,9 @@ describeWithStack('SftRun workflow (fake activities, real dev server)', ['tempor
     });
   });
 
-  test('a trainer that dies mid-step is replaced: it reloads the last checkpoint and each step is applied exactly once', async () => {
-    await withWorkers({ sft: {}, orchestrator: { max_steps: 3 }, deadTrainers: ['w1'], deadFromStep: 1 }, async (f) => {
-      const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+  test.concurrent('a trainer that dies mid-step is replaced: it reloads the last checkpoint and each step is applied exactly once', async () => {
+    await withWorkers({ sft: {}, orchestrator: { max_steps: 3 }, deadTrainers: ['w1'], deadFromStep: 1 }, async (f, client) => {
+      const handle = await start(client, { trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
       expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null, l.lossKind])).toEqual([
@@ -73,9 +75,9 @@ describeWithStack('SftRun workflow (fake activities, real dev server)', ['tempor
     });
   });
 
-  test('pause, resume and stop after the current step, as a TrainRun\'s; continue-as-new keeps the data and the trainer', async () => {
-    await withWorkers({ sft: {}, orchestrator: { max_steps: 6 }, trainMs: 300 }, async (f) => {
-      const handle = await start({ continueAsNewEvery: 2 });
+  test.concurrent('pause, resume and stop after the current step, as a TrainRun\'s; continue-as-new keeps the data and the trainer', async () => {
+    await withWorkers({ sft: {}, orchestrator: { max_steps: 6 }, trainMs: 300 }, async (f, client) => {
+      const handle = await start(client, { continueAsNewEvery: 2 });
       await waitFor(async () => f.events.some((e) => e.what === 'train-start'));
       expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
       await waitFor(async () => (await handle.query(progressQuery)).phase === 'idle' && f.records.length >= 1);
@@ -97,9 +99,9 @@ describeWithStack('SftRun workflow (fake activities, real dev server)', ['tempor
     });
   });
 
-  test('a config without [sft] is refused with the fix', async () => {
-    await withWorkers({}, async () => {
-      const handle = await start();
+  test.concurrent('a config without [sft] is refused with the fix', async () => {
+    await withWorkers({}, async (_f, client) => {
+      const handle = await start(client);
       const err = await handle.result().catch((e: unknown) => e);
       expect(err).toBeInstanceOf(WorkflowFailedError);
       expect(String((err as WorkflowFailedError).cause?.message)).toMatch(/an SftRun needs an \[sft\] section .*Fix: add it/);

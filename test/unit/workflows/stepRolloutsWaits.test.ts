@@ -5,13 +5,13 @@
  * status the parent shows, and the step completes by itself once the fault is fixed.
  * RATCHET_RECORD_HISTORIES=1 records the step's histories for the replay test (infra/record-histories.sh).
  */
-import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { describeWithStack } from '../../helpers/stack';
 import { SA, progressQuery } from '../../../src/workflows/messages';
 import type { TrainRun } from '../../../src/workflows/trainRun';
 import type { RolloutProgressSignal, TrainRunInput } from '../../../src/contracts';
-import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions, type FakeStack } from '../../helpers/fakeWorld';
+import { inNamespace, makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions, type FakeStack } from '../../helpers/fakeWorld';
 import { recordHistory } from '../../helpers/histories';
 
 jest.setTimeout(180_000);
@@ -20,31 +20,33 @@ jest.setTimeout(180_000);
 const shortOutage = { handoffAfter: 2, perExecution: 2, capS: 1 };
 
 describeWithStack('StepRollouts waits (fake activities, real dev server)', ['temporalBinary'], () => {
-  const world = useFakeWorld();
+  // The tests mostly wait, so they run at once (test.concurrent), each in a namespace of its own. No more tests
+  // than namespaces: each test's is fresh, so no earlier test's rollout worker has polled its queue.
+  const world = useFakeWorld({ concurrent: 5 });
 
-  /** The fake stack around fn; with `rolloutWorker: false` no rollout worker runs until fn starts one. */
+  /** The fake stack in a namespace of its own around fn; with `rolloutWorker: false` no rollout worker runs until fn starts one. */
   const withWorkers = <T>(opts: FakeOptions & { rolloutWorker?: boolean }, fn: (s: FakeStack) => Promise<T>): Promise<T> =>
-    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2'], rollouts: opts.rolloutWorker !== false }, (_f, stack) => fn(stack));
+    inNamespace(world, (ns) => withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2'], rollouts: opts.rolloutWorker !== false, namespace: ns }, (_f, stack) => fn(stack)));
 
   let n = 0;
-  async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
+  async function start(client: Client, input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
     const runId = `waits-${process.pid}-${++n}`;
-    return world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+    return client.workflow.start<typeof TrainRun>('TrainRun', {
       taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
     });
   }
 
-  const rolloutsOf = (handle: WorkflowHandle, step = 0) => world.env.client.workflow.getHandle(`${handle.workflowId}-step-${step}-rollouts`);
+  const rolloutsOf = (client: Client, handle: WorkflowHandle, step = 0) => client.workflow.getHandle(`${handle.workflowId}-step-${step}-rollouts`);
 
   /** The children of type `type` a workflow started, and how many executions each child's chain has. */
-  async function children(handle: WorkflowHandle, type: string): Promise<{ id: string; executions: number }[]> {
+  async function children(client: Client, handle: WorkflowHandle, type: string): Promise<{ id: string; executions: number }[]> {
     const ids = ((await handle.fetchHistory()).events ?? [])
       .map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes)
       .filter((a) => a?.workflowType?.name === type)
       .map((a) => a!.workflowId!);
     return Promise.all(ids.map(async (id) => {
       const runs: string[] = [];
-      for await (const w of world.env.client.workflow.list({ query: `WorkflowId = '${id}'` })) runs.push(w.runId);
+      for await (const w of client.workflow.list({ query: `WorkflowId = '${id}'` })) runs.push(w.runId);
       return { id, executions: runs.length };
     }));
   }
@@ -62,10 +64,9 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       .map((a) => defaultPayloadConverter.fromPayload<RolloutProgressSignal>(a!.input!.payloads![0]!));
   }
 
-  // First in the file: no other test's rollout worker has polled this server's queue yet.
-  test('no rollout worker: the run shows waiting-for-rollout-workers, then goes on by itself when one starts', async () => {
-    await withWorkers({ rolloutWorker: false, orchestrator: { max_steps: 1 } }, async ({ fakes, startRolloutWorker }) => {
-      const handle = await start({ rolloutWorkersWatchS: 1 });
+  test.concurrent('no rollout worker: the run shows waiting-for-rollout-workers, then goes on by itself when one starts', async () => {
+    await withWorkers({ rolloutWorker: false, orchestrator: { max_steps: 1 } }, async ({ fakes, client, startRolloutWorker }) => {
+      const handle = await start(client, { rolloutWorkersWatchS: 1 });
       await waitForStatus(handle, 'waiting-for-rollout-workers');
       expect(await handle.query(progressQuery)).toMatchObject({ phase: 'rollouts', rolloutsDone: 0, rolloutsTotal: 6 });
       expect(fakes.events.filter((e) => e.what === 'rollout-start')).toHaveLength(0);
@@ -79,14 +80,14 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       const flags = (await progressSignals(handle)).map((s) => s.waitingForRolloutWorkers).filter((f) => f !== undefined);
       expect(flags.filter((f, i) => i === 0 || f !== flags[i - 1])).toEqual([true, false]);
       expect((await handle.query(progressQuery)).status).toBe('completed');
-      await recordHistory(rolloutsOf(handle), 'steprollouts-rollout-workers-wait');
+      await recordHistory(rolloutsOf(client, handle), 'steprollouts-rollout-workers-wait');
       await recordHistory(handle, 'trainrun-rollout-workers-wait');
     });
   });
 
-  test('a store outage exactly at storeRolloutSummaries: the run waits (waiting-for-store), then completes', async () => {
-    await withWorkers({ summariesStoreDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes }) => {
-      const handle = await start({ outageWaits: shortOutage });
+  test.concurrent('a store outage exactly at storeRolloutSummaries: the run waits (waiting-for-store), then completes', async () => {
+    await withWorkers({ summariesStoreDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes, client }) => {
+      const handle = await start(client, { outageWaits: shortOutage });
       await waitForStatus(handle, 'waiting-for-store');
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
@@ -94,43 +95,43 @@ describeWithStack('StepRollouts waits (fake activities, real dev server)', ['tem
       expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([6]);
       expect([...fakes.applied.values()]).toEqual([1]);
       // 2 tries in the step's history, the rest in one OutageWait child that continued as new.
-      expect(await scheduled(rolloutsOf(handle), 'storeRolloutSummaries')).toBe(2);
-      const waits = await children(rolloutsOf(handle), 'OutageWait');
+      expect(await scheduled(rolloutsOf(client, handle), 'storeRolloutSummaries')).toBe(2);
+      const waits = await children(client, rolloutsOf(client, handle), 'OutageWait');
       expect(waits).toHaveLength(1);
       expect(waits[0]!.executions).toBeGreaterThan(1);
       expect((await handle.query(progressQuery)).status).toBe('completed');
-      await recordHistory(rolloutsOf(handle), 'steprollouts-summaries-store-wait');
+      await recordHistory(rolloutsOf(client, handle), 'steprollouts-summaries-store-wait');
     });
   });
 
-  test('a rollout\'s trajectory write finds the store down for a while: waiting-for-store, no attempt used, every rollout kept', async () => {
-    await withWorkers({ rolloutStoreDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes }) => {
-      const handle = await start({ outageWaits: shortOutage });
+  test.concurrent('a rollout\'s trajectory write finds the store down for a while: waiting-for-store, no attempt used, every rollout kept', async () => {
+    await withWorkers({ rolloutStoreDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes, client }) => {
+      const handle = await start(client, { outageWaits: shortOutage });
       await waitForStatus(handle, 'waiting-for-store');
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
       expect(fakes.events.filter((e) => e.what === 'rollout-store-down')).toHaveLength(5);
       expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([6]);
       expect((await handle.query(progressQuery)).status).toBe('completed');
-      await recordHistory(rolloutsOf(handle), 'steprollouts-rollout-store-wait');
+      await recordHistory(rolloutsOf(client, handle), 'steprollouts-rollout-store-wait');
     });
   });
 
-  test('inference down inside the step: one wait for every lane, moved to an InferenceWait child; the step history stays small', async () => {
-    await withWorkers({ inferenceDownAtStart: true, inferenceDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes }) => {
-      const handle = await start({ outageWaits: shortOutage });
+  test.concurrent('inference down inside the step: one wait for every lane, moved to an InferenceWait child; the step history stays small', async () => {
+    await withWorkers({ inferenceDownAtStart: true, inferenceDownTimes: 5, orchestrator: { max_steps: 1 } }, async ({ fakes, client }) => {
+      const handle = await start(client, { outageWaits: shortOutage });
       await waitForStatus(handle, 'waiting-for-inference');
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
       expect(fakes.batches.map((b) => fakes.summariesOf(b).length)).toEqual([6]);
       expect([...fakes.applied.values()]).toEqual([1]);
       // Four lanes failed at once; they shared one wait: 2 syncs in the step, the rest in the child.
-      expect(await scheduled(rolloutsOf(handle), 'syncWeights')).toBe(2);
-      const waits = await children(rolloutsOf(handle), 'InferenceWait');
+      expect(await scheduled(rolloutsOf(client, handle), 'syncWeights')).toBe(2);
+      const waits = await children(client, rolloutsOf(client, handle), 'InferenceWait');
       expect(waits).toHaveLength(1);
       expect(waits[0]!.executions).toBe(2);
       expect((await handle.query(progressQuery)).status).toBe('completed');
-      await recordHistory(rolloutsOf(handle), 'steprollouts-inference-wait');
+      await recordHistory(rolloutsOf(client, handle), 'steprollouts-inference-wait');
     });
   });
 });

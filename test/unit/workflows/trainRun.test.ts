@@ -4,37 +4,85 @@
  * continue-as-new, a dead trainer and a down inference server.
  * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
  */
-import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { describeWithStack } from '../../helpers/stack';
 import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../../src/workflows/messages';
 import type { TrainRun } from '../../../src/workflows/trainRun';
 import type { ReleaseRunInput, ReleaseRunResult, TrainRunInput } from '../../../src/contracts';
-import { makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions } from '../../helpers/fakeWorld';
+import { inNamespace, makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions, type TestNamespace } from '../../helpers/fakeWorld';
 import { recordHistory } from '../../helpers/histories';
 import { TRAINING_PRIORITY } from '../../../src/shared/fairness';
 
 jest.setTimeout(120_000);
 
 describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
-  const world = useFakeWorld();
+  // The tests mostly wait on timers and the server, so they run at once (test.concurrent), each in a namespace of its own.
+  const world = useFakeWorld({ concurrent: 5 });
 
-  /** Runs the fake stack (main, rollout, trainer-announce, seven trainers and any inference host queues) around fn. */
-  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
-    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'], hostQueues: Object.keys(opts.hostQueues ?? {}) }, fn);
+  /** A test's namespace: its client, and start() for a TrainRun there. */
+  interface Run {
+    client: Client;
+    start: (input?: Partial<TrainRunInput>) => Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>>;
+  }
 
   let n = 0;
-  async function start(input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
-    const runId = `run-${process.pid}-${++n}`;
-    return world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
-      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
-    });
-  }
+  const runIn = (ns: TestNamespace): Run => ({
+    client: ns.client,
+    start: (input = {}) => {
+      const runId = `run-${process.pid}-${++n}`;
+      return ns.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
+      });
+    },
+  });
+
+  /** Runs the fake stack (main, rollout, trainer-announce, seven trainers and any inference host queues) in a namespace of its own around fn. */
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>, run: Run) => Promise<T>): Promise<T> =>
+    inNamespace(world, (ns) => withFakeWorkers(world, makeFakes(opts), {
+      trainers: ['w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'], hostQueues: Object.keys(opts.hostQueues ?? {}), namespace: ns,
+    }, (fakes) => fn(fakes, runIn(ns))));
 
   const record = (handle: WorkflowHandle, name: string): Promise<void> => recordHistory(handle, name);
 
-  test('runs every step: exact rollout counts, one optimizer step each, versions advance, records written', async () => {
-    await withWorkers({}, async (f) => {
-      const handle = await start();
+  // The longest tests (inference waits of 5 s and more, in real time) first: concurrent tests start in file order, five at a time.
+  test.concurrent('an outage at the last step waits on in the same run: nothing after it would serve the version', async () => {
+    await withWorkers({ inferenceDownTimes: 3, orchestrator: { max_steps: 1 } }, async (f, t) => {
+      // capS 1: the child's pauses after its first (5 s, fixed) are 1 s instead of 10, 20...; the tries are the same.
+      const handle = await t.start({ inferenceWaitsPerExecution: 2, outageWaits: { capS: 1 } });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
+      expect((await handle.describe()).runId).toBe(handle.firstExecutionRunId);
+      expect(f.records[0]!.record.weight_sync).toMatchObject({ policyVersion: 1 });
+      // 2 tries in the run, 2 in the child (down, then served), 1 more in the run for the step record.
+      expect(f.syncs).toHaveLength(5);
+      // Issue 39: past the execution's tries the wait is an InferenceWait child (it continues as new), so a
+      // last step's outage of days does not grow the run's history; the run itself made its 2 tries and 1 after.
+      const events = (await handle.fetchHistory()).events ?? [];
+      const children = events.map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowType?.name).filter((n) => n === 'InferenceWait');
+      expect(children).toHaveLength(1);
+      expect(events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'syncWeights')).toHaveLength(3);
+    });
+  });
+
+  test.concurrent('a long inference outage continues as new instead of growing one history; nothing is trained twice', async () => {
+    await withWorkers({ inferenceDownTimes: 5, orchestrator: { max_steps: 2 } }, async (f, t) => {
+      const handle = await t.start({ inferenceWaitsPerExecution: 2, continueAsNewEvery: 100 });
+      const result = await handle.result();
+      expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2 });
+      expect((await handle.describe()).runId).not.toBe(handle.firstExecutionRunId);
+      expect([...f.applied.values()]).toEqual([1, 1]);
+      // Step 0 was recorded trained-but-not-served; the next execution served version 1 before rolling out.
+      expect(f.records[0]!.record).toMatchObject({ step: 0, policy_version: 1 });
+      expect(f.records[0]!.record.weight_sync).toBeUndefined();
+      // 2 failed attempts in each of the first two executions, then served in the third, then step 1's.
+      expect(f.syncs.map((x) => x.policyVersion)).toEqual([1, 1, 1, 1, 1, 1, 2]);
+      await record(t.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-inference-wait-continue-as-new-1');
+      await record(handle, 'trainrun-inference-wait-continue-as-new-3');
+    });
+  });
+
+  test.concurrent('runs every step: exact rollout counts, one optimizer step each, versions advance, records written', async () => {
+    await withWorkers({}, async (f, t) => {
+      const handle = await t.start();
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed', configSha256: f.records[0]!.state.configRef.sha256 });
       expect(f.batches.map((b) => f.summariesOf(b).length)).toEqual([6, 6, 6]);
@@ -50,13 +98,13 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const p = await handle.query(progressQuery);
       expect(p).toMatchObject({ status: 'completed', step: 3, policyVersion: 3 });
       await record(handle, 'trainrun-sync');
-      await record(world.env.client.workflow.getHandle(`${handle.workflowId}-step-1-rollouts`), 'steprollouts');
+      await record(t.client.workflow.getHandle(`${handle.workflowId}-step-1-rollouts`), 'steprollouts');
     });
   });
 
-  test('a run\'s rollouts, step children and trainer calls carry its priority and fairness keys (docs/architecture.md); its rolloutHeartbeat input reaches the chunks', async () => {
-    await withWorkers({ orchestrator: { max_steps: 1, fairness_weight: 2 } }, async () => {
-      const handle = await start({ rolloutHeartbeat: '30 seconds' });
+  test.concurrent('a run\'s rollouts, step children and trainer calls carry its priority and fairness keys (docs/architecture.md); its rolloutHeartbeat input reaches the chunks', async () => {
+    await withWorkers({ orchestrator: { max_steps: 1, fairness_weight: 2 } }, async (_f, t) => {
+      const handle = await t.start({ rolloutHeartbeat: '30 seconds' });
       await handle.result();
       const runId = handle.workflowId;
       const keyed = { priorityKey: TRAINING_PRIORITY, fairnessKey: runId, fairnessWeight: 2 };
@@ -66,7 +114,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const trainerCalls = parent.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name?.match(/^trainer\.(load|step|save)$/));
       expect(trainerCalls.map((a) => a!.activityType!.name)).toEqual(['trainer.load', 'trainer.step', 'trainer.save']);
       for (const a of trainerCalls) expect(a!.priority).toMatchObject(keyed);
-      const steps = (await world.env.client.workflow.getHandle(`${runId}-step-0-rollouts`).fetchHistory()).events ?? [];
+      const steps = (await t.client.workflow.getHandle(`${runId}-step-0-rollouts`).fetchHistory()).events ?? [];
       // 2 tasks x 3 rollouts in chunks of 16: one chunk activity.
       const chunks = steps.map((e) => e.activityTaskScheduledEventAttributes).filter((a) => a?.activityType?.name === 'rolloutChunk');
       expect(chunks).toHaveLength(1);
@@ -77,9 +125,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a step with no trainable token is recorded as an error and skipped; the trainer never sees it', async () => {
-    await withWorkers({ emptyBatchSteps: [1], orchestrator: { async_level: 1 } }, async (f) => {
-      const handle = await start();
+  test.concurrent('a step with no trainable token is recorded as an error and skipped; the trainer never sees it', async () => {
+    await withWorkers({ emptyBatchSteps: [1], orchestrator: { async_level: 1 } }, async (f, t) => {
+      const handle = await t.start();
       const result = await handle.result();
       await record(handle, 'trainrun-empty-batch');
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 2, stopped: 'completed' });
@@ -92,9 +140,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('async_level 1: next step\'s rollouts run while the trainer trains, staleness 1', async () => {
-    await withWorkers({ orchestrator: { async_level: 1 }, trainMs: 600, rolloutMs: 20 }, async (f) => {
-      const handle = await start();
+  test.concurrent('async_level 1: next step\'s rollouts run while the trainer trains, staleness 1', async () => {
+    await withWorkers({ orchestrator: { async_level: 1 }, trainMs: 600, rolloutMs: 20 }, async (f, t) => {
+      const handle = await t.start();
       await handle.result();
       for (const s of [0, 1]) {
         const trainEnd = f.events.find((e) => e.what === 'train-end' && e.step === s)!.t;
@@ -108,9 +156,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('continue-as-new every step carries only small state and finishes the run', async () => {
-    await withWorkers({ orchestrator: { async_level: 1 } }, async (f) => {
-      const handle = await start({ continueAsNewEvery: 1 });
+  test.concurrent('continue-as-new every step carries only small state and finishes the run', async () => {
+    await withWorkers({ orchestrator: { async_level: 1 } }, async (f, t) => {
+      const handle = await t.start({ continueAsNewEvery: 1 });
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
@@ -121,9 +169,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('pause, resume and stopAfterCurrentStep, with validators and the progress query', async () => {
-    await withWorkers({ orchestrator: { max_steps: 5 }, trainMs: 300 }, async (f) => {
-      const handle = await start();
+  test.concurrent('pause, resume and stopAfterCurrentStep, with validators and the progress query', async () => {
+    await withWorkers({ orchestrator: { max_steps: 5 }, trainMs: 300 }, async (f, t) => {
+      const handle = await t.start();
       await expect(updateError(handle.executeUpdate(resumeUpdate))).resolves.toMatch(/not paused/);
       expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
       await expect(updateError(handle.executeUpdate(pauseUpdate))).resolves.toMatch(/already paused/);
@@ -147,10 +195,10 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a dead trainer is replaced: re-announce, load the last checkpoint, the step applied once', async () => {
-    await withWorkers({ deadTrainers: ['w1'], deadFromStep: 1 }, async (f) => {
+  test.concurrent('a dead trainer is replaced: re-announce, load the last checkpoint, the step applied once', async () => {
+    await withWorkers({ deadTrainers: ['w1'], deadFromStep: 1 }, async (f, t) => {
       // w1 trains step 0; the run continues as new and keeps w1 (its lease), which dies in step 1; w2 takes over.
-      const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' }, continueAsNewEvery: 1 });
+      const handle = await t.start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' }, continueAsNewEvery: 1 });
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
       expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([
@@ -159,15 +207,15 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(f.announces()).toBe(2);
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
       expect(f.records[1]!.record.trainer).toMatchObject({ restarts: 1 });
-      await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-trainer-kept-then-replaced-1');
+      await record(t.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-trainer-kept-then-replaced-1');
       await record(handle, 'trainrun-trainer-kept-then-replaced-3');
     });
   });
 
-  test('a corrupt newest checkpoint at trainer reload: the run falls back to the newest that verifies, retrains the later steps once each, on record', async () => {
-    await withWorkers({ deadTrainers: ['w1'], deadFromStep: 2, corruptCheckpoints: [1] }, async (f) => {
+  test.concurrent('a corrupt newest checkpoint at trainer reload: the run falls back to the newest that verifies, retrains the later steps once each, on record', async () => {
+    await withWorkers({ deadTrainers: ['w1'], deadFromStep: 2, corruptCheckpoints: [1] }, async (f, t) => {
       // w1 trains steps 0 and 1, then dies in step 2; w2 must load step 1's checkpoint, which is corrupt.
-      const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+      const handle = await t.start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
       expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([
@@ -190,14 +238,14 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       const { winningSteps } = await import('../../../src/records/winners');
       const fb = f.fallbacks[0]!.result;
       expect(winningSteps(f.records.map((r) => r.record), fb.fellBack ? [fb.record] : []).map((r) => [r.step, r.epoch ?? 0, r.policy_version])).toEqual([[0, 0, 1], [1, 1, 2], [2, 1, 3]]);
-      await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-checkpoint-fallback-1');
+      await record(t.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-checkpoint-fallback-1');
       await record(handle, 'trainrun-checkpoint-fallback-2');
     });
   });
 
-  test('inference down at weight sync: the run waits (waiting-for-inference), then goes on', async () => {
-    await withWorkers({ inferenceDownTimes: 1, orchestrator: { max_steps: 1 } }, async (f) => {
-      const handle = await start();
+  test.concurrent('inference down at weight sync: the run waits (waiting-for-inference), then goes on', async () => {
+    await withWorkers({ inferenceDownTimes: 1, orchestrator: { max_steps: 1 } }, async (f, t) => {
+      const handle = await t.start();
       await waitForStatus(handle, 'waiting-for-inference');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(1);
@@ -209,9 +257,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
   describe('inference replicas are a pool (inference.sync_quorum)', () => {
     const two = ['http://r1/v1', 'http://r2/v1'];
 
-    test('one replica of two dead for good, quorum 1: every step goes on without waiting; the dead one is recorded behind', async () => {
-      await withWorkers({ inference: { base_urls: two, sync_quorum: 1 }, deadReplicas: ['http://r2/v1'], orchestrator: { max_steps: 2 } }, async (f) => {
-        const handle = await start();
+    test.concurrent('one replica of two dead for good, quorum 1: every step goes on without waiting; the dead one is recorded behind', async () => {
+      await withWorkers({ inference: { base_urls: two, sync_quorum: 1 }, deadReplicas: ['http://r2/v1'], orchestrator: { max_steps: 2 } }, async (f, t) => {
+        const handle = await t.start();
         const result = await handle.result();
         expect(result.stepsCompleted).toBe(2);
         expect(f.syncs.every((s) => s.quorum === 1)).toBe(true);
@@ -227,10 +275,10 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       });
     });
 
-    test('inference hosts (sync_task_queues), one of three down: the default majority (2 of 3) is reached; the host is recorded behind', async () => {
+    test.concurrent('inference hosts (sync_task_queues), one of three down: the default majority (2 of 3) is reached; the host is recorded behind', async () => {
       const hostQueues = { 'inf-a': 'up', 'inf-b': 'down', 'inf-c': 'up' } as const;
-      await withWorkers({ inference: { sync_task_queues: Object.keys(hostQueues) }, hostQueues, orchestrator: { max_steps: 1 } }, async (f) => {
-        const handle = await start();
+      await withWorkers({ inference: { sync_task_queues: Object.keys(hostQueues) }, hostQueues, orchestrator: { max_steps: 1 } }, async (f, t) => {
+        const handle = await t.start();
         const result = await handle.result();
         expect(result.stepsCompleted).toBe(1);
         // Every host was asked (all awaited), none of them was told the quorum (a host syncs all its own replicas).
@@ -241,9 +289,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       });
     });
 
-    test('quorum not reached (the default majority: 2 of 2): the run waits (waiting-for-inference) until the replica is back', async () => {
-      await withWorkers({ inference: { base_urls: two }, deadReplicas: ['http://r2/v1'], deadReplicaSyncs: 1, orchestrator: { max_steps: 1 } }, async (f) => {
-        const handle = await start();
+    test.concurrent('quorum not reached (the default majority: 2 of 2): the run waits (waiting-for-inference) until the replica is back', async () => {
+      await withWorkers({ inference: { base_urls: two }, deadReplicas: ['http://r2/v1'], deadReplicaSyncs: 1, orchestrator: { max_steps: 1 } }, async (f, t) => {
+        const handle = await t.start();
         await waitForStatus(handle, 'waiting-for-inference');
         const result = await handle.result();
         expect(result.stepsCompleted).toBe(1);
@@ -254,11 +302,11 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('two runs, one trainer: the second waits (waiting-for-trainer) until the first releases it; both ledgers exact', async () => {
-    await withWorkers({ leases: 1, trainMs: 100 }, async (f) => {
-      const a = await start();
+  test.concurrent('two runs, one trainer: the second waits (waiting-for-trainer) until the first releases it; both ledgers exact', async () => {
+    await withWorkers({ leases: 1, trainMs: 100 }, async (f, t) => {
+      const a = await t.start();
       await waitFor(async () => f.leased.get('w1') === a.workflowId);
-      const b = await start();
+      const b = await t.start();
       await waitForStatus(b, 'waiting-for-trainer');
       const [ra, rb] = await Promise.all([a.result(), b.result()]);
       expect([ra.stepsCompleted, rb.stepsCompleted]).toEqual([3, 3]);
@@ -274,14 +322,14 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a terminated run\'s trainer goes to the next run at once, which unloads the ended run\'s adapters', async () => {
+  test.concurrent('a terminated run\'s trainer goes to the next run at once, which unloads the ended run\'s adapters', async () => {
     const endedRuns = new Set<string>();
-    await withWorkers({ leases: 1, trainMs: 2_000, endedRuns }, async (f) => {
-      const a = await start();
+    await withWorkers({ leases: 1, trainMs: 2_000, endedRuns }, async (f, t) => {
+      const a = await t.start();
       await waitFor(async () => f.leased.get('w1') === a.workflowId);
       await a.terminate('test: terminated mid-run, so it never releases its trainer');
       endedRuns.add(a.workflowId);
-      const b = await start();
+      const b = await t.start();
       expect((await b.result()).stepsCompleted).toBe(3);
       // a never released w1; b took it, unloaded a's adapters first, and its own at its end.
       expect(f.releases).toEqual([{ worker: 'w1', runId: b.workflowId }]);
@@ -290,25 +338,25 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('ReleaseRun (ratchet release) gives back a terminated run\'s trainer and unloads its adapters; a second release finds it no longer held', async () => {
-    await withWorkers({ leases: 1, trainMs: 2_000 }, async (f) => {
-      const a = await start();
+  test.concurrent('ReleaseRun (ratchet release) gives back a terminated run\'s trainer and unloads its adapters; a second release finds it no longer held', async () => {
+    await withWorkers({ leases: 1, trainMs: 2_000 }, async (f, t) => {
+      const a = await t.start();
       await waitFor(async () => f.leased.get('w1') === a.workflowId);
       await a.terminate('test: terminated, so it never releases its trainer');
       const input: ReleaseRunInput = { runId: a.workflowId, trainerQueue: 'trainer-w1', baseUrls: ['http://r1/v1'], identity: 'me@host', reason: 'test' };
-      const released = await world.env.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-1`, args: [input] }) as ReleaseRunResult;
+      const released = await t.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-1`, args: [input] }) as ReleaseRunResult;
       expect(released).toMatchObject({ runId: a.workflowId, trainer: { state: 'released', worker_id: 'w1' } });
       expect(f.leased.size).toBe(0);
       expect(f.unloads).toEqual([a.workflowId]);
       // Again: the trainer no longer holds the run.
-      const again = await world.env.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-2`, args: [input] }) as ReleaseRunResult;
+      const again = await t.client.workflow.execute('ReleaseRun', { taskQueue: 'ratchet', workflowId: `${a.workflowId}-release-2`, args: [input] }) as ReleaseRunResult;
       expect(again.trainer.state).toBe('not-held');
     });
   });
 
-  test('a failed run still releases its trainer and unloads its adapters', async () => {
-    await withWorkers({ leases: 1, stepFaults: { 1: 'BatchError' } }, async (f) => {
-      const handle = await start();
+  test.concurrent('a failed run still releases its trainer and unloads its adapters', async () => {
+    await withWorkers({ leases: 1, stepFaults: { 1: 'BatchError' } }, async (f, t) => {
+      const handle = await t.start();
       await expect(handle.result()).rejects.toThrow();
       expect(f.releases).toEqual([{ worker: 'w1', runId: handle.workflowId }]);
       expect(f.unloads).toEqual([handle.workflowId]);
@@ -316,13 +364,13 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a run failed on purpose, restarted under its id, goes on from its last completed step: no double step', async () => {
-    await withWorkers({ stepFaults: { 1: 'BatchError' } }, async (f) => {
-      const first = await start();
+  test.concurrent('a run failed on purpose, restarted under its id, goes on from its last completed step: no double step', async () => {
+    await withWorkers({ stepFaults: { 1: 'BatchError' } }, async (f, t) => {
+      const first = await t.start();
       await expect(first.result()).rejects.toThrow();
       expect(f.records.map((r) => r.record.step)).toEqual([0]);
       // What `ratchet restart` does: the same workflow id again; openRun finds the state file.
-      const again = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const again = await t.client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: first.workflowId, args: [{ configPath: 'configs/fake.toml', runId: first.workflowId }],
       });
       expect(await again.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
@@ -333,9 +381,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a batch the trainer ranks could not plan alike (StepPartition) is recorded on the step and skipped', async () => {
-    await withWorkers({ stepFaults: { 1: 'StepPartition' }, orchestrator: { max_steps: 3 } }, async (f) => {
-      const handle = await start();
+  test.concurrent('a batch the trainer ranks could not plan alike (StepPartition) is recorded on the step and skipped', async () => {
+    await withWorkers({ stepFaults: { 1: 'StepPartition' }, orchestrator: { max_steps: 3 } }, async (f, t) => {
+      const handle = await t.start();
       const result = await handle.result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 2, stopped: 'completed' });
       expect(f.records.map((r) => [r.record.step, r.record.error?.type ?? null, r.record.trainer.skipped ?? false]))
@@ -343,9 +391,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a non-finite gradient or an OOM that survived its retry is recorded on the step and skipped', async () => {
-    await withWorkers({ stepFaults: { 1: 'NonFiniteGradient', 2: 'StepOutOfMemory' }, orchestrator: { max_steps: 4 } }, async (f) => {
-      const handle = await start();
+  test.concurrent('a non-finite gradient or an OOM that survived its retry is recorded on the step and skipped', async () => {
+    await withWorkers({ stepFaults: { 1: 'NonFiniteGradient', 2: 'StepOutOfMemory' }, orchestrator: { max_steps: 4 } }, async (f, t) => {
+      const handle = await t.start();
       const result = await handle.result();
       await record(handle, 'trainrun-step-faults');
       expect(result).toMatchObject({ stepsCompleted: 4, policyVersion: 2, stopped: 'completed' });
@@ -357,9 +405,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('two trainers lost in one trainer.step (a partition, a reboot) are infrastructure: the step trains on a third, no TrainerKilled', async () => {
-    await withWorkers({ killingSteps: [1], killingTimes: 2, orchestrator: { max_steps: 3 } }, async (f) => {
-      const handle = await start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+  test.concurrent('two trainers lost in one trainer.step (a partition, a reboot) are infrastructure: the step trains on a third, no TrainerKilled', async () => {
+    await withWorkers({ killingSteps: [1], killingTimes: 2, orchestrator: { max_steps: 3 } }, async (f, t) => {
+      const handle = await t.start({ trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
       const result = await handle.result();
       await record(handle, 'trainrun-trainer-lost-twice');
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
@@ -374,9 +422,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a process fault (TrainerFault) is retried on a replacement trainer; the step trains there once', async () => {
-    await withWorkers({ processFaults: { 1: ['RuntimeError'] }, orchestrator: { max_steps: 3 } }, async (f) => {
-      const result = await (await start()).result();
+  test.concurrent('a process fault (TrainerFault) is retried on a replacement trainer; the step trains there once', async () => {
+    await withWorkers({ processFaults: { 1: ['RuntimeError'] }, orchestrator: { max_steps: 3 } }, async (f, t) => {
+      const result = await (await t.start()).result();
       expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
       expect(f.events.filter((e) => e.what === 'trainer-fault').map((e) => [e.step, e.worker])).toEqual([[1, 'w1']]);
       expect(f.records.map((r) => r.record.error?.type ?? null)).toEqual([null, null, null]);
@@ -385,10 +433,10 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a batch that fails with the same error class on two trainer processes is a PoisonBatch, skipped; two different classes are not', async () => {
+  test.concurrent('a batch that fails with the same error class on two trainer processes is a PoisonBatch, skipped; two different classes are not', async () => {
     await withWorkers({ processFaults: { 1: ['torch.OutOfMemoryError', 'RuntimeError', 'RuntimeError'], 2: ['RuntimeError', 'torch.AcceleratorError'] },
-      orchestrator: { max_steps: 4 } }, async (f) => {
-      const handle = await start();
+      orchestrator: { max_steps: 4 } }, async (f, t) => {
+      const handle = await t.start();
       const result = await handle.result();
       await record(handle, 'trainrun-poison-batch');
       expect(result).toMatchObject({ stepsCompleted: 4, policyVersion: 3, stopped: 'completed' });
@@ -403,9 +451,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a pause survives continue-as-new, and resume goes on from there', async () => {
-    await withWorkers({ orchestrator: { max_steps: 3 }, trainMs: 500 }, async (f) => {
-      const handle = await start({ continueAsNewEvery: 1 });
+  test.concurrent('a pause survives continue-as-new, and resume goes on from there', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3 }, trainMs: 500 }, async (f, t) => {
+      const handle = await t.start({ continueAsNewEvery: 1 });
       await waitFor(async () => f.events.some((e) => e.what === 'train-start'));
       expect(await handle.executeUpdate(pauseUpdate)).toBe('paused');
       // Step 0 finishes, the run continues as new, and the new execution is still paused.
@@ -418,48 +466,14 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect(await handle.executeUpdate(resumeUpdate)).toBe('running');
       expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
       expect([...f.applied.values()]).toEqual([1, 1, 1]);
-      await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-pause-before-continue-as-new');
+      await record(t.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-pause-before-continue-as-new');
       await record(handle, 'trainrun-pause-after-continue-as-new');
     });
   });
 
-  test('an outage at the last step waits on in the same run: nothing after it would serve the version', async () => {
-    await withWorkers({ inferenceDownTimes: 3, orchestrator: { max_steps: 1 } }, async (f) => {
-      const handle = await start({ inferenceWaitsPerExecution: 2 });
-      expect(await handle.result()).toMatchObject({ stepsCompleted: 1, policyVersion: 1 });
-      expect((await handle.describe()).runId).toBe(handle.firstExecutionRunId);
-      expect(f.records[0]!.record.weight_sync).toMatchObject({ policyVersion: 1 });
-      // 2 tries in the run, 2 in the child (down, then served), 1 more in the run for the step record.
-      expect(f.syncs).toHaveLength(5);
-      // Issue 39: past the execution's tries the wait is an InferenceWait child (it continues as new), so a
-      // last step's outage of days does not grow the run's history; the run itself made its 2 tries and 1 after.
-      const events = (await handle.fetchHistory()).events ?? [];
-      const children = events.map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowType?.name).filter((n) => n === 'InferenceWait');
-      expect(children).toHaveLength(1);
-      expect(events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'syncWeights')).toHaveLength(3);
-    });
-  });
-
-  test('a long inference outage continues as new instead of growing one history; nothing is trained twice', async () => {
-    await withWorkers({ inferenceDownTimes: 5, orchestrator: { max_steps: 2 } }, async (f) => {
-      const handle = await start({ inferenceWaitsPerExecution: 2, continueAsNewEvery: 100 });
-      const result = await handle.result();
-      expect(result).toMatchObject({ stepsCompleted: 2, policyVersion: 2 });
-      expect((await handle.describe()).runId).not.toBe(handle.firstExecutionRunId);
-      expect([...f.applied.values()]).toEqual([1, 1]);
-      // Step 0 was recorded trained-but-not-served; the next execution served version 1 before rolling out.
-      expect(f.records[0]!.record).toMatchObject({ step: 0, policy_version: 1 });
-      expect(f.records[0]!.record.weight_sync).toBeUndefined();
-      // 2 failed attempts in each of the first two executions, then served in the third, then step 1's.
-      expect(f.syncs.map((x) => x.policyVersion)).toEqual([1, 1, 1, 1, 1, 1, 2]);
-      await record(world.env.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId), 'trainrun-inference-wait-continue-as-new-1');
-      await record(handle, 'trainrun-inference-wait-continue-as-new-3');
-    });
-  });
-
-  test('artifact store down mid-run: the run waits (waiting-for-store), then records the step once and goes on', async () => {
-    await withWorkers({ storeDownTimes: 2, orchestrator: { max_steps: 2 } }, async (f) => {
-      const handle = await start();
+  test.concurrent('artifact store down mid-run: the run waits (waiting-for-store), then records the step once and goes on', async () => {
+    await withWorkers({ storeDownTimes: 2, orchestrator: { max_steps: 2 } }, async (f, t) => {
+      const handle = await t.start();
       await waitForStatus(handle, 'waiting-for-store');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(2);
@@ -469,9 +483,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('trainer.save finds its disk full: the run waits (waiting-for-disk), then saves, with no double step', async () => {
-    await withWorkers({ diskFullTimes: 2, orchestrator: { max_steps: 2 } }, async (f) => {
-      const handle = await start();
+  test.concurrent('trainer.save finds its disk full: the run waits (waiting-for-disk), then saves, with no double step', async () => {
+    await withWorkers({ diskFullTimes: 2, orchestrator: { max_steps: 2 } }, async (f, t) => {
+      const handle = await t.start();
       await waitForStatus(handle, 'waiting-for-disk');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(2);
@@ -484,9 +498,9 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a rollout finds its disk full: the run waits (waiting-for-disk), then the step completes with every rollout', async () => {
-    await withWorkers({ rolloutDiskFullTimes: 2, orchestrator: { max_steps: 1 } }, async (f) => {
-      const handle = await start();
+  test.concurrent('a rollout finds its disk full: the run waits (waiting-for-disk), then the step completes with every rollout', async () => {
+    await withWorkers({ rolloutDiskFullTimes: 2, orchestrator: { max_steps: 1 } }, async (f, t) => {
+      const handle = await t.start();
       await waitFor(async () => (await handle.query(progressQuery)).status === 'waiting-for-disk');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(1);
@@ -501,7 +515,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
   const shortOutage = { handoffAfter: 2, perExecution: 2, capS: 1 };
 
   /** The OutageWait children a workflow started, and how many executions each child's chain has. */
-  async function outageChildren(handle: WorkflowHandle): Promise<{ id: string; executions: number }[]> {
+  async function outageChildren(client: Client, handle: WorkflowHandle): Promise<{ id: string; executions: number }[]> {
     const history = await handle.fetchHistory();
     const ids = (history.events ?? [])
       .map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes)
@@ -509,14 +523,14 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       .map((a) => a!.workflowId!);
     return Promise.all(ids.map(async (id) => {
       const executions: string[] = [];
-      for await (const w of world.env.client.workflow.list({ query: `WorkflowId = '${id}'` })) executions.push(w.runId);
+      for await (const w of client.workflow.list({ query: `WorkflowId = '${id}'` })) executions.push(w.runId);
       return { id, executions: executions.length };
     }));
   }
 
-  test('a long store outage: the wait moves to an OutageWait child that continues as new; the step is recorded once', async () => {
-    await withWorkers({ storeDownTimes: 6, orchestrator: { max_steps: 2 } }, async (f) => {
-      const handle = await start({ outageWaits: shortOutage });
+  test.concurrent('a long store outage: the wait moves to an OutageWait child that continues as new; the step is recorded once', async () => {
+    await withWorkers({ storeDownTimes: 6, orchestrator: { max_steps: 2 } }, async (f, t) => {
+      const handle = await t.start({ outageWaits: shortOutage });
       await waitForStatus(handle, 'waiting-for-store');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(2);
@@ -525,7 +539,7 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
       expect([...f.applied.values()]).toEqual([1, 1]);
       // 2 tries in the run, then 4 failed + 1 good in the child: 2 tries per execution, so 3 executions.
       let children: { id: string; executions: number }[] = [];
-      await waitFor(async () => (children = await outageChildren(handle)).every((c) => c.executions === 3) && children.length === 1);
+      await waitFor(async () => (children = await outageChildren(t.client, handle)).every((c) => c.executions === 3) && children.length === 1);
       const recordSteps = (await handle.fetchHistory()).events!.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'recordStep');
       // Step 0's two failed tries and step 1's call: the outage's other tries are in the child's histories.
       expect(recordSteps.length).toBe(3);
@@ -533,16 +547,16 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
-  test('a disk full for long at trainer.save: handed to OutageWait, saved once, no double step', async () => {
-    await withWorkers({ diskFullTimes: 5, orchestrator: { max_steps: 2 } }, async (f) => {
-      const handle = await start({ outageWaits: shortOutage });
+  test.concurrent('a disk full for long at trainer.save: handed to OutageWait, saved once, no double step', async () => {
+    await withWorkers({ diskFullTimes: 5, orchestrator: { max_steps: 2 } }, async (f, t) => {
+      const handle = await t.start({ outageWaits: shortOutage });
       await waitForStatus(handle, 'waiting-for-disk');
       const result = await handle.result();
       expect(result.stepsCompleted).toBe(2);
       expect(f.events.filter((e) => e.what === 'disk-full').map((e) => e.step)).toEqual([0, 0, 0, 0, 0]);
       expect([...f.applied.values()]).toEqual([1, 1]);
       expect(f.records.map((r) => r.record.step)).toEqual([0, 1]);
-      const children = await outageChildren(handle);
+      const children = await outageChildren(t.client, handle);
       expect(children.length).toBe(1);
     });
   });

@@ -4,31 +4,33 @@
  * the first rollout); the rollouts ask for the served model at every version, never an adapter name;
  * the steps record no adapter. A LoRA run's syncs and model names are as before (no `full`).
  */
-import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import { describeWithStack } from '../../helpers/stack';
 import { progressQuery, setSettingsUpdate } from '../../../src/workflows/messages';
 import type { TrainRun } from '../../../src/workflows/trainRun';
 import { makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { inNamespace, useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
 
 jest.setTimeout(120_000);
 
 describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev server)', ['temporalBinary'], () => {
-  const world = useFakeWorld();
-  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
-    withFakeWorkers(world, makeFakes(opts), { trainers: ['w1'] }, fn);
+  // The tests mostly wait (a 5 s inference wait, round trips), so they run at once (test.concurrent), each in a namespace of its own.
+  const world = useFakeWorld({ concurrent: 5 });
+  const withFakes = <T>(fakes: ReturnType<typeof makeFakes>, fn: (fakes: ReturnType<typeof makeFakes>, client: Client) => Promise<T>): Promise<T> =>
+    inNamespace(world, (ns) => withFakeWorkers(world, fakes, { trainers: ['w1'], namespace: ns }, (f, stack) => fn(f, stack.client)));
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>, client: Client) => Promise<T>): Promise<T> => withFakes(makeFakes(opts), fn);
 
   let n = 0;
-  const run = async (opts: FakeOptions) => withWorkers(opts, async (f) => {
+  const run = async (opts: FakeOptions) => withWorkers(opts, async (f, client) => {
     const runId = `full-${process.pid}-${++n}`;
-    const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+    const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
       taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
     });
     const result = await handle.result();
     return { f, runId, result };
   });
 
-  test('each sync reloads the full weights of its version from that version\'s checkpoint; rollouts ask for the served model', async () => {
+  test.concurrent('each sync reloads the full weights of its version from that version\'s checkpoint; rollouts ask for the served model', async () => {
     const { f, result } = await run({ trainer: { mode: 'full' }, orchestrator: { max_steps: 3, async_level: 1 } });
     expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
     const served = f.config.inference.served_model;
@@ -43,7 +45,7 @@ describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev se
     expect(f.records.map((r) => r.record.adapter)).toEqual([undefined, undefined, undefined]);
   });
 
-  test('a replica restarted mid-step (back on the base model) is noticed by the rollouts and re-synced with the step\'s checkpoint before they sample', async () => {
+  test.concurrent('a replica restarted mid-step (back on the base model) is noticed by the rollouts and re-synced with the step\'s checkpoint before they sample', async () => {
     const fakes = makeFakes({ trainer: { mode: 'full' }, orchestrator: { max_steps: 3 } });
     // One replica's weights: what the last sync loaded; the rollouts check them as src/agent/servedWeights.ts does.
     let served = 'base';
@@ -63,9 +65,9 @@ describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev se
       sampledFrom.push({ step: i.step, expected, served });
       return rollout(i);
     };
-    await withFakeWorkers(world, fakes, { trainers: ['w1'] }, async (f) => {
+    await withFakes(fakes, async (f, client) => {
       const runId = `full-${process.pid}-${++n}`;
-      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
       });
       expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
@@ -83,10 +85,10 @@ describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev se
     });
   });
 
-  test('ratchet set --eval-every on a full run is refused by the update\'s validator, with the fix', async () => {
-    await withWorkers({ trainer: { mode: 'full' }, inferenceDownTimes: 1 }, async () => {
+  test.concurrent('ratchet set --eval-every on a full run is refused by the update\'s validator, with the fix', async () => {
+    await withWorkers({ trainer: { mode: 'full' }, inferenceDownTimes: 1 }, async (_f, client) => {
       const runId = `full-${process.pid}-${++n}`;
-      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
         taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
       });
       // The version-0 sync fails once: the run waits (5 s) with its config loaded.
@@ -99,7 +101,7 @@ describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev se
     });
   });
 
-  test('a LoRA run is unchanged: adapter syncs without `full`, rollouts on <run>/policy-v<N>', async () => {
+  test.concurrent('a LoRA run is unchanged: adapter syncs without `full`, rollouts on <run>/policy-v<N>', async () => {
     const { f, runId } = await run({ orchestrator: { max_steps: 2 } });
     expect(f.syncs.map((s) => [s.policyVersion, 'full' in s, s.adapter?.uri])).toEqual([
       [1, false, expect.stringContaining('adapter-step-0')],

@@ -6,34 +6,36 @@
  * lineage names the origin. SftRun takes it the same way.
  * Set RATCHET_RECORD_HISTORIES=1 to record histories for the replay test.
  */
-import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import type { Client, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { describeWithStack } from '../../helpers/stack';
 import type { TrainRun } from '../../../src/workflows/trainRun';
 import type { TrainRunInput } from '../../../src/contracts';
 import { adapterName } from '../../../src/shared/adapters';
 import { FAKE_INIT, makeFakes, type FakeOptions } from '../../helpers/workflowFakes';
-import { useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
+import { inNamespace, useFakeWorld, withFakeWorkers } from '../../helpers/fakeWorld';
 import { recordHistory } from '../../helpers/histories';
 
 jest.setTimeout(120_000);
 
 describeWithStack('init_from (fake activities, real dev server)', ['temporalBinary'], () => {
-  const world = useFakeWorld();
+  // The tests mostly wait (heartbeat timeouts, round trips), so they run at once (test.concurrent), each in a namespace of its own.
+  const world = useFakeWorld({ concurrent: 5 });
 
-  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>) => Promise<T>): Promise<T> =>
-    withFakeWorkers(world, makeFakes({ initFrom: true, ...opts }), { trainers: ['w1', 'w2', 'w3'] }, fn);
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>, client: Client) => Promise<T>): Promise<T> =>
+    inNamespace(world, (ns) => withFakeWorkers(world, makeFakes({ initFrom: true, ...opts }), { trainers: ['w1', 'w2', 'w3'], namespace: ns },
+      (f, stack) => fn(f, stack.client)));
 
   let n = 0;
-  async function start(type: 'TrainRun' | 'SftRun', input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
+  async function start(client: Client, type: 'TrainRun' | 'SftRun', input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
     const runId = `init-${process.pid}-${++n}`;
-    return world.env.client.workflow.start<typeof TrainRun>(type, {
+    return client.workflow.start<typeof TrainRun>(type, {
       taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
     });
   }
 
-  test('TrainRun: the origin reaches trainer.load; version 0 is its adapter, served first and kept for the rollouts ahead', async () => {
-    await withWorkers({ orchestrator: { max_steps: 3, async_level: 1 } }, async (f) => {
-      const handle = await start('TrainRun');
+  test.concurrent('TrainRun: the origin reaches trainer.load; version 0 is its adapter, served first and kept for the rollouts ahead', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3, async_level: 1 } }, async (f, client) => {
+      const handle = await start(client, 'TrainRun');
       const runId = handle.workflowId;
       expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
       // Loaded once, without a checkpoint, with the origin as its initial adapter.
@@ -63,9 +65,9 @@ describeWithStack('init_from (fake activities, real dev server)', ['temporalBina
     });
   });
 
-  test('TrainRun: a replaced trainer reloads the run\'s own checkpoint without init; a fallback to "the base model" takes init again', async () => {
-    await withWorkers({ orchestrator: { max_steps: 3 }, deadTrainers: ['w1'], deadFromStep: 1, corruptCheckpoints: [0] }, async (f) => {
-      const handle = await start('TrainRun', { trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+  test.concurrent('TrainRun: a replaced trainer reloads the run\'s own checkpoint without init; a fallback to "the base model" takes init again', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3 }, deadTrainers: ['w1'], deadFromStep: 1, corruptCheckpoints: [0] }, async (f, client) => {
+      const handle = await start(client, 'TrainRun', { trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
       expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
       // w1 starts from init and dies in step 1; w2 finds step 0's checkpoint corrupt; the run falls back to
       // its start, which is the origin's adapter: w2 loads init again (no checkpoint), and version 0 is served from it again.
@@ -80,9 +82,9 @@ describeWithStack('init_from (fake activities, real dev server)', ['temporalBina
     });
   });
 
-  test('SftRun: starts from the origin too (trainer.load init, version 0 served first)', async () => {
-    await withWorkers({ sft: { batch_size: 2 }, orchestrator: { max_steps: 2 } }, async (f) => {
-      const handle = await start('SftRun');
+  test.concurrent('SftRun: starts from the origin too (trainer.load init, version 0 served first)', async () => {
+    await withWorkers({ sft: { batch_size: 2 }, orchestrator: { max_steps: 2 } }, async (f, client) => {
+      const handle = await start(client, 'SftRun');
       expect(await handle.result()).toMatchObject({ stepsCompleted: 2, policyVersion: 2 });
       expect(f.loads).toEqual([{ worker: 'w1', checkpoint: undefined, lossKind: 'sft', init: FAKE_INIT }]);
       expect(f.syncs.map((s) => [s.policyVersion, s.adapter?.uri])).toEqual([[0, FAKE_INIT.adapter.uri], [1, 'file:///fake/adapter-step-0'], [2, 'file:///fake/adapter-step-1']]);
@@ -90,9 +92,9 @@ describeWithStack('init_from (fake activities, real dev server)', ['temporalBina
     });
   });
 
-  test('without init_from nothing changes: loads carry no init, version 0 is the base model and is never synced', async () => {
-    await withWorkers({ initFrom: false, orchestrator: { max_steps: 1 } }, async (f) => {
-      const handle = await start('TrainRun');
+  test.concurrent('without init_from nothing changes: loads carry no init, version 0 is the base model and is never synced', async () => {
+    await withWorkers({ initFrom: false, orchestrator: { max_steps: 1 } }, async (f, client) => {
+      const handle = await start(client, 'TrainRun');
       await handle.result();
       expect(f.loads.map((l) => 'init' in l)).toEqual([false]);
       expect(f.syncs.map((s) => s.policyVersion)).toEqual([1]);
