@@ -303,7 +303,9 @@ export class S3ArtifactStore implements ArtifactStore {
   private classify(err: unknown, objectKey: string): unknown {
     const e = err as Error & { name?: string; code?: string; $metadata?: { httpStatusCode?: number } };
     const status = e.$metadata?.httpStatusCode;
-    const name = e.name ?? '';
+    const noBody = bodiless(e.name, status);
+    const name = noBody ? `HTTP ${status}` : e.name ?? '';
+    const message = noBody ? 'no error body (the answer to a HEAD request has none)' : e.message;
     const where = this.settings.endpoint ? ` at ${this.settings.endpoint}` : '';
     // The store answered but refused: at the start (checkStore) a config error, mid-run a wait naming the store's error.
     if (name === 'NoSuchBucket' || (status === 404 && objectKey === '')) {
@@ -311,30 +313,38 @@ export class S3ArtifactStore implements ArtifactStore {
         `[artifacts] url: bucket "${this.bucket}" does not exist${where}. Fix: create it (e.g. \`aws s3 mb s3://${this.bucket}\`), or correct the bucket in [artifacts] url`,
         `the bucket "${this.bucket}" is gone: restore it, or recreate it and put back the run's objects (runs/<run>/) from a backup`);
     }
-    if (name === 'CredentialsProviderError' || /Could not load credentials/i.test(e.message)) {
-      return new StoreRefusedError(this.url + where, `${name || 'CredentialsProviderError'}: ${e.message}`,
+    if (name === 'CredentialsProviderError' || /Could not load credentials/i.test(message)) {
+      return new StoreRefusedError(this.url + where, `${name || 'CredentialsProviderError'}: ${message}`,
         `[artifacts] url ${this.url}: no AWS credentials on this host. Fix: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for the worker; they never go in the run config`,
         'give this host credentials again (AWS_PROFILE\'s file, the instance role or the token file the SDK reads)');
     }
     if (name === 'RequestTimeTooSkewed') {
-      return new StoreRefusedError(this.url + where, `${name}: ${e.message}`,
+      return new StoreRefusedError(this.url + where, `${name}: ${message}`,
         `[artifacts] url ${this.url}: the store refused this host's clock (${name})${where}. Fix: sync the clock (chrony or systemd-timesyncd)`,
         'sync this host\'s clock (chronyc makestep, or systemd-timesyncd)');
     }
     if (REFUSED.includes(name) || status === 403) {
-      return new StoreRefusedError(this.url + where, `${name || `HTTP ${status}`}: ${e.message}`,
+      return new StoreRefusedError(this.url + where, `${name || `HTTP ${status}`}: ${message}`,
         `[artifacts] url ${this.url}: the store refused this host's credentials (${name || `HTTP ${status}`})${where}. ` +
           'Fix: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and that they may read and write the bucket',
         'give this host valid keys again (rotated or expired keys or token: update them where the SDK reads them; a worker that reads them from its environment needs a restart) and check they may read and write the bucket');
     }
     if (isNotFound(err)) return err;
     if (name === 'PermanentRedirect' || name === 'AuthorizationHeaderMalformed') {
-      return new StoreConfigError(`[artifacts] region: bucket "${this.bucket}" is in another region (${e.message}). Fix: set [artifacts] region to the bucket's region`);
+      return new StoreConfigError(`[artifacts] region: bucket "${this.bucket}" is in another region (${message}). Fix: set [artifacts] region to the bucket's region`);
     }
     if (err instanceof S3ServiceException && status !== undefined && status < 500) return err;
     // Connection refused, DNS, timeouts, 5xx: the store is (for now) not there.
-    return new StoreUnavailableError(this.url + where, `${name || 'error'}: ${e.message}`);
+    return new StoreUnavailableError(this.url + where, `${name || 'error'}: ${message}`);
   }
+}
+
+/**
+ * A HEAD request's error answer has no body, so the SDK names it `Unknown` with the message `UnknownError`:
+ * the HTTP status is all the store said, and what an operator needs to read.
+ */
+function bodiless(name: string | undefined, status: number | undefined): status is number {
+  return status !== undefined && (name === undefined || name === '' || name === 'Unknown' || name === 'UnknownError');
 }
 
 /** Errors of a store that answered but refused these credentials or this request's signature, token or clock. */

@@ -42,6 +42,20 @@ describe('store refusals: waits mid-run, config errors at the start', () => {
     expect((pre as Error).message).toMatch(/Fix:/);
   });
 
+  it("a refused HEAD (no error body: the SDK's `Unknown`/`UnknownError`) is named by its HTTP status", async () => {
+    const store = new S3ArtifactStore({ url: 's3://bkt/p', endpoint: 'http://minio:9000' }, '/tmp/ratchet-unused-cache');
+    const headAnswer = (status: number) => new S3ServiceException({ name: 'Unknown', $fault: status >= 500 ? 'server' : 'client', $metadata: { httpStatusCode: status }, message: 'UnknownError' });
+    (store.client as unknown as { send: () => Promise<never> }).send = () => Promise.reject(headAnswer(403));
+    const refused = await store.put('runs/r/x.json', '{}').then(() => undefined, (e: unknown) => e);
+    expect(refused).toBeInstanceOf(StoreRefusedError);
+    expect((refused as Error).message).toContain('HTTP 403: no error body');
+    expect((refused as Error).message).not.toMatch(/UnknownError/);
+    (store.client as unknown as { send: () => Promise<never> }).send = () => Promise.reject(headAnswer(503));
+    const down = await store.put('k', 'v').then(() => undefined, (e: unknown) => e);
+    expect(down).toBeInstanceOf(StoreUnavailableError);
+    expect((down as Error).message).toContain('HTTP 503: no error body');
+  });
+
   it('a 5xx stays StoreUnavailable without a refusal; a 400 of another kind is neither', async () => {
     const down = await refusing('InternalError', 500).put('k', 'v').then(() => undefined, (e: unknown) => e);
     expect(down).toBeInstanceOf(StoreUnavailableError);
