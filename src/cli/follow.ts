@@ -159,6 +159,16 @@ export function costLine(cost: Partial<Cost>): string {
     ` · Temporal events: ${n('temporal_events')} TrainRun, ${n('temporal_child_events')} rollout children`;
 }
 
+/**
+ * The workflow's own line for its last finished step, once per step, when no step record is readable from
+ * here (the run's store is another machine's, or needs credentials this shell lacks); `shown` remembers it.
+ */
+export function summaryLineOnce(last: Progress['lastStep'], recordsRead: boolean, shown: Set<number>): string | undefined {
+  if (!last || recordsRead || shown.has(last.step)) return undefined;
+  shown.add(last.step);
+  return `${c.bold(`step ${String(last.step).padStart(4)}`)}  v${last.policyVersion} reward ${c.cyan(fmtReward(last.meanReward))}  ${last.rollouts} rollouts`;
+}
+
 export interface FollowResult {
   status: string;
   description: WorkflowExecutionDescription;
@@ -171,6 +181,7 @@ export interface FollowResult {
 export async function followRun(client: Client, workflowId: string, opts: { once?: boolean; pollMs?: number } = {}): Promise<FollowResult> {
   const handle = client.workflow.getHandle(workflowId);
   const printed = new Set<number>();
+  const summarized = new Set<number>();
   const printedControls = new Set<string>();
   const showControls = (actions: ControlAction[] | undefined) => {
     for (const a of actions ?? []) {
@@ -218,10 +229,10 @@ export async function followRun(client: Client, workflowId: string, opts: { once
           console.log(lastEvalLine(p.lastEval));
         }
         lastEvalKey = evalKey;
-        if (p.lastStep && !printed.has(p.lastStep.step) && printed.size === 0) {
-          // No metrics file readable from here (another machine's store): the workflow's own summary.
+        const summary = summaryLineOnce(p.lastStep, printed.size > 0, summarized);
+        if (summary) {
           bar.clear();
-          console.log(`${c.bold(`step ${String(p.lastStep.step).padStart(4)}`)}  v${p.lastStep.policyVersion} reward ${c.cyan(fmtReward(p.lastStep.meanReward))}  ${p.lastStep.rollouts} rollouts`);
+          console.log(summary);
         }
         const beat = p.phase === 'training' || p.phase === 'saving' ? trainerBeat(desc) : undefined;
         // What the run waits for, when the local stack's supervisor is bringing a service back (issue 42).

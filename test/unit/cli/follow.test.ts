@@ -5,7 +5,7 @@
  */
 import type { WorkflowExecutionDescription } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
-import { phaseLine, trainerBeat } from '../../../src/cli/follow';
+import { phaseLine, summaryLineOnce, trainerBeat } from '../../../src/cli/follow';
 import type { Progress } from '../../../src/contracts';
 
 const progress = (over: Partial<Progress>): Progress => ({
@@ -44,4 +44,15 @@ test.each([
     'step 3/10 · rollouts 5/8 · waiting-for-rollout-workers (no rollout worker runs or polls ratchet-rollout: start one, e.g. `ratchet up`; the rollouts wait queued)'],
 ] as const)('phase %s reads as a line', (phase, over, line) => {
   expect(phaseLine(progress({ phase, ...over } as Partial<Progress>))).toBe(line);
+});
+
+test("with no step record readable here, the workflow's summary of a finished step prints once, not at every poll", () => {
+  const shown = new Set<number>();
+  const last = { step: 7, policyVersion: 8, meanReward: -0.5, rollouts: 2 } as NonNullable<Progress['lastStep']>;
+  expect(summaryLineOnce(last, false, shown)).toMatch(/step +7 +v8 reward .*2 rollouts/);
+  expect(summaryLineOnce(last, false, shown)).toBeUndefined();
+  expect(summaryLineOnce({ ...last, step: 8, policyVersion: 9 }, false, shown)).toMatch(/step +8 +v9/);
+  // Records read from the store print their own fuller lines.
+  expect(summaryLineOnce({ ...last, step: 9 }, true, shown)).toBeUndefined();
+  expect(summaryLineOnce(undefined, false, shown)).toBeUndefined();
 });
