@@ -75,6 +75,11 @@ async function main(): Promise<void> {
     : partitions || incidents ? [...FAULT_KINDS, ...(partitions ? PARTITION_KINDS : []), ...(incidents ? INCIDENT_KINDS : [])] : undefined;
   const withNetwork = partitions || replicaLoss || (kinds ?? []).some((k) => (PARTITION_KINDS as readonly string[]).includes(k));
   const withIncidents = incidents || (kinds ?? []).some((k) => (INCIDENT_KINDS as readonly string[]).includes(k));
+  if (faults > steps - 1) {
+    // In the 22-step soak of 40 faults 16 were never injected: each fault waits for the run to get past the one before.
+    componentLogger('soak').warn({ faults, steps },
+      `${faults} faults over ${steps - 1} steps that take faults: a fault waits for the run to get past the one before, so about one a step lands, and faults the run outruns end as not injected (a violation). Fix: --steps ${faults + 1} or more`);
+  }
   const report = await runSoak({
     steps, faults, seed, hangS, baseline, kinds, partitionS: withNetwork ? partitionS : undefined, replicaLoss, incidentS: withIncidents ? incidentS : undefined, logger: componentLogger('soak'),
   });

@@ -166,6 +166,7 @@ async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: Planne
     }
     if (finished || !p) {
       f.error = 'the run ended before the fault\'s phase came round';
+      opts.logger.warn({ fault: f }, 'fault not injected');
       continue;
     }
     f.step = p.step;
@@ -189,6 +190,7 @@ async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: Planne
         });
       } catch (err) {
         f.error = `injection failed: ${(err as Error).message}`;
+        opts.logger.warn({ fault: f }, 'fault not injected');
         continue;
       }
       const deadline = t0 + (opts.recoverTimeoutS ?? 900) * 1000;
