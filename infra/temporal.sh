@@ -4,7 +4,8 @@
 # in the state dir, so a stop and start keeps every workflow.
 #   infra/temporal.sh setup   install the CLI (idempotent)
 #   infra/temporal.sh start   start the dev server in the background, register search attributes
-#   infra/temporal.sh stop    stop it (the SQLite file stays)
+#   infra/temporal.sh revive  start, unless it was stopped on purpose (no pid file): what the supervisor runs
+#   infra/temporal.sh stop    stop it (the SQLite file stays); its pid file goes first
 #   infra/temporal.sh status
 source "$(dirname "$0")/lib.sh"
 
@@ -64,6 +65,8 @@ start() {
   mkdir -p "$(dirname "$PIDFILE")"
   exec 9>"$PIDFILE.start-lock"
   flock 9
+  # revive (the supervisor): a missing pid file means stopped on purpose (stop removes it first).
+  if [ "${1:-}" = if-expected ] && [ ! -f "$PIDFILE" ]; then log "temporal dev server was stopped on purpose (no pid file); not starting it"; return 0; fi
   if running; then log "temporal dev server already running (pid $(cat "$PIDFILE"))"; register_search_attributes; return 0; fi
   for hp in "$LOCAL_IP:$PORT" "$LOCAL_UI_IP:$UI_PORT"; do
     port_in_use "${hp%:*}" "${hp##*:}" && die "$hp is already taken by another process, so the Temporal dev server cannot start. Fix: stop that process (ss -ltnp 'sport = :${hp##*:}'), or set RATCHET_TEMPORAL_PORT / RATCHET_TEMPORAL_UI_PORT"
@@ -94,20 +97,23 @@ register_search_attributes() {
 }
 
 stop() {
-  if running; then
-    local pid; pid=$(cat "$PIDFILE")
-    kill "$pid"
-    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-    log "temporal dev server stopped"
-  fi
+  if ! running; then rm -f "$PIDFILE"; return 0; fi
+  local pid; pid=$(cat "$PIDFILE")
+  # The pid file goes first: the supervisor reads its absence as stopped on purpose (it does not revive the
+  # server), and a start that raced this stop keeps the pid file it wrote. Removed after the kill, it once
+  # took the pid file of the server the supervisor had just started, which then ran untracked on the port.
   rm -f "$PIDFILE"
+  kill "$pid"
+  for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  log "temporal dev server stopped"
 }
 
 case "${1:-setup}" in
   setup) timed temporal-cli setup ;;
   start) start ;;
+  revive) start if-expected ;;
   stop) stop ;;
   status) running && echo "running pid $(cat "$PIDFILE")" || { echo "stopped"; exit 1; } ;;
-  *) die "usage: infra/temporal.sh [setup|start|stop|status]" ;;
+  *) die "usage: infra/temporal.sh [setup|start|revive|stop|status]" ;;
 esac

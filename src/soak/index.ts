@@ -85,8 +85,9 @@ async function main(): Promise<void> {
   });
   const lines = summary(report);
   process.stdout.write(`${lines.join('\n')}\n`);
-  if (baseline) {
-    const extra = `${partitions ? ` --partitions --partition-s ${partitionS}` : ''}${incidents ? ` --incidents --incident-s ${incidentS}` : ''}${kindsArg ? ` --kinds ${kindsArg}` : ''}${replicaLoss ? ' --replica-loss' : ''}`;
+  // Written with or without the fault-free baseline (its absence is said in the wall-time line), violations included.
+  {
+    const extra = `${partitions ? ` --partitions --partition-s ${partitionS}` : ''}${incidents ? ` --incidents --incident-s ${incidentS}` : ''}${kindsArg ? ` --kinds ${kindsArg}` : ''}${replicaLoss ? ' --replica-loss' : ''}${baseline ? '' : ' --no-baseline'}`;
     writeBenchSection(withIncidents ? 'soak-incidents' : withNetwork ? 'soak-partitions' : 'soak', [
       withIncidents
         ? '### Soak with the incidents an operator fixes (issue 39; real CPU stack; beside the soaks above)'

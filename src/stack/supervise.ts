@@ -133,7 +133,7 @@ export function serviceSupervised(staleMs: number, env: NodeJS.ProcessEnv = proc
       name: 'temporal', pid: () => pidIn(temporalPid), startedAt: () => mtimeOf(temporalPid), livenessFile: livenessFileOf('temporal'),
       staleAfterMs: staleMs, startGraceMs: 60_000,
       probe: temporalHealthProbe(temporalAddress),
-      restart: () => infraStart('temporal.sh'),
+      restart: () => infraStart('temporal.sh', 'revive'),
     },
     {
       name: 'dockerd', pid: () => pidIn(dockerPid), startedAt: () => mtimeOf(dockerPid), livenessFile: livenessFileOf('dockerd'),
