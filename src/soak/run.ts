@@ -24,7 +24,7 @@ import { LocalArtifactStore } from '../artifacts/store';
 import { S3ArtifactStore } from '../artifacts/s3';
 import { MinioAdmin } from './minioAdmin';
 import { createSoakStore, startMinio, storeKeyEnv, swapAwsEnv, type SoakStore } from './storeKey';
-import { comparePoints, planFaults, REPLICA_LOSS, STEP_PHASES, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
+import { comparePoints, faultDue, planFaults, REPLICA_LOSS, STEP_PHASES, type FaultKind, type PlannedFault, type RunPoint } from './schedule';
 
 export const SOAK_CONFIG = path.join(REPO_ROOT, 'configs', 'swe-grep', 'soak.toml');
 
@@ -139,11 +139,6 @@ async function startRun(client: Client, configPath: string, label: string): Prom
   return { runId, handle };
 }
 
-/** Whether the run is in `phase` now. With async_level >= 1 the next step's rollouts run while this one trains: rollouts in flight either way. */
-function inPhase(p: Progress, phase: PlannedFault['phase']): boolean {
-  return p.phase === phase || (phase === 'rollouts' && p.prefetchedStep !== undefined);
-}
-
 /**
  * Drives the schedule against the live run, fault after fault: each is due from its
  * planned step on, and hits the first time the run is in its phase (a short phase that
@@ -161,7 +156,7 @@ async function driveFaults(handle: WorkflowHandle<typeof TrainRun>, plan: Planne
     for (;;) {
       if (finished) break;
       p = await pointOf(handle);
-      if (p && p.step < p.maxSteps && p.step >= f.step && inPhase(p, f.phase)) break;
+      if (p && faultDue(p, f)) break;
       await sleep(POLL_MS);
     }
     if (finished || !p) {

@@ -104,6 +104,32 @@ export function planFaults({ seed, faults, steps, kinds = FAULT_KINDS, phases = 
     .map((f, index) => ({ index, ...f }));
 }
 
+/** What faultDue reads of the run's progress query. */
+export interface RunPhase {
+  step: number;
+  maxSteps: number;
+  phase: Phase;
+  /** The next step whose rollouts run while this one trains (async_level >= 1). */
+  prefetchedStep?: number;
+}
+
+/** Whether the run is in `phase` now. With async_level >= 1 the next step's rollouts run while this one trains: rollouts in flight either way. */
+function inPhase(p: RunPhase, phase: StepPhase): boolean {
+  return p.phase === phase || (phase === 'rollouts' && p.prefetchedStep !== undefined);
+}
+
+/**
+ * Whether planned fault `f` hits the run now: from its planned step on, in its planned phase. A fault running
+ * late (the run is past its planned step, held up by the recoveries of the faults before it) takes the next
+ * target phase instead, so the faults queued behind slow recoveries land before the run ends (a 42-step soak
+ * of 40 faults left its last 2 uninjected). The last step is never faulted, so the run ends on a settled stack.
+ */
+export function faultDue(p: RunPhase, f: Pick<PlannedFault, 'step' | 'phase'>): boolean {
+  if (p.step >= p.maxSteps - 1 || p.step < f.step) return false;
+  if (inPhase(p, f.phase)) return true;
+  return p.step > f.step && TARGET_PHASES.some((phase) => inPhase(p, phase));
+}
+
 /** Where a run is: comparable, so "has the run moved past the point where the fault hit" is one comparison. */
 export interface RunPoint {
   step: number;

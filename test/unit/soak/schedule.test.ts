@@ -1,4 +1,4 @@
-import { comparePoints, FAULT_KINDS, INCIDENT_KINDS, PARTITION_KINDS, planFaults, REPLICA_LOSS, STEP_PHASES, TARGET_PHASES } from '../../../src/soak/schedule';
+import { comparePoints, faultDue, FAULT_KINDS, INCIDENT_KINDS, PARTITION_KINDS, planFaults, REPLICA_LOSS, STEP_PHASES, TARGET_PHASES, type RunPhase } from '../../../src/soak/schedule';
 import { CUDA_STYLE_ERROR, SLOW_SAVE_STALL_S, partitionRule, slowDiskEnv } from '../../../src/soak/faults';
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
@@ -141,5 +141,31 @@ describe('soak incidents an operator fixes (issue 39)', () => {
 
   test('the injected trainer error has no type of ours: torch\'s words for a CUDA fault', () => {
     expect(CUDA_STYLE_ERROR).toMatch(/^CUDA error: /);
+  });
+});
+
+describe('faultDue: when a planned fault hits the run', () => {
+  const at = (step: number, phase: RunPhase['phase'], prefetchedStep?: number): RunPhase => ({ step, maxSteps: 42, phase, prefetchedStep });
+  const fault = { step: 10, phase: 'saving' as const };
+
+  test('on time: from its planned step, in its planned phase only', () => {
+    expect(faultDue(at(9, 'saving'), fault)).toBe(false);
+    expect(faultDue(at(10, 'training'), fault)).toBe(false);
+    expect(faultDue(at(10, 'saving'), fault)).toBe(true);
+  });
+
+  test('late (the run is past its planned step): the next target phase, so queued faults land before the run ends', () => {
+    expect(faultDue(at(11, 'training'), fault)).toBe(true);
+    expect(faultDue(at(11, 'weight-sync'), fault)).toBe(true);
+    // Not a phase a fault is aimed at (too short to be seen by polling).
+    expect(faultDue(at(11, 'metrics'), fault)).toBe(false);
+    // With async_level >= 1, the next step's rollouts running ahead count as the rollouts phase.
+    expect(faultDue(at(11, 'metrics', 12), fault)).toBe(true);
+  });
+
+  test('the last step is never faulted, on time or late', () => {
+    expect(faultDue(at(41, 'saving'), { step: 41, phase: 'saving' })).toBe(false);
+    expect(faultDue(at(41, 'training'), fault)).toBe(false);
+    expect(faultDue(at(40, 'training'), fault)).toBe(true);
   });
 });
