@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,14 @@ def assert_same_update(got: dict, want: dict, lr: float) -> None:
         diff = (got[k].float() - v.float()).abs()
         assert float(diff.max()) < 0.1 * lr, (k, float(diff.max()))
         assert float((diff > 1e-5).float().mean()) <= 0.01, (k, int((diff > 1e-5).sum()), diff.numel())
+
+
+def wait_for(cond, timeout_s: float = 10.0, every_s: float = 0.01) -> bool:
+    """Polls `cond` until true or `timeout_s`: these tests share 2 cores with the integration suite in CI, where a
+    thread can wait hundreds of milliseconds for a core, so they judge events against each other, never a fixed sleep."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every_s)
+    return True

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ratchet_trainer import worker as worker_mod
 from ratchet_trainer.liveness import EXIT_STALLED, LivenessConfig, ProcessLiveness, activity_liveness
+from helpers import wait_for
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,6 +45,7 @@ def test_fencing_exits_once_through_the_given_exit(tmp_path):
     exits: list[int] = []
     liveness = ProcessLiveness(tmp_path / "alive", every_s=0.02, fence=True, exit=exits.append).start()
     with activity_liveness("trainer.step", LivenessConfig(heartbeat_every_s=0.05, stall_s=0.2), liveness):
-        time.sleep(0.6)
+        assert wait_for(lambda: exits), "the liveness thread never fenced the stalled process"
+        time.sleep(0.2)  # a second period: it must not exit twice
     liveness.stop()
     assert exits == [EXIT_STALLED]

@@ -14,6 +14,7 @@ from ratchet_trainer import commands as commands_mod
 from ratchet_trainer import worker as worker_mod
 from ratchet_trainer.core.config import ConfigError
 from ratchet_trainer.liveness import LivenessConfig, ProcessLiveness, Watchdog, activity_liveness
+from helpers import wait_for
 
 
 class FakeClock:
@@ -67,14 +68,18 @@ def _beats(env: ActivityEnvironment) -> list[tuple[float, object, str]]:
 def test_heartbeats_keep_coming_while_the_work_sends_none():
     env = ActivityEnvironment()
     beats = _beats(env)
+    window: list[float] = []
 
     def work() -> None:
         with activity_liveness("trainer.step", LivenessConfig(heartbeat_every_s=0.05, stall_s=5)) as live:
             live.progress({"micro_batch": 1})
-            time.sleep(0.6)  # one long micro-batch: the activity thread says nothing
+            window.append(time.monotonic())
+            time.sleep(1.0)  # one long micro-batch: the activity thread says nothing
+            window.append(time.monotonic())
 
     env.run(work)
-    assert len(beats) >= 8, beats
+    during = [b for b in beats if window[0] < b[0] < window[1]]
+    assert len(during) >= 5, beats  # 20 on an idle machine; a loaded one still gets several
     assert beats[-1][1] == {"micro_batch": 1}  # the latest progress rides on every beat
     assert all(name != threading.current_thread().name for _, _, name in beats[1:])
 
@@ -83,20 +88,21 @@ def test_heartbeats_stop_once_no_progress_came_within_the_stall_window():
     env = ActivityEnvironment()
     beats = _beats(env)
     liveness = ProcessLiveness(None)
-    seen_unhealthy = []
+    seen: dict[str, float] = {}
 
     def work() -> None:
         with activity_liveness("trainer.step", LivenessConfig(heartbeat_every_s=0.05, stall_s=0.3), liveness) as live:
-            t0 = time.monotonic()
             live.progress({"micro_batch": 1})
-            time.sleep(1.2)  # hung: no progress
-            seen_unhealthy.append(not liveness.healthy())
-            return t0
+            # hung: no progress. The stall is judged 0.3 s on; wait for it, then stay hung a while longer.
+            if wait_for(lambda: not liveness.healthy()):
+                seen["unhealthy_at"] = time.monotonic()
+            time.sleep(0.5)
 
-    t0 = env.run(work)
-    after_stall = [b for b in beats if b[0] > t0 + 0.3 + 0.15]
-    assert len(beats) >= 3 and after_stall == [], beats
-    assert seen_unhealthy == [True]
+    env.run(work)
+    assert "unhealthy_at" in seen, "the watchdog never judged the hung activity stalled"
+    after_stall = [b for b in beats if b[0] > seen["unhealthy_at"]]
+    # At most one beat that had passed its stall check before the verdict lands after it; none come later.
+    assert len(beats) >= 2 and len(after_stall) <= 1, beats
     assert liveness.healthy()  # the stalled activity ended: the process is live again
 
 
@@ -118,22 +124,42 @@ def test_liveness_file_is_touched_only_while_no_activity_is_stalled(tmp_path: Pa
 
 
 class SlowTrainer:
-    """Stands in for the model: micro-batch 1 takes `slow_s`, reporting nothing meanwhile."""
+    """Stands in for the model: micro-batch 1 takes `slow_s`, reporting nothing meanwhile (`window` records when)."""
 
     def __init__(self, slow_s: float) -> None:
         self.run_id = "run"
         self.ledger: dict[int, dict] = {}
         self.slow_s = slow_s
+        self.window: list[float] = []
 
     def applied(self, step, batch_sha256):
         return None  # as Trainer.applied: the step is new
 
     def step(self, step, batch, heartbeat=None, batch_sha256=None):
         heartbeat({"step": step, "micro_batch": 0, "micro_batches": 2})
-        time.sleep(self.slow_s)
+        self.window.append(time.monotonic())
+        self.hang()
+        self.window.append(time.monotonic())
         heartbeat({"step": step, "micro_batch": 1, "micro_batches": 2})
         heartbeat({"step": step, "micro_batch": 2, "micro_batches": 2})
         return {"step": step, "applied": False}
+
+    def hang(self) -> None:
+        time.sleep(self.slow_s)
+
+
+class HungTrainer(SlowTrainer):
+    """Micro-batch 1 hangs until the process's liveness reports it stalled, then a while longer."""
+
+    def __init__(self, liveness: ProcessLiveness) -> None:
+        super().__init__(slow_s=0)
+        self.liveness = liveness
+        self.unhealthy_at: float | None = None
+
+    def hang(self) -> None:
+        if wait_for(lambda: not self.liveness.healthy()):
+            self.unhealthy_at = time.monotonic()
+        time.sleep(0.5)
 
 
 # trainer.step checks its refs before loading (commands.load_batch is stubbed below): well-formed stand-ins.
@@ -156,11 +182,11 @@ def test_trainer_step_heartbeats_through_a_slow_micro_batch(tmp_path, monkeypatc
     acts = _acts(tmp_path, monkeypatch, slow_s=1.0)
     env = ActivityEnvironment()
     beats = _beats(env)
-    t0 = time.monotonic()
     env.run(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.1, "stall_s": 5}})
-    during = [b for b in beats if t0 + 0.2 < b[0] < t0 + 0.9]
-    assert len(during) >= 4, beats
-    assert during[-1][1]["micro_batch"] == 0
+    start, end = acts.trainer.window
+    during = [b for b in beats if start < b[0] < end]
+    assert len(during) >= 3, beats  # 10 on an idle machine
+    assert all(b[1]["micro_batch"] == 0 for b in during)
 
 
 def test_trainer_step_fault_sleep_is_a_slow_micro_batch_that_heartbeats_from_the_timer(tmp_path, monkeypatch):
@@ -176,19 +202,18 @@ def test_trainer_step_fault_sleep_is_a_slow_micro_batch_that_heartbeats_from_the
     env.run(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.1, "stall_s": 5}})
     assert marker.exists()
     from_step_thread = [b for b in beats if b[2] == step_thread[0]]
-    assert len(beats) >= 6 and len(from_step_thread) <= 1, beats
+    assert len(beats) >= 3 and len(from_step_thread) <= 1, beats
 
 
 def test_trainer_step_that_hangs_stops_heartbeating_and_marks_the_process_not_live(tmp_path, monkeypatch):
-    acts = _acts(tmp_path, monkeypatch, slow_s=1.2)
+    acts = _acts(tmp_path, monkeypatch, slow_s=0)
+    acts.trainer = HungTrainer(acts.liveness)
     env = ActivityEnvironment()
     beats = _beats(env)
-    healthy_during = []
-    threading.Timer(0.9, lambda: healthy_during.append(acts.liveness.healthy())).start()
-    t0 = time.monotonic()
     env.run(acts.step, {**_BATCH_REFS, "run_id": "run", "step": 0, "liveness": {"heartbeat_every_s": 0.05, "stall_s": 0.4}})
-    assert [b for b in beats if b[0] > t0 + 0.4 + 0.15] == []
-    assert healthy_during == [False]
+    assert acts.trainer.unhealthy_at is not None, "the hung step never made the process report itself not live"
+    # At most one beat that had passed its stall check before the verdict lands after it; none come later.
+    assert len([b for b in beats if b[0] > acts.trainer.unhealthy_at]) <= 1, beats
 
 
 def test_trainer_step_rejects_a_bad_liveness_window(tmp_path, monkeypatch):
@@ -245,7 +270,7 @@ def test_a_call_queued_behind_a_long_healthy_one_is_not_a_stall(tmp_path, monkey
     assert out == [{"saved": 0}]
     assert healthy and all(healthy), healthy
     # The queued call kept heartbeating meanwhile: Temporal sees it alive, waiting.
-    assert len(save_beats) >= 10, save_beats
+    assert len(save_beats) >= 5, save_beats  # ~24 on an idle machine
     assert any(b[1] == {"phase": "waiting for the trainer (another call holds it)"} for b in save_beats)
 
 
@@ -265,9 +290,8 @@ def test_the_liveness_thread_survives_an_unexpected_error(tmp_path):
     liveness.healthy = flaky
     liveness.start()
     try:
-        time.sleep(0.3)
+        assert wait_for(lambda: calls["n"] > 2), "the liveness thread stopped checking after the error"
         f.unlink()
-        time.sleep(0.2)
-        assert f.exists() and calls["n"] > 5
+        assert wait_for(f.exists), "the liveness thread no longer touches its file"
     finally:
         liveness.stop()
