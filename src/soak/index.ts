@@ -24,7 +24,7 @@
  */
 import { componentLogger } from '../shared/logger';
 import { machineLine, writeBenchSection } from '../bench/benchmarksFile';
-import { percentile, runSoak, type SoakReport } from './run';
+import { percentile, runSoak, SoakUsageError, type SoakReport } from './run';
 import { FAULT_KINDS, INCIDENT_KINDS, PARTITION_KINDS, REPLICA_LOSS, type FaultKind } from './schedule';
 
 const arg = (name: string, fallback: string): string => {
@@ -69,7 +69,7 @@ async function main(): Promise<void> {
   const kindsArg = arg('kinds', '');
   const kinds = kindsArg
     ? kindsArg.split(',').map((k) => {
-      if (!known.includes(k)) throw new Error(`soak: unknown fault kind "${k}" in --kinds. Fix: use some of ${known.join(', ')} (${REPLICA_LOSS} is --replica-loss)`);
+      if (!known.includes(k)) throw new SoakUsageError(`soak: unknown fault kind "${k}" in --kinds. Fix: use some of ${known.join(', ')} (${REPLICA_LOSS} is --replica-loss)`);
       return k as FaultKind;
     })
     : partitions || incidents ? [...FAULT_KINDS, ...(partitions ? PARTITION_KINDS : []), ...(incidents ? INCIDENT_KINDS : [])] : undefined;
@@ -106,6 +106,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
+  process.stderr.write(`${err instanceof SoakUsageError ? err.message : (err as Error).stack ?? String(err)}\n`);
   process.exit(1);
 });

@@ -221,6 +221,9 @@ export function soakPlan(opts: Pick<SoakOptions, 'seed' | 'faults' | 'steps' | '
     .map((f, index) => ({ ...f, index }));
 }
 
+/** A soak its user must set up differently (a flag, the stack not up): printed as its message, without a stack trace. */
+export class SoakUsageError extends Error {}
+
 const PARTITIONED_PORTS = [8000, 7233];
 
 /**
@@ -251,17 +254,20 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
   const plan = soakPlan(opts);
   // A soak killed mid-partition leaves its iptables rule: whatever is left, this soak starts healed.
   for (const port of PARTITIONED_PORTS) await healPort(port).catch(() => undefined);
-  const onStore = plan.some((f) => f.kind === 'store-credentials') ? await storeUp(opts.logger) : undefined;
+  // The soak faults the stack's own processes: without the stack up, say so before restarting any worker.
+  const { client, close } = await connectClient().catch((err: unknown) => {
+    throw new SoakUsageError(`soak: the soak faults the local stack's processes, so the stack must be up (bin/ratchet up): ${(err as Error).message}`);
+  });
+  const onStore = plan.some((f) => f.kind === 'store-credentials') ? await storeUp(opts.logger).catch(async (err: unknown) => {
+    await close();
+    throw err;
+  }) : undefined;
   const store = onStore?.store;
   const configPath = configFor(opts.steps, opts.replicaLoss ? [`http://127.0.0.1:${REPLICA_PORT}/v1`] : [], {
     ...(plan.some((f) => f.kind === 'slow-save') ? { trainerStallS: SLOW_SAVE_STALL_S } : {}), artifacts: store?.artifacts,
   });
   // The run's records and artifacts, read back by the invariants with the key the workers use.
   const runStore = store ? new S3ArtifactStore(store.artifacts) : new LocalArtifactStore(paths.artifacts());
-  const { client, close } = await connectClient().catch(async (err: unknown) => {
-    await onStore?.restore().catch(() => undefined);
-    throw err;
-  });
   try {
     if (opts.replicaLoss) {
       opts.logger.info({ port: REPLICA_PORT }, 'starting a second inference replica');
