@@ -12,6 +12,11 @@ export interface JanitorOptions {
   maxAgeMs?: number;
   now?: () => number;
   log?: Logger;
+  /**
+   * This worker's own containers whose removal failed (SandboxManager.removeLeftovers): the sweep keeps a live
+   * worker's containers, so each tick retries these first. Returns how many are still left.
+   */
+  removeOwnLeftovers?: () => Promise<number>;
 }
 
 export const DEFAULT_MAX_AGE_MS = 3 * 60 * 60 * 1000;
@@ -56,6 +61,8 @@ export function removalReason(labels: Record<string, string>, ctx: RemovalContex
  */
 export async function sweep(docker: Docker, opts: JanitorOptions): Promise<{ removed: string[]; kept: number }> {
   const log = opts.log ?? componentLogger('sandbox');
+  const left = await opts.removeOwnLeftovers?.().catch(() => undefined);
+  if (left) log.warn({ left }, 'sandboxes of this worker whose removal failed are still there; retried next sweep');
   const containers = await docker.listContainers({ all: true, filters: { label: [LABELS.worker] } });
   const now = (opts.now ?? Date.now)();
   const states = new Map<string, WorkerState>();

@@ -52,6 +52,11 @@ export class SandboxManager {
   private readonly digests: (name: string) => Promise<ImageDigest>;
   /** When each warm container started (performance.now()), to discard one idle past POOL_IDLE_S. */
   private readonly warmSince = new Map<string, number>();
+  /**
+   * Containers of this worker whose removal failed (dockerd restarting, its socket gone): the janitor keeps a live
+   * worker's containers, so without a retry they would stay until the worker exits or the janitor's max age.
+   */
+  private readonly leftovers = new Map<string, Docker.Container>();
 
   constructor(opts: SandboxManagerOptions = {}) {
     this.docker = opts.docker ?? new Docker();
@@ -75,7 +80,7 @@ export class SandboxManager {
 
     let container = pool?.take();
     while (container && this.idleTooLong(container)) {
-      await container.remove({ force: true }).catch(() => undefined);
+      await this.removeOrKeep(container);
       container = pool?.take();
     }
     if (container) this.warmSince.delete(container.id);
@@ -86,7 +91,7 @@ export class SandboxManager {
         await container.rename({ name });
       } catch (err) {
         this.log.warn({ err: String(err) }, 'warm container unusable; creating one');
-        await container.remove({ force: true }).catch(() => undefined);
+        await this.removeOrKeep(container);
         container = undefined;
       }
     }
@@ -101,7 +106,7 @@ export class SandboxManager {
       container = await this.createStarted(image, spec.limits, labels, name, spec.signal);
     }
 
-    const sandbox = new DockerSandbox(this.docker, container, name, spec.limits, this.log);
+    const sandbox = new DockerSandbox(this.docker, container, name, spec.limits, this.log, (c) => this.leftovers.set(c.id, c));
     try {
       if (spec.signal?.aborted) throw new AbortError();
       if (spec.repo) await sandbox.loadRepo(spec.repo, spec.signal);
@@ -134,6 +139,33 @@ export class SandboxManager {
     await pool?.settled();
   }
 
+  /** Tries again to remove the containers whose removal failed; returns how many are still left. */
+  async removeLeftovers(): Promise<number> {
+    for (const [id, c] of [...this.leftovers]) {
+      try {
+        await c.remove({ force: true, v: true });
+        this.leftovers.delete(id);
+        this.log.info({ id }, 'removed a sandbox whose removal had failed');
+      } catch (err) {
+        if ((err as { statusCode?: number }).statusCode === 404) this.leftovers.delete(id);
+      }
+    }
+    return this.leftovers.size;
+  }
+
+  /** Removes a container now, or keeps it for removeLeftovers when dockerd refuses (404 and 409: gone or going). */
+  private async removeOrKeep(c: Docker.Container): Promise<void> {
+    try {
+      await c.remove({ force: true, v: true });
+    } catch (err) {
+      const status = (err as { statusCode?: number }).statusCode;
+      if (status !== 404 && status !== 409) {
+        this.log.warn({ id: c.id, err: String(err) }, 'could not remove a container; retried later');
+        this.leftovers.set(c.id, c);
+      }
+    }
+  }
+
   /** Removes every warm container; sandboxes already handed out stay theirs to release. */
   async close(): Promise<void> {
     const pools = [...this.pools.values()];
@@ -154,7 +186,7 @@ export class SandboxManager {
           this.warmSince.set(c.id, performance.now());
           return c;
         },
-        destroy: (c) => { this.warmSince.delete(c.id); return c.remove({ force: true }).then(() => undefined); },
+        destroy: (c) => { this.warmSince.delete(c.id); return this.removeOrKeep(c); },
         log: this.log,
       });
       this.pools.set(key, pool);
@@ -198,7 +230,7 @@ export class SandboxManager {
       await container.start();
       if (signal?.aborted) throw new AbortError();
     } catch (err) {
-      await container.remove({ force: true }).catch(() => undefined);
+      await this.removeOrKeep(container);
       throw err;
     }
     return container;

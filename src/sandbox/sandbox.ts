@@ -93,6 +93,8 @@ export class DockerSandbox implements Sandbox {
     readonly name: string,
     private readonly limits: SandboxConfig,
     private readonly log: Logger,
+    /** Called with the container when its removal failed (dockerd away): the manager removes it later. */
+    private readonly onLeftover?: (container: Docker.Container) => void,
   ) {}
 
   get id(): string {
@@ -170,8 +172,10 @@ export class DockerSandbox implements Sandbox {
       const status = (err as { statusCode?: number }).statusCode;
       // 404: already gone; 409: a removal is already under way.
       if (status !== 404 && status !== 409) {
-        // Not rethrown: release runs in `finally` blocks; the janitor removes what is left.
-        this.log.error({ id: this.id, err: String(err) }, 'could not remove sandbox container');
+        // Not rethrown: release runs in `finally` blocks. The janitor never removes its own worker's containers,
+        // so the manager retries this one (SandboxManager.removeLeftovers) until dockerd lets it go.
+        this.log.error({ id: this.id, err: String(err) }, 'could not remove sandbox container; retried later');
+        this.onLeftover?.(this.container);
       }
     }
   }

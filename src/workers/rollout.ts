@@ -41,7 +41,7 @@ export async function runRolloutWorker(): Promise<void> {
   const lease = new LeaseKeeper(leases, { workerId: sandboxes.workerId, host: sandboxes.workerId.split(':')[0]!, ttlMs: timing.ttlMs, renewMs: timing.renewMs, log });
   await lease.start();
   // Containers of an earlier worker that was killed -9 would otherwise hold memory until the janitor's next pass.
-  const janitorOpts = { leases, selfId: sandboxes.workerId, intervalMs: timing.sweepMs, log };
+  const janitorOpts = { leases, selfId: sandboxes.workerId, intervalMs: timing.sweepMs, log, removeOwnLeftovers: () => sandboxes.removeLeftovers() };
   const swept = await sweep(sandboxes.docker, janitorOpts);
   log.info({ removed: swept.removed.length, kept: swept.kept }, 'swept sandboxes of workers whose lease lapsed');
   const janitor = startJanitor(sandboxes.docker, janitorOpts);
