@@ -36,6 +36,7 @@
 #   RATCHET_VLLM_LOG             log file [$RATCHET_HOME/logs/vllm.log]
 #   VLLM_CPU_KVCACHE_SPACE       GiB of RAM for the KV cache [2]
 #   VLLM_CPU_OMP_THREADS_BIND    vLLM's CPU thread binding [auto]
+#   VLLM_ENABLE_V1_MULTIPROCESSING  1: the model in a worker process of its own [0: in the engine's process]
 #
 # Server flags always set: --enable-auto-tool-choice --tool-call-parser hermes --enable-lora
 # --dtype float32, --logprobs-mode processed_logprobs (logprobs of the distribution sampled from:
@@ -164,8 +165,12 @@ start() {
       full_args=(--worker-extension-cls ratchet_weights.WeightsWorker --middleware ratchet_weights.WeightsRoute)
       pythonpath="$RATCHET_ROOT/infra/vllm${pythonpath:+:$pythonpath}"
     fi
+    # VLLM_ENABLE_V1_MULTIPROCESSING=0: the model runs in the engine's process instead of a worker process of
+    # its own, which vLLM's CPU thread binding gives one core and keeps the other for the engine's scheduler loop.
+    # On the 2-core machine (idle, 8 requests of 128 tokens): 150-179 tokens/s against 98-103, and one Python
+    # process fewer to start (BENCHMARKS.md, "The main job's start").
     # shellcheck disable=SC2086
-    VLLM_TARGET_DEVICE=cpu VLLM_ALLOW_RUNTIME_LORA_UPDATING=True PYTHONPATH="$pythonpath" \
+    VLLM_ENABLE_V1_MULTIPROCESSING="${VLLM_ENABLE_V1_MULTIPROCESSING:-0}" VLLM_TARGET_DEVICE=cpu VLLM_ALLOW_RUNTIME_LORA_UPDATING=True PYTHONPATH="$pythonpath" \
     VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}" LD_PRELOAD="$preload" \
       setsid nohup "$RATCHET_VENVS/vllm/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL_DIR" --served-model-name "$MODEL_NAME" \

@@ -280,16 +280,15 @@ async function runGpuDoctor(opts: DoctorOptions, saved: SavedLayout): Promise<Ch
   return results;
 }
 
+/** The checks at once (none changes what another sees; the trainer's imports alone take seconds), reported in order. */
 async function runChecksOf(checks: [string, Check][], o: Required<DoctorOptions>): Promise<CheckResult[]> {
-  const results: CheckResult[] = [];
-  for (const [component, check] of checks) {
+  return Promise.all(checks.map(async ([component, check]): Promise<CheckResult> => {
     try {
-      results.push({ component, ...(await check(o)) });
+      return { component, ...(await check(o)) };
     } catch (err) {
-      results.push({ component, ok: false, detail: `check crashed: ${(err as Error).message}` });
+      return { component, ok: false, detail: `check crashed: ${(err as Error).message}` };
     }
-  }
-  return results;
+  }));
 }
 
 /** One line per component, the fix indented below a failure. */

@@ -135,25 +135,31 @@ export async function stackUp(onEvent: (e: UpEvent) => void = () => {}, config?:
     if (missing.length) throw new ServiceStartError(`the GPU layout of ${saved.configPath} cannot start; missing:\n  ${missing.join('\n  ')}`, logFile('vllm-0'));
   }
   if (config) saveLayout(config.path, config.layout);
-  // A trainer-only host: Temporal, dockerd, vLLM and the TS workers run on other hosts.
-  for (const svc of saved?.layout.only === 'trainer' ? [] : INFRA) {
-    if (saved && svc.name === 'inference') {
-      for (const spec of inferenceSpecs(saved.layout)) emit({ component: spec.name, state: await startService(spec), log: logFile(spec.name) });
-      continue;
-    }
-    await infraScript(svc.script, 'start', svc.log);
-    emit({ component: svc.name, state: 'started', log: logFile(svc.log) });
-  }
   const workers = workerSpecs(saved?.layout);
   for (const spec of workers) {
     if (!existsSync(spec.args[0]!) && spec.command === process.execPath) {
       throw new ServiceStartError(`${spec.name}: ${spec.args[0]} is missing. Fix: npm run build`, logFile(spec.name));
     }
   }
+  const startInfra = async (svc: (typeof INFRA)[number]) => {
+    await infraScript(svc.script, 'start', svc.log);
+    emit({ component: svc.name, state: 'started', log: logFile(svc.log) });
+  };
+  // A trainer-only host: Temporal, dockerd, vLLM and the TS workers run on other hosts.
+  const infra = saved?.layout.only === 'trainer' ? [] : INFRA;
+  // The CPU stack's vLLM starts beside the workers, which need only dockerd and Temporal: its start is the
+  // longest (35-70 s on the 2-core machine). A GPU layout's replicas start first, each alone: vLLM sizes its KV
+  // cache from the GPU memory free while it profiles, which a trainer loading beside it would take.
+  let inferenceBeside: Promise<void> = Promise.resolve();
+  for (const svc of infra) {
+    if (svc.name !== 'inference') await startInfra(svc);
+    else if (!saved) inferenceBeside = startInfra(svc);
+    else for (const spec of inferenceSpecs(saved.layout)) emit({ component: spec.name, state: await startService(spec), log: logFile(spec.name) });
+  }
   // At once: none needs another, and each start waits out its minimum uptime (8 s together, 16 s in turn).
-  const started = await Promise.allSettled(workers.map(async (spec) => {
+  const started = await Promise.allSettled([inferenceBeside, ...workers.map(async (spec) => {
     emit({ component: spec.name, state: await startService(spec), log: logFile(spec.name) });
-  }));
+  })]);
   const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed) throw failed.reason;
   const sup = supervisorSpec();

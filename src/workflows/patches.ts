@@ -134,6 +134,12 @@ export const PATCHES = {
    * at every version (issue 41). Checked only in full-mode runs: LoRA histories are unchanged.
    */
   fullWeightSync: 'v0.8-full-weight-sync',
+  /**
+   * A run that holds no trainer announces and loads one while a step's rollouts run, not after them: the model's
+   * load (14 s of the main job's first step on the CPU) overlaps the rollouts (issue 38). Checked only when a step
+   * starts without a trainer: histories from then on announce before the step's rollouts finish.
+   */
+  trainerLoadedDuringRollouts: 'v0.8-trainer-loaded-during-rollouts',
 } as const;
 
 /**

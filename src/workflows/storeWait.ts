@@ -35,7 +35,7 @@ export interface OutageWaiter {
  * this history then grows by one child, however long the outage. Without `handoff` the
  * wait stays here.
  */
-export function untilStore<T>(run: RunControl, call: () => Promise<T>, handoff?: OutageCall): Promise<T> {
+export function untilStore<T>(run: OutageWaiter, call: () => Promise<T>, handoff?: OutageCall): Promise<T> {
   deprecatePatch(DEPRECATED_PATCHES.storeWait);
   return waitForStore(run, call, handoff);
 }
@@ -82,7 +82,7 @@ export async function waitForStore<T>(run: OutageWaiter, call: () => Promise<T>,
  * proxyActivities(options) whose every call goes through untilStore, with the call itself as
  * the hand-off: `patientActivities<LightActivities>(run, LIGHT).recordStep(req)`.
  */
-export function patientActivities<A extends object>(run: RunControl, options: ActivityOptions): ActivityInterfaceFor<A> {
+export function patientActivities<A extends object>(run: OutageWaiter, options: ActivityOptions): ActivityInterfaceFor<A> {
   const direct = proxyActivities<Record<string, (...args: unknown[]) => Promise<unknown>>>(options);
   return new Proxy({}, {
     get: (_target, activity) => {
@@ -90,4 +90,29 @@ export function patientActivities<A extends object>(run: RunControl, options: Ac
       return (...args: unknown[]) => untilStore(run, () => direct[activity]!(...args), { activity, options, args });
     },
   }) as ActivityInterfaceFor<A>;
+}
+
+/**
+ * The run as the waiter of a call that runs beside its others (a trainer loading while rollouts run): the call
+ * shows the waits it meets and clears only those. A success of its own does not say that the store or disk a
+ * rollout is waiting for is back.
+ */
+export function besideOthers(run: RunControl): OutageWaiter {
+  let store = false;
+  let disk = false;
+  return {
+    setWaitingForStore(on) {
+      if (!on && !store) return false;
+      store = on;
+      return run.setWaitingForStore(on);
+    },
+    setWaitingForDisk(on) {
+      if (!on && !disk) return false;
+      disk = on;
+      return run.setWaitingForDisk(on);
+    },
+    get outageLimits() { return run.outageLimits; },
+    get outageHandoffs() { return run.outageHandoffs; },
+    set outageHandoffs(n: number) { run.outageHandoffs = n; },
+  };
 }

@@ -338,6 +338,8 @@ export async function TrainRun(input: TrainRunInput): Promise<TrainRunResult> {
       const events0 = workflowInfo().historyLength;
 
       const current = pending && pending.step === step ? pending : await startRollouts(step);
+      // No trainer loaded (the execution's first step, or one lost): it loads while these rollouts run.
+      if (!trainer.loadedOrLoading && patched(PATCHES.trainerLoadedDuringRollouts)) trainer.loadAhead(checkpoint);
       pending = undefined;
       run.prefetchedStep = undefined;
       run.phase = 'rollouts';

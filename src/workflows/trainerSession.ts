@@ -16,7 +16,7 @@ import type { TrainerActivities, TrainerStepMetrics } from '../contracts/trainer
 import { DEPRECATED_PATCHES, PATCHES } from './patches';
 import { announcer, light, trainerIoOn, trainerIoOptions, trainerOptions } from './proxies';
 import type { RunControl } from './runControl';
-import { patientActivities } from './storeWait';
+import { besideOthers, patientActivities } from './storeWait';
 import { toTrainerConfig } from './trainerConfig';
 
 export interface SavedStep {
@@ -115,6 +115,8 @@ export class CheckpointLoadFailed extends Error {
 
 export class TrainerSession {
   private queue: string | undefined;
+  /** A load begun by `loadAhead` and not yet awaited: the next `ensure` takes its outcome. */
+  private loadingAhead: Promise<string> | undefined;
   /** A trainer this run held before continue-as-new: tried before announcing. */
   private carried: string | undefined;
 
@@ -137,17 +139,50 @@ export class TrainerSession {
     return { ...options, priority: trainingPriority(this.run.runId, this.config.orchestrator.fairness_weight) };
   }
 
+  /** A trainer holds this run's model (loaded in this execution), or its load is under way. */
+  get loadedOrLoading(): boolean {
+    return this.queue !== undefined || this.loadingAhead !== undefined;
+  }
+
   /** The queue of the trainer this run holds, if it has one now (carried across continue-as-new). */
   get heldQueue(): string | undefined {
     return this.queue ?? this.carried;
   }
 
+  /**
+   * Announces and loads a trainer now, without waiting for it (the step's rollouts run meanwhile); the next
+   * `ensure` waits for this load and meets its failure, a CheckpointLoadFailed included, as if it had made it.
+   */
+  loadAhead(checkpoint: ArtifactRef | undefined): void {
+    if (this.queue || this.loadingAhead) return;
+    const loading = this.load(checkpoint, false);
+    loading.catch(() => { /* met by the ensure that takes it */ });
+    this.loadingAhead = loading;
+  }
+
   /** The queue of a trainer that holds this run's model at `checkpoint`; announces and loads one if needed. */
   async ensure(checkpoint: ArtifactRef | undefined): Promise<string> {
-    if (this.queue) return this.queue;
+    const ahead = this.loadingAhead;
+    this.loadingAhead = undefined;
+    if (this.queue) return this.queue; // a load ahead that finished set it
+    if (!ahead) return this.load(checkpoint, true);
+    this.run.waitingForTrainer = true;
+    this.run.publish();
+    try {
+      return await ahead;
+    } finally {
+      this.run.waitingForTrainer = false;
+      this.run.publish();
+    }
+  }
+
+  /** Announce (or take the carried trainer) and load; `waiting`: the run waits on it, which its status shows. */
+  private async load(checkpoint: ArtifactRef | undefined, waiting: boolean): Promise<string> {
     const run = this.run;
-    run.waitingForTrainer = true;
-    run.publish();
+    if (waiting) {
+      run.waitingForTrainer = true;
+      run.publish();
+    }
     let task_queue: string | undefined;
     let worker_id: string | undefined;
     if (this.carried) {
@@ -164,7 +199,7 @@ export class TrainerSession {
     const q = task_queue;
     let loadedState;
     try {
-      loadedState = await patientActivities<TrainerActivities>(run, this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.load']({
+      loadedState = await patientActivities<TrainerActivities>(waiting ? run : besideOthers(run), this.keyed(trainerIoOptions(q, this.timeouts)))['trainer.load']({
         run_id: run.runId, trainer_config: toTrainerConfig(this.config), checkpoint, store: this.store, liveness: forActivity(this.windows, 'trainer'),
         ...(checkpoint === undefined && this.init ? { init: this.init } : {}),
       });
@@ -184,8 +219,10 @@ export class TrainerSession {
     }
     log.info('trainer ready', { worker_id, task_queue, policyVersion: run.policyVersion });
     this.queue = task_queue;
-    run.waitingForTrainer = false;
-    run.publish();
+    if (waiting) {
+      run.waitingForTrainer = false;
+      run.publish();
+    }
     return task_queue;
   }
 
@@ -264,6 +301,9 @@ export class TrainerSession {
 
   /** The run ended: free the trainer for the next run (an ended run that did not frees it when another announces, or by lease expiry). */
   async release(): Promise<void> {
+    // A load begun ahead (a run stopped during its first rollouts) leases the trainer too: wait for it, so it is freed.
+    if (this.loadingAhead) await this.loadingAhead.catch(() => undefined);
+    this.loadingAhead = undefined;
     const q = this.heldQueue;
     if (!q) return;
     this.queue = undefined;

@@ -156,6 +156,24 @@ describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temp
     });
   });
 
+  test.concurrent('the trainer is announced and loaded while the first step\'s rollouts run, and not shown as waited for', async () => {
+    await withWorkers({ orchestrator: { max_steps: 1 }, rolloutMs: 300 }, async (f, t) => {
+      const handle = await t.start();
+      const statuses = new Set<string>();
+      const result = handle.result();
+      while (!f.events.some((e) => e.what === 'summaries-stored')) {
+        statuses.add((await handle.query(progressQuery)).status);
+        await sleep(50);
+      }
+      await result;
+      const at = (what: string) => f.events.findIndex((e) => e.what === what);
+      expect(at('announce')).toBeGreaterThan(-1);
+      expect(at('announce')).toBeLessThan(at('summaries-stored'));
+      expect(f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null])).toEqual([['w1', null]]);
+      expect([...statuses]).not.toContain('waiting-for-trainer');
+    });
+  });
+
   test.concurrent('continue-as-new every step carries only small state and finishes the run', async () => {
     await withWorkers({ orchestrator: { async_level: 1 } }, async (f, t) => {
       const handle = await t.start({ continueAsNewEvery: 1 });
