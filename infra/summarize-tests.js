@@ -2,6 +2,7 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { parseCpuSamples, suiteCpu } = require('./cpu-usage');
+const { jestFailures, pytestFailures } = require('./test-failures');
 
 const dir = process.argv[2];
 let passed = 0, failed = 0, skipped = 0;
@@ -67,6 +68,18 @@ if (budget > 0 && start > 0) {
     console.log(`over budget: the run took ${(took / 60).toFixed(1)} min, its budget is ${(budget / 60).toFixed(0)} min. Slowest suites: ${top}. `
       + 'Fix: make the slowest suites share runs or move their long forms to npm run test:long (README, Tests and benchmarks)');
   } else console.log(`within budget: ${(took / 60).toFixed(1)} of ${(budget / 60).toFixed(0)} min`);
+}
+// What failed, last: the end of CI's log is what its reader sees first.
+const failures = [];
+for (const file of fs.readdirSync(dir).sort()) {
+  const text = () => fs.readFileSync(path.join(dir, file), 'utf8');
+  if (/^jest-.*\.json$/.test(file)) failures.push(...jestFailures(JSON.parse(text()), process.cwd()));
+  else if (/^pytest-.*\.xml$/.test(file)) failures.push(...pytestFailures(text()));
+}
+if (failures.length > 0) {
+  console.log(`what failed (the whole messages are above, and the reports in ${dir}):`);
+  for (const f of failures.slice(0, 10)) console.log(`  ${f.name}\n    ${f.message}`);
+  if (failures.length > 10) console.log(`  and ${failures.length - 10} more`);
 }
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
 process.exit(failed > 0 || overBudget ? 1 : 0);
