@@ -167,8 +167,8 @@ start() {
     fi
     # VLLM_ENABLE_V1_MULTIPROCESSING=0: the model runs in the engine's process instead of a worker process of
     # its own, which vLLM's CPU thread binding gives one core and keeps the other for the engine's scheduler loop.
-    # On the 2-core machine (idle, 8 requests of 128 tokens): 150-179 tokens/s against 98-103, and one Python
-    # process fewer to start (BENCHMARKS.md, "The main job's start").
+    # On the 2-core machine (idle, 8 requests of 128 tokens, two alternating rounds): 159 tokens/s against 127,
+    # and one Python process fewer to start (BENCHMARKS.md, "The main job's start").
     # shellcheck disable=SC2086
     VLLM_ENABLE_V1_MULTIPROCESSING="${VLLM_ENABLE_V1_MULTIPROCESSING:-0}" VLLM_TARGET_DEVICE=cpu VLLM_ALLOW_RUNTIME_LORA_UPDATING=True PYTHONPATH="$pythonpath" \
     VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}" LD_PRELOAD="$preload" \
