@@ -2,7 +2,7 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { parseCpuSamples, suiteCpu } = require('./cpu-usage');
-const { jestFailures, pytestFailures } = require('./test-failures');
+const { jestFailures, pytestFailures, stackEvents } = require('./test-failures');
 
 const dir = process.argv[2];
 let passed = 0, failed = 0, skipped = 0;
@@ -80,6 +80,14 @@ if (failures.length > 0) {
   console.log(`what failed (the whole messages are above, and the reports in ${dir}):`);
   for (const f of failures.slice(0, 10)) console.log(`  ${f.name}\n    ${f.message}`);
   if (failures.length > 10) console.log(`  and ${failures.length - 10} more`);
+  // Whether the stack lost a service meanwhile (infra/test.sh's stack keeps its logs in $RATCHET_HOME/logs).
+  const supervisorLog = path.join(process.env.RATCHET_HOME ?? path.join(process.cwd(), '.ratchet'), 'logs', 'supervisor.log');
+  if (fs.existsSync(supervisorLog)) {
+    const integration = fs.existsSync(integrationFile) ? JSON.parse(fs.readFileSync(integrationFile, 'utf8')) : undefined;
+    const events = stackEvents(fs.readFileSync(supervisorLog, 'utf8'), integration, process.cwd(), start > 0 ? start * 1000 : 0);
+    console.log(events.length ? `what the stack's supervisor did (${supervisorLog}):` : 'the stack\'s supervisor restarted nothing');
+    for (const e of events.slice(-20)) console.log(`  ${e}`);
+  }
 }
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
 process.exit(failed > 0 || overBudget ? 1 : 0);

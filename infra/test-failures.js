@@ -1,7 +1,7 @@
 // What failed in a test run, each with the first lines of its message, read from the reports infra/test.sh
 // writes (jest's --json, pytest's JUnit XML): summarize-tests.js prints them last, where CI's log is read
 // from, since a failure's own message sits thousands of lines up among the suites' output.
-// Pure functions, so test/unit/infra/testFailures.test.ts checks them on reports it makes up.
+// Pure functions, so test/unit/infra/testFailures.test.ts checks them on reports and logs it makes up.
 
 const ANSI = /\x1b\[[0-9;]*m/g;
 
@@ -44,4 +44,27 @@ function pytestFailures(xml) {
   return out;
 }
 
-module.exports = { firstLines, jestFailures, pytestFailures };
+/**
+ * What the stack's supervisor did (its warnings and errors: a service it found dead or wedged and restarted),
+ * each with the integration suite that ran at that moment, from its pino log (.ratchet/logs/supervisor.log) and
+ * jest's report, from `sinceMs` on. A test that lost vLLM or a worker mid-run is then told apart from one that broke on its own.
+ */
+function stackEvents(logText, report, relativeTo = '', sinceMs = 0) {
+  const suites = (report?.testResults ?? []).map((t) => ({
+    suite: relativeTo && t.name.startsWith(`${relativeTo}/`) ? t.name.slice(relativeTo.length + 1) : t.name, start: t.startTime, end: t.endTime,
+  }));
+  const out = [];
+  for (const line of String(logText ?? '').split('\n')) {
+    let e;
+    try { e = JSON.parse(line); } catch { continue; }
+    if (!(e?.level >= 40)) continue;
+    const at = typeof e.time === 'number' ? e.time : Date.parse(e.time);
+    if (at < sinceMs) continue; // an earlier run's, in a log the stack appends to
+    const during = suites.find((s) => s.start <= at && at <= s.end)?.suite;
+    const time = Number.isFinite(at) ? new Date(at).toISOString().slice(11, 19) : '?';
+    out.push(`${time} ${e.service ?? e.component ?? ''}: ${e.msg}${during ? ` (during ${during})` : ''}`);
+  }
+  return out;
+}
+
+module.exports = { firstLines, jestFailures, pytestFailures, stackEvents };

@@ -117,24 +117,44 @@ export function replayText(r: ReplayResult): string {
   ].join('\n');
 }
 
-/** Runs ratchet_trainer.replay on one request; its JSON answer, or a CliError with its message. */
-export async function runReplay(req: ReplayRequest, python = path.join(paths.venv('trainer'), 'bin', 'python')): Promise<ReplayResult> {
+/**
+ * Runs ratchet_trainer.replay on the requests in one process (torch loads once, not once a step); each
+ * result as it finishes to `onResult`, all of them returned. A bad request is a CliError with its message.
+ */
+export async function runReplays(reqs: ReplayRequest[], onResult: (r: ReplayResult) => void = () => undefined,
+  python = path.join(paths.venv('trainer'), 'bin', 'python')): Promise<ReplayResult[]> {
   const child = spawn(python, ['-m', 'ratchet_trainer.replay', '--request', '-'], { cwd: path.join(REPO_ROOT, 'trainer'), stdio: ['pipe', 'pipe', 'inherit'] });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString('utf8'); });
+  const results: ReplayResult[] = [];
+  let error: (ReplayResult & { error?: string; message?: string }) | undefined;
+  let pending = '';
+  const take = (line: string) => {
+    if (!line.trim()) return;
+    let parsed: ReplayResult & { error?: string; message?: string };
+    try {
+      parsed = JSON.parse(line);
+    } catch {
+      return; // not a result line
+    }
+    if (parsed.error) error = parsed;
+    else { results.push(parsed); onResult(parsed); }
+  };
+  child.stdout.on('data', (d: Buffer) => {
+    const lines = (pending + d.toString('utf8')).split('\n');
+    pending = lines.pop() ?? '';
+    lines.forEach(take);
+  });
   const code = await new Promise<number>((resolve, reject) => {
     child.on('error', (e) => reject(new CliError(`could not start the trainer's python ${python}: ${e.message}. Fix: bash infra/trainer-env.sh (or set RATCHET_HOME)`, EXIT.stackUnavailable)));
     child.on('close', (n) => resolve(n ?? 1));
-    child.stdin.end(JSON.stringify(req));
+    child.stdin.end(JSON.stringify(reqs));
   });
-  let parsed: (ReplayResult & { error?: string; message?: string }) | undefined;
-  try {
-    parsed = JSON.parse(out.trim().split('\n').pop() ?? '');
-  } catch {
-    throw new CliError(`ratchet_trainer.replay exited ${code} without a result (see its output above)`, EXIT.failure);
+  take(pending);
+  const next = reqs[results.length];
+  if (error) throw new CliError(`step ${next?.step ?? '?'}: ${error.error}: ${error.message}`, EXIT.invalidInput);
+  if (results.length < reqs.length) {
+    throw new CliError(`ratchet_trainer.replay exited ${code} after ${results.length} of ${reqs.length} steps without a result for step ${next?.step} (see its output above)`, EXIT.failure);
   }
-  if (parsed?.error) throw new CliError(`step ${req.step}: ${parsed.error}: ${parsed.message}`, EXIT.invalidInput);
-  return parsed!;
+  return results;
 }
 
 export function register(program: Command): void {
@@ -164,12 +184,8 @@ export function register(program: Command): void {
       const settings = artifacts ?? (store.url.startsWith('s3://') ? { url: store.url } : undefined);
       const opts = { store: settings, tolerance: o.tolerance, device: o.device, threads: o.threads };
       const steps = all ? records.filter((r) => r.trainer.skipped !== true && r.batch && r.adapter).map((r) => r.step) : [n];
-      const results: ReplayResult[] = [];
-      for (const s of steps) {
-        const r = await runReplay(replayRequest(records, s, opts));
-        results.push(r);
-        if (!o.json) console.log(replayText(r));
-      }
+      // Every request built (and checked) before the trainer starts; then one process replays them in turn.
+      const results = await runReplays(steps.map((s) => replayRequest(records, s, opts)), (r) => { if (!o.json) console.log(replayText(r)); });
       if (o.json) console.log(JSON.stringify(results, null, 1));
       const failed = results.filter((r) => !r.passed);
       if (failed.length) {

@@ -116,19 +116,32 @@ export interface HealthBackend {
   list(prefix: string): Promise<string[]>;
 }
 
+/** Tries at one record that its worker keeps rewriting (a sick worker refreshes its record every few seconds). */
+const RECORD_READ_TRIES = 5;
+
+/**
+ * One worker's record, or undefined when it is gone or not a record. A record rewritten between exists()
+ * and getJson() fails getJson's sha256 check: it is read again, not skipped. Skipped, a sick host vanished
+ * from one check's view, and the watch (RolloutWorkersWait) took that for a change and handed off again.
+ */
+async function readHealthRecord(store: HealthBackend, key: string): Promise<HostHealthRecord | undefined> {
+  for (let tries = 1; ; tries++) {
+    const ref = await store.exists(key);
+    if (!ref) return undefined;
+    try {
+      return HostHealthRecord.parse(await store.getJson(ref));
+    } catch (err) {
+      if ((err as Error).name !== 'ArtifactIntegrityError' || tries >= RECORD_READ_TRIES) return undefined;
+    }
+  }
+}
+
 /** The hosts out of service now, from their records: fresh and not healthy, oldest first. */
 export async function unhealthyHosts(store: HealthBackend, now = Date.now()): Promise<UnhealthyRolloutHost[]> {
   const out: (UnhealthyRolloutHost & { at: number })[] = [];
   for (const key of await store.list(HEALTH_PREFIX)) {
-    const ref = await store.exists(key);
-    if (!ref) continue;
-    let rec: HostHealthRecord;
-    try {
-      rec = HostHealthRecord.parse(await store.getJson(ref));
-    } catch {
-      continue; // rewritten between exists() and getJson(), or torn: the next check reads it
-    }
-    if (rec.healthy || now - Date.parse(rec.checkedAt) > HEALTH_RECORD_FRESH_MS) continue;
+    const rec = await readHealthRecord(store, key);
+    if (!rec || rec.healthy || now - Date.parse(rec.checkedAt) > HEALTH_RECORD_FRESH_MS) continue;
     out.push({ host: rec.host, error: rec.error ?? 'unknown', since: rec.since ?? rec.checkedAt, at: Date.parse(rec.since ?? rec.checkedAt) });
   }
   return out.sort((a, b) => a.at - b.at).map(({ at: _at, ...h }) => h);

@@ -33,8 +33,20 @@ export interface DoctorOptions {
 
 type Check = (o: Required<DoctorOptions>) => Promise<Omit<CheckResult, 'component'>>;
 
+/** fetch's own error says only "fetch failed"; its cause says why (ECONNREFUSED, a socket the server closed). */
+export function fetchErrorText(err: unknown): string {
+  const e = err as Error & { cause?: { code?: unknown; message?: unknown } };
+  const why = [e.cause?.code, e.cause?.message].filter((x) => typeof x === 'string' && x !== '').join(' ');
+  return why && !e.message.includes(why) ? `${e.message} (${why})` : e.message;
+}
+
 async function fetchJson(url: string, init?: RequestInit, timeoutMs = 60_000): Promise<{ status: number; body: unknown }> {
-  const res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
+  let res: Response;
+  try {
+    res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
+  } catch (err) {
+    throw new Error(fetchErrorText(err));
+  }
   const text = await res.text();
   let body: unknown = text;
   try { body = JSON.parse(text); } catch { /* plain text body */ }

@@ -1,9 +1,10 @@
 /**
  * The supervisor that `ratchet up` starts (src/stack/supervise.ts), on the real
  * stack's workers: one frozen with SIGSTOP is kill -9ed and started again once its
- * liveness file is stale; one killed -9 is started again.
+ * liveness file is stale (aged by the test, as the minute a frozen worker leaves it untouched would); one
+ * killed -9 is started again.
  */
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, statSync, utimesSync } from 'node:fs';
 import { describeWithStack } from '../helpers/stack';
 import { isAlive, readPid } from '../../src/shared/pidFiles';
 import { serviceStatus } from '../../src/stack/processes';
@@ -46,9 +47,15 @@ describeWithStack('ratchet up supervises its workers', ['temporalServer'], () =>
   test('a frozen (SIGSTOP) rollout worker is killed -9 and started again', async () => {
     const old = readPid('worker-rollout')!;
     process.kill(old, 'SIGSTOP');
+    // A frozen worker touches its liveness file no more: age it past RATCHET_SUPERVISOR_STALE_S (60 s by default) at
+    // once, as the minute of waiting did (it cost CI that minute). A file older than the worker's process counts from
+    // its start (plus a start grace) instead, so only a worker up for a while is killed at once. The supervisor checks
+    // every 5 s, then a start of up to 60 s.
+    const file = livenessFileOf('worker-rollout');
+    const aged = new Date(Date.now() - 65_000);
+    utimesSync(file, aged, aged);
     try {
-      // Stale after RATCHET_SUPERVISOR_STALE_S (60 s by default), checked every 5 s, then a start of up to 60 s.
-      await replaced('worker-rollout', old, 200_000);
+      await replaced('worker-rollout', old, 120_000);
     } finally {
       try { process.kill(old, 'SIGCONT'); } catch { /* killed, as it should be */ }
     }

@@ -86,8 +86,8 @@ describeWithStack('TrainRun on the real stack', ['temporalServer', 'inference', 
       expect(r.lineage?.env_modules?.map((e) => e.id).sort()).toEqual([...new Set(r.lineage!.envs.map((e) => String(e.id)))].sort());
       for (const e of r.lineage?.env_modules ?? []) expect(e.sha256).toMatch(/^[0-9a-f]{64}$/);
     }
-    // The command itself (dist build), as an operator runs it: each trained step replayed once (a replay loads
-    // torch and the model, ~13 s here; the command runs the same replayRequest and runReplay per step).
+    // The command itself (dist build), as an operator runs it: each trained step replayed once, all in one trainer
+    // process (torch loads once; the command runs the same replayRequest and runReplays).
     const cli = spawnSync(process.execPath, [path.join(REPO, 'dist', 'cli', 'index.js'), 'replay-step', finishedRun, 'all', '--json'],
       { env: { ...process.env, RATCHET_ARTIFACTS: artifacts }, encoding: 'utf8', timeout: 600_000 });
     expect(cli.status).toBe(0);

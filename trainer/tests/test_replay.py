@@ -115,6 +115,26 @@ def test_bad_requests_name_the_field(run, tmp_path, capsys):
     assert "tolerance must be a number >= 0" in capsys.readouterr().err
 
 
+def test_a_list_of_requests_replays_each_in_one_process_a_line_each(run, tmp_path, capsys):
+    """`ratchet replay-step <run> all` sends every step at once: torch loads once, each step as if alone."""
+    _, records = run
+    req = tmp_path / "req.json"
+    # Step 2 first and step 0 last: no replay may lean on what the process replayed before it.
+    wrong_parent = _request(records, 2, parent_checkpoint=records[0]["checkpoint"])
+    req.write_text(json.dumps([_request(records, 2), wrong_parent, _request(records, 0)]))
+    assert main(["--request", str(req)]) == 1
+    out = capsys.readouterr()
+    lines = [json.loads(x) for x in out.out.strip().split("\n")]
+    assert [(x["step"], x["passed"]) for x in lines] == [(2, True), (2, False), (0, True)]
+    assert [x["adapter_sha256"] for x in (lines[0], lines[2])] == [records[2]["adapter"]["sha256"], records[0]["adapter"]["sha256"]]
+    assert out.err.count("MISMATCH") == 1
+    # A bad request ends the list where it stands: the results before it, then its error.
+    req.write_text(json.dumps([_request(records, 0), _request(records, 1, tolerance=-1), _request(records, 2)]))
+    assert main(["--request", str(req)]) == 2
+    lines = [json.loads(x) for x in capsys.readouterr().out.strip().split("\n")]
+    assert [x.get("step", x.get("error")) for x in lines] == [0, "ReplayInputError"]
+
+
 @pytest.mark.parametrize("hash_seed", ["1", "2"])
 def test_replay_in_another_process_matches(run, tmp_path, hash_seed):
     """Another process has another string hash seed: peft's set-valued adapter config must not change the

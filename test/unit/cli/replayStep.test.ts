@@ -10,7 +10,7 @@ import * as path from 'node:path';
 import { LocalArtifactStore } from '../../../src/artifacts/store';
 import { buildProgram } from '../../../src/cli';
 import { CliError, EXIT } from '../../../src/cli/exit';
-import { parentCheckpoint, replayRequest, replayText, runReplay } from '../../../src/cli/replayStep';
+import { parentCheckpoint, replayRequest, replayText, runReplays } from '../../../src/cli/replayStep';
 import { StepRecord } from '../../../src/contracts/records';
 import { appendStepRecord, readStepRecords } from '../../../src/records/runRecords';
 import { paths, REPO_ROOT } from '../../../src/shared/paths';
@@ -106,8 +106,12 @@ if (!havePython) console.warn(`SKIPPING the replay-step end-to-end test: no trai
     const recs = await readStepRecords(store, 'tiny');
     // Step 1's record naming step 0's adapter: the replay produces step 1's real one, which is not it.
     const forged = recs.map((r) => (r.step === 1 ? { ...r, adapter: steps[0]!.adapter as never, lineage: undefined } : r));
-    // Each replay is a trainer process of its own (its output in its own temporary directory): all at once.
-    const [replayed, r] = await Promise.all([Promise.all(steps.map((s) => runReplay(replayRequest(recs, s.step)))), runReplay(replayRequest(forged, 1))]);
+    // One trainer process replays every step and the forged one in turn (as `replay-step all` does): each replay's
+    // result must not depend on what the process replayed before it.
+    const streamed: number[] = [];
+    const all = await runReplays([...steps.map((s) => replayRequest(recs, s.step)), replayRequest(forged, 1)], (x) => streamed.push(x.step));
+    expect(streamed).toEqual([...steps.map((s) => s.step), 1]);
+    const replayed = all.slice(0, steps.length), r = all[steps.length]!;
     for (const [i, s] of steps.entries()) {
       expect(replayed[i]).toMatchObject({ step: s.step, match: true, passed: true, adapter_sha256: s.adapter.sha256, max_abs_diff: 0 });
     }

@@ -1,4 +1,4 @@
-import { firstLines, jestFailures, pytestFailures } from '../../../infra/test-failures';
+import { firstLines, jestFailures, pytestFailures, stackEvents } from '../../../infra/test-failures';
 
 describe('what failed, from the test reports (infra/test-failures.js)', () => {
   test('a failed jest test is named by its suite and titles, with the first lines of its message, colours stripped', () => {
@@ -47,5 +47,37 @@ describe('what failed, from the test reports (infra/test-failures.js)', () => {
   test('firstLines keeps n non-empty lines', () => {
     expect(firstLines('a\n\nb\nc', 2)).toBe('a\n    b');
     expect(firstLines(undefined)).toBe('');
+  });
+});
+
+describe('what the stack\'s supervisor did, beside the suites (infra/test-failures.js stackEvents)', () => {
+  const at = (hms: string) => Date.parse(`2026-12-07T${hms}Z`);
+  const report = {
+    testResults: [
+      { name: '/repo/test/integration/supervisor.test.ts', startTime: at('14:42:50'), endTime: at('14:44:00') },
+      { name: '/repo/test/integration/doctor.test.ts', startTime: at('14:44:01'), endTime: at('14:44:45') },
+    ],
+  };
+  const line = (o: object) => JSON.stringify({ app: 'ratchet', component: 'supervisor', ...o });
+
+  test('warnings and errors only, each with the suite that ran then; info lines, non-JSON lines and older runs\' lines left out', () => {
+    const log = [
+      line({ level: 50, time: '2026-12-06T10:00:00.000Z', service: 'inference', msg: 'an earlier run' }),
+      line({ level: 30, time: '2026-12-07T14:40:00.000Z', msg: 'supervisor started' }),
+      'not json',
+      line({ level: 50, time: '2026-12-07T14:43:50.083Z', service: 'worker-rollout', msg: 'liveness went stale (frozen or wedged); kill -9 and restart' }),
+      line({ level: 50, time: '2026-12-07T14:44:10.000Z', service: 'inference', msg: 'process died; restarting' }),
+      line({ level: 40, time: '2026-12-07T14:50:00.000Z', service: 'worker-main', msg: 'after every suite' }),
+    ].join('\n');
+    expect(stackEvents(log, report, '/repo', at('14:00:00'))).toEqual([
+      '14:43:50 worker-rollout: liveness went stale (frozen or wedged); kill -9 and restart (during test/integration/supervisor.test.ts)',
+      '14:44:10 inference: process died; restarting (during test/integration/doctor.test.ts)',
+      '14:50:00 worker-main: after every suite',
+    ]);
+  });
+
+  test('no log, or a log without warnings, gives nothing', () => {
+    expect(stackEvents(undefined, report)).toEqual([]);
+    expect(stackEvents(line({ level: 30, time: '2026-12-07T14:40:00.000Z', msg: 'fine' }), undefined)).toEqual([]);
   });
 });

@@ -16,6 +16,7 @@ import { RunConfig } from '../../../src/config/schema';
 import { SandboxManager, defaultImage } from '../../../src/sandbox';
 import { HostHealth, hostFaultOf, probeHost, unhealthyHosts, healthKey } from '../../../src/rollouts/hostHealth';
 import { LocalArtifactStore } from '../../../src/artifacts/store';
+import type { ArtifactRef } from '../../../src/artifacts/ref';
 import { serveWhileHealthy } from '../../../src/workers/serveWhileHealthy';
 import { describeWithStack } from '../../helpers/stack';
 import { useFakeWorld } from '../../helpers/fakeWorld';
@@ -82,6 +83,44 @@ describe('health records in the store', () => {
       { host: 'h2', error: 'dockerd down', since: at(4) },
       { host: 'h1', error: 'image gone', since: at(3) },
     ]);
+  });
+
+  test('a record its worker rewrites between exists() and getJson() is read again, not dropped from the view', async () => {
+    // rolloutHostWaits' failure in stop 52's CI: the sick host vanished from one check, the watch took it for a change.
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-hh-race-')));
+    const now = Date.parse('2026-11-28T02:00:00Z');
+    const record = (checkedAt: number) => ({ workerId: 'h1:1', host: 'h1', healthy: false, error: 'image gone', since: new Date(now - 60_000).toISOString(), checkedAt: new Date(checkedAt).toISOString() });
+    await store.putJson(healthKey('h1:1'), record(now - 2000));
+    let rewrites = 2; // the worker refreshes its record right after each of the first two exists()
+    const racing = {
+      list: (prefix: string) => store.list(prefix),
+      putJson: (key: string, value: unknown) => store.putJson(key, value),
+      getJson: <T>(ref: ArtifactRef) => store.getJson<T>(ref),
+      exists: async (key: string) => {
+        const ref = await store.exists(key);
+        if (rewrites-- > 0) await store.putJson(key, record(now - rewrites));
+        return ref;
+      },
+    };
+    expect(await unhealthyHosts(racing, now)).toEqual([{ host: 'h1', error: 'image gone', since: new Date(now - 60_000).toISOString() }]);
+    expect(rewrites).toBeLessThan(0); // both rewrites happened: the record was read a third time
+  });
+
+  test('a record rewritten on every read is given up after a few tries (the next check reads it)', async () => {
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-hh-race-')));
+    const now = Date.parse('2026-11-28T02:00:00Z');
+    let n = 0;
+    const write = () => store.putJson(healthKey('h1:1'), { workerId: 'h1:1', host: 'h1', healthy: false, error: 'image gone', checkedAt: new Date(now - ++n).toISOString() });
+    await write();
+    let reads = 0;
+    const racing = {
+      list: (prefix: string) => store.list(prefix),
+      putJson: (key: string, value: unknown) => store.putJson(key, value),
+      getJson: <T>(ref: ArtifactRef) => store.getJson<T>(ref),
+      exists: async (key: string) => { reads++; const ref = await store.exists(key); await write(); return ref; },
+    };
+    expect(await unhealthyHosts(racing, now)).toEqual([]);
+    expect(reads).toBe(5);
   });
 });
 
