@@ -2,6 +2,7 @@ import Docker from 'dockerode';
 import { componentLogger, type Logger } from '../shared/logger';
 import { LABELS } from './labels';
 import { DEFAULT_LEASE_TTL_MS, leaseState, type LeaseState, type LeaseStore } from './lease';
+import { removeContainer } from './removal';
 
 export interface JanitorOptions {
   /** Where workers' leases live: the artifact store every host of the deployment shares. */
@@ -87,11 +88,11 @@ export async function sweep(docker: Docker, opts: JanitorOptions): Promise<{ rem
     const reason = removalReason(info.Labels ?? {}, ctx);
     if (!reason) continue;
     try {
-      await docker.getContainer(info.Id).remove({ force: true, v: true });
+      await removeContainer(docker.getContainer(info.Id));
       removed.push(info.Id);
       log.info({ id: info.Id, name: info.Names?.[0], worker: info.Labels?.[LABELS.worker], reason }, 'janitor removed sandbox');
     } catch (err) {
-      if ((err as { statusCode?: number }).statusCode !== 404) log.warn({ id: info.Id, err: String(err) }, 'janitor could not remove sandbox');
+      log.warn({ id: info.Id, err: String(err) }, 'janitor could not remove sandbox');
     }
   }
   return { removed, kept: containers.length - removed.length };

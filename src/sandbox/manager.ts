@@ -14,6 +14,7 @@ import { createImageDigests, type ImageDigest } from './imageDigest';
  */
 export const POOL_IDLE_S = 600;
 import { WarmPool } from './pool';
+import { removeContainer } from './removal';
 import { DockerSandbox, type ImageRepoSpec, type RepoSpec, type Sandbox } from './sandbox';
 
 export interface AcquireSpec {
@@ -143,26 +144,23 @@ export class SandboxManager {
   async removeLeftovers(): Promise<number> {
     for (const [id, c] of [...this.leftovers]) {
       try {
-        await c.remove({ force: true, v: true });
+        await removeContainer(c);
         this.leftovers.delete(id);
         this.log.info({ id }, 'removed a sandbox whose removal had failed');
-      } catch (err) {
-        if ((err as { statusCode?: number }).statusCode === 404) this.leftovers.delete(id);
+      } catch {
+        // Still refused: the next pass tries again.
       }
     }
     return this.leftovers.size;
   }
 
-  /** Removes a container now, or keeps it for removeLeftovers when dockerd refuses (404 and 409: gone or going). */
+  /** Removes a container now, or keeps it for removeLeftovers when dockerd refuses. */
   private async removeOrKeep(c: Docker.Container): Promise<void> {
     try {
-      await c.remove({ force: true, v: true });
+      await removeContainer(c);
     } catch (err) {
-      const status = (err as { statusCode?: number }).statusCode;
-      if (status !== 404 && status !== 409) {
-        this.log.warn({ id: c.id, err: String(err) }, 'could not remove a container; retried later');
-        this.leftovers.set(c.id, c);
-      }
+      this.log.warn({ id: c.id, err: String(err) }, 'could not remove a container; retried later');
+      this.leftovers.set(c.id, c);
     }
   }
 

@@ -6,6 +6,7 @@ import { type ExecResult, runExec } from './exec';
 import { REPO_DIR, WORK_DIR } from './options';
 import { baseCommitTar, type RepoSpec } from './snapshot';
 import { stopAndMeasure, type ContainerUsage } from './usage';
+import { removeContainer } from './removal';
 
 export type { RepoSpec } from './snapshot';
 
@@ -166,17 +167,13 @@ export class DockerSandbox implements Sandbox {
       this.log.warn({ id: this.id, err: String(err) }, 'could not read the sandbox\'s usage; it is counted without seconds');
     }
     try {
-      await this.container.remove({ force: true, v: true });
+      await removeContainer(this.container);
       this.log.info({ id: this.id, name: this.name }, 'sandbox released');
     } catch (err) {
-      const status = (err as { statusCode?: number }).statusCode;
-      // 404: already gone; 409: a removal is already under way.
-      if (status !== 404 && status !== 409) {
-        // Not rethrown: release runs in `finally` blocks. The janitor never removes its own worker's containers,
-        // so the manager retries this one (SandboxManager.removeLeftovers) until dockerd lets it go.
-        this.log.error({ id: this.id, err: String(err) }, 'could not remove sandbox container; retried later');
-        this.onLeftover?.(this.container);
-      }
+      // Not rethrown: release runs in `finally` blocks. The janitor never removes its own worker's containers,
+      // so the manager retries this one (SandboxManager.removeLeftovers) until dockerd lets it go.
+      this.log.error({ id: this.id, err: String(err) }, 'could not remove sandbox container; retried later');
+      this.onLeftover?.(this.container);
     }
   }
 

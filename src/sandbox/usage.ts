@@ -5,6 +5,7 @@
  * kill), so the figures match what `docker inspect` and `docker events` say.
  */
 import type Docker from 'dockerode';
+import { dockerStatus } from './removal';
 
 export interface ContainerUsage {
   /** Docker's State.FinishedAt − State.StartedAt, in seconds. */
@@ -23,13 +24,13 @@ export async function stopAndMeasure(container: Docker.Container): Promise<Conta
     const stats = (await container.stats({ stream: false, 'one-shot': true } as { stream: false })) as { cpu_stats?: { cpu_usage?: { total_usage?: number } } };
     cpuNs = stats.cpu_stats?.cpu_usage?.total_usage ?? 0;
   } catch (err) {
-    if (statusOf(err) === 404) return undefined;
+    if (dockerStatus(err) === 404) return undefined;
   }
   try {
     await container.kill({ signal: 'SIGKILL' });
   } catch (err) {
     // 409: not running (its lifetime ended, or it died); 404: gone.
-    if (statusOf(err) === 404) return undefined;
+    if (dockerStatus(err) === 404) return undefined;
   }
   try {
     // Bounded: a dockerd that cannot stop it must not hold up the release (force-removal follows).
@@ -44,11 +45,7 @@ export async function stopAndMeasure(container: Docker.Container): Promise<Conta
     if (!Number.isFinite(started) || !Number.isFinite(finished) || finished < started) return { container_s: 0, cpu_s: cpuNs / 1e9 };
     return { container_s: (finished - started) / 1000, cpu_s: cpuNs / 1e9 };
   } catch (err) {
-    if (statusOf(err) === 404) return undefined;
+    if (dockerStatus(err) === 404) return undefined;
     throw err;
   }
-}
-
-function statusOf(err: unknown): number | undefined {
-  return (err as { statusCode?: number }).statusCode;
 }
