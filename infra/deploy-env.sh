@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the deployment-file test (test/unit/deploy/deployFiles.test.ts) needs: systemd's own unit checker
+# What the deployment-file test (test/unit/infra/deployFiles.test.ts) needs: systemd's own unit checker
 # (`systemd-analyze verify`, Debian's systemd package) and a Kubernetes schema validator from PyPI
 # (kubernetes-validate ships the API schemas, so it validates offline) in its own small venv.
 source "$(dirname "$0")/lib.sh"

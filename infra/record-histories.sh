@@ -9,7 +9,9 @@ cd "$RATCHET_ROOT"
 export RATCHET_RECORD_HISTORIES=1
 release="v$(node -p 'require("./package.json").version')"
 log "recording histories into test/fixtures/histories/$release"
-npx jest --selectProjects unit --runTestsByPath test/unit/workflows/trainRun.test.ts test/unit/workflows/stepRolloutsWaits.test.ts
+# TrainRun's own tests and StepRollouts' waits (the blocks of these files that this script has always recorded).
+npx jest --selectProjects unit --runTestsByPath test/unit/workflows/trainRun.test.ts test/unit/workflows/stepRollouts.test.ts \
+  -t '^(TrainRun workflow|StepRollouts waits) \(fake activities, real dev server\) '
 if [ "${1:-}" = "--stack" ]; then
   npx jest --selectProjects integration --runInBand --runTestsByPath test/integration/lifecycle.test.ts test/integration/eval-real.test.ts
 fi

@@ -26,7 +26,7 @@ bash infra/setup.sh
 # skipped) and Debian's PostgreSQL. See infra/cluster/README.md.
 timed temporal-server-build bash infra/cluster/build.sh
 timed postgres bash infra/cluster/postgres.sh install
-# The deployment-file test (test/unit/deploy/deployFiles.test.ts): systemd-analyze and kubernetes-validate.
+# The deployment-file test (test/unit/infra/deployFiles.test.ts): systemd-analyze and kubernetes-validate.
 timed deploy-env bash infra/deploy-env.sh
 # Only the tests need a browser: the report test renders the HTML report in headless Chromium.
 apt_install chromium

@@ -38,7 +38,7 @@ const LoraConfig = z.object({
  * The [trainer] section is the Python trainer's config (trainer/ratchet_trainer/core/config.py):
  * the same keys, nesting, defaults and choices, passed through unchanged (src/workflows/trainerConfig.ts
  * adds model.path, seq_len and loss.temperature from their own sections).
- * test/unit/config/trainerConfigParity.test.ts fails on any difference between the two.
+ * test/unit/config/schema.test.ts fails on any difference between the two.
  */
 export const TrainerConfig = z.object({
   /** "lora" trains an adapter that vLLM loads at run time; "full" trains every weight. */

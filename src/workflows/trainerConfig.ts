@@ -3,7 +3,7 @@ import type { RunConfig } from '../config/schema';
 /**
  * The trainer_config payload of trainer.load: the run config's [trainer] section as it is
  * (its keys are the trainer's: trainer/ratchet_trainer/core/config.py, checked by
- * test/unit/config/trainerConfigParity.test.ts), plus what other sections own: the model's
+ * test/unit/config/schema.test.ts), plus what other sections own: the model's
  * weights, the longest sample and the sampling temperature (the trainer scores the
  * distribution vLLM sampled from: logits / T). Pure, so the workflow computes it and
  * the history shows exactly what the trainer got.

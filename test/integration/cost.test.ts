@@ -27,7 +27,7 @@ const INFERENCE = process.env.RATCHET_INFERENCE_URL ?? 'http://127.0.0.1:8000/v1
 const LONG = process.env.RATCHET_LONG_TESTS === '1';
 const SMOKE_STEPS = 3;
 // The smoke run takes 5+ minutes on 2 cores: npm run test:long runs it; CI checks container-seconds
-// against docker events in test/unit/sandbox/lifetime.test.ts and runs the budget test below.
+// against docker events in test/unit/sandbox/sandbox.test.ts and runs the budget test below.
 if (!LONG) console.warn('SKIPPING the smoke-run cost test outside npm run test:long (RATCHET_LONG_TESTS=1): CI time budget');
 const smokeTest = LONG ? test : test.skip;
 

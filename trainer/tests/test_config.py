@@ -7,7 +7,7 @@ from helpers import TINY
 
 
 def test_defaults_are_the_run_configs():
-    # The same defaults as src/config/schema.ts's [trainer] (test/unit/config/trainerConfigParity.test.ts checks every key).
+    # The same defaults as src/config/schema.ts's [trainer] (test/unit/config/schema.test.ts checks every key).
     cfg = parse_trainer_config({"model": {"path": "/m"}})
     assert cfg.mode == "lora" and cfg.adapter is cfg.lora
     assert cfg.lora.rank == 8 and cfg.lora.alpha == 16 and cfg.lora.dropout == 0.0
@@ -18,7 +18,7 @@ def test_defaults_are_the_run_configs():
 
 
 def test_schema_choices_name_real_keys_and_their_defaults_are_choices():
-    # The TypeScript side of this schema is compared in test/unit/config/trainerConfigParity.test.ts.
+    # The TypeScript side of this schema is compared in test/unit/config/schema.test.ts.
     s = schema()
     for dotted, choices in s["choices"].items():
         node = s["defaults"]

@@ -3,13 +3,20 @@
  * work does, the newest progress as details, and a watchdog that stops the
  * heartbeat when progress stops, then aborts the work one heartbeat timeout later.
  * Real activity context (MockActivityEnvironment), fake clock.
+ *
+ * The "light activities heartbeat" block:
+ * Light activities heartbeat (issue 39, hole 11): the main worker wraps them (beatWhileRunning), and the
+ * LIGHT proxy has a heartbeat timeout, so a main worker killed mid-activity is noticed within a minute
+ * instead of the 10-minute start-to-close. Checked in Temporal's activity test environment: a slow
+ * activity beats on the timer, one that beats itself (withLiveness) is left to its own beats.
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { StalledError, withLiveness } from '../../../src/activities/liveness';
+import { StalledError, withLiveness, beatWhileRunning } from '../../../src/activities/liveness';
 import { createWeightSyncActivities } from '../../../src/activities/weightSync';
 import { crossFieldIssues, RunConfig } from '../../../src/config/schema';
 import { parseRunConfig } from '../../../src/config/load';
 import { logger } from '../../../src/shared/logger';
+import { LIGHT } from '../../../src/workflows/proxies';
 
 const quiet = logger.child({ component: 'test' });
 quiet.level = 'silent';
@@ -155,5 +162,40 @@ describe('[liveness] config', () => {
     expect(crossFieldIssues(c)).toEqual([expect.objectContaining({ path: ['liveness', 'rollout_stall_s'] })]);
     expect(() => parseRunConfig('[liveness]\nrollout_stall_s = 200\n[[env]]\nid = "swe-grep"\n', 'run.toml'))
       .toThrow(/run\.toml: liveness\.rollout_stall_s: 200 must exceed .*300 s.*Fix: raise liveness\.rollout_stall_s/);
+  });
+});
+
+describe('light activities heartbeat', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  test('the LIGHT proxy has a heartbeat timeout well below its start-to-close timeout', () => {
+    expect(LIGHT.heartbeatTimeout).toBe('1 minute');
+    expect(LIGHT.startToCloseTimeout).toBe('10 minutes');
+  });
+
+  test('a slow activity that never heartbeats itself beats on the timer; one that does is left alone', async () => {
+    const acts = beatWhileRunning({
+      async slow(ms: number) { await sleep(ms); return 'done'; },
+      async own(ms: number) {
+        return withLiveness({ name: 'own', heartbeatEveryMs: 1_000_000, stallMs: 10_000_000 }, async (live) => {
+          live.progress({ phase: 'mine' });
+          await sleep(ms);
+          return 'mine';
+        });
+      },
+    }, 50);
+    const env = new MockActivityEnvironment();
+    const beats: unknown[] = [];
+    env.on('heartbeat', (d: unknown) => beats.push(d));
+    expect(await env.run(acts.slow, 330)).toBe('done');
+    // One at the start, then one every 50 ms: 6 in 330 ms (timers may run late: at least 4).
+    expect(beats[0]).toEqual({ phase: 'started' });
+    expect(beats.length).toBeGreaterThanOrEqual(4);
+    expect(beats.slice(1).every((b) => JSON.stringify(b) === '{"phase":"running"}')).toBe(true);
+
+    beats.length = 0;
+    expect(await env.run(acts.own, 330)).toBe('mine');
+    // The wrapper's first beat, then withLiveness's own at its start; none from the timer after it.
+    expect(beats).toEqual([{ phase: 'started' }, { phase: 'started' }]);
   });
 });

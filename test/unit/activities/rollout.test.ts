@@ -1,4 +1,18 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+/**
+ * The rollout activity (src/activities/rollout.ts) with fake sandboxes and scripted models.
+ *
+ * The "rollout errors: transient is retried, only what stays wrong is invalid input" block:
+ * Which rollout errors are bad input and which are retried or waited for (issue 25, hole 2;
+ * docs/errors.md): only input that stays wrong whatever the retry is InvalidRolloutTask.
+ *
+ * The "an external harness's failed episode" block:
+ * An external harness's own failure (it crashed, gave no final answer, flooded its endpoint) is a
+ * failed episode with its stop reason, never an infrastructure error: only a failure of the
+ * infrastructure itself is retried and dropped (issue 29, "Bad input"). The built-in agent loop's
+ * "error" means its sandbox call failed (a lost container), which is infrastructure; a harness's is not.
+ * Found by the real mini-swe-agent eval sweep, where every episode became infra_error.
+ */
+import { mkdtempSync, writeFileSync, promises as fsp } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
@@ -13,6 +27,17 @@ import { isUnscored, Trajectory, type ChatMessage, type RolloutSummary } from '.
 import { OpenAIModelClient } from '../../../src/agent/model';
 import { FAKE_END_OF_TURN, fakeEncode, fakePromptIds, startFakeVllm } from '../../helpers/fakeVllm';
 import { CALC_FILES, call, FakeSandboxManager, ScriptedModel, type ScriptedTurn } from '../../helpers/rolloutFakes';
+import { isTransientReadError } from '../../../src/rollouts/errors';
+import { StoreUnavailableError } from '../../../src/artifacts/errors';
+import type { AgentResult } from '../../../src/agent/loop';
+import { runHarness } from '../../../src/harness/run';
+
+// The "an external harness's failed episode" block gives runHarness a scripted outcome; every other test
+// here runs the real one (the mock delegates to it until that block sets its own outcome, and after).
+jest.mock('../../../src/harness/run', () => {
+  const actual = jest.requireActual('../../../src/harness/run');
+  return { ...actual, runHarness: jest.fn(actual.runHarness) };
+});
 
 // Some cases run real git, Python and retry back-offs in subprocesses: on a loaded 2-core CI
 // machine they take more than jest's 5 s default (they are not timing tests).
@@ -391,5 +416,137 @@ describe('rollout activity', () => {
     const { acts } = setup([]);
     await expect(acts.rollout({ ...input('swe-grep'), step: -2 })).rejects.toThrow(/invalid rollout input: step/);
     await expect(acts.rollout(input('nope'))).rejects.toThrow(/unknown environment "nope"/);
+  });
+});
+
+describe('rollout errors: transient is retried, only what stays wrong is invalid input', () => {
+  const task = {
+    instance_id: 'calc-1', repo: 'calc', base_commit: 'HEAD', problem_statement: 'add(2, 3) returns -1', patch: '',
+    FAIL_TO_PASS: ['tests/test_calc.py::test_add'], PASS_TO_PASS: [], gold_files: ['pkg/calc.py'], test_cmd: 'python3 -m pytest',
+    source: { type: 'snapshot' as const, repo_path: 'repos/calc.git' },
+  };
+
+  function setup() {
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+    const model = new ScriptedModel([{ tool_calls: [call('result', { files: ['pkg/calc.py'], functions: ['add'] })] }]);
+    const acts = createRolloutActivities({ store, sandboxes: new FakeSandboxManager(CALC_FILES), openaiFactory: () => model });
+    return { store, acts };
+  }
+
+  function input(over: Partial<RolloutInput> = {}): RolloutInput {
+    return {
+      runId: 'run1', step: 2, groupId: 'g0', rolloutIndex: 1, envId: 'swe-grep', task, taskSetDir: '/tasks',
+      policyVersion: 1, modelName: 'policy-v1', sampling: { temperature: 1, top_p: 1, max_tokens: 64 },
+      envArgs: { max_tokens: 500, max_tool_calls: 5, max_turns: 4 }, rubric: {},
+      sandbox: { memory_mb: 512, cpus: 1, pids_limit: 128, disk_mb: 256, exec_timeout_s: 30, output_limit_bytes: 16384, warm_pool_size: 0 },
+      inferenceBaseUrl: 'http://127.0.0.1:8000/v1', seed: 7, ...over,
+    };
+  }
+
+  const run = (acts: ReturnType<typeof setup>['acts'], i: RolloutInput): Promise<RolloutSummary> => new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, i);
+
+  afterEach(() => jest.restoreAllMocks());
+
+  test('a task-file read failing with EMFILE or EIO is retried (TaskReadError), and the retry goes through', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-tasks-'));
+    writeFileSync(path.join(dir, 'tasks.jsonl'), `${JSON.stringify(task)}\n`);
+    const ref = { taskSetDir: dir, task: { datasetPath: 'tasks.jsonl', instanceId: 'calc-1' } };
+    const { acts } = setup();
+    for (const code of ['EMFILE', 'EIO']) {
+      jest.spyOn(fsp, 'stat').mockRejectedValueOnce(Object.assign(new Error(`${code}: failed, stat '${dir}/tasks.jsonl'`), { code }));
+      await expect(run(acts, input(ref))).rejects.toMatchObject({ type: 'TaskReadError', nonRetryable: false });
+    }
+    expect((await run(acts, input(ref))).task_id).toBe('calc-1');
+  });
+
+  test('a task file missing on this host is retried; once it is there the rollout runs', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-tasks-'));
+    const ref = { taskSetDir: dir, task: { datasetPath: 'tasks.jsonl', instanceId: 'calc-1' } };
+    const { acts } = setup();
+    await expect(run(acts, input(ref))).rejects.toMatchObject({ type: 'TaskReadError', nonRetryable: false });
+    writeFileSync(path.join(dir, 'tasks.jsonl'), `${JSON.stringify(task)}\n`);
+    expect((await run(acts, input(ref))).task_id).toBe('calc-1');
+  });
+
+  test('a task file that stays wrong (an extension no reader knows) is InvalidRolloutTask', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ratchet-tasks-'));
+    writeFileSync(path.join(dir, 'tasks.csv'), 'x\n');
+    const { acts } = setup();
+    await expect(run(acts, input({ taskSetDir: dir, task: { datasetPath: 'tasks.csv', instanceId: 'calc-1' } })))
+      .rejects.toMatchObject({ type: 'InvalidRolloutTask', nonRetryable: true });
+  });
+
+  test('the run config unreadable from a store that is down is StoreUnavailable (the step waits), not invalid input', async () => {
+    const { store, acts } = setup();
+    jest.spyOn(store, 'exists').mockRejectedValueOnce(new StoreUnavailableError('s3://bucket/p', 'connect ECONNREFUSED'));
+    await expect(run(acts, input())).rejects.toMatchObject({ type: 'StoreUnavailable', nonRetryable: true });
+    // The next try reads it (the failed read was not cached).
+    expect((await run(acts, input())).task_id).toBe('calc-1');
+  });
+
+  test('an unknown environment stays wrong on every retry: InvalidRolloutTask', async () => {
+    const { acts } = setup();
+    await expect(run(acts, input({ envId: 'no-such-env' }))).rejects.toMatchObject({ type: 'InvalidRolloutTask', nonRetryable: true });
+  });
+
+  test('the trajectory write finding the store down fails as StoreUnavailable (the step waits; no attempt used)', async () => {
+    const { store, acts } = setup();
+    // The trajectory's write, not the turn journal's (a journal write that fails only ends the journal).
+    const put = store.put.bind(store);
+    jest.spyOn(store, 'put').mockImplementation((key, data) => (key.includes('.journal/') ? put(key, data) : Promise.reject(new StoreUnavailableError('s3://bucket/p', 'HTTP 503'))));
+    await expect(run(acts, input())).rejects.toMatchObject({ type: 'StoreUnavailable', nonRetryable: true });
+  });
+
+  test('isTransientReadError: errno codes and the Parquet reader\'s text', () => {
+    expect(isTransientReadError(Object.assign(new Error('x'), { code: 'ENOENT' }))).toBe(true);
+    expect(isTransientReadError(Object.assign(new Error('x'), { code: 'EISDIR' }))).toBe(false);
+    expect(isTransientReadError(new Error('cannot read Parquet task file /t.parquet: Error: EIO: i/o error, read'))).toBe(true);
+    expect(isTransientReadError(new Error('task file /t.csv has extension ".csv"; use .jsonl or .parquet'))).toBe(false);
+  });
+});
+
+describe("an external harness's failed episode", () => {
+  beforeEach(() => {
+    // The harness process itself is tested with real namespaces in test/unit/harness/run.test.ts; here only
+    // what the episode makes of its outcome matters.
+    // An AgentResult without the harness's `tools`, as the block has always scripted it.
+    jest.mocked(runHarness).mockImplementation((async (): Promise<AgentResult> => ({
+      messages: [{ role: 'user', content: 'fix it' }],
+      turns: [],
+      stop_reason: 'error',
+      error: 'harness mini-swe-agent exited without a final answer (no RATCHET_FINAL line): RepeatedFormatError',
+      stats: { prompt_tokens: 0, completion_tokens: 0, tool_calls: 0, tool_errors: 0, commands: [], tools_used: {} },
+      model_ms: 1,
+      tools_ms: 0,
+    })) as unknown as typeof runHarness);
+  });
+  afterEach(() => {
+    jest.mocked(runHarness).mockImplementation(jest.requireActual('../../../src/harness/run').runHarness);
+  });
+
+  const task = {
+    instance_id: 'calc-1', repo: 'calc', base_commit: 'HEAD', problem_statement: 'add(2, 3) returns -1',
+    patch: 'diff --git a/pkg/calc.py b/pkg/calc.py\n--- a/pkg/calc.py\n+++ b/pkg/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n',
+    FAIL_TO_PASS: ['tests/test_calc.py::test_add'], PASS_TO_PASS: ['tests/test_calc.py::test_sub'],
+    gold_files: ['pkg/calc.py'], test_cmd: 'python3 -m pytest', source: { type: 'snapshot' as const, repo_path: 'repos/calc.git' },
+  };
+
+  test("a harness that ends without a final answer is a scored, failed episode with its stop reason, not an infrastructure error", async () => {
+    const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-art-')));
+    const acts = createRolloutActivities({ store, sandboxes: new FakeSandboxManager(CALC_FILES), openaiFactory: () => new ScriptedModel([]) });
+    const input: RolloutInput = {
+      runId: 'run1', step: 2, groupId: 'g0', rolloutIndex: 0, envId: 'mini-swe-agent', task, taskSetDir: '/tasks',
+      policyVersion: 1, modelName: 'policy-v1', sampling: { temperature: 1, top_p: 1, max_tokens: 64 },
+      envArgs: { max_tokens: 500, max_tool_calls: 5, max_turns: 4 }, rubric: {},
+      sandbox: { memory_mb: 512, cpus: 1, pids_limit: 128, disk_mb: 256, exec_timeout_s: 30, output_limit_bytes: 16384, warm_pool_size: 0 },
+      inferenceBaseUrl: 'http://127.0.0.1:8000/v1', seed: 7,
+    };
+    // Attempt 1 of 4: an infrastructure failure would throw here (to be retried); a failed episode returns.
+    const summary: RolloutSummary = await new MockActivityEnvironment({ attempt: 1 }).run(acts.rollout, input);
+    expect(summary.stop_reason).toBe('error');
+    expect(summary.reward).toBe(0);
+    const t = Trajectory.parse(await store.getJson(summary.trajectory));
+    expect(t.stop_reason).toBe('error');
+    expect(t.error).toMatch(/exited without a final answer/);
   });
 });

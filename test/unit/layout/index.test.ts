@@ -2,6 +2,11 @@
  * The layout each seed config produces (src/layout): which processes `ratchet up --config` starts, on which
  * GPUs, with which flags and environment. The expectations are written out from the configs' own keys
  * (configs/gpu/*.toml) and vLLM's and torchrun's flags, not computed by the layout's helpers.
+ *
+ * The "vLLM flags for full-weight sync" block:
+ * What `ratchet up --config` gives vLLM for full fine-tuning (issue 41): the ratchet_weights hooks by name,
+ * with infra/vllm on PYTHONPATH, and no runtime LoRA loading; a LoRA config gets none of that. The names
+ * are checked against the module vLLM imports them from.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -251,5 +256,39 @@ http.server.HTTPServer(('127.0.0.1', $port), H).serve_forever()"
       expect(await stopService(spec.name)).toBe('stopped');
     }
     expect(await spec.ready!()).toBe(false);
+  });
+});
+
+describe('vLLM flags for full-weight sync', () => {
+  const REPO = path.join(__dirname, '..', '..', '..');
+  const P = { root: '/repo', home: '/state' };
+  const replicas = (file: string) => {
+    const l = stackLayout(parseRunConfig(readFileSync(path.join(REPO, 'configs', 'gpu', file), 'utf8'), file), P);
+    if (l.kind !== 'gpu') throw new Error('expected a GPU layout');
+    return l.inference;
+  };
+  const flag = (args: string[], name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
+
+  test.each(['qwen3-4b-4gpu.toml', 'qwen3-8b-4gpu.toml'])('%s (full): every replica loads the hooks from infra/vllm', (file) => {
+    for (const r of replicas(file)) {
+      expect(flag(r.args, '--worker-extension-cls')).toBe('ratchet_weights.WeightsWorker');
+      expect(flag(r.args, '--middleware')).toBe('ratchet_weights.WeightsRoute');
+      expect(r.env.PYTHONPATH).toBe('/repo/infra/vllm');
+      expect(r.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING).toBeUndefined();
+      expect(r.args).not.toContain('--enable-lora');
+    }
+  });
+
+  test.each(['qwen3-8b-lora-1gpu.toml', 'qwen3-14b-4gpu.toml'])('%s (LoRA): no hooks, runtime LoRA loading as before', (file) => {
+    for (const r of replicas(file)) {
+      expect([r.args.includes('--worker-extension-cls'), r.args.includes('--middleware'), r.env.PYTHONPATH]).toEqual([false, false, undefined]);
+      expect(r.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING).toBe('True');
+    }
+  });
+
+  test('the names are the module\'s: a class WeightsWorker and an ASGI class WeightsRoute in infra/vllm/ratchet_weights.py', () => {
+    const src = readFileSync(path.join(REPO, 'infra', 'vllm', 'ratchet_weights.py'), 'utf8');
+    expect(src).toMatch(/^class WeightsWorker\(/m);
+    expect(src).toMatch(/^class WeightsRoute:\n[\s\S]*async def __call__\(self, scope/m);
   });
 });

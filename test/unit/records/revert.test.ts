@@ -1,7 +1,7 @@
 /**
  * Undoing a checkpoint fallback (issue 39, item 1) on a real local store: the records a revert voids and
  * restores, a step retrained after the wrong fallback no longer counting, and the refusals (a fallback that
- * was right, none to revert). The CLI's status guard is in restartGuard.test.ts.
+ * was right, none to revert). The CLI's status guard is in test/unit/cli/restart.test.ts.
  */
 import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -86,7 +86,7 @@ describe('health records in the store', () => {
   });
 
   test('a record its worker rewrites between exists() and getJson() is read again, not dropped from the view', async () => {
-    // rolloutHostWaits' failure in stop 52's CI: the sick host vanished from one check, the watch took it for a change.
+    // rolloutWorkersWait.test.ts's failure in stop 52's CI: the sick host vanished from one check, the watch took it for a change.
     const store = new LocalArtifactStore(mkdtempSync(path.join(os.tmpdir(), 'ratchet-hh-race-')));
     const now = Date.parse('2026-11-28T02:00:00Z');
     const record = (checkedAt: number) => ({ workerId: 'h1:1', host: 'h1', healthy: false, error: 'image gone', since: new Date(now - 60_000).toISOString(), checkedAt: new Date(checkedAt).toISOString() });

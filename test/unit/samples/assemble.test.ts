@@ -5,12 +5,21 @@
  * template, prefix-stable). Trajectories are rendered the way vLLM's chat endpoint
  * renders them; some replies are sampled non-canonically to prove the builder
  * keeps the server's ids rather than re-encoding text.
+ *
+ * The "golden samples" block:
+ * Golden samples: the exact ids and loss mask the builder makes from a fixed
+ * multi-turn tool episode, with each real tokenizer and template. A change in the
+ * tokenizer library, the template or the splice logic shows up here as a diff.
+ * Regenerate deliberately with UPDATE_GOLDEN=1 (and review the diff). The template's
+ * hash is not compared: an edit that renders the same tokens is not a change here.
  */
 import { assembleTrajectory, type CompleteTurn } from '../../../src/samples/assemble';
 import { BatchBuildError } from '../../../src/samples/errors';
 import { loadModelTokenizer, type ModelTokenizer } from '../../../src/samples/tokenizer';
 import type { Trajectory } from '../../../src/contracts/trajectory';
 import { encodeNonCanonical, QWEN3_DIR, simulateTrajectory, SMOLLM2_DIR, smolLM2Available, toolConversation } from '../../fixtures/samples/simulate';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import * as path from 'node:path';
 
 const complete = (t: Trajectory) => t.turns as CompleteTurn[];
 
@@ -162,4 +171,31 @@ describe('Qwen3 tokenizer and template', () => {
     expect(() => assembleTrajectory(complete(traj), tok, 'split', 'trajectory T')).toThrow(
       /trajectory T: turns\[1\]\.completion_token_ids\[3\] is token id 151000, outside the tokenizer .*ids 0\.\.49151.*another model/);
   });
+});
+
+describe('golden samples', () => {
+  interface Golden {
+    breaks: { turn: number; cause: string; at: number }[];
+    samples: { turns: [number, number]; ids: number[]; mask: string; trainable_text: string }[];
+  }
+
+  function golden(dir: string, name: string): void {
+    const tok = loadModelTokenizer(dir);
+    const traj = simulateTrajectory(tok, toolConversation(2));
+    const { segments, breaks } = assembleTrajectory(traj.turns as CompleteTurn[], tok, 'split', 'golden');
+    const got: Golden = {
+      breaks,
+      samples: segments.map((s) => ({
+        turns: [s.firstTurn, s.lastTurn], ids: s.ids, mask: s.mask.join(''),
+        trainable_text: tok.decode(s.ids.filter((_, i) => s.mask[i])),
+      })),
+    };
+    const file = path.join(__dirname, '..', '..', 'fixtures', 'samples', `golden-${name}.json`);
+    if (process.env.UPDATE_GOLDEN === '1') writeFileSync(file, JSON.stringify(got, null, 1) + '\n');
+    if (!existsSync(file)) throw new Error(`golden file ${file} is missing; create it with UPDATE_GOLDEN=1 and review it`);
+    expect(got).toEqual(JSON.parse(readFileSync(file, 'utf8')));
+  }
+
+  test('golden: Qwen3 tool episode (splits at every turn)', () => golden(QWEN3_DIR, 'qwen3'));
+  (smolLM2Available() ? test : test.skip)('golden: SmolLM2 tool episode (one sample)', () => golden(SMOLLM2_DIR, 'smollm2'));
 });

@@ -3,21 +3,60 @@
  * with fake activities: the loop, async overlap, control updates, progress,
  * continue-as-new, a dead trainer and a down inference server.
  * Set RATCHET_RECORD_HISTORIES=1 to record histories into test/fixtures/histories/<release>/ for the replay test.
+ *
+ * The "TrainRun cost ledger and budgets (fake activities, real dev server)" block:
+ * The cost ledger and budgets (issue 30; docs/operations.md, "What a run costs and budgets") on a real
+ * dev server with fake activities: each step record's cost adds up its rollouts' sandboxes and tokens
+ * and the trainer's seconds, run_cost is the running sum (also across continue-as-new), a run whose
+ * cost reaches a budget waits with status budget-exhausted, `set --budget` with a bad value is refused,
+ * and raising the budget lets the run go on.
+ *
+ * The "TrainRun difficulty filtering and pass-rate pools (fake activities, real dev server)" block:
+ * Online difficulty filtering ([orchestrator.difficulty_filter]; patch v0.8-difficulty-filter) on a real dev
+ * server with fake activities: a step whose groups all score alike samples more tasks, round by round, until
+ * it has batch_size informative groups, and stops at max_refill_rounds; the batch holds the informative groups
+ * only, and the step record lists each round with the policy version that sampled it. And the pass-rate pool
+ * that each step's rollouts feed and the next step samples from.
+ *
+ * The "TrainRun, trainer.mode = "full" (fake activities, real dev server)" block:
+ * trainer.mode = "full" in TrainRun (fake activities, real dev server; issue 41): every weight sync is a
+ * full one, naming the checkpoint of the version it serves (the base model at version 0, synced before
+ * the first rollout); the rollouts ask for the served model at every version, never an adapter name;
+ * the steps record no adapter. A LoRA run's syncs and model names are as before (no `full`).
+ *
+ * The "init_from (fake activities, real dev server)" block:
+ * [model] init_from in the workflows (fake activities, real dev server): the resolved origin reaches
+ * trainer.load as `init` wherever the run has no checkpoint of its own (its first load, and after a
+ * fallback to "the base model"), never beside a checkpoint; version 0 is the origin's adapter, served
+ * as <run>/policy-v0 before the first rollout and kept while rollouts may use it; each step's
+ * lineage names the origin. SftRun takes it the same way.
+ * Set RATCHET_RECORD_HISTORIES=1 to record histories for the replay test.
  */
-import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { describeWithStack } from '../../helpers/stack';
-import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate } from '../../../src/workflows/messages';
+import { SA, pauseUpdate, progressQuery, resumeUpdate, stopAfterCurrentStepUpdate, controlUpdates, setSettingsUpdate } from '../../../src/workflows/messages';
 import type { TrainRun } from '../../../src/workflows/trainRun';
 import type { ReleaseRunInput, ReleaseRunResult, TrainRunInput } from '../../../src/contracts';
 import { inNamespace, makeFakes, useFakeWorld, withFakeWorkers, type FakeOptions, type TestNamespace } from '../../helpers/fakeWorld';
 import { recordHistory } from '../../helpers/histories';
 import { TRAINING_PRIORITY } from '../../../src/shared/fairness';
+import { WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import { taskIdOf, type RolloutInput } from '../../../src/contracts';
+import { adapterName } from '../../../src/shared/adapters';
+import { FAKE_INIT } from '../../helpers/workflowFakes';
 
-jest.setTimeout(120_000);
+jest.setTimeout(150_000); // the longest limit of the blocks merged here
+
+/**
+ * One dev server for the whole file (the Temporal SDK's runtime is installed once a file, so a file has one fake
+ * world), with a namespace for each of its 43 concurrent tests: every test gets one that no test used before (a
+ * namespace goes back to the pool after its test, and the pool hands out unused ones first). The budget test runs
+ * in the default namespace, which no other test uses.
+ */
+const world = useFakeWorld({ concurrent: 43 });
 
 describeWithStack('TrainRun workflow (fake activities, real dev server)', ['temporalBinary'], () => {
   // The tests mostly wait on timers and the server, so they run at once (test.concurrent), each in a namespace of its own.
-  const world = useFakeWorld({ concurrent: 5 });
 
   /** A test's namespace: its client, and start() for a TrainRun there. */
   interface Run {
@@ -605,3 +644,368 @@ async function waitFor(pred: () => Promise<boolean>, timeoutMs = 30_000): Promis
     await sleep(100);
   }
 }
+
+describeWithStack('TrainRun cost ledger and budgets (fake activities, real dev server)', ['temporalBinary'], () => {
+  async function until(check: () => boolean | Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!(await check())) {
+      if (Date.now() > deadline) throw new Error('timed out waiting');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  // This test's workers serve the default namespace, which no other test here uses.
+
+  test('a budget reached pauses the run as budget-exhausted; a bad raise is refused; a raise resumes it; costs add up', async () => {
+    const sandboxCost = { containers: 2, container_s: 1.25, cpu_s: 0.5 };
+    const trainerCost = { cpu_s: 3, gpu_s: 0 };
+    // 2 tasks x 3 rollouts a step, 10 completion tokens each: 60 tokens generated a step. The budget of 100
+    // is reached after step 1 (120), so the run waits before step 2.
+    const f = makeFakes({ orchestrator: { max_steps: 3, async_level: 0 }, budget: { max_tokens_generated: 100 }, sandboxCost, trainerCost });
+    await withFakeWorkers(world, f, {}, async () => {
+      const runId = `budget-${process.pid}`;
+      // continueAsNewEvery 1: the run's cost is carried across continue-as-new.
+      const handle = await world.env.client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, continueAsNewEvery: 1 }],
+      });
+      await until(async () => (await handle.query(progressQuery)).status === 'budget-exhausted');
+      const p = await handle.query(progressQuery);
+      expect(p.step).toBe(2);
+      expect(p.budgetExhausted).toEqual({ key: 'tokens_generated', spent: 120, budget: 100 });
+      expect(p.cost?.tokens_generated).toBe(120);
+      expect(f.records).toHaveLength(2);
+      const desc = await handle.describe();
+      expect(desc.typedSearchAttributes.get(SA.status)).toBe('budget-exhausted');
+      // Nothing of step 2 started while it waits.
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(f.events.some((e) => e.what === 'rollout-start' && e.step === 2)).toBe(false);
+
+      // resume does not lift a budget; a bad budget is refused by the validator, with the fix.
+      const refused = async (name: string, args: Record<string, unknown>) => {
+        try {
+          await handle.executeUpdate<string, [Record<string, unknown>]>(name, { args: [args] });
+        } catch (err) {
+          expect(err).toBeInstanceOf(WorkflowUpdateFailedError);
+          return ((err as WorkflowUpdateFailedError).cause as Error).message;
+        }
+        throw new Error('accepted');
+      };
+      expect(await refused(controlUpdates.resume.name, { reason: 'go on' })).toMatch(/budget-exhausted \(tokens_generated 120 of 100\).*ratchet set .* --budget tokens_generated=/);
+      expect(await refused(setSettingsUpdate.name, { budget: { tokens_generated: -5 }, reason: 'x' })).toMatch(/budget tokens_generated must be a number above 0 \(got -5\)/);
+      expect(await refused(setSettingsUpdate.name, { budget: { dollars: 5 }, reason: 'x' })).toMatch(/unknown figure dollars/);
+      expect((await handle.query(progressQuery)).status).toBe('budget-exhausted');
+
+      await handle.executeUpdate(setSettingsUpdate, { args: [{ budget: { tokens_generated: 1000 }, reason: 'approved', identity: 'alice@h' }] });
+      const result = await handle.result();
+      expect(result.stepsCompleted).toBe(3);
+      expect(f.records).toHaveLength(3);
+
+      // Each step's cost, from what its activities reported (computed here independently).
+      const perRollout = 6;
+      for (const [i, { record, state }] of f.records.entries()) {
+        expect(record.cost).toMatchObject({
+          sandbox_containers: perRollout * sandboxCost.containers,
+          sandbox_container_s: perRollout * sandboxCost.container_s,
+          sandbox_cpu_s: perRollout * sandboxCost.cpu_s,
+          trainer_cpu_s: trainerCost.cpu_s,
+          trainer_gpu_s: 0,
+          tokens_generated: perRollout * 10,
+          tokens_trained: 7 * perRollout,
+        });
+        expect(record.cost!.temporal_events).toBeGreaterThan(0);
+        // StepRollouts ran 6 rollout activities at least: 3 events each (scheduled, started, completed).
+        expect(record.cost!.temporal_child_events).toBeGreaterThan(3 * perRollout);
+        // run_cost: the sum of the records so far; the state file carries it.
+        const sum = f.records.slice(0, i + 1).reduce((a, r) => a + r.record.cost!.sandbox_container_s, 0);
+        expect(record.run_cost!.sandbox_container_s).toBeCloseTo(sum, 6);
+        expect(record.run_cost!.tokens_generated).toBe((i + 1) * 60);
+        expect(state.cost).toEqual(record.run_cost);
+      }
+      // The raise is audited like every control, and in effect from then on.
+      const set = f.records[2]!.record.control!.find((c) => c.action === 'set')!;
+      expect([set.identity, set.reason, set.changes]).toEqual(['alice@h', 'approved', { budget: { tokens_generated: 1000 } }]);
+      expect(f.records[2]!.record.overrides).toEqual({ budget: { tokens_generated: 1000 } });
+      await recordHistory(world.env.client.workflow.getHandle(runId), 'trainrun-budget-exhausted');
+    });
+  });
+});
+
+describeWithStack('TrainRun difficulty filtering and pass-rate pools (fake activities, real dev server)', ['temporalBinary'], () => {
+  /** Tasks whose rollouts score 0 and 1 alternately (informative); every other task scores 0 on every rollout. */
+  const rewardFrom = (informative: Set<string>) => (input: RolloutInput): number =>
+    (informative.has(taskIdOf(input.task)) ? input.rolloutIndex % 2 : 0);
+
+  // The tests run at once (test.concurrent), each in a namespace of its own.
+  let n = 0;
+
+  async function run(opts: FakeOptions, input: { continueAsNewEvery?: number } = {}) {
+    const f = makeFakes(opts);
+    await inNamespace(world, (ns) => withFakeWorkers(world, f, { namespace: ns }, async (_f, { client }) => {
+      const runId = `filter-${process.pid}-${++n}`;
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
+      });
+      await handle.result();
+    }));
+    return f;
+  }
+
+  /** The tasks each refill round rolled out, by round, from the rollouts' own inputs (group ids name the round). */
+  const tasksByRound = (f: ReturnType<typeof makeFakes>, step: number): Map<number, Set<string>> => {
+    const out = new Map<number, Set<string>>();
+    for (const r of f.rolloutInputs.filter((x) => x.step === step)) {
+      const round = Number(/-r(\d+)-/.exec(r.groupId)?.[1] ?? 0);
+      out.set(round, (out.get(round) ?? new Set<string>()).add(taskIdOf(r.task)));
+    }
+    return out;
+  };
+
+  test.concurrent('refills to batch_size informative groups (chunks of 2), and trains on those only', async () => {
+    // batch_size 4. Round 0: 1 of 4 informative, 3 missing. Round 1 (3 tasks): 1 more, 2 missing. Round 2 (2 tasks): both.
+    const informative = new Set(['task-0-0', 'task-0-r1-2', 'task-0-r2-0', 'task-0-r2-1']);
+    const f = await run({
+      orchestrator: { batch_size: 4, rollouts_per_example: 2, max_steps: 1, rollouts_per_chunk: 2, difficulty_filter: { enabled: true, max_refill_rounds: 5 } },
+      rewardOf: rewardFrom(informative),
+    });
+    const rounds = tasksByRound(f, 0);
+    expect([...rounds.keys()]).toEqual([0, 1, 2]);
+    expect([...rounds.values()].map((s) => s.size)).toEqual([4, 3, 2]);
+    // The batch: exactly the informative tasks' rollouts, every one of them.
+    const batch = f.summariesOf(f.batches[0]!);
+    expect(new Set(batch.map((s) => s.task_id))).toEqual(informative);
+    expect(batch).toHaveLength(informative.size * 2);
+    const rec = f.records[0]!.record;
+    expect(rec.refill).toEqual({
+      target: 4,
+      rounds: [
+        { round: 0, groups: 4, informative_groups: 1, policy_version: 0 },
+        { round: 1, groups: 3, informative_groups: 1, policy_version: 0 },
+        { round: 2, groups: 2, informative_groups: 2, policy_version: 0 },
+      ],
+    });
+    expect(rec).toMatchObject({ groups: 9, informative_groups: 4, sampling_policy_version: 0, rollouts: 18 });
+  });
+
+  test.concurrent('stops at max_refill_rounds when no round brings an informative group; the step then trains on nothing', async () => {
+    const f = await run({
+      orchestrator: { batch_size: 3, rollouts_per_example: 2, max_steps: 1, difficulty_filter: { enabled: true, max_refill_rounds: 2 } },
+      rewardOf: () => 0.25,
+    });
+    const rounds = tasksByRound(f, 0);
+    // Round 0 and exactly two refill rounds, each for the 3 groups still missing.
+    expect([...rounds.keys()]).toEqual([0, 1, 2]);
+    expect([...rounds.values()].map((s) => s.size)).toEqual([3, 3, 3]);
+    // Nothing to build: the step is recorded as an empty batch that says why, and the run goes on.
+    expect(f.batches).toEqual([]);
+    expect(f.records[0]!.record.error).toMatchObject({ type: 'EmptyBatch', message: expect.stringMatching(/no group of its 3 round\(s\) had rewards that differ.*Fix:/) });
+    expect(f.records[0]!.record.refill!.rounds.map((r) => [r.groups, r.informative_groups])).toEqual([[3, 0], [3, 0], [3, 0]]);
+    expect(f.records[0]!.record).toMatchObject({ groups: 9, informative_groups: 0, rollouts: 18 });
+  });
+
+  test.concurrent('off (the default): one round a step, no filterGroups call, every group in the batch', async () => {
+    const f = await run({ orchestrator: { batch_size: 2, rollouts_per_example: 2, max_steps: 2 }, rewardOf: () => 0 });
+    expect(f.events.some((e) => e.what === 'filterGroups')).toBe(false);
+    expect(f.batches.map((b) => f.summariesOf(b).length)).toEqual([4, 4]);
+    expect(f.records.map((r) => [r.record.informative_groups, r.record.refill])).toEqual([[0, undefined], [0, undefined]]);
+  });
+
+  test.concurrent('pass-rate pools: each step counts its rollouts into the pool; the next step samples from it, across continue-as-new; the state keeps it', async () => {
+    const f = await run({
+      orchestrator: { batch_size: 2, rollouts_per_example: 2, max_steps: 3, pass_rate_pool: { enabled: true, pass_reward: 1 } },
+      // Task g0 of each step passes on its odd rollouts; g1 never.
+      rewardOf: (input) => (taskIdOf(input.task).endsWith('-0') ? input.rolloutIndex % 2 : 0),
+    }, { continueAsNewEvery: 1 });
+    const pools = f.records.map((r) => r.record.task_pool!);
+    expect(pools.map((p) => [p.tasks, p.sometimes])).toEqual([[2, 1], [4, 2], [6, 3]]);
+    // The pool after step s is what step s + 1 sampled with (step 0: none yet), and what the state file names.
+    expect(f.sampleInputs.map((s) => s.taskPool?.uri)).toEqual([undefined, pools[0]!.pool.uri, pools[1]!.pool.uri]);
+    expect(f.records.map((r) => r.state.taskPool?.uri)).toEqual(pools.map((p) => p.pool.uri));
+    expect(f.pools.get(pools[2]!.pool.uri)!.tasks).toEqual({
+      'task-0-0': { rollouts: 2, passes: 1 }, 'task-0-1': { rollouts: 2, passes: 0 },
+      'task-1-0': { rollouts: 2, passes: 1 }, 'task-1-1': { rollouts: 2, passes: 0 },
+      'task-2-0': { rollouts: 2, passes: 1 }, 'task-2-1': { rollouts: 2, passes: 0 },
+    });
+  });
+});
+
+describeWithStack('TrainRun, trainer.mode = "full" (fake activities, real dev server)', ['temporalBinary'], () => {
+  // The tests mostly wait (a 5 s inference wait, round trips), so they run at once (test.concurrent), each in a namespace of its own.
+  const withFakes = <T>(fakes: ReturnType<typeof makeFakes>, fn: (fakes: ReturnType<typeof makeFakes>, client: Client) => Promise<T>): Promise<T> =>
+    inNamespace(world, (ns) => withFakeWorkers(world, fakes, { trainers: ['w1'], namespace: ns }, (f, stack) => fn(f, stack.client)));
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>, client: Client) => Promise<T>): Promise<T> => withFakes(makeFakes(opts), fn);
+
+  let n = 0;
+  const run = async (opts: FakeOptions) => withWorkers(opts, async (f, client) => {
+    const runId = `full-${process.pid}-${++n}`;
+    const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
+      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
+    });
+    const result = await handle.result();
+    return { f, runId, result };
+  });
+
+  test.concurrent('each sync reloads the full weights of its version from that version\'s checkpoint; rollouts ask for the served model', async () => {
+    const { f, result } = await run({ trainer: { mode: 'full' }, orchestrator: { max_steps: 3, async_level: 1 } });
+    expect(result).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+    const served = f.config.inference.served_model;
+    // Version 0 (the base model) before the first rollout, then each step's version from the checkpoint it saved.
+    expect(f.syncs.map((s) => [s.policyVersion, s.full, s.checkpoint?.uri, s.adapter])).toEqual([
+      [0, true, undefined, undefined],
+      [1, true, expect.stringContaining('ckpt-step-0'), undefined],
+      [2, true, expect.stringContaining('ckpt-step-1'), undefined],
+      [3, true, expect.stringContaining('ckpt-step-2'), undefined],
+    ]);
+    expect(f.manifestInputs.map((m) => m.modelName)).toEqual([served, served, served]);
+    expect(f.records.map((r) => r.record.adapter)).toEqual([undefined, undefined, undefined]);
+  });
+
+  test.concurrent('a replica restarted mid-step (back on the base model) is noticed by the rollouts and re-synced with the step\'s checkpoint before they sample', async () => {
+    const fakes = makeFakes({ trainer: { mode: 'full' }, orchestrator: { max_steps: 3 } });
+    // One replica's weights: what the last sync loaded; the rollouts check them as src/agent/servedWeights.ts does.
+    let served = 'base';
+    const sampledFrom: { step: number; expected: string; served: string }[] = [];
+    const sync = fakes.main.syncWeights;
+    fakes.main.syncWeights = async (i) => { const r = await sync(i); served = i.checkpoint?.uri ?? 'base'; return r; };
+    const rollout = fakes.rollout.rollout;
+    let started = 0;
+    fakes.rollout.rollout = async (i) => {
+      // vLLM restarts after step 1's first rollout: it comes back on the base model.
+      if (i.step === 1 && ++started === 2) served = 'base';
+      const expected = i.fullWeights?.checkpoint ?? 'base';
+      if (served !== expected) {
+        const { ApplicationFailure } = await import('@temporalio/common');
+        throw ApplicationFailure.create({ type: 'InferenceUnavailable', message: `replica serves ${served}, not ${expected} (fake)` });
+      }
+      sampledFrom.push({ step: i.step, expected, served });
+      return rollout(i);
+    };
+    await withFakes(fakes, async (f, client) => {
+      const runId = `full-${process.pid}-${++n}`;
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
+      });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+      // Each step's manifest names the checkpoint its version serves (none at version 0).
+      expect(f.manifestInputs.map((m) => m.fullWeights?.checkpoint)).toEqual([undefined, expect.stringContaining('ckpt-step-0'), expect.stringContaining('ckpt-step-1')]);
+      // Version 1 synced once for step 1, then again after the restart (the chunk's InferenceUnavailable), same checkpoint.
+      const v1 = f.syncs.filter((s) => s.policyVersion === 1);
+      expect(v1.map((s) => [s.full, s.checkpoint?.uri])).toEqual([[true, expect.stringContaining('ckpt-step-0')], [true, expect.stringContaining('ckpt-step-0')]]);
+      expect(f.syncs.map((s) => s.policyVersion)).toEqual([0, 1, 1, 2, 3]);
+      // Every rollout sampled from its own version's weights, and every rollout of the run ran.
+      expect(sampledFrom.filter((r) => r.served !== r.expected)).toEqual([]);
+      const total = f.config.orchestrator.batch_size * f.config.orchestrator.rollouts_per_example;
+      expect(new Set(sampledFrom.map((r) => `${r.step}`)).size).toBe(3);
+      expect(sampledFrom.length).toBe(3 * total);
+    });
+  });
+
+  test.concurrent('ratchet set --eval-every on a full run is refused by the update\'s validator, with the fix', async () => {
+    await withWorkers({ trainer: { mode: 'full' }, inferenceDownTimes: 1 }, async (_f, client) => {
+      const runId = `full-${process.pid}-${++n}`;
+      const handle = await client.workflow.start<typeof TrainRun>('TrainRun', {
+        taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId }],
+      });
+      // The version-0 sync fails once: the run waits (5 s) with its config loaded.
+      while ((await handle.query(progressQuery)).status !== 'waiting-for-inference') await new Promise((r) => setTimeout(r, 100));
+      const err = await handle.executeUpdate(setSettingsUpdate, { args: [{ eval_every_steps: 2, reason: 'see progress' }] }).then(() => undefined, (e: unknown) => e);
+      expect(err).toBeInstanceOf(WorkflowUpdateFailedError);
+      expect(((err as WorkflowUpdateFailedError).cause as Error).message).toMatch(/^eval_every_steps: a full fine-tuning run .*Fix: evaluate its checkpoints on a vLLM of their own/);
+      await handle.executeUpdate(setSettingsUpdate, { args: [{ eval_every_steps: 0, reason: 'off is fine' }] });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, stopped: 'completed' });
+    });
+  });
+
+  test.concurrent('a LoRA run is unchanged: adapter syncs without `full`, rollouts on <run>/policy-v<N>', async () => {
+    const { f, runId } = await run({ orchestrator: { max_steps: 2 } });
+    expect(f.syncs.map((s) => [s.policyVersion, 'full' in s, s.adapter?.uri])).toEqual([
+      [1, false, expect.stringContaining('adapter-step-0')],
+      [2, false, expect.stringContaining('adapter-step-1')],
+    ]);
+    expect(f.manifestInputs.map((m) => m.modelName)).toEqual([f.config.inference.served_model, `${runId}/policy-v1`]);
+  });
+});
+
+describeWithStack('init_from (fake activities, real dev server)', ['temporalBinary'], () => {
+  // The tests mostly wait (heartbeat timeouts, round trips), so they run at once (test.concurrent), each in a namespace of its own.
+
+  const withWorkers = <T>(opts: FakeOptions, fn: (fakes: ReturnType<typeof makeFakes>, client: Client) => Promise<T>): Promise<T> =>
+    inNamespace(world, (ns) => withFakeWorkers(world, makeFakes({ initFrom: true, ...opts }), { trainers: ['w1', 'w2', 'w3'], namespace: ns },
+      (f, stack) => fn(f, stack.client)));
+
+  let n = 0;
+  async function start(client: Client, type: 'TrainRun' | 'SftRun', input: Partial<TrainRunInput> = {}): Promise<WorkflowHandleWithFirstExecutionRunId<typeof TrainRun>> {
+    const runId = `init-${process.pid}-${++n}`;
+    return client.workflow.start<typeof TrainRun>(type, {
+      taskQueue: 'ratchet', workflowId: runId, args: [{ configPath: 'configs/fake.toml', runId, ...input }],
+    });
+  }
+
+  test.concurrent('TrainRun: the origin reaches trainer.load; version 0 is its adapter, served first and kept for the rollouts ahead', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3, async_level: 1 } }, async (f, client) => {
+      const handle = await start(client, 'TrainRun');
+      const runId = handle.workflowId;
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3, stopped: 'completed' });
+      // Loaded once, without a checkpoint, with the origin as its initial adapter.
+      expect(f.loads).toEqual([{ worker: 'w1', checkpoint: undefined, lossKind: 'grpo', init: FAKE_INIT }]);
+      // The first weight sync serves version 0 from the origin's adapter, before any rollout.
+      expect(f.syncs[0]).toMatchObject({ policyVersion: 0, adapter: FAKE_INIT.adapter, keepFromVersion: 0 });
+      const firstSync = f.events.findIndex((e) => e.what === 'sync');
+      const firstRollout = f.events.findIndex((e) => e.what === 'rollout-start');
+      expect(firstSync).toBeGreaterThanOrEqual(0);
+      expect(firstSync).toBeLessThan(firstRollout);
+      // Version 0's rollouts ask for <run>/policy-v0, not the base model.
+      const v0 = f.rolloutInputs.filter((r) => r.policyVersion === 0);
+      expect(v0.length).toBeGreaterThan(0);
+      expect(new Set(v0.map((r) => r.modelName))).toEqual(new Set([adapterName(runId, 0)]));
+      // async_level 1: step 1's rollouts ran on version 0 while step 0 trained; the sync of version 1 keeps version 0.
+      expect(f.syncs.map((s) => [s.policyVersion, s.keepFromVersion, s.adapter?.uri])).toEqual([
+        [0, 0, FAKE_INIT.adapter.uri], [1, 0, 'file:///fake/adapter-step-0'], [2, 0, 'file:///fake/adapter-step-1'], [3, 1, 'file:///fake/adapter-step-2']]);
+      // A fresh ledger: steps 0..2 of this run, each applied once, versions from 1.
+      expect(f.records.map((r) => [r.record.step, r.record.policy_version])).toEqual([[0, 1], [1, 2], [2, 3]]);
+      expect([...f.applied.values()]).toEqual([1, 1, 1]);
+      for (const r of f.records) {
+        expect(r.record.lineage?.trainer.init_from).toEqual({
+          from: 'sft-1', run_id: 'sft-1', step: 4, checkpoint_sha256: FAKE_INIT.checkpoint.sha256, adapter_sha256: FAKE_INIT.adapter.sha256,
+        });
+      }
+      await recordHistory(handle, 'trainrun-init-from');
+    });
+  });
+
+  test.concurrent('TrainRun: a replaced trainer reloads the run\'s own checkpoint without init; a fallback to "the base model" takes init again', async () => {
+    await withWorkers({ orchestrator: { max_steps: 3 }, deadTrainers: ['w1'], deadFromStep: 1, corruptCheckpoints: [0] }, async (f, client) => {
+      const handle = await start(client, 'TrainRun', { trainerTimeouts: { heartbeat: '1 second', scheduleToStart: '2 seconds' } });
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 3, policyVersion: 3 });
+      // w1 starts from init and dies in step 1; w2 finds step 0's checkpoint corrupt; the run falls back to
+      // its start, which is the origin's adapter: w2 loads init again (no checkpoint), and version 0 is served from it again.
+      // A load repeated back to back is one load retried (1 s heartbeats time out on a loaded machine): counted once.
+      const loads = f.loads.map((l) => [l.worker, l.checkpoint?.uri ?? null, l.init ? 'init' : null]);
+      expect(loads.filter((l, i) => i === 0 || JSON.stringify(l) !== JSON.stringify(loads[i - 1]))).toEqual([
+        ['w1', null, 'init'], ['w2', 'file:///fake/ckpt-step-0', null], ['w2', null, 'init'],
+      ]);
+      expect(f.fallbacks[0]!.result).toMatchObject({ fellBack: true, record: { retrained_steps: [0] }, state: { nextStep: 0, policyVersion: 0 } });
+      expect(f.syncs.filter((s) => s.policyVersion === 0).map((s) => s.adapter?.uri)).toEqual([FAKE_INIT.adapter.uri, FAKE_INIT.adapter.uri]);
+      await recordHistory(handle, 'trainrun-init-from-fallback');
+    });
+  });
+
+  test.concurrent('SftRun: starts from the origin too (trainer.load init, version 0 served first)', async () => {
+    await withWorkers({ sft: { batch_size: 2 }, orchestrator: { max_steps: 2 } }, async (f, client) => {
+      const handle = await start(client, 'SftRun');
+      expect(await handle.result()).toMatchObject({ stepsCompleted: 2, policyVersion: 2 });
+      expect(f.loads).toEqual([{ worker: 'w1', checkpoint: undefined, lossKind: 'sft', init: FAKE_INIT }]);
+      expect(f.syncs.map((s) => [s.policyVersion, s.adapter?.uri])).toEqual([[0, FAKE_INIT.adapter.uri], [1, 'file:///fake/adapter-step-0'], [2, 'file:///fake/adapter-step-1']]);
+      await recordHistory(handle, 'sftrun-init-from');
+    });
+  });
+
+  test.concurrent('without init_from nothing changes: loads carry no init, version 0 is the base model and is never synced', async () => {
+    await withWorkers({ initFrom: false, orchestrator: { max_steps: 1 } }, async (f, client) => {
+      const handle = await start(client, 'TrainRun');
+      await handle.result();
+      expect(f.loads.map((l) => 'init' in l)).toEqual([false]);
+      expect(f.syncs.map((s) => s.policyVersion)).toEqual([1]);
+      expect(new Set(f.rolloutInputs.map((r) => r.modelName))).toEqual(new Set([f.config.inference.served_model]));
+    });
+  });
+});

@@ -4,7 +4,7 @@ One schema, two readers: the run config's `[trainer]` section (src/config/schema
 has the same keys, nesting, defaults and choices as these dataclasses, and
 src/workflows/trainerConfig.ts passes it through unchanged, adding what other
 sections own (CONTEXT_KEYS: `model.path` from `[model]`, `seq_len` from
-`[orchestrator]`, `loss.temperature` from `[sampling]`). test/unit/config/trainerConfigParity.test.ts
+`[orchestrator]`, `loss.temperature` from `[sampling]`). test/unit/config/schema.test.ts
 compares the two through schema() below and fails on any difference.
 Where they differed, the values a run sent won (the TypeScript defaults): LoRA rank 8 /
 alpha 16, micro_batch_tokens 4096, loss.normalization "dr_grpo".
@@ -428,7 +428,7 @@ def newer_than_this_code(raw: Any) -> str | None:
 
 def schema() -> dict[str, Any]:
     """Every key with its default (nested as in the payload) and the choices of each string key:
-    what test/unit/config/trainerConfigParity.test.ts compares with the TypeScript schema."""
+    what test/unit/config/schema.test.ts compares with the TypeScript schema."""
     defaults = TrainerConfig(model=ModelConfig()).to_dict()
     return {"defaults": defaults, "choices": {k: list(v) for k, v in CHOICES.items()}, "context_keys": list(CONTEXT_KEYS)}
 
