@@ -6,9 +6,10 @@ source "$(dirname "$0")/lib.sh"
 cd "$RATCHET_ROOT"
 
 # In CI a missing component is a defect, not a reason to skip, and every suite runs: none is skipped
-# for time. The run's budget is RATCHET_CI_BUDGET_MIN minutes: 50, a quarter over the 40-minute goal
-# the fresh-clone runs now meet (33-37 min; one checker run took 40.0, so the goal itself would be a
-# coin toss; the README's testing section has the times); a run over it fails at the end,
+# for time. The run's budget is RATCHET_CI_BUDGET_MIN minutes: 60, half again the 40-minute goal: the
+# same code took 36.9 and 45.7 min on this machine on one day (its lint stage, pure CPU, 31 and 52 s), so
+# a tighter budget fails runs by the machine's speed (the README's testing section has the times); a run
+# over it fails at the end,
 # naming its slowest suites (infra/summarize-tests.js). CI itself stops at 90 minutes with nothing
 # reported, so a suite that would start after 80 fails at once instead of running
 # (RATCHET_TEST_HARD_STOP, test/helpers/stack.ts): the run still ends with its summary.
@@ -16,7 +17,7 @@ ci_start=$(date +%s)
 export RATCHET_CI_START=$ci_start
 if [ "${CI:-}" = "true" ]; then
   export RATCHET_REQUIRE_STACK=1
-  export RATCHET_CI_BUDGET_S=$(( ${RATCHET_CI_BUDGET_MIN:-50} * 60 ))
+  export RATCHET_CI_BUDGET_S=$(( ${RATCHET_CI_BUDGET_MIN:-60} * 60 ))
   export RATCHET_TEST_HARD_STOP="${RATCHET_TEST_HARD_STOP:-$(( ci_start + 80 * 60 ))}"
 fi
 
