@@ -20,8 +20,6 @@ import { paths } from '../../../src/shared/paths';
 import type { RolloutInput } from '../../../src/contracts';
 import type { SyncWeightsInput } from '../../../src/contracts';
 import { logger as rootLogger } from '../../../src/shared/logger';
-import type { Client } from '@temporalio/client';
-import { recordedArtifacts } from '../../../src/cli/evalInput';
 
 jest.setTimeout(120_000);
 
@@ -153,19 +151,5 @@ describeWithStack('EvalSweep through the run\'s [artifacts] store (real eval act
     expect(msg).toMatch(/Fix: .*--config/);
     expect(rollouts).toHaveLength(0);
     expect(synced).toHaveLength(0);
-  });
-});
-
-describe('recordedArtifacts (the store ratchet eval uses without --config)', () => {
-  const clientWith = (describe: () => Promise<unknown>) => ({ workflow: { getHandle: () => ({ describe }) } }) as unknown as Client;
-
-  it('reads the [artifacts] settings TrainRun recorded in its memo', async () => {
-    const artifacts = { url: 's3://bucket/prefix', endpoint: 'http://minio:9000' };
-    await expect(recordedArtifacts(clientWith(async () => ({ memo: { artifacts } })), 'r1')).resolves.toEqual(artifacts);
-  });
-
-  it('is undefined for a run on the default store or with no workflow', async () => {
-    await expect(recordedArtifacts(clientWith(async () => ({ memo: {} })), 'r1')).resolves.toBeUndefined();
-    await expect(recordedArtifacts(clientWith(async () => { throw new Error('not found'); }), 'r1')).resolves.toBeUndefined();
   });
 });
