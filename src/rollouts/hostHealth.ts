@@ -9,6 +9,7 @@
 import { access, constants } from 'node:fs/promises';
 import { z } from 'zod';
 import type { ArtifactRef } from '../artifacts/ref';
+import { ArtifactIntegrityError } from '../artifacts/store';
 import type { UnhealthyRolloutHost } from '../contracts/step';
 
 /** Why this host cannot run rollouts, read from a rollout's failure; undefined when the failure is not the host's. */
@@ -131,7 +132,7 @@ async function readHealthRecord(store: HealthBackend, key: string): Promise<Host
     try {
       return HostHealthRecord.parse(await store.getJson(ref));
     } catch (err) {
-      if ((err as Error).name !== 'ArtifactIntegrityError' || tries >= RECORD_READ_TRIES) return undefined;
+      if (!(err instanceof ArtifactIntegrityError) || tries >= RECORD_READ_TRIES) return undefined;
     }
   }
 }

@@ -88,7 +88,8 @@ export async function sweep(docker: Docker, opts: JanitorOptions): Promise<{ rem
     const reason = removalReason(info.Labels ?? {}, ctx);
     if (!reason) continue;
     try {
-      await removeContainer(docker.getContainer(info.Id));
+      // Counted and logged only when this sweep removed it (not one another removal took first).
+      if (await removeContainer(docker.getContainer(info.Id)) === 'gone') continue;
       removed.push(info.Id);
       log.info({ id: info.Id, name: info.Names?.[0], worker: info.Labels?.[LABELS.worker], reason }, 'janitor removed sandbox');
     } catch (err) {

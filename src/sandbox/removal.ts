@@ -10,12 +10,17 @@ export function dockerStatus(err: unknown): number | undefined {
   return (err as { statusCode?: number } | undefined)?.statusCode;
 }
 
-/** Force-removes a container and its volumes; resolves once it is gone or going, throws what else dockerd said. */
-export async function removeContainer(c: Pick<Docker.Container, 'remove'>): Promise<void> {
+/**
+ * Force-removes a container and its volumes: 'removed' by this call, 'gone' when dockerd had nothing left to
+ * remove (404) or another removal is under way (409); throws what else dockerd said.
+ */
+export async function removeContainer(c: Pick<Docker.Container, 'remove'>): Promise<'removed' | 'gone'> {
   try {
     await c.remove({ force: true, v: true });
+    return 'removed';
   } catch (err) {
     const status = dockerStatus(err);
     if (status !== 404 && status !== 409) throw err;
+    return 'gone';
   }
 }

@@ -9,13 +9,13 @@ const http = (statusCode: number) => Object.assign(new Error(`(HTTP code ${statu
 describe('removeContainer', () => {
   test('force-removes with volumes', async () => {
     const { c, calls } = refusing();
-    await removeContainer(c as never);
+    await expect(removeContainer(c as never)).resolves.toBe('removed');
     expect(calls).toEqual([{ force: true, v: true }]);
   });
 
   test('gone (404) or going (409) is done', async () => {
-    await expect(removeContainer(refusing(http(404)).c as never)).resolves.toBeUndefined();
-    await expect(removeContainer(refusing(http(409)).c as never)).resolves.toBeUndefined();
+    await expect(removeContainer(refusing(http(404)).c as never)).resolves.toBe('gone');
+    await expect(removeContainer(refusing(http(409)).c as never)).resolves.toBe('gone');
   });
 
   test('anything else is thrown for the caller to retry: a dockerd error, dockerd unreachable', async () => {
