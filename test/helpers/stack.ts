@@ -1,7 +1,8 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { minioSettings } from '../../src/stack/minio';
+import { defaultImage } from '../../src/sandbox/options';
 
 /**
  * Integration tests run against the real stack. When a component is missing they
@@ -152,4 +153,20 @@ export function describeLong(name: string, needs: Probe[], fn: () => void, descr
   }
   console.warn(`SKIPPED "${name}": a long test, outside CI's time budget. Run it with: npm run test:long`);
   describe.skip(name, fn);
+}
+
+/**
+ * `describe` for the sandbox suites, which need this host's dockerd and the sandbox image and nothing else of
+ * the stack: a loud skip when either is missing, an error at load under RATCHET_REQUIRE_STACK=1.
+ */
+export function describeWithDocker(suite: string): jest.Describe {
+  const info = spawnSync('docker', ['info', '--format', '{{.ServerVersion}}'], { encoding: 'utf8', timeout: 10_000 });
+  const problem = info.error || info.status !== 0 ? `dockerd is not reachable (${info.error?.message ?? info.stderr.trim()})`
+    : spawnSync('docker', ['image', 'inspect', defaultImage()], { encoding: 'utf8', timeout: 10_000 }).status !== 0 ? `sandbox image ${defaultImage()} is missing`
+      : undefined;
+  if (!problem) return describe;
+  const msg = `${suite}: ${problem}. Fix: bash infra/docker.sh setup`;
+  if (process.env.RATCHET_REQUIRE_STACK === '1') throw new Error(msg);
+  console.warn(`SKIPPING ${msg}`);
+  return describe.skip;
 }

@@ -1,4 +1,4 @@
-import { spawnSync, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -12,22 +12,9 @@ import { paths } from '../../src/shared/paths';
 import { baseCommitTar } from '../../src/sandbox/snapshot';
 import { LeaseStore } from '../../src/sandbox/lease';
 import { LocalArtifactStore } from '../../src/artifacts/store';
+import { describeWithDocker } from '../helpers/stack';
 
-/** Real dockerd, real image. Skips loudly when either is missing, fails under RATCHET_REQUIRE_STACK=1. */
-function dockerProblem(): string | null {
-  const info = spawnSync('docker', ['info', '--format', '{{.ServerVersion}}'], { encoding: 'utf8', timeout: 10_000 });
-  if (info.error || info.status !== 0) return `dockerd is not reachable (${info.error?.message ?? info.stderr.trim()})`;
-  const img = spawnSync('docker', ['image', 'inspect', defaultImage()], { encoding: 'utf8', timeout: 10_000 });
-  if (img.status !== 0) return `sandbox image ${defaultImage()} is missing`;
-  return null;
-}
-const problem = dockerProblem();
-if (problem) {
-  const msg = `sandbox integration tests: ${problem}. Fix: bash infra/docker.sh setup`;
-  if (process.env.RATCHET_REQUIRE_STACK === '1') throw new Error(msg);
-  console.warn(`SKIPPING ${msg}`);
-}
-const describeDocker = problem ? describe.skip : describe;
+const describeDocker = describeWithDocker('sandbox integration tests');
 
 const log = pino({ level: process.env.RATCHET_LOG_LEVEL ?? 'silent' });
 const limits: SandboxConfig = {

@@ -12,24 +12,12 @@ import { spawnSync } from 'node:child_process';
 import Docker from 'dockerode';
 import pino from 'pino';
 import { RunConfig } from '../../../src/config/schema';
-import { SandboxManager, defaultImage } from '../../../src/sandbox';
+import { SandboxManager } from '../../../src/sandbox';
 import { DockerSandbox } from '../../../src/sandbox/sandbox';
 import { meterSandboxes } from '../../../src/rollouts/cost';
+import { describeWithDocker } from '../../helpers/stack';
 
-function dockerProblem(): string | null {
-  const info = spawnSync('docker', ['info', '--format', '{{.ServerVersion}}'], { encoding: 'utf8', timeout: 10_000 });
-  if (info.error || info.status !== 0) return `dockerd is not reachable (${info.error?.message ?? info.stderr.trim()})`;
-  const img = spawnSync('docker', ['image', 'inspect', defaultImage()], { encoding: 'utf8', timeout: 10_000 });
-  if (img.status !== 0) return `sandbox image ${defaultImage()} is missing`;
-  return null;
-}
-const problem = dockerProblem();
-if (problem) {
-  const msg = `sandbox lifetime tests: ${problem}. Fix: bash infra/docker.sh setup`;
-  if (process.env.RATCHET_REQUIRE_STACK === '1') throw new Error(msg);
-  console.warn(`SKIPPING ${msg}`);
-}
-const describeDocker = problem ? describe.skip : describe;
+const describeDocker = describeWithDocker('sandbox lifetime tests');
 jest.setTimeout(60_000);
 
 const log = pino({ level: 'silent' });
