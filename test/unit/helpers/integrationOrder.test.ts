@@ -8,9 +8,10 @@ describe('integration suite order (test/helpers/integrationOrder.js)', () => {
     expect(stackRank('/r/test/integration/upgrade.test.ts', 'restoreStackWorkers = await takeOverStackWorkers();')).toBe(1);
     expect(stackRank('/r/test/integration/rollouts.test.ts', "import { tinyConfig } from '../helpers/trainrunStack';")).toBe(0);
     expect(stackRank('/r/test/integration/multihost.test.ts', 'restoreStackWorkers = await takeOverStackWorkers();')).toBe(2);
+    expect(stackRank('/r/test/integration/bench-learn.test.ts', 'runAgentBench(')).toBe(0.5);
   });
 
-  test('plain suites first, then the takeovers, then multihost; jest\'s order kept within each group; unit suites untouched', () => {
+  test('plain suites first, bench-learn last of them, then the takeovers, then multihost; jest\'s order kept within each group; unit suites untouched', () => {
     const sources: Record<string, string> = {
       'multihost.test.ts': 'takeOverStackWorkers()',
       'faults.test.ts': 'useStackWorkers(',
@@ -22,7 +23,7 @@ describe('integration suite order (test/helpers/integrationOrder.js)', () => {
     const jestOrder = ['multihost.test.ts', 'faults.test.ts', 'bench-learn.test.ts', 'lifecycle.test.ts', 'rollouts.test.ts', 'supervisor.test.ts'].map((f) => test_(f));
     const ordered = orderByStackUse(jestOrder, (p) => sources[p.split('/').pop()!]!);
     expect(ordered.map((t) => t.path.split('/').pop())).toEqual([
-      'bench-learn.test.ts', 'rollouts.test.ts', 'supervisor.test.ts', 'faults.test.ts', 'lifecycle.test.ts', 'multihost.test.ts',
+      'rollouts.test.ts', 'supervisor.test.ts', 'bench-learn.test.ts', 'faults.test.ts', 'lifecycle.test.ts', 'multihost.test.ts',
     ]);
     // A unit suite's source is never read, and a unit run keeps jest's order.
     const unit = [test_('b.test.ts', 'unit'), test_('a.test.ts', 'unit')];
