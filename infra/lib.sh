@@ -87,6 +87,46 @@ machine_cache_put() {
   return 0
 }
 
+# venv_from_cache NAME KEY : $RATCHET_VENVS/NAME as the machine cache's venvs/NAME/KEY, hard-linked (a copy
+# where the cache is on another filesystem); true when the cache had it. A fresh clone's set-up then links
+# ~7 GB of venvs in seconds instead of pip unpacking them again from its wheel cache (torch twice: the
+# trainer's venv and vLLM's). The scripts in bin/ name their interpreter by the path the venv was built at;
+# they are rewritten (sed -i writes a new file, so the cached one is untouched). KEY must cover everything
+# the venv was built from, the interpreter included; what a clone adds to its venv (an editable install,
+# a .pth naming the clone) is added after this, outside the cache.
+venv_from_cache() {
+  local src="$RATCHET_MACHINE_CACHE/venvs/$1/$2" dst="$RATCHET_VENVS/$1"
+  [ -f "$src/.complete" ] && [ -f "$src/.origin" ] || return 1
+  local origin tmp="$dst.tmp.$$"; origin=$(cat "$src/.origin")
+  rm -rf "$tmp"; mkdir -p "$RATCHET_VENVS"
+  cp -al "$src/venv" "$tmp" 2>/dev/null || { rm -rf "$tmp"; cp -a "$src/venv" "$tmp"; } || { rm -rf "$tmp"; return 1; }
+  local scripts; scripts=$(grep -rlIF "$origin" "$tmp/bin" || true)
+  if [ -n "$scripts" ] && ! printf '%s\n' "$scripts" | xargs -d '\n' sed -i "s|$origin|$dst|g"; then
+    rm -rf "$tmp"; return 1
+  fi
+  rm -rf "$dst"; mv "$tmp" "$dst"
+  log "$1 venv from the machine cache ($src)"
+}
+
+# venv_to_cache NAME KEY : keeps $RATCHET_VENVS/NAME in the machine cache under venvs/NAME/KEY (hard links;
+# best effort: a cache that cannot be written only costs the next clone an install). Other keys of NAME go.
+venv_to_cache() {
+  local dir="$RATCHET_MACHINE_CACHE/venvs/$1" venv="$RATCHET_VENVS/$1" tmp
+  mkdir -p "$dir" && tmp=$(mktemp -d "$dir/.tmp.XXXXXX") || return 0
+  if { cp -al "$venv" "$tmp/venv" 2>/dev/null || { rm -rf "$tmp/venv"; cp -a "$venv" "$tmp/venv"; }; } \
+     && printf '%s' "$venv" >"$tmp/.origin" && touch "$tmp/.complete"; then
+    find "$dir" -mindepth 1 -maxdepth 1 ! -name "$(basename "$tmp")" -exec rm -rf {} +
+    mv "$tmp" "$dir/$2"
+  else
+    rm -rf "$tmp"
+  fi
+  return 0
+}
+
+# venv_key HASH : the machine cache's key for a venv built from recipe HASH with $PYTHON (the interpreter it
+# resolves to, not a pyenv shim's path, and its full version).
+venv_key() { RECIPE_EXTRA="$1 $("$PYTHON" -c 'import sys; print(sys.executable, sys.version)')" recipe_hash /dev/null; }
+
 # venv_for NAME : creates $RATCHET_VENVS/NAME if missing and prints its path.
 venv_for() {
   local dir="$RATCHET_VENVS/$1"

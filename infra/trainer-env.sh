@@ -7,11 +7,18 @@ hash=$(recipe_hash "$RATCHET_ROOT/trainer/requirements.txt" "$RATCHET_ROOT/train
 if stamp_ok trainer-env "$hash"; then log "trainer env up to date"; exit 0; fi
 # Only an install needs the space: an up-to-date env must not fail on a disk it already filled.
 need_free_disk 8 "$RATCHET_HOME"
-venv=$(venv_for trainer)
-log "installing the trainer environment into $venv"
-"$venv/bin/pip" install -q --upgrade pip
-"$venv/bin/pip" install -q -r "$RATCHET_ROOT/trainer/requirements.txt"
-"$venv/bin/pip" install -q --no-deps -e "$RATCHET_ROOT/trainer"
+# The third-party packages come from the machine cache where an earlier clone installed the same
+# requirements (lib.sh venv_from_cache); the editable ratchet_trainer names this clone, so it is added here.
+key=$(venv_key "$(recipe_hash "$RATCHET_ROOT/trainer/requirements.txt")")
+venv="$RATCHET_VENVS/trainer"
+if ! venv_from_cache trainer "$key"; then
+  venv=$(venv_for trainer)
+  log "installing the trainer environment into $venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r "$RATCHET_ROOT/trainer/requirements.txt"
+  venv_to_cache trainer "$key"
+fi
+"$venv/bin/python" -m pip install -q --no-deps -e "$RATCHET_ROOT/trainer"
 "$venv/bin/python" -c 'import torch, transformers, peft, safetensors, temporalio, boto3' \
   || die "the trainer environment does not import. Fix: rm -rf $venv and run infra/trainer-env.sh again"
 stamp_write trainer-env "$hash"
