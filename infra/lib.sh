@@ -89,7 +89,7 @@ machine_cache_put() {
 
 # venv_from_cache NAME KEY : $RATCHET_VENVS/NAME as the machine cache's venvs/NAME/KEY, hard-linked (a copy
 # where the cache is on another filesystem); true when the cache had it. A fresh clone's set-up then links
-# ~7 GB of venvs in seconds instead of pip unpacking them again from its wheel cache (torch twice: the
+# ~12 GB of venvs in seconds instead of pip unpacking them again from its wheel cache (torch twice: the
 # trainer's venv and vLLM's). The scripts in bin/ name their interpreter by the path the venv was built at;
 # they are rewritten (sed -i writes a new file, so the cached one is untouched). KEY must cover everything
 # the venv was built from, the interpreter included; what a clone adds to its venv (an editable install,
