@@ -112,34 +112,34 @@ machine_cache_put_dir() {
   return 0
 }
 
-# venv_from_cache NAME KEY : $RATCHET_VENVS/NAME as the machine cache's venvs/NAME/KEY, hard-linked (a copy
-# where the cache is on another filesystem); true when the cache had it. A fresh clone's set-up then links
-# ~12 GB of venvs in seconds instead of pip unpacking them again from its wheel cache (torch twice: the
-# trainer's venv and vLLM's). The scripts in bin/ name their interpreter by the path the venv was built at;
-# they are rewritten (sed -i writes a new file, so the cached one is untouched). KEY must cover everything
-# the venv was built from, the interpreter included; what a clone adds to its venv (an editable install,
-# a .pth naming the clone) is added after this, outside the cache.
-venv_from_cache() {
-  local src="$RATCHET_MACHINE_CACHE/venvs/$1/$2" dst="$RATCHET_VENVS/$1"
+# link_from_cache NAME KEY DST [SUBDIR] : DST as the machine cache's NAME/KEY, hard-linked (a copy where the
+# cache is on another filesystem); true when the cache had it. Files under DST/SUBDIR that name the path the
+# tree was cached from are rewritten to name DST (sed -i writes a new file, so the cached one is untouched).
+# For trees that are only read once installed (venvs, node_modules): a file written in place would change
+# the cache's too.
+link_from_cache() {
+  local src="$RATCHET_MACHINE_CACHE/$1/$2" dst="$3" sub="${4:-}" tmp="$3.tmp.$$"
   [ -f "$src/.complete" ] && [ -f "$src/.origin" ] || return 1
-  local origin tmp="$dst.tmp.$$"; origin=$(cat "$src/.origin")
-  rm -rf "$tmp"; mkdir -p "$RATCHET_VENVS"
-  cp -al "$src/venv" "$tmp" 2>/dev/null || { rm -rf "$tmp"; cp -a "$src/venv" "$tmp"; } || { rm -rf "$tmp"; return 1; }
-  local scripts; scripts=$(grep -rlIF "$origin" "$tmp/bin" || true)
-  if [ -n "$scripts" ] && ! printf '%s\n' "$scripts" | xargs -d '\n' sed -i "s|$origin|$dst|g"; then
-    rm -rf "$tmp"; return 1
+  local origin; origin=$(cat "$src/.origin")
+  rm -rf "$tmp"; mkdir -p "$(dirname "$dst")"
+  cp -al "$src/tree" "$tmp" 2>/dev/null || { rm -rf "$tmp"; cp -a "$src/tree" "$tmp"; } || { rm -rf "$tmp"; return 1; }
+  if [ -n "$sub" ]; then
+    local files; files=$(grep -rlIF "$origin" "$tmp/$sub" || true)
+    if [ -n "$files" ] && ! printf '%s\n' "$files" | xargs -d '\n' sed -i "s|$origin|$dst|g"; then
+      rm -rf "$tmp"; return 1
+    fi
   fi
   rm -rf "$dst"; mv "$tmp" "$dst"
-  log "$1 venv from the machine cache ($src)"
+  log "$1 from the machine cache ($src)"
 }
 
-# venv_to_cache NAME KEY : keeps $RATCHET_VENVS/NAME in the machine cache under venvs/NAME/KEY (hard links;
-# best effort: a cache that cannot be written only costs the next clone an install). Other keys of NAME go.
-venv_to_cache() {
-  local dir="$RATCHET_MACHINE_CACHE/venvs/$1" venv="$RATCHET_VENVS/$1" tmp
+# link_to_cache NAME KEY SRC : keeps SRC in the machine cache under NAME/KEY as hard links (best effort: a
+# cache that cannot be written only costs the next clone an install). Other keys of NAME go.
+link_to_cache() {
+  local dir="$RATCHET_MACHINE_CACHE/$1" tmp
   mkdir -p "$dir" && tmp=$(mktemp -d "$dir/.tmp.XXXXXX") || return 0
-  if { cp -al "$venv" "$tmp/venv" 2>/dev/null || { rm -rf "$tmp/venv"; cp -a "$venv" "$tmp/venv"; }; } \
-     && printf '%s' "$venv" >"$tmp/.origin" && touch "$tmp/.complete"; then
+  if { cp -al "$3" "$tmp/tree" 2>/dev/null || { rm -rf "$tmp/tree"; cp -a "$3" "$tmp/tree"; }; } \
+     && printf '%s' "$3" >"$tmp/.origin" && touch "$tmp/.complete"; then
     find "$dir" -mindepth 1 -maxdepth 1 ! -name "$(basename "$tmp")" -exec rm -rf {} +
     mv "$tmp" "$dir/$2"
   else
@@ -147,6 +147,15 @@ venv_to_cache() {
   fi
   return 0
 }
+
+# venv_from_cache NAME KEY / venv_to_cache NAME KEY : $RATCHET_VENVS/NAME from and to the machine cache's
+# venvs/NAME/KEY. A fresh clone's set-up then links ~12 GB of venvs in seconds instead of pip unpacking
+# them again from its wheel cache (torch twice: the trainer's venv and vLLM's). The scripts in bin/ name
+# their interpreter by the path the venv was built at, and are rewritten. KEY must cover everything the
+# venv was built from, the interpreter included (venv_key); what a clone adds to its venv (an editable
+# install, a .pth naming the clone) is added after, outside the cache.
+venv_from_cache() { link_from_cache "venvs/$1" "$2" "$RATCHET_VENVS/$1" bin; }
+venv_to_cache() { link_to_cache "venvs/$1" "$2" "$RATCHET_VENVS/$1"; }
 
 # venv_key HASH : the machine cache's key for a venv built from recipe HASH with $PYTHON (the interpreter it
 # resolves to, not a pyenv shim's path, and its full version).

