@@ -15,12 +15,20 @@ OUT="$RATCHET_HOME/tasks"
 
 apt_install git
 
-venv="$(venv_for taskgen)"
+venv="$RATCHET_VENVS/taskgen"
 env_hash="$(recipe_hash "$TASKGEN/pyproject.toml")"
 if ! stamp_ok taskgen-venv "$env_hash"; then
-  log "installing ratchet-taskgen (+ pytest 7.2.1, the sandbox's version) into $venv"
-  "$venv/bin/pip" install --quiet --upgrade pip
-  "$venv/bin/pip" install --quiet -e "$TASKGEN"
+  # Its dependencies from the machine cache where an earlier clone installed them (lib.sh venv_from_cache);
+  # the editable ratchet-taskgen names this clone, so it is installed again over the cached one.
+  if venv_from_cache taskgen "$(venv_key "$env_hash")"; then
+    "$venv/bin/python" -m pip install --quiet --no-deps -e "$TASKGEN"
+  else
+    venv="$(venv_for taskgen)"
+    log "installing ratchet-taskgen (+ pytest 7.2.1, the sandbox's version) into $venv"
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    "$venv/bin/python" -m pip install --quiet -e "$TASKGEN"
+    venv_to_cache taskgen "$(venv_key "$env_hash")"
+  fi
   stamp_write taskgen-venv "$env_hash"
 fi
 
