@@ -5,6 +5,7 @@ import Docker from 'dockerode';
 import type { RunConfig } from '../config/schema';
 import { describeSettingsLine, resolveTemporalSettings, sdkConnectionOptions } from '../connection';
 import { paths } from '../shared/paths';
+import { fetchJson } from '../shared/http';
 import { checkLogprobsMode } from './logprobsMode';
 import { fail, ok, type CheckLine } from './types';
 
@@ -39,8 +40,8 @@ export async function checkStack(c: RunConfig, t: StackTarget = {}): Promise<Che
     })(),
     ...c.inference.base_urls.map(async (url, i) => {
       try {
-        const res = await fetch(`${url.replace(/\/$/, '')}/models`, { signal: AbortSignal.timeout(5_000) });
-        const body = await res.json() as { data?: { id: string }[] };
+        const { body: json } = await fetchJson(`${url.replace(/\/$/, '')}/models`, undefined, 5_000);
+        const body = (typeof json === 'object' && json !== null ? json : {}) as { data?: { id: string }[] };
         const ids = (body.data ?? []).map((m) => m.id);
         if (!ids.includes(c.inference.served_model)) {
           return fail('stack', `inference.base_urls[${i}] ${url} does not serve inference.served_model "${c.inference.served_model}" (it lists ${ids.join(', ') || 'nothing'})`);

@@ -9,6 +9,7 @@ import type { ChatMessage, ToolSpec } from '../contracts/trajectory';
 import { describeSettingsLine, explainConnectError, explainConnectFailure, resolveConnection, type ResolvedConnection } from '../connection';
 import { gpuHostLines, queryGpuHost, vllmCudaBuild } from '../check/gpuHost';
 import { loadRunConfig } from '../config/load';
+import { fetchJson } from '../shared/http';
 import { DEFAULTS, paths, REPO_ROOT, resolveConfigPath } from '../shared/paths';
 import { savedLayout, type GpuLayout, type SavedLayout } from './layoutFile';
 
@@ -32,26 +33,6 @@ export interface DoctorOptions {
 }
 
 type Check = (o: Required<DoctorOptions>) => Promise<Omit<CheckResult, 'component'>>;
-
-/** fetch's own error says only "fetch failed"; its cause says why (ECONNREFUSED, a socket the server closed). */
-export function fetchErrorText(err: unknown): string {
-  const e = err as Error & { cause?: { code?: unknown; message?: unknown } };
-  const why = [e.cause?.code, e.cause?.message].filter((x) => typeof x === 'string' && x !== '').join(' ');
-  return why && !e.message.includes(why) ? `${e.message} (${why})` : e.message;
-}
-
-async function fetchJson(url: string, init?: RequestInit, timeoutMs = 60_000): Promise<{ status: number; body: unknown }> {
-  let res: Response;
-  try {
-    res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
-  } catch (err) {
-    throw new Error(fetchErrorText(err));
-  }
-  const text = await res.text();
-  let body: unknown = text;
-  try { body = JSON.parse(text); } catch { /* plain text body */ }
-  return { status: res.status, body };
-}
 
 const checkTemporal: Check = async ({ temporalAddress, namespace, profile }) => {
   let resolved: ResolvedConnection;

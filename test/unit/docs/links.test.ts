@@ -21,7 +21,7 @@ function headingSlugs(markdown: string): Set<string> {
     if (/^\s*```/.test(line)) fenced = !fenced;
     const m = !fenced && /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
     if (!m) continue;
-    const text = m[1].replace(/`/g, '').replace(/\[([^\]]*)\]\([^)]*\)/g, '$1');
+    const text = (m[1] ?? '').replace(/`/g, '').replace(/\[([^\]]*)\]\([^)]*\)/g, '$1');
     const base = text.toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-');
     const n = seen.get(base) ?? 0;
     seen.set(base, n + 1);
@@ -38,7 +38,7 @@ function markdownLinks(markdown: string): { target: string; line: number }[] {
     if (/^\s*```/.test(raw)) fenced = !fenced;
     if (fenced) return;
     const line = raw.replace(/`[^`]*`/g, '');
-    for (const m of line.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) links.push({ target: m[1], line: i + 1 });
+    for (const m of line.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) links.push({ target: m[1] ?? '', line: i + 1 });
   });
   return links;
 }
