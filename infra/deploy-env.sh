@@ -8,13 +8,7 @@ apt_install systemd
 hash=$(recipe_hash "$RATCHET_ROOT/infra/deploy/requirements.txt")
 if stamp_ok deploy-env "$hash"; then log "deploy env up to date"; exit 0; fi
 venv="$RATCHET_VENVS/deploy"
-if ! venv_from_cache deploy "$(venv_key "$hash")"; then
-  venv=$(venv_for deploy)
-  log "installing the deployment checkers (kubernetes-validate) into $venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -r "$RATCHET_ROOT/infra/deploy/requirements.txt"
-  venv_to_cache deploy "$(venv_key "$hash")"
-fi
+venv_install deploy "$(venv_key "$hash")" "the deployment checkers (kubernetes-validate)" -r "$RATCHET_ROOT/infra/deploy/requirements.txt"
 "$venv/bin/kubernetes-validate" --version >/dev/null \
   || die "the deploy environment has no working kubernetes-validate. Fix: rm -rf $venv and run infra/deploy-env.sh again"
 stamp_write deploy-env "$hash"

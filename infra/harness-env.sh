@@ -18,14 +18,8 @@ for name in nano mini-swe-agent; do
   venv="$RATCHET_VENVS/harness-$name"
   # The machine cache's copy has the packages only: the .pth below names this clone.
   key=$(PYTHON="$HARNESS_PYTHON" venv_key "$(recipe_hash "$req")")
-  if ! venv_from_cache "harness-$name" "$key"; then
-    rm -rf "$venv"
-    PYTHON="$HARNESS_PYTHON" venv_for "harness-$name" >/dev/null
-    log "installing harness $name into $venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q -r "$req"
-    venv_to_cache "harness-$name" "$key"
-  fi
+  # Not in the cache: installed into a new venv, not over an older recipe's.
+  venv_from_cache "harness-$name" "$key" || { rm -rf "$venv"; PYTHON="$HARNESS_PYTHON" venv_install "harness-$name" "$key" "harness $name" -r "$req"; }
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   printf '%s\n' "$RATCHET_ROOT/harness" >"$site/ratchet_harness.pth"
   case "$name" in

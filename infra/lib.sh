@@ -157,6 +157,19 @@ link_to_cache() {
 venv_from_cache() { link_from_cache "venvs/$1" "$2" "$RATCHET_VENVS/$1" bin; }
 venv_to_cache() { link_to_cache "venvs/$1" "$2" "$RATCHET_VENVS/$1"; }
 
+# venv_install NAME KEY WHAT PIP_ARGS... : $RATCHET_VENVS/NAME from the machine cache under KEY, or else the venv
+# (made with $PYTHON if missing) with pip upgraded and `pip install PIP_ARGS` (WHAT says what, in the log),
+# then kept in the cache under KEY.
+venv_install() {
+  local name=$1 key=$2 what=$3; shift 3
+  venv_from_cache "$name" "$key" && return 0
+  local venv; venv=$(venv_for "$name")
+  log "installing $what into $venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q "$@"
+  venv_to_cache "$name" "$key"
+}
+
 # venv_key HASH : the machine cache's key for a venv built from recipe HASH with $PYTHON (the interpreter it
 # resolves to, not a pyenv shim's path, and its full version).
 venv_key() { RECIPE_EXTRA="$1 $("$PYTHON" -c 'import sys; print(sys.executable, sys.version)')" recipe_hash /dev/null; }

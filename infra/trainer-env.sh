@@ -11,13 +11,7 @@ need_free_disk 8 "$RATCHET_HOME"
 # requirements (lib.sh venv_from_cache); the editable ratchet_trainer names this clone, so it is added here.
 key=$(venv_key "$(recipe_hash "$RATCHET_ROOT/trainer/requirements.txt")")
 venv="$RATCHET_VENVS/trainer"
-if ! venv_from_cache trainer "$key"; then
-  venv=$(venv_for trainer)
-  log "installing the trainer environment into $venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -r "$RATCHET_ROOT/trainer/requirements.txt"
-  venv_to_cache trainer "$key"
-fi
+venv_install trainer "$key" "the trainer environment" -r "$RATCHET_ROOT/trainer/requirements.txt"
 "$venv/bin/python" -m pip install -q --no-deps -e "$RATCHET_ROOT/trainer"
 "$venv/bin/python" -c 'import torch, transformers, peft, safetensors, temporalio, boto3' \
   || die "the trainer environment does not import. Fix: rm -rf $venv and run infra/trainer-env.sh again"
